@@ -1,0 +1,237 @@
+//! Batching: stacking samples into one batch sample, and splitting a batch back into samples.
+//!
+//! Scalars and same-shaped tensors stack into arrays with a leading batch dimension; strings,
+//! bytes, ragged tensors and mixed values become lists.
+
+use crate::error::{Error, Result};
+use crate::sample::Sample;
+use crate::value::{DType, Tensor, TensorData, Value};
+
+/// Stacks `samples` into one batch sample.
+///
+/// ```
+/// use sluice_core::{collate, Sample, Value};
+/// let b = collate(&[Sample::from_pairs([("id", Value::Int(1))]),
+///                   Sample::from_pairs([("id", Value::Int(2))])]).unwrap();
+/// match b.get("id").unwrap() { Value::Tensor(t) => assert_eq!(t.shape(), &[2]), _ => panic!() }
+/// ```
+pub fn collate(samples: &[Sample]) -> Result<Sample> {
+    let Some(first) = samples.first() else {
+        return Ok(Sample::new());
+    };
+    let mut out = Sample::with_capacity(first.len());
+    for (name, _) in first.iter() {
+        let mut column = Vec::with_capacity(samples.len());
+        for s in samples {
+            match s.get(name) {
+                Some(v) => column.push(v),
+                None => {
+                    return Err(Error::data(format!(
+                        "cannot batch: field '{name}' is missing from some samples \
+                         (fields: {})",
+                        s.names().collect::<Vec<_>>().join(", ")
+                    )))
+                }
+            }
+        }
+        out.set(name.clone(), stack_column(&column)?);
+    }
+    Ok(out)
+}
+
+fn stack_column(column: &[&Value]) -> Result<Value> {
+    let n = column.len();
+    let all = |f: fn(&Value) -> bool| column.iter().all(|v| f(v));
+    if all(|v| matches!(v, Value::Int(_))) {
+        let data = column.iter().map(|v| v.as_int().unwrap_or(0)).collect();
+        return Ok(Value::Tensor(Tensor::new(vec![n], TensorData::I64(data))?));
+    }
+    if all(|v| matches!(v, Value::Int(_) | Value::Float(_))) {
+        let data = column
+            .iter()
+            .map(|v| match v {
+                Value::Int(i) => *i as f64,
+                Value::Float(f) => *f,
+                _ => 0.0,
+            })
+            .collect();
+        return Ok(Value::Tensor(Tensor::new(vec![n], TensorData::F64(data))?));
+    }
+    if all(|v| matches!(v, Value::Bool(_))) {
+        let data = column
+            .iter()
+            .map(|v| matches!(v, Value::Bool(true)))
+            .collect();
+        return Ok(Value::Tensor(Tensor::new(vec![n], TensorData::Bool(data))?));
+    }
+    if let Some(stacked) = stack_tensors(column)? {
+        return Ok(Value::Tensor(stacked));
+    }
+    Ok(Value::List(column.iter().map(|v| (*v).clone()).collect()))
+}
+
+/// Stacks tensors of one dtype and shape; `None` if the column is not such tensors.
+fn stack_tensors(column: &[&Value]) -> Result<Option<Tensor>> {
+    let Some(Value::Tensor(first)) = column.first() else {
+        return Ok(None);
+    };
+    let (dtype, shape): (DType, &[usize]) = (first.dtype(), first.shape());
+    let uniform = column.iter().all(|v| match v {
+        Value::Tensor(t) => t.dtype() == dtype && t.shape() == shape,
+        _ => false,
+    });
+    if !uniform {
+        return Ok(None);
+    }
+    let per = first.data().len();
+    let mut data = TensorData::with_capacity(dtype, per * column.len());
+    for v in column {
+        if let Value::Tensor(t) = v {
+            data.extend_from(t.data())?;
+        }
+    }
+    let mut full = Vec::with_capacity(shape.len() + 1);
+    full.push(column.len());
+    full.extend_from_slice(shape);
+    Ok(Some(Tensor::new(full, data)?))
+}
+
+/// Splits a batch sample into its rows: tensors along their first dimension, lists by item.
+///
+/// ```
+/// use sluice_core::{collate, uncollate, Sample, Value};
+/// let rows = vec![Sample::from_pairs([("id", Value::Int(1))]), Sample::from_pairs([("id", Value::Int(2))])];
+/// let b = collate(&rows).unwrap();
+/// assert_eq!(uncollate(b).unwrap(), rows);
+/// ```
+pub fn uncollate(batch: Sample) -> Result<Vec<Sample>> {
+    let mut rows: Option<Vec<Sample>> = None;
+    for (name, value) in batch {
+        let parts = split_value(&name, value)?;
+        let rows = rows.get_or_insert_with(|| vec![Sample::new(); parts.len()]);
+        if parts.len() != rows.len() {
+            return Err(Error::data(format!(
+                "batch fields have different lengths: '{name}' has {}, others {}",
+                parts.len(),
+                rows.len()
+            )));
+        }
+        for (row, part) in rows.iter_mut().zip(parts) {
+            row.set(name.clone(), part);
+        }
+    }
+    Ok(rows.unwrap_or_default())
+}
+
+fn split_value(name: &str, value: Value) -> Result<Vec<Value>> {
+    match value {
+        Value::List(items) => Ok(items),
+        Value::Tensor(t) => {
+            let shape = t.shape().to_vec();
+            let Some((&n, inner)) = shape.split_first() else {
+                return Err(Error::data(format!(
+                    "batch field '{name}' is a 0-d tensor; expected a leading batch dimension"
+                )));
+            };
+            let per: usize = inner.iter().product();
+            let data = t.data();
+            (0..n)
+                .map(|i| {
+                    let part = data.slice(i * per, (i + 1) * per);
+                    if inner.is_empty() {
+                        Ok(scalar_of(&part))
+                    } else {
+                        Ok(Value::Tensor(Tensor::new(inner.to_vec(), part)?))
+                    }
+                })
+                .collect()
+        }
+        other => Err(Error::type_error(format!(
+            "batch field '{name}' is a {}; expected an array or a list",
+            other.kind()
+        ))),
+    }
+}
+
+/// A one-element buffer as a scalar value (batched ints/floats/bools go back to scalars).
+fn scalar_of(part: &TensorData) -> Value {
+    match part {
+        TensorData::Bool(v) => Value::Bool(v[0]),
+        TensorData::F32(v) => Value::Float(v[0] as f64),
+        TensorData::F64(v) => Value::Float(v[0]),
+        TensorData::U64(v) => Value::Int(v[0] as i64),
+        other => {
+            let as_i64 = match other {
+                TensorData::U8(v) => v[0] as i64,
+                TensorData::I8(v) => v[0] as i64,
+                TensorData::U16(v) => v[0] as i64,
+                TensorData::I16(v) => v[0] as i64,
+                TensorData::U32(v) => v[0] as i64,
+                TensorData::I32(v) => v[0] as i64,
+                TensorData::I64(v) => v[0],
+                _ => 0,
+            };
+            Value::Int(as_i64)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn img(v: u8) -> Value {
+        Value::Tensor(Tensor::new(vec![2, 2], TensorData::U8(vec![v; 4])).unwrap())
+    }
+
+    #[test]
+    fn stacks_tensors_and_scalars() {
+        let rows: Vec<Sample> = (0..3)
+            .map(|i| {
+                Sample::from_pairs([
+                    ("image", img(i as u8)),
+                    ("label", Value::Int(i)),
+                    ("path", Value::from(format!("p{i}"))),
+                ])
+            })
+            .collect();
+        let b = collate(&rows).unwrap();
+        let Value::Tensor(t) = b.get("image").unwrap() else {
+            panic!()
+        };
+        assert_eq!(t.shape(), &[3, 2, 2]);
+        assert!(matches!(b.get("path"), Some(Value::List(l)) if l.len() == 3));
+        assert_eq!(uncollate(b).unwrap(), rows);
+    }
+
+    #[test]
+    fn ragged_tensors_become_lists() {
+        let a = Value::Tensor(Tensor::new(vec![1], TensorData::I32(vec![1])).unwrap());
+        let b = Value::Tensor(Tensor::new(vec![2], TensorData::I32(vec![1, 2])).unwrap());
+        let batch = collate(&[
+            Sample::from_pairs([("x", a)]),
+            Sample::from_pairs([("x", b)]),
+        ])
+        .unwrap();
+        assert!(matches!(batch.get("x"), Some(Value::List(l)) if l.len() == 2));
+    }
+
+    #[test]
+    fn missing_field_is_an_error() {
+        let e = collate(&[
+            Sample::from_pairs([("x", Value::Int(1))]),
+            Sample::from_pairs([("y", Value::Int(1))]),
+        ])
+        .unwrap_err();
+        assert!(e.to_string().contains("'x'"));
+    }
+
+    #[test]
+    fn uncollate_checks_lengths() {
+        let b = Sample::from_pairs([
+            ("a", Value::List(vec![Value::Int(1)])),
+            ("b", Value::List(vec![Value::Int(1), Value::Int(2)])),
+        ]);
+        assert!(uncollate(b).is_err());
+    }
+}

@@ -1,0 +1,639 @@
+//! The executor: runs a [`PhysicalPlan`] as threads joined by bounded channels.
+//!
+//! - Every chunk carries its place in the stream; a parallel stage hands each chunk to a worker
+//!   together with a one-slot reply channel and queues the reply channels in input order, so
+//!   output order equals input order for any number of threads, with no reorder buffer.
+//! - Every channel is bounded: peak memory is set by queue depths and chunk sizes.
+//! - Shutdown is a chain reaction: dropping the consumer end makes the last stage's send
+//!   fail, it exits and drops its input, and so on up to the source; a cancel flag makes
+//!   workers stop between chunks. Errors travel downstream in order like data.
+
+mod transform;
+
+use std::collections::VecDeque;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
+
+use transform::{make_transform, nonempty, Chain, Ready, Transform};
+pub use transform::{Chunk, Item};
+
+use crate::error::{Error, Result};
+use crate::plan::physical::{PhysicalPlan, SourceStage, StageKind, Variant};
+use crate::sample::Sample;
+use crate::stats::{PipelineStats, StageCounters, StageInfo, StatsReport};
+
+type Msg = Result<Chunk>;
+
+/// Shared control block: the cancel flag and a count of live threads (to wait for exit).
+#[derive(Debug, Default)]
+struct Control {
+    cancel: AtomicBool,
+    live: Mutex<usize>,
+    exited: Condvar,
+}
+
+impl Control {
+    fn cancelled(&self) -> bool {
+        self.cancel.load(Relaxed)
+    }
+    fn spawn(self: &Arc<Self>, name: String, f: impl FnOnce() + Send + 'static) -> Result<()> {
+        *self.live.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+        let ctl = self.clone();
+        let spawned = thread::Builder::new().name(name).spawn(move || {
+            struct Exit(Arc<Control>);
+            impl Drop for Exit {
+                fn drop(&mut self) {
+                    let mut live = self.0.live.lock().unwrap_or_else(|p| p.into_inner());
+                    *live -= 1;
+                    self.0.exited.notify_all();
+                }
+            }
+            let _exit = Exit(ctl);
+            f();
+        });
+        spawned.map(|_| ()).map_err(|e| {
+            *self.live.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
+            Error::Internal(format!("cannot spawn thread: {e}"))
+        })
+    }
+    /// Waits until every thread has exited; false on timeout.
+    fn wait(&self, timeout: Duration) -> bool {
+        let live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        let (live, _) = self
+            .exited
+            .wait_timeout_while(live, timeout, |n| *n > 0)
+            .unwrap_or_else(|p| p.into_inner());
+        *live == 0
+    }
+}
+
+/// The receiving end of a stage: plain, or ordered reply slots from a parallel stage.
+enum Input {
+    Direct(Receiver<Msg>),
+    Ordered {
+        slots: Receiver<Receiver<Msg>>,
+        waiting: Option<Receiver<Msg>>,
+    },
+}
+
+enum Recv {
+    Msg(Msg),
+    Timeout,
+    End,
+}
+
+impl Input {
+    fn recv(&mut self) -> Option<Msg> {
+        match self.recv_timeout(None) {
+            Recv::Msg(m) => Some(m),
+            _ => None,
+        }
+    }
+    fn recv_timeout(&mut self, timeout: Option<Duration>) -> Recv {
+        let wait = |rx: &Receiver<Msg>| match timeout {
+            None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+            Some(t) => rx.recv_timeout(t),
+        };
+        match self {
+            Input::Direct(rx) => match wait(rx) {
+                Ok(m) => Recv::Msg(m),
+                Err(RecvTimeoutError::Timeout) => Recv::Timeout,
+                Err(RecvTimeoutError::Disconnected) => Recv::End,
+            },
+            Input::Ordered { slots, waiting } => {
+                let slot = match waiting.take() {
+                    Some(s) => s,
+                    None => {
+                        let got = match timeout {
+                            None => slots.recv().map_err(|_| RecvTimeoutError::Disconnected),
+                            Some(t) => slots.recv_timeout(t),
+                        };
+                        match got {
+                            Ok(s) => s,
+                            Err(RecvTimeoutError::Timeout) => return Recv::Timeout,
+                            Err(RecvTimeoutError::Disconnected) => return Recv::End,
+                        }
+                    }
+                };
+                match wait(&slot) {
+                    Ok(m) => Recv::Msg(m),
+                    Err(RecvTimeoutError::Timeout) => {
+                        *waiting = Some(slot);
+                        Recv::Timeout
+                    }
+                    // A worker died without replying (it panicked past catch_unwind).
+                    Err(RecvTimeoutError::Disconnected) => Recv::Msg(Err(Error::Internal(
+                        "a worker exited without producing its result".into(),
+                    ))),
+                }
+            }
+        }
+    }
+    fn len(&self) -> usize {
+        match self {
+            Input::Direct(rx) => rx.len(),
+            Input::Ordered { slots, .. } => slots.len(),
+        }
+    }
+}
+
+/// What [`Execution::next_timeout`] returns.
+#[derive(Debug)]
+pub enum Next {
+    /// The next output (a sample, or a batch as a sample of stacked fields).
+    Item(Sample),
+    /// An error; the iteration is over after it.
+    Err(Error),
+    /// Nothing arrived within the timeout (the caller may check for interrupts and retry).
+    Timeout,
+    /// The pipeline is exhausted.
+    End,
+}
+
+/// Options of one run.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ExecOptions {
+    /// The seed every random decision derives from.
+    pub seed: u64,
+}
+
+/// A running pipeline. Iterate with [`Execution::next_timeout`]; dropping it shuts the
+/// threads down without waiting, [`Execution::close`] also waits for them.
+///
+/// ```
+/// use std::sync::Arc;
+/// use sluice_core::*;
+/// let src = Arc::new(LogicalPlan::Source(SourceNode::new(Arc::new(RangeSource::new(10)))));
+/// let plan = lower(&src, &LowerOptions::default()).unwrap();
+/// let mut run = Execution::start(&plan, ExecOptions::default()).unwrap();
+/// let ids: Vec<i64> = std::iter::from_fn(|| run.next()).map(|s| s.unwrap().get("id").unwrap().as_int().unwrap()).collect();
+/// assert_eq!(ids, (0..10).collect::<Vec<_>>());
+/// ```
+pub struct Execution {
+    input: Option<Input>,
+    tail: Vec<(usize, Box<dyn Transform>)>,
+    ready: Ready,
+    finished: bool,
+    ctl: Arc<Control>,
+    stats: Arc<PipelineStats>,
+    wait_started: Option<Instant>,
+}
+
+impl Execution {
+    /// Starts the threads of `plan`.
+    pub fn start(plan: &PhysicalPlan, opts: ExecOptions) -> Result<Self> {
+        let ctl = Arc::new(Control::default());
+        // Inline stages run in the consumer; a stage is inline only if all after it are.
+        let first_inline = plan
+            .stages
+            .iter()
+            .rposition(|s| s.variant != Variant::Inline)
+            .map_or(0, |i| i + 1);
+        let mut infos = vec![StageInfo {
+            name: format!("source: {}", plan.source.source.name()),
+            threads: 1,
+            inline: false,
+            queue_capacity: plan.source.queue_depth,
+        }];
+        for (i, st) in plan.stages.iter().enumerate() {
+            let inline = i >= first_inline;
+            infos.push(StageInfo {
+                name: st.kind.label(),
+                threads: match st.variant {
+                    Variant::Threads { threads } if !inline => threads,
+                    _ => 1,
+                },
+                inline,
+                queue_capacity: st.queue_depth,
+            });
+        }
+        let stats = Arc::new(PipelineStats::new(infos));
+
+        let mut input = spawn_source(&plan.source, &ctl, &stats)?;
+        let mut tail = Vec::new();
+        for (i, st) in plan.stages.iter().enumerate() {
+            let slot = i + 1;
+            let t = make_transform(
+                &st.kind,
+                &plan.source.source,
+                opts.seed,
+                stats.clone(),
+                slot,
+            );
+            if i >= first_inline {
+                tail.push((slot, t));
+                continue;
+            }
+            let threads = match st.variant {
+                Variant::Threads { threads } => threads.max(1),
+                Variant::Inline => 1,
+            };
+            input = match (&st.kind, threads) {
+                (StageKind::Chain { read, ops }, n) if n > 1 => {
+                    let chain = Arc::new(Chain::new(
+                        read.then(|| plan.source.source.clone()),
+                        ops.clone(),
+                        opts.seed,
+                        stats.clone(),
+                        slot,
+                    ));
+                    spawn_parallel(chain, n, st.queue_depth, input, &ctl, &stats, slot)?
+                }
+                _ => spawn_sequential(t, st.queue_depth, input, &ctl, &stats, slot)?,
+            };
+        }
+        Ok(Execution {
+            input: Some(input),
+            tail,
+            ready: VecDeque::new(),
+            finished: false,
+            ctl,
+            stats,
+            wait_started: None,
+        })
+    }
+
+    /// The next output, blocking.
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> Option<Result<Sample>> {
+        loop {
+            match self.next_timeout(Duration::from_secs(3600)) {
+                Next::Item(s) => return Some(Ok(s)),
+                Next::Err(e) => return Some(Err(e)),
+                Next::Timeout => continue,
+                Next::End => return None,
+            }
+        }
+    }
+
+    /// The next output, waiting at most `timeout` for it.
+    pub fn next_timeout(&mut self, timeout: Duration) -> Next {
+        let started = *self.wait_started.get_or_insert_with(Instant::now);
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(item) = self.ready.pop_front() {
+                self.wait_started = None;
+                self.stats.record_output(started.elapsed(), item.rows);
+                return Next::Item(item.sample);
+            }
+            if self.finished {
+                return Next::End;
+            }
+            let Some(input) = self.input.as_mut() else {
+                self.finished = true;
+                continue;
+            };
+            let left = deadline.saturating_duration_since(Instant::now());
+            match input.recv_timeout(Some(left)) {
+                Recv::Timeout => return Next::Timeout,
+                Recv::Msg(Err(e)) => {
+                    self.stop();
+                    return Next::Err(e);
+                }
+                Recv::Msg(Ok(chunk)) => {
+                    if let Err(e) = self.run_tail(Some(chunk)) {
+                        self.stop();
+                        return Next::Err(e);
+                    }
+                }
+                Recv::End => {
+                    self.input = None;
+                    if let Err(e) = self.run_tail(None) {
+                        self.stop();
+                        return Next::Err(e);
+                    }
+                    self.finished = true;
+                }
+            }
+        }
+    }
+
+    /// Pushes a chunk (or the end of input) through the inline stages into `ready`.
+    fn run_tail(&mut self, chunk: Option<Chunk>) -> Result<()> {
+        let end = chunk.is_none();
+        let mut chunks: Vec<Chunk> = chunk.into_iter().collect();
+        let mut exhausted = false;
+        for (slot, t) in &mut self.tail {
+            let c = self.stats.counters(*slot);
+            let t0 = Instant::now();
+            let mut out = Vec::new();
+            for ch in chunks {
+                c.items_in.fetch_add(ch.len() as u64, Relaxed);
+                t.push(ch, &mut out)?;
+            }
+            if end || t.exhausted() {
+                t.finish(&mut out)?;
+            }
+            exhausted |= t.exhausted();
+            nonempty(&mut out);
+            c.items_out
+                .fetch_add(out.iter().map(|c| c.len() as u64).sum(), Relaxed);
+            StageCounters::add(&c.busy_ns, t0.elapsed());
+            chunks = out;
+        }
+        self.ready.extend(chunks.into_iter().flatten());
+        if exhausted {
+            self.stop();
+        }
+        Ok(())
+    }
+
+    /// Ends the iteration: no more outputs after those already ready.
+    fn stop(&mut self) {
+        self.ctl.cancel.store(true, Relaxed);
+        self.input = None;
+        self.finished = true;
+    }
+
+    /// Stops all threads and waits up to `timeout` for them to exit; true if they all did.
+    /// Call without holding locks that workers may need (e.g. release the GIL first).
+    pub fn close(&mut self, timeout: Duration) -> bool {
+        self.stop();
+        self.ready.clear();
+        self.ctl.wait(timeout)
+    }
+
+    /// Statistics so far.
+    pub fn stats(&self) -> StatsReport {
+        self.stats.report()
+    }
+
+    /// The shared statistics (kept alive after the execution ends).
+    pub fn stats_handle(&self) -> Arc<PipelineStats> {
+        self.stats.clone()
+    }
+}
+
+impl Iterator for Execution {
+    type Item = Result<Sample>;
+    fn next(&mut self) -> Option<Self::Item> {
+        Execution::next(self)
+    }
+}
+
+impl Drop for Execution {
+    fn drop(&mut self) {
+        // Do not wait here: the dropping thread may hold a lock (the GIL) a worker needs.
+        self.stop();
+    }
+}
+
+/// Sends `msg`, accounting the time blocked; false if the receiver is gone.
+fn send_counted(tx: &Sender<Msg>, msg: Msg, c: &StageCounters) -> bool {
+    let items = msg.as_ref().map_or(0, |c| c.len() as u64);
+    let t0 = Instant::now();
+    c.record_occupancy(tx.len());
+    let ok = tx.send(msg).is_ok();
+    StageCounters::add(&c.wait_out_ns, t0.elapsed());
+    c.items_out.fetch_add(items, Relaxed);
+    ok
+}
+
+fn spawn_source(
+    src: &SourceStage,
+    ctl: &Arc<Control>,
+    stats: &Arc<PipelineStats>,
+) -> Result<Input> {
+    let (tx, rx) = bounded::<Msg>(src.queue_depth.max(1));
+    let src = src.clone();
+    let (ctl2, stats) = (ctl.clone(), stats.clone());
+    ctl.spawn("sluice-source".into(), move || {
+        let c = stats.counters(0);
+        let chunk = src.chunk_size.max(1) as u64;
+        if let Some(order) = &src.order {
+            let n = order.epoch_len();
+            let mut epoch = 0;
+            while !order.is_done(epoch) && n > 0 {
+                let mut pos = 0;
+                while pos < n {
+                    if ctl2.cancelled() {
+                        return;
+                    }
+                    let end = (pos + chunk).min(n);
+                    let items: Chunk = (pos..end)
+                        .map(|p| {
+                            let at = order.position(epoch, p);
+                            Item {
+                                epoch,
+                                index: at.index,
+                                sub: 0,
+                                source_index: at.source_index,
+                                rows: 1,
+                                sample: Sample::new(),
+                            }
+                        })
+                        .collect();
+                    if !send_counted(&tx, Ok(items), c) {
+                        return;
+                    }
+                    pos = end;
+                }
+                epoch += 1;
+            }
+            return;
+        }
+        let mut epoch = 0;
+        while src.stream_epochs.is_none_or(|e| epoch < e) {
+            let stream = match src.source.stream() {
+                Ok(s) => s,
+                Err(e) => {
+                    send_counted(&tx, Err(e), c);
+                    return;
+                }
+            };
+            let mut items = Vec::with_capacity(chunk as usize);
+            let mut any = false;
+            for (index, res) in stream.enumerate() {
+                if ctl2.cancelled() {
+                    return;
+                }
+                any = true;
+                match res {
+                    Ok(sample) => items.push(Item {
+                        epoch,
+                        index: index as u64,
+                        sub: 0,
+                        source_index: index as u64,
+                        rows: 1,
+                        sample,
+                    }),
+                    Err(e) => {
+                        if !items.is_empty() {
+                            send_counted(&tx, Ok(std::mem::take(&mut items)), c);
+                        }
+                        send_counted(&tx, Err(e), c);
+                        return;
+                    }
+                }
+                if items.len() as u64 == chunk
+                    && !send_counted(&tx, Ok(std::mem::take(&mut items)), c)
+                {
+                    return;
+                }
+            }
+            if !items.is_empty() && !send_counted(&tx, Ok(items), c) {
+                return;
+            }
+            if !any {
+                return; // An empty stream repeated forever would spin.
+            }
+            epoch += 1;
+        }
+    })?;
+    Ok(Input::Direct(rx))
+}
+
+/// Runs `f`, turning a panic into an internal error so it never crosses into the consumer.
+fn guarded(f: impl FnOnce() -> Result<Vec<Chunk>>) -> Result<Vec<Chunk>> {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|p| {
+        let msg = p
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".into());
+        Err(Error::Internal(format!("an op panicked: {msg}")))
+    })
+}
+
+fn spawn_sequential(
+    mut t: Box<dyn Transform>,
+    depth: usize,
+    mut input: Input,
+    ctl: &Arc<Control>,
+    stats: &Arc<PipelineStats>,
+    slot: usize,
+) -> Result<Input> {
+    let (tx, rx) = bounded::<Msg>(depth.max(1));
+    let stats = stats.clone();
+    ctl.spawn(format!("sluice-stage-{slot}"), move || {
+        let c = stats.counters(slot);
+        loop {
+            let t0 = Instant::now();
+            let msg = input.recv();
+            StageCounters::add(&c.wait_in_ns, t0.elapsed());
+            let t1 = Instant::now();
+            let (outs, last) = match msg {
+                Some(Ok(chunk)) => {
+                    c.items_in.fetch_add(chunk.len() as u64, Relaxed);
+                    let res = guarded(|| {
+                        let mut out = Vec::new();
+                        t.push(chunk, &mut out)?;
+                        if t.exhausted() {
+                            t.finish(&mut out)?;
+                        }
+                        Ok(out)
+                    });
+                    let last = res.is_err() || t.exhausted();
+                    (res, last)
+                }
+                Some(Err(e)) => (Err(e), true),
+                None => (
+                    guarded(|| {
+                        let mut out = Vec::new();
+                        t.finish(&mut out)?;
+                        Ok(out)
+                    }),
+                    true,
+                ),
+            };
+            StageCounters::add(&c.busy_ns, t1.elapsed());
+            match outs {
+                Ok(mut outs) => {
+                    nonempty(&mut outs);
+                    for o in outs {
+                        if !send_counted(&tx, Ok(o), c) {
+                            return;
+                        }
+                    }
+                }
+                Err(e) => {
+                    send_counted(&tx, Err(e), c);
+                    return;
+                }
+            }
+            if last {
+                return;
+            }
+        }
+    })?;
+    Ok(Input::Direct(rx))
+}
+
+fn spawn_parallel(
+    chain: Arc<Chain>,
+    threads: usize,
+    depth: usize,
+    mut input: Input,
+    ctl: &Arc<Control>,
+    stats: &Arc<PipelineStats>,
+    slot: usize,
+) -> Result<Input> {
+    let (work_tx, work_rx) = bounded::<(Chunk, Sender<Msg>)>(threads);
+    let (slots_tx, slots_rx) = bounded::<Receiver<Msg>>(depth.max(1));
+    for w in 0..threads {
+        let (work_rx, chain, ctl2, stats) =
+            (work_rx.clone(), chain.clone(), ctl.clone(), stats.clone());
+        ctl.spawn(format!("sluice-stage-{slot}-w{w}"), move || {
+            let c = stats.counters(slot);
+            loop {
+                let t0 = Instant::now();
+                let Ok((chunk, reply)) = work_rx.recv() else {
+                    return;
+                };
+                StageCounters::add(&c.wait_in_ns, t0.elapsed());
+                if ctl2.cancelled() {
+                    return;
+                }
+                let t1 = Instant::now();
+                let n = chunk.len() as u64;
+                let res = guarded(|| chain.run(chunk).map(|c| vec![c]))
+                    .map(|mut v| v.pop().unwrap_or_default());
+                StageCounters::add(&c.busy_ns, t1.elapsed());
+                c.items_in.fetch_add(n, Relaxed);
+                if let Ok(out) = &res {
+                    c.items_out.fetch_add(out.len() as u64, Relaxed);
+                }
+                let _ = reply.send(res);
+            }
+        })?;
+    }
+    let stats = stats.clone();
+    ctl.spawn(format!("sluice-stage-{slot}-dispatch"), move || {
+        let c = stats.counters(slot);
+        while let Some(msg) = input.recv() {
+            let (reply_tx, reply_rx) = bounded::<Msg>(1);
+            c.record_occupancy(slots_tx.len());
+            let t0 = Instant::now();
+            if slots_tx.send(reply_rx).is_err() {
+                return;
+            }
+            StageCounters::add(&c.wait_out_ns, t0.elapsed());
+            match msg {
+                Ok(chunk) => {
+                    if work_tx.send((chunk, reply_tx)).is_err() {
+                        return;
+                    }
+                }
+                Err(e) => {
+                    let _ = reply_tx.send(Err(e));
+                    return;
+                }
+            }
+        }
+    })?;
+    Ok(Input::Ordered {
+        slots: slots_rx,
+        waiting: None,
+    })
+}
+
+/// Number of chunks waiting at the consumer (for tests of backpressure).
+#[doc(hidden)]
+pub fn queued(exec: &Execution) -> usize {
+    exec.input.as_ref().map_or(0, Input::len)
+}

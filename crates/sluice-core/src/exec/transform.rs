@@ -1,0 +1,357 @@
+//! The work a stage does on chunks of items: a fused op chain (stateless) or a stateful step
+//! (batch, unbatch, take, shuffle buffer). The same code runs in a thread or inline.
+
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use crate::collate::{collate, uncollate};
+use crate::error::{Error, Result, SampleRef};
+use crate::op::{Emit, OpContext};
+use crate::plan::logical::OnError;
+use crate::plan::physical::{ChainOp, StageKind};
+use crate::rng::{combine, SampleRng};
+use crate::sample::Sample;
+use crate::source::SourceRef;
+use crate::stats::PipelineStats;
+use crate::value::Value;
+
+/// A sample in flight, with the coordinates its randomness and error messages derive from.
+#[derive(Debug, Clone)]
+pub struct Item {
+    pub epoch: u64,
+    /// Position in the epoch (before filtering).
+    pub index: u64,
+    /// Which output of an upstream flat_map (0 if none).
+    pub sub: u64,
+    /// Index into a random-access source.
+    pub source_index: u64,
+    /// Samples in this item (1, or the batch size for a batch).
+    pub rows: u64,
+    pub sample: Sample,
+}
+
+impl Item {
+    fn sample_ref(&self, path: Option<String>) -> SampleRef {
+        SampleRef {
+            epoch: self.epoch,
+            index: self.index,
+            path,
+        }
+    }
+}
+
+/// A run of consecutive items handed between stages together.
+pub type Chunk = Vec<Item>;
+
+/// One stage's processing.
+pub(crate) trait Transform: Send {
+    fn push(&mut self, chunk: Chunk, out: &mut Vec<Chunk>) -> Result<()>;
+    fn finish(&mut self, _out: &mut Vec<Chunk>) -> Result<()> {
+        Ok(())
+    }
+    /// No more input is wanted (e.g. `take` reached its count).
+    fn exhausted(&self) -> bool {
+        false
+    }
+}
+
+pub(crate) fn make_transform(
+    kind: &StageKind,
+    source: &SourceRef,
+    seed: u64,
+    stats: Arc<PipelineStats>,
+    stage: usize,
+) -> Box<dyn Transform> {
+    match kind {
+        StageKind::Chain { read, ops } => Box::new(Chain {
+            read: read.then(|| source.clone()),
+            ops: ops.clone(),
+            seed,
+            stats,
+            stage,
+        }),
+        StageKind::Batch {
+            size,
+            drop_last,
+            per_epoch,
+        } => Box::new(Batch {
+            size: *size,
+            drop_last: *drop_last,
+            per_epoch: *per_epoch,
+            pending: Vec::with_capacity(*size),
+        }),
+        StageKind::Unbatch => Box::new(Unbatch),
+        StageKind::Take { n } => Box::new(Take { left: *n }),
+        StageKind::ShuffleBuffer {
+            size,
+            seed: s,
+            op_id,
+        } => Box::new(ShuffleBuffer {
+            size: *size,
+            seed: s.unwrap_or(seed),
+            op_id: *op_id,
+            epoch: None,
+            rng: SampleRng::from_key(0),
+            buf: Vec::with_capacity(*size),
+        }),
+    }
+}
+
+/// Fused element-wise ops, applied op by op over the whole chunk (so ops that pay a
+/// per-call cost, like taking the GIL, pay it once per chunk).
+pub(crate) struct Chain {
+    read: Option<SourceRef>,
+    ops: Vec<ChainOp>,
+    seed: u64,
+    stats: Arc<PipelineStats>,
+    stage: usize,
+}
+
+impl Chain {
+    pub(crate) fn new(
+        read: Option<SourceRef>,
+        ops: Vec<ChainOp>,
+        seed: u64,
+        stats: Arc<PipelineStats>,
+        stage: usize,
+    ) -> Self {
+        Chain {
+            read,
+            ops,
+            seed,
+            stats,
+            stage,
+        }
+    }
+}
+
+impl Chain {
+    pub(crate) fn run(&self, mut items: Chunk) -> Result<Chunk> {
+        if let Some(src) = &self.read {
+            for it in &mut items {
+                it.sample = src.get(it.source_index).map_err(|e| Error::InSample {
+                    op: src.name().to_string(),
+                    sample: it.sample_ref(None),
+                    source: Box::new(e),
+                })?;
+            }
+        }
+        for cop in &self.ops {
+            items = self.apply(cop, items)?;
+        }
+        Ok(items)
+    }
+
+    fn apply(&self, cop: &ChainOp, mut items: Chunk) -> Result<Chunk> {
+        let paths: Vec<Option<Arc<str>>> = items
+            .iter()
+            .map(|it| match it.sample.get("path") {
+                Some(Value::Str(p)) => Some(p.clone()),
+                _ => None,
+            })
+            .collect();
+        let inputs = items
+            .iter_mut()
+            .map(|it| {
+                let cx = OpContext {
+                    seed: self.seed,
+                    epoch: it.epoch,
+                    index: it.index,
+                    sub: it.sub,
+                    op_id: cop.op_id,
+                };
+                (std::mem::take(&mut it.sample), cx)
+            })
+            .collect();
+        let results = cop.op.apply_many(inputs);
+        let mut out = Vec::with_capacity(items.len());
+        for ((mut it, res), path) in items.into_iter().zip(results).zip(paths) {
+            match res {
+                Ok(Emit::One(s)) => {
+                    it.sample = s;
+                    out.push(it);
+                }
+                Ok(Emit::Drop) => {}
+                Ok(Emit::Many(samples)) => {
+                    for (j, s) in samples.into_iter().enumerate() {
+                        out.push(Item {
+                            sub: combine(it.sub, j as u64 + 1),
+                            sample: s,
+                            ..it.clone()
+                        });
+                    }
+                }
+                Err(e) => match cop.on_error {
+                    OnError::Skip => {
+                        self.stats
+                            .counters(self.stage)
+                            .skipped
+                            .fetch_add(1, Relaxed);
+                    }
+                    OnError::Raise => {
+                        return Err(Error::InSample {
+                            op: cop.op.name().to_string(),
+                            sample: it.sample_ref(path.map(|p| p.to_string())),
+                            source: Box::new(e),
+                        })
+                    }
+                },
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl Transform for Chain {
+    fn push(&mut self, chunk: Chunk, out: &mut Vec<Chunk>) -> Result<()> {
+        out.push(self.run(chunk)?);
+        Ok(())
+    }
+}
+
+struct Batch {
+    size: usize,
+    drop_last: bool,
+    per_epoch: bool,
+    pending: Vec<Item>,
+}
+
+impl Batch {
+    fn flush(&mut self, out: &mut Vec<Chunk>, is_last: bool) -> Result<()> {
+        if self.pending.is_empty() || (is_last && self.drop_last && self.pending.len() < self.size)
+        {
+            self.pending.clear();
+            return Ok(());
+        }
+        let items = std::mem::take(&mut self.pending);
+        let samples: Vec<Sample> = items.iter().map(|i| i.sample.clone()).collect();
+        let first = &items[0];
+        let batch = Item {
+            epoch: first.epoch,
+            index: first.index,
+            sub: first.sub,
+            source_index: first.source_index,
+            rows: items.iter().map(|i| i.rows).sum(),
+            sample: collate(&samples)?,
+        };
+        drop(samples);
+        out.push(vec![batch]);
+        self.pending = Vec::with_capacity(self.size);
+        Ok(())
+    }
+}
+
+impl Transform for Batch {
+    fn push(&mut self, chunk: Chunk, out: &mut Vec<Chunk>) -> Result<()> {
+        for it in chunk {
+            if self.per_epoch && self.pending.first().is_some_and(|p| p.epoch != it.epoch) {
+                self.flush(out, true)?;
+            }
+            self.pending.push(it);
+            if self.pending.len() == self.size {
+                self.flush(out, false)?;
+            }
+        }
+        Ok(())
+    }
+    fn finish(&mut self, out: &mut Vec<Chunk>) -> Result<()> {
+        self.flush(out, true)
+    }
+}
+
+struct Unbatch;
+
+impl Transform for Unbatch {
+    fn push(&mut self, chunk: Chunk, out: &mut Vec<Chunk>) -> Result<()> {
+        let mut rows_out = Vec::new();
+        for it in chunk {
+            let rows = uncollate(it.sample)?;
+            for (r, sample) in rows.into_iter().enumerate() {
+                rows_out.push(Item {
+                    epoch: it.epoch,
+                    index: it.index + r as u64,
+                    sub: it.sub,
+                    source_index: it.source_index,
+                    rows: 1,
+                    sample,
+                });
+            }
+        }
+        out.push(rows_out);
+        Ok(())
+    }
+}
+
+struct Take {
+    left: u64,
+}
+
+impl Transform for Take {
+    fn push(&mut self, mut chunk: Chunk, out: &mut Vec<Chunk>) -> Result<()> {
+        if (chunk.len() as u64) > self.left {
+            chunk.truncate(self.left as usize);
+        }
+        self.left -= chunk.len() as u64;
+        out.push(chunk);
+        Ok(())
+    }
+    fn exhausted(&self) -> bool {
+        self.left == 0
+    }
+}
+
+/// Seeded buffer shuffle: each epoch has its own generator, so order does not depend on
+/// where the previous epoch's buffer ended.
+struct ShuffleBuffer {
+    size: usize,
+    seed: u64,
+    op_id: u64,
+    epoch: Option<u64>,
+    rng: SampleRng,
+    buf: Vec<Item>,
+}
+
+impl ShuffleBuffer {
+    fn drain(&mut self, out: &mut Vec<Item>) {
+        while !self.buf.is_empty() {
+            let j = self.rng.below(self.buf.len() as u64) as usize;
+            out.push(self.buf.swap_remove(j));
+        }
+    }
+}
+
+impl Transform for ShuffleBuffer {
+    fn push(&mut self, chunk: Chunk, out: &mut Vec<Chunk>) -> Result<()> {
+        let mut emitted = Vec::with_capacity(chunk.len());
+        for it in chunk {
+            if self.epoch != Some(it.epoch) {
+                self.drain(&mut emitted);
+                self.epoch = Some(it.epoch);
+                self.rng = SampleRng::new(self.seed, it.epoch, u64::MAX, self.op_id);
+            }
+            if self.buf.len() == self.size {
+                let j = self.rng.below(self.size as u64) as usize;
+                emitted.push(std::mem::replace(&mut self.buf[j], it));
+            } else {
+                self.buf.push(it);
+            }
+        }
+        out.push(emitted);
+        Ok(())
+    }
+    fn finish(&mut self, out: &mut Vec<Chunk>) -> Result<()> {
+        let mut rest = Vec::with_capacity(self.buf.len());
+        self.drain(&mut rest);
+        out.push(rest);
+        Ok(())
+    }
+}
+
+/// Output chunks of a stage may be empty after filtering; downstream skips them cheaply.
+pub(crate) fn nonempty(chunks: &mut Vec<Chunk>) {
+    chunks.retain(|c| !c.is_empty());
+}
+
+/// Items in arrival order (for the consumer's ready queue).
+pub(crate) type Ready = VecDeque<Item>;

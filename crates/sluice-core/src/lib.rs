@@ -1,0 +1,44 @@
+//! sluice core: the data model, logical and physical plans, and the executor.
+//!
+//! A pipeline is built as a [`LogicalPlan`] (what the user wrote), lowered to a
+//! [`PhysicalPlan`] (stages, variants, queue depths) and run by an [`Execution`].
+//!
+//! ```
+//! use std::sync::Arc;
+//! use sluice_core::*;
+//! let src = Arc::new(LogicalPlan::Source(SourceNode::new(Arc::new(RangeSource::new(100)))));
+//! let batched = Arc::new(LogicalPlan::Batch(BatchNode::try_new(src, 32, false)?));
+//! let plan = lower(&batched, &LowerOptions::default())?;
+//! let batches: Vec<Sample> = Execution::start(&plan, ExecOptions::default())?.collect::<Result<_>>()?;
+//! assert_eq!(batches.len(), 4);
+//! # Ok::<(), sluice_core::Error>(())
+//! ```
+
+pub mod collate;
+pub mod error;
+pub mod exec;
+pub mod op;
+pub mod order;
+pub mod plan;
+pub mod rng;
+pub mod sample;
+pub mod source;
+pub mod stats;
+pub mod value;
+
+pub use collate::{collate, uncollate};
+pub use error::{Error, ExternalError, Result, SampleRef};
+pub use exec::{ExecOptions, Execution, Item, Next};
+pub use op::{Emit, Op, OpContext, OpKind, OpMeta, OpRef};
+pub use order::{IndexOrder, Permutation, Position, ShardSpec};
+pub use plan::logical::{
+    BatchNode, ElemMode, LogicalPlan, MapBatchesNode, MapNode, OnError, PrefetchNode, RepeatNode,
+    ShardNode, ShuffleBufferNode, ShuffleNode, SourceNode, TakeNode,
+};
+pub use plan::lower::{lower, LowerOptions};
+pub use plan::physical::{ChainOp, PhysicalPlan, SourceStage, Stage, StageKind, Variant};
+pub use rng::{mix64, SampleRng};
+pub use sample::Sample;
+pub use source::{ItemsSource, RangeSource, SampleStream, Source, SourceRef};
+pub use stats::{ConsumerReport, PipelineStats, StageReport, StatsReport};
+pub use value::{DType, Tensor, TensorData, Value};

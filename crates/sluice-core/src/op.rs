@@ -1,0 +1,131 @@
+//! Element-wise ops: the unit the planner reorders, fuses and places.
+
+use std::fmt;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::Result;
+use crate::rng::SampleRng;
+use crate::sample::Sample;
+
+/// What an op does to data, as far as reordering is concerned (Pecan's AutoOrder).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OpKind {
+    /// Reads or decodes (e.g. bytes → image); changes representation.
+    Decode,
+    /// Changes geometry and makes data smaller (crop, downscale).
+    SizeReducing,
+    /// Changes geometry without shrinking it (flip, rotate).
+    Geometric,
+    /// Per-pixel/per-element arithmetic (jitter, normalize).
+    PixelWise,
+    /// Anything else, including Python UDFs: never moved unless marked movable.
+    Opaque,
+}
+
+/// What an op declares about itself: its read and write sets, kind and randomness.
+///
+/// The planner only moves ops whose declarations make the move safe.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OpMeta {
+    /// Fields read.
+    pub reads: Vec<String>,
+    /// Fields written (created or replaced).
+    pub writes: Vec<String>,
+    /// Kind, for reordering.
+    pub kind: OpKind,
+    /// Draws randomness (so its output depends on seed/epoch/index).
+    pub random: bool,
+    /// Runs Python code and needs the GIL.
+    pub python: bool,
+}
+
+impl OpMeta {
+    /// Metadata of an opaque op (reads/writes unknown).
+    pub fn opaque(python: bool) -> Self {
+        OpMeta {
+            reads: vec![],
+            writes: vec![],
+            kind: OpKind::Opaque,
+            random: false,
+            python,
+        }
+    }
+}
+
+/// Where a sample is when an op runs on it: the coordinates randomness derives from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpContext {
+    /// The iteration seed.
+    pub seed: u64,
+    /// Epoch number (0-based).
+    pub epoch: u64,
+    /// Position of the sample in its epoch (before filtering).
+    pub index: u64,
+    /// Index among the outputs of an upstream flat_map (0 otherwise).
+    pub sub: u64,
+    /// The op's stable id in the pipeline.
+    pub op_id: u64,
+}
+
+impl OpContext {
+    /// The generator for this op on this sample.
+    pub fn rng(&self) -> SampleRng {
+        let index = crate::rng::combine(self.index, self.sub);
+        SampleRng::new(self.seed, self.epoch, index, self.op_id)
+    }
+}
+
+/// What an element-wise op produces for one input.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Emit {
+    /// One output (map).
+    One(Sample),
+    /// No output (a filter that rejected the sample).
+    Drop,
+    /// Zero or more outputs (flat_map).
+    Many(Vec<Sample>),
+}
+
+/// An element-wise operation on samples.
+///
+/// Implementations must be pure given `(sample, cx)`: any randomness comes from `cx.rng()`.
+///
+/// ```
+/// use sluice_core::{Emit, Op, OpContext, OpMeta, Result, Sample, Value};
+/// #[derive(Debug)]
+/// struct AddOne;
+/// impl Op for AddOne {
+///     fn name(&self) -> &str { "add_one" }
+///     fn spec(&self) -> serde_json::Value { serde_json::json!({"op": "add_one"}) }
+///     fn meta(&self) -> OpMeta { OpMeta::opaque(false) }
+///     fn apply(&self, mut s: Sample, _cx: &OpContext) -> Result<Emit> {
+///         let v = s.require("id", "add_one")?.as_int().unwrap_or(0);
+///         s.set("id", Value::Int(v + 1));
+///         Ok(Emit::One(s))
+///     }
+/// }
+/// ```
+pub trait Op: Send + Sync + fmt::Debug {
+    /// The API name, as shown in plans and errors (e.g. `random_resized_crop`).
+    fn name(&self) -> &str;
+    /// The serde form of the op (a tagged object), used to print, save and ship plans.
+    fn spec(&self) -> serde_json::Value;
+    /// Read/write sets and kind.
+    fn meta(&self) -> OpMeta;
+    /// Applies the op to one sample.
+    fn apply(&self, sample: Sample, cx: &OpContext) -> Result<Emit>;
+    /// Applies the op to many samples at once. Ops with a per-call cost (e.g. taking the
+    /// GIL) override this to pay it once per chunk.
+    fn apply_many(&self, inputs: Vec<(Sample, OpContext)>) -> Vec<Result<Emit>> {
+        inputs
+            .into_iter()
+            .map(|(s, cx)| self.apply(s, &cx))
+            .collect()
+    }
+}
+
+/// A shared op.
+pub type OpRef = Arc<dyn Op>;

@@ -1,0 +1,424 @@
+//! The logical plan: what the user wrote, as an enum of node structs. Each node is built by a
+//! checking constructor that validates arguments and derives the output fields, so a bad
+//! pipeline fails when it is built, not mid-epoch.
+
+use std::fmt;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::op::OpRef;
+use crate::order::ShardSpec;
+use crate::source::SourceRef;
+
+/// How an element-wise op's result is used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ElemMode {
+    /// One sample in, one out.
+    Map,
+    /// Keep or drop the sample.
+    Filter,
+    /// One sample in, zero or more out.
+    FlatMap,
+}
+
+/// What to do when an op fails on a sample.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnError {
+    /// Stop the iteration with an error naming the sample and the op.
+    #[default]
+    Raise,
+    /// Drop the sample and count it in `stats()`.
+    Skip,
+}
+
+impl std::str::FromStr for OnError {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "raise" => Ok(OnError::Raise),
+            "skip" => Ok(OnError::Skip),
+            other => Err(Error::invalid(format!(
+                "on_error must be 'raise' or 'skip', got '{other}'"
+            ))),
+        }
+    }
+}
+
+/// Field names known at build time (`None` after an op with unknown output, e.g. a UDF).
+pub type Schema = Option<Arc<Vec<String>>>;
+
+/// A source.
+#[derive(Debug, Clone)]
+pub struct SourceNode {
+    pub source: SourceRef,
+    pub schema: Schema,
+}
+
+/// `map` / `filter` / `flat_map` with one op.
+#[derive(Debug, Clone)]
+pub struct MapNode {
+    pub input: Arc<LogicalPlan>,
+    pub op: OpRef,
+    pub mode: ElemMode,
+    pub on_error: OnError,
+    /// Pins the op in place (`Some(true)`), or allows moving a UDF (`Some(false)`).
+    pub keep_position: Option<bool>,
+    /// Stable id: randomness derives from it, so reordering never changes an op's draws.
+    pub op_id: u64,
+    pub schema: Schema,
+}
+
+/// `map_batches(fn, batch_size)`: the op sees batches; the dataset continues as samples.
+#[derive(Debug, Clone)]
+pub struct MapBatchesNode {
+    pub input: Arc<LogicalPlan>,
+    pub op: OpRef,
+    pub batch_size: usize,
+    pub op_id: u64,
+}
+
+/// `batch(size, drop_last)`.
+#[derive(Debug, Clone)]
+pub struct BatchNode {
+    pub input: Arc<LogicalPlan>,
+    pub size: usize,
+    pub drop_last: bool,
+    pub schema: Schema,
+}
+
+/// `shuffle(seed)`: a global per-epoch permutation of a random-access source.
+#[derive(Debug, Clone)]
+pub struct ShuffleNode {
+    pub input: Arc<LogicalPlan>,
+    /// `None`: derive from the iteration seed.
+    pub seed: Option<u64>,
+}
+
+/// `shuffle_buffer(size)`: a bounded, seeded buffer shuffle for streams.
+#[derive(Debug, Clone)]
+pub struct ShuffleBufferNode {
+    pub input: Arc<LogicalPlan>,
+    pub size: usize,
+    pub seed: Option<u64>,
+    pub op_id: u64,
+}
+
+/// `shard(rank, world_size, equal)`.
+#[derive(Debug, Clone)]
+pub struct ShardNode {
+    pub input: Arc<LogicalPlan>,
+    pub shard: ShardSpec,
+}
+
+/// `repeat(epochs)`; `None` repeats forever.
+#[derive(Debug, Clone)]
+pub struct RepeatNode {
+    pub input: Arc<LogicalPlan>,
+    pub epochs: Option<u64>,
+}
+
+/// `prefetch(n)`: keep up to `n` outputs ready ahead of the consumer.
+#[derive(Debug, Clone)]
+pub struct PrefetchNode {
+    pub input: Arc<LogicalPlan>,
+    pub depth: usize,
+}
+
+/// `take(n)`: the first `n` outputs.
+#[derive(Debug, Clone)]
+pub struct TakeNode {
+    pub input: Arc<LogicalPlan>,
+    pub n: u64,
+}
+
+/// A pipeline, from its last step back to its source.
+#[derive(Debug, Clone)]
+pub enum LogicalPlan {
+    Source(SourceNode),
+    Map(MapNode),
+    MapBatches(MapBatchesNode),
+    Batch(BatchNode),
+    Shuffle(ShuffleNode),
+    ShuffleBuffer(ShuffleBufferNode),
+    Shard(ShardNode),
+    Repeat(RepeatNode),
+    Prefetch(PrefetchNode),
+    Take(TakeNode),
+}
+
+impl SourceNode {
+    /// A source node; its schema comes from the source.
+    pub fn new(source: SourceRef) -> Self {
+        let schema = source.fields().map(Arc::new);
+        SourceNode { source, schema }
+    }
+}
+
+impl MapNode {
+    /// Checks that the fields the op reads exist (when known) and derives the output fields.
+    pub fn try_new(
+        input: Arc<LogicalPlan>,
+        op: OpRef,
+        mode: ElemMode,
+        on_error: OnError,
+        keep_position: Option<bool>,
+    ) -> Result<Self> {
+        let meta = op.meta();
+        let in_schema = input.schema();
+        if let Some(fields) = &in_schema {
+            if let Some(missing) = meta.reads.iter().find(|r| !fields.contains(r)) {
+                return Err(Error::MissingField {
+                    field: missing.clone(),
+                    op: op.name().to_string(),
+                    available: fields.join(", "),
+                });
+            }
+        }
+        let schema = match (mode, in_schema) {
+            (ElemMode::Filter, s) => s,
+            (_, Some(fields)) if !meta.python => {
+                let mut out = (*fields).clone();
+                for w in &meta.writes {
+                    if !out.contains(w) {
+                        out.push(w.clone());
+                    }
+                }
+                Some(Arc::new(out))
+            }
+            _ => None,
+        };
+        Ok(MapNode {
+            op_id: input.depth(),
+            input,
+            op,
+            mode,
+            on_error,
+            keep_position,
+            schema,
+        })
+    }
+}
+
+impl MapBatchesNode {
+    /// Checks `batch_size > 0`.
+    pub fn try_new(input: Arc<LogicalPlan>, op: OpRef, batch_size: usize) -> Result<Self> {
+        if batch_size == 0 {
+            return Err(Error::invalid("map_batches: batch_size must be > 0"));
+        }
+        Ok(MapBatchesNode {
+            op_id: input.depth(),
+            input,
+            op,
+            batch_size,
+        })
+    }
+}
+
+impl BatchNode {
+    /// Checks `size > 0` and that the input is not already batched twice over by mistake.
+    pub fn try_new(input: Arc<LogicalPlan>, size: usize, drop_last: bool) -> Result<Self> {
+        if size == 0 {
+            return Err(Error::invalid("batch: size must be > 0, got 0"));
+        }
+        let schema = input.schema();
+        Ok(BatchNode {
+            input,
+            size,
+            drop_last,
+            schema,
+        })
+    }
+}
+
+impl ShuffleNode {
+    /// Checks the input keeps random access (only a source, maps, shard and repeat below).
+    pub fn try_new(input: Arc<LogicalPlan>, seed: Option<u64>) -> Result<Self> {
+        if !input.random_access() {
+            return Err(Error::invalid(
+                "shuffle() needs a random-access input (a source with a known length, \
+                 followed only by map/shard/repeat); this pipeline streams. \
+                 Use shuffle_buffer(size) to shuffle a stream.",
+            ));
+        }
+        Ok(ShuffleNode { input, seed })
+    }
+}
+
+impl ShuffleBufferNode {
+    /// Checks `size > 0`.
+    pub fn try_new(input: Arc<LogicalPlan>, size: usize, seed: Option<u64>) -> Result<Self> {
+        if size == 0 {
+            return Err(Error::invalid("shuffle_buffer: size must be > 0"));
+        }
+        Ok(ShuffleBufferNode {
+            op_id: input.depth(),
+            input,
+            size,
+            seed,
+        })
+    }
+}
+
+impl ShardNode {
+    /// Checks the arguments and that the input has random access.
+    pub fn try_new(
+        input: Arc<LogicalPlan>,
+        rank: u64,
+        world_size: u64,
+        equal: bool,
+    ) -> Result<Self> {
+        let shard = ShardSpec::try_new(rank, world_size, equal)?;
+        if !input.random_access() {
+            return Err(Error::invalid(
+                "shard() currently needs a random-access input (a source with a known \
+                 length, followed only by map/shuffle); put shard() right after the source",
+            ));
+        }
+        Ok(ShardNode { input, shard })
+    }
+}
+
+impl RepeatNode {
+    /// Checks `epochs > 0` and that repeat is not already below.
+    pub fn try_new(input: Arc<LogicalPlan>, epochs: Option<u64>) -> Result<Self> {
+        if epochs == Some(0) {
+            return Err(Error::invalid(
+                "repeat: epochs must be > 0 (or None for forever)",
+            ));
+        }
+        if input.find(|p| matches!(p, LogicalPlan::Repeat(_))) {
+            return Err(Error::invalid("repeat: the pipeline is already repeated"));
+        }
+        if input.find(|p| matches!(p, LogicalPlan::Take(_))) {
+            return Err(Error::invalid(
+                "repeat after take is not supported; take after repeat",
+            ));
+        }
+        Ok(RepeatNode { input, epochs })
+    }
+}
+
+impl PrefetchNode {
+    /// Checks `depth > 0`.
+    pub fn try_new(input: Arc<LogicalPlan>, depth: usize) -> Result<Self> {
+        if depth == 0 {
+            return Err(Error::invalid("prefetch: n must be > 0"));
+        }
+        Ok(PrefetchNode { input, depth })
+    }
+}
+
+impl LogicalPlan {
+    /// The node this one reads from (`None` for a source).
+    pub fn input(&self) -> Option<&Arc<LogicalPlan>> {
+        match self {
+            LogicalPlan::Source(_) => None,
+            LogicalPlan::Map(n) => Some(&n.input),
+            LogicalPlan::MapBatches(n) => Some(&n.input),
+            LogicalPlan::Batch(n) => Some(&n.input),
+            LogicalPlan::Shuffle(n) => Some(&n.input),
+            LogicalPlan::ShuffleBuffer(n) => Some(&n.input),
+            LogicalPlan::Shard(n) => Some(&n.input),
+            LogicalPlan::Repeat(n) => Some(&n.input),
+            LogicalPlan::Prefetch(n) => Some(&n.input),
+            LogicalPlan::Take(n) => Some(&n.input),
+        }
+    }
+    /// Number of nodes below this one (the source has depth 0).
+    pub fn depth(&self) -> u64 {
+        self.input().map_or(0, |i| i.depth() + 1)
+    }
+    /// The source at the bottom.
+    pub fn source(&self) -> &SourceRef {
+        match self {
+            LogicalPlan::Source(s) => &s.source,
+            other => other
+                .input()
+                .expect("non-source node has an input")
+                .source(),
+        }
+    }
+    /// Field names of this node's output, when known.
+    pub fn schema(&self) -> Option<Arc<Vec<String>>> {
+        match self {
+            LogicalPlan::Source(n) => n.schema.clone(),
+            LogicalPlan::Map(n) => n.schema.clone(),
+            LogicalPlan::Batch(n) => n.schema.clone(),
+            LogicalPlan::MapBatches(_) => None,
+            other => other.input().and_then(|i| i.schema()),
+        }
+    }
+    /// Whether output position `i` can be computed directly (source + 1:1 steps only).
+    pub fn random_access(&self) -> bool {
+        match self {
+            LogicalPlan::Source(s) => s.source.random_access(),
+            LogicalPlan::Map(n) => n.mode == ElemMode::Map && n.input.random_access(),
+            LogicalPlan::Shuffle(n) => n.input.random_access(),
+            LogicalPlan::Shard(n) => n.input.random_access(),
+            LogicalPlan::Repeat(n) => n.input.random_access(),
+            LogicalPlan::Prefetch(n) => n.input.random_access(),
+            _ => false,
+        }
+    }
+    /// Whether any node at or below this one matches `pred`.
+    pub fn find(&self, pred: impl Fn(&LogicalPlan) -> bool + Copy) -> bool {
+        pred(self) || self.input().is_some_and(|i| i.find(pred))
+    }
+    /// Nodes from the source up to this one.
+    pub fn chain(self: &Arc<Self>) -> Vec<Arc<LogicalPlan>> {
+        let mut out = vec![self.clone()];
+        while let Some(i) = out.last().and_then(|n| n.input().cloned()) {
+            out.push(i);
+        }
+        out.reverse();
+        out
+    }
+    /// One line describing this node alone.
+    pub fn describe(&self) -> String {
+        match self {
+            LogicalPlan::Source(n) => format!("{} {}", n.source.name(), n.source.spec()),
+            LogicalPlan::Map(n) => {
+                let verb = match n.mode {
+                    ElemMode::Map => "map",
+                    ElemMode::Filter => "filter",
+                    ElemMode::FlatMap => "flat_map",
+                };
+                let mut s = format!("{verb}({})", n.op.name());
+                if n.on_error == OnError::Skip {
+                    s.push_str(" on_error=skip");
+                }
+                if n.keep_position == Some(true) {
+                    s.push_str(" keep_position");
+                }
+                s
+            }
+            LogicalPlan::MapBatches(n) => {
+                format!("map_batches({}, batch_size={})", n.op.name(), n.batch_size)
+            }
+            LogicalPlan::Batch(n) => format!("batch({}, drop_last={})", n.size, n.drop_last),
+            LogicalPlan::Shuffle(n) => format!("shuffle(seed={:?})", n.seed),
+            LogicalPlan::ShuffleBuffer(n) => format!("shuffle_buffer({})", n.size),
+            LogicalPlan::Shard(n) => format!(
+                "shard({}, {}, equal={})",
+                n.shard.rank, n.shard.world_size, n.shard.equal
+            ),
+            LogicalPlan::Repeat(n) => format!("repeat({:?})", n.epochs),
+            LogicalPlan::Prefetch(n) => format!("prefetch({})", n.depth),
+            LogicalPlan::Take(n) => format!("take({})", n.n),
+        }
+    }
+}
+
+impl fmt::Display for LogicalPlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(input) = self.input() {
+            writeln!(f, "{input}")?;
+            write!(f, "  -> ")?;
+        }
+        write!(f, "{}", self.describe())
+    }
+}

@@ -1,0 +1,256 @@
+//! Lowering: the default translation of a logical plan into a physical plan. Index-level steps
+//! (shuffle, shard, repeat) fold into the source's [`IndexOrder`]; adjacent element-wise ops
+//! fuse into chains, split where GIL-bound Python ops meet GIL-free Rust ops; stateful steps
+//! become their own stages. The optimizer rewrites the result further.
+
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::order::IndexOrder;
+use crate::plan::logical::{ElemMode, LogicalPlan, OnError};
+use crate::plan::physical::{ChainOp, PhysicalPlan, SourceStage, Stage, StageKind, Variant};
+
+/// Knobs of the default lowering.
+#[derive(Debug, Clone)]
+pub struct LowerOptions {
+    /// Threads per parallel stage.
+    pub num_threads: usize,
+    /// Items per chunk from the source.
+    pub chunk_size: usize,
+    /// Queue depth (in chunks) between stages.
+    pub queue_depth: usize,
+    /// Batches kept ready for the consumer (overridden by `prefetch(n)`).
+    pub prefetch: usize,
+    /// Seed of the iteration (for `shuffle()` without a seed).
+    pub seed: u64,
+}
+
+impl Default for LowerOptions {
+    fn default() -> Self {
+        LowerOptions {
+            num_threads: 2,
+            chunk_size: 16,
+            queue_depth: 4,
+            prefetch: 2,
+            seed: 0,
+        }
+    }
+}
+
+/// Lowers `plan` with the default rules.
+pub fn lower(plan: &Arc<LogicalPlan>, opts: &LowerOptions) -> Result<PhysicalPlan> {
+    if opts.num_threads == 0 {
+        return Err(Error::invalid("num_threads must be > 0"));
+    }
+    let nodes = plan.chain();
+    let source = nodes[0].source().clone();
+
+    // 1. Fold index-level steps into the source order.
+    let mut order = source
+        .len()
+        .filter(|_| source.random_access())
+        .map(|len| IndexOrder {
+            len,
+            shuffle: None,
+            shard: None,
+            epochs: Some(1),
+        });
+    let mut stream_epochs = Some(1);
+    let mut repeat_after_batch = false;
+    let mut seen_batch = false;
+    for node in &nodes {
+        match &**node {
+            LogicalPlan::Shuffle(n) => {
+                let o = order
+                    .as_mut()
+                    .ok_or_else(|| Error::invalid("shuffle needs random access"))?;
+                o.shuffle = Some(n.seed.unwrap_or(opts.seed));
+            }
+            LogicalPlan::Shard(n) => {
+                let o = order
+                    .as_mut()
+                    .ok_or_else(|| Error::invalid("shard needs random access"))?;
+                o.shard = Some(n.shard);
+            }
+            LogicalPlan::Repeat(n) => {
+                if let Some(o) = order.as_mut() {
+                    o.epochs = n.epochs;
+                }
+                stream_epochs = n.epochs;
+                repeat_after_batch = seen_batch;
+            }
+            LogicalPlan::Batch(_) | LogicalPlan::MapBatches(_) => seen_batch = true,
+            _ => {}
+        }
+    }
+
+    // 2. Stages.
+    let threads = Variant::Threads {
+        threads: opts.num_threads,
+    };
+    let mut stages: Vec<Stage> = Vec::new();
+    let stage = |kind, variant| Stage {
+        kind,
+        variant,
+        queue_depth: opts.queue_depth,
+    };
+    // Random-access sources are read by the first chain, in parallel.
+    let mut needs_read = order.is_some();
+    let push_op = |stages: &mut Vec<Stage>, op: ChainOp, needs_read: &mut bool| {
+        let python = op.op.meta().python;
+        if let Some(Stage {
+            kind: StageKind::Chain { ops, .. },
+            ..
+        }) = stages.last_mut()
+        {
+            let last_python = ops.last().map(|o| o.op.meta().python);
+            if last_python.is_none() || last_python == Some(python) {
+                ops.push(op);
+                return;
+            }
+        }
+        stages.push(stage(
+            StageKind::Chain {
+                read: std::mem::take(needs_read),
+                ops: vec![op],
+            },
+            threads,
+        ));
+    };
+    for node in &nodes {
+        match &**node {
+            LogicalPlan::Map(n) => push_op(
+                &mut stages,
+                ChainOp {
+                    op: n.op.clone(),
+                    mode: n.mode,
+                    on_error: n.on_error,
+                    op_id: n.op_id,
+                },
+                &mut needs_read,
+            ),
+            other => {
+                if needs_read && !matches!(other, LogicalPlan::Source(_)) && is_stage(other) {
+                    stages.push(stage(
+                        StageKind::Chain {
+                            read: true,
+                            ops: vec![],
+                        },
+                        threads,
+                    ));
+                    needs_read = false;
+                }
+                match other {
+                    LogicalPlan::Batch(n) => stages.push(stage(
+                        StageKind::Batch {
+                            size: n.size,
+                            drop_last: n.drop_last,
+                            per_epoch: repeat_after_batch,
+                        },
+                        Variant::Threads { threads: 1 },
+                    )),
+                    LogicalPlan::MapBatches(n) => {
+                        stages.push(stage(
+                            StageKind::Batch {
+                                size: n.batch_size,
+                                drop_last: false,
+                                per_epoch: true,
+                            },
+                            Variant::Threads { threads: 1 },
+                        ));
+                        stages.push(stage(
+                            StageKind::Chain {
+                                read: false,
+                                ops: vec![ChainOp {
+                                    op: n.op.clone(),
+                                    mode: ElemMode::Map,
+                                    on_error: OnError::Raise,
+                                    op_id: n.op_id,
+                                }],
+                            },
+                            threads,
+                        ));
+                        stages.push(stage(StageKind::Unbatch, Variant::Threads { threads: 1 }));
+                    }
+                    LogicalPlan::ShuffleBuffer(n) => stages.push(stage(
+                        StageKind::ShuffleBuffer {
+                            size: n.size,
+                            seed: n.seed,
+                            op_id: n.op_id,
+                        },
+                        Variant::Threads { threads: 1 },
+                    )),
+                    LogicalPlan::Take(n) => stages.push(stage(
+                        StageKind::Take { n: n.n },
+                        Variant::Threads { threads: 1 },
+                    )),
+                    LogicalPlan::Prefetch(n) => {
+                        if let Some(last) = stages.last_mut() {
+                            last.queue_depth = n.depth;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    if needs_read {
+        stages.push(stage(
+            StageKind::Chain {
+                read: true,
+                ops: vec![],
+            },
+            threads,
+        ));
+    }
+    // A GIL-bound tail (Python chains followed only by cheap sequential steps) runs inline in
+    // the consumer: the consumer holds the GIL anyway, and handing items to a thread that must
+    // then wait for the GIL only adds hand-off latency.
+    let mut tail_start = None;
+    for (i, st) in stages.iter().enumerate().rev() {
+        match &st.kind {
+            StageKind::Chain { read: false, ops }
+                if !ops.is_empty() && ops.iter().all(|o| o.op.meta().python) =>
+            {
+                tail_start = Some(i)
+            }
+            StageKind::Batch { .. } | StageKind::Unbatch | StageKind::Take { .. } => {}
+            _ => break,
+        }
+    }
+    let n_stages = stages.len();
+    let inline_from = tail_start.unwrap_or(stages.len());
+    for (i, st) in stages.iter_mut().enumerate() {
+        if i >= inline_from || (i + 1 == n_stages && matches!(st.kind, StageKind::Take { .. })) {
+            st.variant = Variant::Inline;
+        }
+    }
+    let explicit_prefetch = nodes
+        .iter()
+        .any(|n| matches!(**n, LogicalPlan::Prefetch(_)));
+    if let Some(last) = stages.last_mut() {
+        if !explicit_prefetch && matches!(last.kind, StageKind::Batch { .. }) {
+            last.queue_depth = opts.prefetch;
+        }
+    }
+    Ok(PhysicalPlan {
+        source: SourceStage {
+            source,
+            order,
+            stream_epochs,
+            chunk_size: opts.chunk_size,
+            queue_depth: opts.queue_depth,
+        },
+        stages,
+    })
+}
+
+fn is_stage(node: &LogicalPlan) -> bool {
+    matches!(
+        node,
+        LogicalPlan::Batch(_)
+            | LogicalPlan::MapBatches(_)
+            | LogicalPlan::ShuffleBuffer(_)
+            | LogicalPlan::Take(_)
+    )
+}

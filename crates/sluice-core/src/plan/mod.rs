@@ -1,0 +1,5 @@
+//! Logical plans (what the user wrote), physical plans (how it runs) and the lowering between.
+
+pub mod logical;
+pub mod lower;
+pub mod physical;

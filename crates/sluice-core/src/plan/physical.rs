@@ -1,0 +1,189 @@
+//! The physical plan: how a pipeline runs. A source stage computes positions (or streams
+//! samples); then stages, each a fused chain of element-wise ops or one stateful step, with a
+//! variant (inline in the consumer, or a pool of N threads) and a queue depth.
+//!
+//! It is separate from the logical plan so the optimizer can rewrite it (reorder, fuse, set
+//! parallelism) and new variants (process pool, Ray) can plug in without touching the API.
+
+use std::fmt;
+
+use serde::ser::SerializeStruct;
+use serde::{Deserialize, Serialize, Serializer};
+
+use crate::op::OpRef;
+use crate::order::IndexOrder;
+use crate::plan::logical::{ElemMode, OnError};
+use crate::source::SourceRef;
+
+/// Where a stage runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "variant", rename_all = "snake_case")]
+pub enum Variant {
+    /// In the consumer's thread, when it pulls (no hand-off; best for GIL-bound UDFs).
+    Inline,
+    /// A pool of `threads` worker threads; output order is restored by sequence number.
+    Threads { threads: usize },
+}
+
+/// One op of a fused chain.
+#[derive(Debug, Clone)]
+pub struct ChainOp {
+    pub op: OpRef,
+    pub mode: ElemMode,
+    pub on_error: OnError,
+    pub op_id: u64,
+}
+
+impl Serialize for ChainOp {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut st = s.serialize_struct("ChainOp", 4)?;
+        st.serialize_field("spec", &self.op.spec())?;
+        st.serialize_field("mode", &self.mode)?;
+        st.serialize_field("on_error", &self.on_error)?;
+        st.serialize_field("op_id", &self.op_id)?;
+        st.end()
+    }
+}
+
+/// What a stage does.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum StageKind {
+    /// Element-wise ops fused into one pass. With `read`, each item's sample is first read
+    /// from the source at its source index (so reading runs in parallel too).
+    Chain { read: bool, ops: Vec<ChainOp> },
+    /// Stack samples into batches; with `per_epoch`, a batch never spans two epochs.
+    Batch {
+        size: usize,
+        drop_last: bool,
+        per_epoch: bool,
+    },
+    /// Split batches back into samples.
+    Unbatch,
+    /// Keep the first `n` items.
+    Take { n: u64 },
+    /// Bounded buffer shuffle.
+    ShuffleBuffer {
+        size: usize,
+        seed: Option<u64>,
+        op_id: u64,
+    },
+}
+
+impl StageKind {
+    /// Whether items can be processed independently (so a pool of threads may run it).
+    pub fn is_stateless(&self) -> bool {
+        matches!(self, StageKind::Chain { .. } | StageKind::Unbatch)
+    }
+    /// A short name for plans and stats.
+    pub fn label(&self) -> String {
+        match self {
+            StageKind::Chain { read, ops } => {
+                let mut names: Vec<String> = Vec::new();
+                if *read {
+                    names.push("read".into());
+                }
+                names.extend(ops.iter().map(|o| match o.mode {
+                    ElemMode::Map => o.op.name().to_string(),
+                    ElemMode::Filter => format!("filter({})", o.op.name()),
+                    ElemMode::FlatMap => format!("flat_map({})", o.op.name()),
+                }));
+                names.join("+")
+            }
+            StageKind::Batch { size, .. } => format!("batch({size})"),
+            StageKind::Unbatch => "unbatch".into(),
+            StageKind::Take { n } => format!("take({n})"),
+            StageKind::ShuffleBuffer { size, .. } => format!("shuffle_buffer({size})"),
+        }
+    }
+}
+
+/// One stage of the physical plan.
+#[derive(Debug, Clone, Serialize)]
+pub struct Stage {
+    pub kind: StageKind,
+    pub variant: Variant,
+    /// Capacity of the stage's output queue (in chunks); bounds memory.
+    pub queue_depth: usize,
+}
+
+/// How the source produces work.
+#[derive(Debug, Clone)]
+pub struct SourceStage {
+    pub source: SourceRef,
+    /// For a random-access source: the order of positions (shuffle, shard, epochs).
+    pub order: Option<IndexOrder>,
+    /// For a streaming source: how many epochs (`None` = forever).
+    pub stream_epochs: Option<u64>,
+    /// Items per chunk handed to the next stage (amortises hand-off cost).
+    pub chunk_size: usize,
+    pub queue_depth: usize,
+}
+
+impl Serialize for SourceStage {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut st = s.serialize_struct("SourceStage", 5)?;
+        st.serialize_field("spec", &self.source.spec())?;
+        st.serialize_field("order", &self.order)?;
+        st.serialize_field("stream_epochs", &self.stream_epochs)?;
+        st.serialize_field("chunk_size", &self.chunk_size)?;
+        st.serialize_field("queue_depth", &self.queue_depth)?;
+        st.end()
+    }
+}
+
+/// A runnable pipeline.
+///
+/// ```
+/// use std::sync::Arc;
+/// use sluice_core::{lower, LogicalPlan, LowerOptions, RangeSource, SourceNode, BatchNode};
+/// let src = Arc::new(LogicalPlan::Source(SourceNode::new(Arc::new(RangeSource::new(10)))));
+/// let plan = Arc::new(LogicalPlan::Batch(BatchNode::try_new(src, 4, false).unwrap()));
+/// let phys = lower(&plan, &LowerOptions::default()).unwrap();
+/// assert!(phys.to_string().contains("batch(4)"));
+/// ```
+#[derive(Debug, Clone, Serialize)]
+pub struct PhysicalPlan {
+    pub source: SourceStage,
+    pub stages: Vec<Stage>,
+}
+
+impl PhysicalPlan {
+    /// The plan as pretty JSON.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+    }
+}
+
+impl fmt::Display for PhysicalPlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let src = &self.source;
+        write!(f, "source: {}", src.source.name())?;
+        if let Some(o) = &src.order {
+            write!(f, " len={}", o.len)?;
+            if o.shuffle.is_some() {
+                write!(f, " shuffled")?;
+            }
+            if let Some(s) = o.shard {
+                write!(f, " shard={}/{}", s.rank, s.world_size)?;
+            }
+            write!(f, " epochs={:?}", o.epochs)?;
+        } else {
+            write!(f, " (streaming) epochs={:?}", src.stream_epochs)?;
+        }
+        writeln!(f, " chunk={}", src.chunk_size)?;
+        for (i, st) in self.stages.iter().enumerate() {
+            let variant = match st.variant {
+                Variant::Inline => "inline".to_string(),
+                Variant::Threads { threads } => format!("threads={threads}"),
+            };
+            writeln!(
+                f,
+                "stage {i}: {} [{variant}, queue={}]",
+                st.kind.label(),
+                st.queue_depth
+            )?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,127 @@
+//! Sources: where samples come from. Random-access sources let shuffle and shard work on
+//! indices (O(1) memory, no reading ahead); streaming sources only iterate.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::error::Result;
+use crate::sample::Sample;
+
+/// An iterator over a streaming source's samples.
+pub type SampleStream = Box<dyn Iterator<Item = Result<Sample>> + Send>;
+
+/// A source of samples.
+///
+/// ```
+/// use sluice_core::{RangeSource, Source};
+/// let r = RangeSource::new(5);
+/// assert_eq!(r.len(), Some(5));
+/// assert_eq!(r.get(3).unwrap().get("id").unwrap().as_int(), Some(3));
+/// ```
+pub trait Source: Send + Sync + fmt::Debug {
+    /// The API name (`range`, `read_images`, ...).
+    fn name(&self) -> &str;
+    /// The serde form of the source.
+    fn spec(&self) -> serde_json::Value;
+    /// Number of samples, when known without reading everything.
+    fn len(&self) -> Option<u64>;
+    /// Whether [`Source::get`] works (the format allows random access).
+    fn random_access(&self) -> bool {
+        self.len().is_some()
+    }
+    /// Field names every sample has, when known (used to check pipelines at build time).
+    fn fields(&self) -> Option<Vec<String>> {
+        None
+    }
+    /// Sample `index` (0-based) of a random-access source.
+    fn get(&self, index: u64) -> Result<Sample>;
+    /// All samples in order; sources without random access override this.
+    fn stream(&self) -> Result<SampleStream> {
+        let n = self.len().unwrap_or(0);
+        let this = self.clone_arc();
+        Ok(Box::new((0..n).map(move |i| this.get(i))))
+    }
+    /// A shared handle to this source (for streaming over `get`).
+    fn clone_arc(&self) -> SourceRef;
+}
+
+/// A shared source.
+pub type SourceRef = Arc<dyn Source>;
+
+/// `range(n)`: samples `{id: i}` for i in 0..n.
+#[derive(Debug, Clone)]
+pub struct RangeSource {
+    n: u64,
+}
+
+impl RangeSource {
+    /// A range of `n` samples.
+    pub fn new(n: u64) -> Self {
+        RangeSource { n }
+    }
+}
+
+impl Source for RangeSource {
+    fn name(&self) -> &str {
+        "range"
+    }
+    fn spec(&self) -> serde_json::Value {
+        serde_json::json!({"source": "range", "n": self.n})
+    }
+    fn len(&self) -> Option<u64> {
+        Some(self.n)
+    }
+    fn fields(&self) -> Option<Vec<String>> {
+        Some(vec!["id".into()])
+    }
+    fn get(&self, index: u64) -> Result<Sample> {
+        let mut s = Sample::with_capacity(1);
+        s.set("id", crate::Value::Int(index as i64));
+        Ok(s)
+    }
+    fn clone_arc(&self) -> SourceRef {
+        Arc::new(self.clone())
+    }
+}
+
+/// `from_items(items)`: samples held in memory.
+#[derive(Debug, Clone)]
+pub struct ItemsSource {
+    items: Arc<Vec<Sample>>,
+}
+
+impl ItemsSource {
+    /// A source over `items`.
+    pub fn new(items: Vec<Sample>) -> Self {
+        ItemsSource {
+            items: Arc::new(items),
+        }
+    }
+}
+
+impl Source for ItemsSource {
+    fn name(&self) -> &str {
+        "from_items"
+    }
+    fn spec(&self) -> serde_json::Value {
+        serde_json::json!({"source": "from_items", "len": self.items.len()})
+    }
+    fn len(&self) -> Option<u64> {
+        Some(self.items.len() as u64)
+    }
+    fn fields(&self) -> Option<Vec<String>> {
+        let first = self.items.first()?;
+        let names: Vec<String> = first.names().map(str::to_string).collect();
+        let same = self
+            .items
+            .iter()
+            .all(|s| s.len() == names.len() && s.names().zip(&names).all(|(a, b)| a == b));
+        same.then_some(names)
+    }
+    fn get(&self, index: u64) -> Result<Sample> {
+        Ok(self.items[index as usize].clone())
+    }
+    fn clone_arc(&self) -> SourceRef {
+        Arc::new(self.clone())
+    }
+}

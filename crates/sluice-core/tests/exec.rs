@@ -1,0 +1,250 @@
+//! Executor behaviour: order for any thread count, errors in order, early drop, bounded memory.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sluice_core::*;
+
+/// Adds a random number to `id` (so thread-count invariance covers randomness), sleeps a
+/// little on some samples to scramble completion order, and fails on `fail_at`.
+#[derive(Debug)]
+struct Jitter {
+    fail_at: Option<i64>,
+}
+
+impl Op for Jitter {
+    fn name(&self) -> &str {
+        "jitter"
+    }
+    fn spec(&self) -> serde_json::Value {
+        serde_json::json!({"op": "jitter"})
+    }
+    fn meta(&self) -> OpMeta {
+        OpMeta::opaque(false)
+    }
+    fn apply(&self, mut s: Sample, cx: &OpContext) -> Result<Emit> {
+        let id = s.require("id", "jitter")?.as_int().unwrap();
+        if Some(id) == self.fail_at {
+            return Err(Error::data("boom"));
+        }
+        if id % 7 == 0 {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        s.set("r", Value::Int(cx.rng().below(1000) as i64));
+        Ok(if id % 5 == 4 {
+            Emit::Drop
+        } else {
+            Emit::One(s)
+        })
+    }
+}
+
+fn source(n: u64) -> Arc<LogicalPlan> {
+    Arc::new(LogicalPlan::Source(SourceNode::new(Arc::new(
+        RangeSource::new(n),
+    ))))
+}
+
+fn map(input: Arc<LogicalPlan>, op: OpRef, on_error: OnError) -> Arc<LogicalPlan> {
+    Arc::new(LogicalPlan::Map(
+        MapNode::try_new(input, op, ElemMode::Map, on_error, None).unwrap(),
+    ))
+}
+
+fn run(plan: &Arc<LogicalPlan>, threads: usize, seed: u64) -> Vec<Result<Sample>> {
+    let opts = LowerOptions {
+        num_threads: threads,
+        chunk_size: 3,
+        ..Default::default()
+    };
+    let phys = lower(plan, &opts).unwrap();
+    Execution::start(&phys, ExecOptions { seed })
+        .unwrap()
+        .collect()
+}
+
+fn ids(out: &[Result<Sample>], field: &str) -> Vec<i64> {
+    out.iter()
+        .map(|s| s.as_ref().unwrap().get(field).unwrap().as_int().unwrap())
+        .collect()
+}
+
+#[test]
+fn order_and_randomness_do_not_depend_on_threads() {
+    let plan = map(
+        source(500),
+        Arc::new(Jitter { fail_at: None }),
+        OnError::Raise,
+    );
+    let one = run(&plan, 1, 9);
+    assert_eq!(one.len(), 400);
+    for threads in [2, 8] {
+        let many = run(&plan, threads, 9);
+        assert_eq!(ids(&one, "id"), ids(&many, "id"));
+        assert_eq!(ids(&one, "r"), ids(&many, "r"));
+    }
+    assert_ne!(
+        ids(&one, "r"),
+        ids(&run(&plan, 2, 10), "r"),
+        "seed must matter"
+    );
+}
+
+#[test]
+fn error_arrives_in_order_and_names_sample_and_op() {
+    let plan = map(
+        source(100),
+        Arc::new(Jitter { fail_at: Some(42) }),
+        OnError::Raise,
+    );
+    let out = run(&plan, 4, 0);
+    let ok: Vec<i64> = out
+        .iter()
+        .take_while(|r| r.is_ok())
+        .map(|r| r.as_ref().unwrap().get("id").unwrap().as_int().unwrap())
+        .collect();
+    assert_eq!(*ok.last().unwrap(), 41);
+    let err = out.iter().find_map(|r| r.as_ref().err()).unwrap();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("jitter") && msg.contains("sample 42") && msg.contains("boom"),
+        "{msg}"
+    );
+    assert!(out.last().unwrap().is_err(), "nothing after the error");
+}
+
+#[test]
+fn skip_policy_counts_failures() {
+    let plan = map(
+        source(100),
+        Arc::new(Jitter { fail_at: Some(42) }),
+        OnError::Skip,
+    );
+    let phys = lower(&plan, &LowerOptions::default()).unwrap();
+    let mut ex = Execution::start(&phys, ExecOptions::default()).unwrap();
+    let n = std::iter::from_fn(|| ex.next())
+        .filter(|r| r.is_ok())
+        .count();
+    assert_eq!(n, 79);
+    let skipped: u64 = ex.stats().stages.iter().map(|s| s.skipped).sum();
+    assert_eq!(skipped, 1);
+}
+
+#[test]
+fn batches_and_epochs() {
+    let rep = Arc::new(LogicalPlan::Repeat(
+        RepeatNode::try_new(source(10), Some(2)).unwrap(),
+    ));
+    let batched = Arc::new(LogicalPlan::Batch(
+        BatchNode::try_new(rep, 4, false).unwrap(),
+    ));
+    let out = run(&batched, 2, 0);
+    // Repeat below batch: batches may span epochs, 20 samples -> 5 batches.
+    assert_eq!(out.len(), 5);
+    let b = Arc::new(LogicalPlan::Batch(
+        BatchNode::try_new(source(10), 4, true).unwrap(),
+    ));
+    let rep2 = Arc::new(LogicalPlan::Repeat(
+        RepeatNode::try_new(b, Some(2)).unwrap(),
+    ));
+    // Repeat above batch with drop_last: 2 full batches per epoch.
+    assert_eq!(run(&rep2, 2, 0).len(), 4);
+}
+
+#[test]
+fn take_stops_an_endless_pipeline() {
+    let rep = Arc::new(LogicalPlan::Repeat(
+        RepeatNode::try_new(source(10), None).unwrap(),
+    ));
+    let take = Arc::new(LogicalPlan::Take(TakeNode { input: rep, n: 25 }));
+    let out = run(&take, 2, 0);
+    assert_eq!(out.len(), 25);
+}
+
+#[derive(Debug)]
+struct Count(Arc<AtomicUsize>);
+impl Op for Count {
+    fn name(&self) -> &str {
+        "count"
+    }
+    fn spec(&self) -> serde_json::Value {
+        serde_json::json!({"op": "count"})
+    }
+    fn meta(&self) -> OpMeta {
+        OpMeta::opaque(false)
+    }
+    fn apply(&self, s: Sample, _cx: &OpContext) -> Result<Emit> {
+        self.0.fetch_add(1, Ordering::Relaxed);
+        Ok(Emit::One(s))
+    }
+}
+
+#[test]
+fn backpressure_bounds_work_ahead_and_close_joins_threads() {
+    let counter = Arc::new(AtomicUsize::new(0));
+    let plan = map(
+        source(1_000_000),
+        Arc::new(Count(counter.clone())),
+        OnError::Raise,
+    );
+    let phys = lower(
+        &plan,
+        &LowerOptions {
+            num_threads: 2,
+            chunk_size: 10,
+            queue_depth: 4,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let mut ex = Execution::start(&phys, ExecOptions::default()).unwrap();
+    ex.next().unwrap().unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let done = counter.load(Ordering::Relaxed);
+    assert!(
+        done < 500,
+        "producers ran {done} samples ahead of a stalled consumer"
+    );
+    let t0 = Instant::now();
+    assert!(ex.close(Duration::from_secs(5)), "threads did not exit");
+    assert!(t0.elapsed() < Duration::from_secs(2));
+}
+
+#[test]
+fn physical_plan_prints_and_serialises() {
+    let plan = map(
+        source(10),
+        Arc::new(Jitter { fail_at: None }),
+        OnError::Raise,
+    );
+    let b = Arc::new(LogicalPlan::Batch(
+        BatchNode::try_new(plan, 2, false).unwrap(),
+    ));
+    let phys = lower(&b, &LowerOptions::default()).unwrap();
+    let text = phys.to_string();
+    assert!(
+        text.contains("read+jitter") && text.contains("batch(2)"),
+        "{text}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&phys.to_json()).unwrap();
+    assert_eq!(json["stages"][0]["kind"]["kind"], "chain");
+}
+
+#[test]
+fn build_time_errors() {
+    assert!(BatchNode::try_new(source(3), 0, false).is_err());
+    assert!(ShardNode::try_new(source(3), 3, 2, true).is_err());
+    let filtered = Arc::new(LogicalPlan::Map(
+        MapNode::try_new(
+            source(3),
+            Arc::new(Jitter { fail_at: None }),
+            ElemMode::Filter,
+            OnError::Raise,
+            None,
+        )
+        .unwrap(),
+    ));
+    let e = ShuffleNode::try_new(filtered, None).unwrap_err();
+    assert!(e.to_string().contains("shuffle_buffer"));
+}

@@ -1,1 +1,35 @@
-//! placeholder
+//! Built-in ops. Every op has a serde form in [`OpSpec`] (a tagged enum), so pipelines print,
+//! save, load and travel to workers the same way; [`OpSpec::build`] turns a spec into a
+//! runnable op. Op families live in their own modules.
+
+pub mod generic;
+
+use serde::{Deserialize, Serialize};
+use sluice_core::{OpRef, Result};
+
+/// The serde form of every built-in op, tagged by its API name.
+///
+/// ```
+/// let spec: sluice_ops::OpSpec = serde_json::from_str(r#"{"op": "select", "fields": ["id"]}"#).unwrap();
+/// let op = spec.build().unwrap();
+/// assert_eq!(op.name(), "select");
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum OpSpec {
+    /// Passes samples through unchanged (engine-overhead benchmarks, placeholders).
+    Noop,
+    /// Keeps only `fields`, in that order.
+    Select { fields: Vec<String> },
+    /// Removes `fields`.
+    Drop { fields: Vec<String> },
+    /// Renames field `from` to `to`.
+    Rename { from: String, to: String },
+}
+
+impl OpSpec {
+    /// Builds the op, validating its arguments.
+    pub fn build(&self) -> Result<OpRef> {
+        generic::build(self)
+    }
+}

@@ -1,1 +1,19 @@
-//! placeholder
+//! sluice for Rust: a chainable [`Dataset`] builder over the engine, and [`PipelineSpec`], the
+//! file form of a pipeline of built-in ops (what `sluice run pipeline.toml` reads).
+//!
+//! ```
+//! use sluice::{Dataset, IterOptions};
+//! let ds = Dataset::range(100).shuffle(Some(1))?.batch(10, false)?;
+//! let batches: Vec<_> = ds.iter(&IterOptions::default())?.collect::<Result<_, _>>()?;
+//! assert_eq!(batches.len(), 10);
+//! # Ok::<(), sluice::Error>(())
+//! ```
+
+mod dataset;
+mod spec;
+
+pub use dataset::{Dataset, IterOptions};
+pub use sluice_core::*;
+pub use sluice_io::{LabelMode, LinesFormat, Utf8Errors};
+pub use sluice_ops::OpSpec;
+pub use spec::{PipelineSpec, SourceSpec, StepSpec};

@@ -1,0 +1,216 @@
+//! `read_files` and `read_images`: one sample per file, `{path, bytes}` (+ `label`).
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use sluice_core::{Error, Result, Sample, Source, SourceRef, Value};
+
+/// File extensions `read_images` picks up when given a directory.
+pub const IMAGE_EXTENSIONS: &[&str] = &["jpg", "jpeg", "png", "bmp", "gif", "webp", "tif", "tiff"];
+
+/// Expands paths, directories (recursively, filtered by `extensions` if given) and globs into a
+/// sorted list of files. Fails with `FileNotFound` if an entry matches nothing.
+///
+/// ```
+/// let dir = std::env::temp_dir().join("sluice-doc-expand");
+/// std::fs::create_dir_all(&dir).unwrap();
+/// std::fs::write(dir.join("a.txt"), "x").unwrap();
+/// let files = sluice_io::expand_paths(&[dir.join("*.txt").display().to_string()], None).unwrap();
+/// assert_eq!(files.len(), 1);
+/// ```
+pub fn expand_paths(entries: &[String], extensions: Option<&[&str]>) -> Result<Vec<String>> {
+    if entries.is_empty() {
+        return Err(Error::invalid("no paths given"));
+    }
+    let mut out = Vec::new();
+    for entry in entries {
+        let before = out.len();
+        if entry.contains(['*', '?', '[']) {
+            let matches = glob::glob(entry)
+                .map_err(|e| Error::invalid(format!("bad glob '{entry}': {e}")))?;
+            let mut found: Vec<String> = matches
+                .filter_map(|m| m.ok())
+                .filter(|p| p.is_file())
+                .map(|p| p.display().to_string())
+                .collect();
+            found.sort();
+            out.extend(found);
+        } else {
+            let p = Path::new(entry);
+            if p.is_dir() {
+                let mut found = Vec::new();
+                walk(p, extensions, &mut found)?;
+                found.sort();
+                out.extend(found.into_iter().map(|p| p.display().to_string()));
+            } else if p.is_file() {
+                out.push(entry.clone());
+            } else {
+                return Err(Error::FileNotFound(format!(
+                    "{entry}: no such file or directory"
+                )));
+            }
+        }
+        if out.len() == before {
+            return Err(Error::FileNotFound(format!("{entry}: matched no files")));
+        }
+    }
+    Ok(out)
+}
+
+fn walk(dir: &Path, extensions: Option<&[&str]>, out: &mut Vec<PathBuf>) -> Result<()> {
+    let entries = std::fs::read_dir(dir).map_err(|e| Error::io(dir.display(), e))?;
+    for entry in entries {
+        let path = entry.map_err(|e| Error::io(dir.display(), e))?.path();
+        if path.is_dir() {
+            walk(&path, extensions, out)?;
+        } else if extensions.is_none_or(|exts| {
+            path.extension()
+                .and_then(|e| e.to_str())
+                .is_some_and(|e| exts.contains(&e.to_ascii_lowercase().as_str()))
+        }) {
+            out.push(path);
+        }
+    }
+    Ok(())
+}
+
+/// How `read_images` labels samples.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LabelMode {
+    /// No label field.
+    None,
+    /// `label` = index of the parent directory's name among all sorted parent names
+    /// (torchvision's ImageFolder convention).
+    ParentDir,
+}
+
+/// Files as samples `{path, bytes}`, plus `label` with [`LabelMode::ParentDir`].
+#[derive(Debug, Clone)]
+pub struct FilesSource {
+    name: &'static str,
+    paths: Arc<Vec<String>>,
+    labels: Option<Arc<Vec<i64>>>,
+    classes: Arc<Vec<String>>,
+}
+
+impl FilesSource {
+    /// `read_files(entries)`.
+    pub fn files(entries: &[String]) -> Result<Self> {
+        Ok(FilesSource {
+            name: "read_files",
+            paths: Arc::new(expand_paths(entries, None)?),
+            labels: None,
+            classes: Arc::new(vec![]),
+        })
+    }
+    /// `read_images(entries, labels)`.
+    pub fn images(entries: &[String], labels: LabelMode) -> Result<Self> {
+        let paths = expand_paths(entries, Some(IMAGE_EXTENSIONS))?;
+        let (labels, classes) = match labels {
+            LabelMode::None => (None, vec![]),
+            LabelMode::ParentDir => {
+                let parent = |p: &String| {
+                    Path::new(p)
+                        .parent()
+                        .and_then(|d| d.file_name())
+                        .map(|n| n.to_string_lossy().into_owned())
+                        .unwrap_or_default()
+                };
+                let classes: Vec<String> = paths
+                    .iter()
+                    .map(parent)
+                    .collect::<BTreeSet<_>>()
+                    .into_iter()
+                    .collect();
+                let labels = paths
+                    .iter()
+                    .map(|p| classes.binary_search(&parent(p)).unwrap_or(0) as i64)
+                    .collect();
+                (Some(Arc::new(labels)), classes)
+            }
+        };
+        Ok(FilesSource {
+            name: "read_images",
+            paths: Arc::new(paths),
+            labels,
+            classes: Arc::new(classes),
+        })
+    }
+    /// Class names in label order (empty without labels).
+    pub fn classes(&self) -> &[String] {
+        &self.classes
+    }
+    /// The expanded file list.
+    pub fn paths(&self) -> &[String] {
+        &self.paths
+    }
+}
+
+impl Source for FilesSource {
+    fn name(&self) -> &str {
+        self.name
+    }
+    fn spec(&self) -> serde_json::Value {
+        serde_json::json!({
+            "source": self.name,
+            "files": self.paths.len(),
+            "labels": self.labels.is_some(),
+        })
+    }
+    fn len(&self) -> Option<u64> {
+        Some(self.paths.len() as u64)
+    }
+    fn fields(&self) -> Option<Vec<String>> {
+        let mut f = vec!["path".to_string(), "bytes".to_string()];
+        if self.labels.is_some() {
+            f.push("label".into());
+        }
+        Some(f)
+    }
+    fn get(&self, index: u64) -> Result<Sample> {
+        let path = &self.paths[index as usize];
+        let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+        let mut s = Sample::with_capacity(3);
+        s.set("path", Value::Str(path.as_str().into()));
+        s.set("bytes", Value::Bytes(bytes.into()));
+        if let Some(labels) = &self.labels {
+            s.set("label", Value::Int(labels[index as usize]));
+        }
+        Ok(s)
+    }
+    fn clone_arc(&self) -> SourceRef {
+        Arc::new(self.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_from_parent_dirs() {
+        let dir = tempfile::tempdir().unwrap();
+        for (cls, name) in [("cat", "a.jpg"), ("dog", "b.png"), ("cat", "c.jpg")] {
+            std::fs::create_dir_all(dir.path().join(cls)).unwrap();
+            std::fs::write(dir.path().join(cls).join(name), b"x").unwrap();
+        }
+        std::fs::write(dir.path().join("cat").join("notes.txt"), b"x").unwrap();
+        let src =
+            FilesSource::images(&[dir.path().display().to_string()], LabelMode::ParentDir).unwrap();
+        assert_eq!(src.len(), Some(3));
+        assert_eq!(src.classes(), ["cat", "dog"]);
+        let labels: Vec<i64> = (0..3)
+            .map(|i| src.get(i).unwrap().get("label").unwrap().as_int().unwrap())
+            .collect();
+        assert_eq!(labels, [0, 0, 1]);
+    }
+
+    #[test]
+    fn missing_paths_fail_early() {
+        let e = FilesSource::files(&["/nonexistent/x.jpg".into()]).unwrap_err();
+        assert!(matches!(e, Error::FileNotFound(_)));
+        let e = FilesSource::files(&["/nonexistent/*.jpg".into()]).unwrap_err();
+        assert!(matches!(e, Error::FileNotFound(_)));
+    }
+}

@@ -1,0 +1,149 @@
+//! Generic field ops: `noop`, `select`, `drop`, `rename`.
+
+use std::sync::Arc;
+
+use sluice_core::{Emit, Error, Op, OpContext, OpKind, OpMeta, OpRef, Result, Sample};
+
+use crate::OpSpec;
+
+#[derive(Debug)]
+struct FieldOp {
+    spec: OpSpec,
+}
+
+pub(crate) fn build(spec: &OpSpec) -> Result<OpRef> {
+    match spec {
+        OpSpec::Select { fields } | OpSpec::Drop { fields } if fields.is_empty() => {
+            return Err(Error::invalid("select/drop need at least one field"))
+        }
+        OpSpec::Rename { from, to } if from.is_empty() || to.is_empty() => {
+            return Err(Error::invalid("rename needs non-empty field names"))
+        }
+        _ => {}
+    }
+    Ok(Arc::new(FieldOp { spec: spec.clone() }))
+}
+
+impl Op for FieldOp {
+    fn name(&self) -> &str {
+        match self.spec {
+            OpSpec::Noop => "noop",
+            OpSpec::Select { .. } => "select",
+            OpSpec::Drop { .. } => "drop",
+            OpSpec::Rename { .. } => "rename",
+        }
+    }
+    fn spec(&self) -> serde_json::Value {
+        serde_json::to_value(&self.spec).unwrap_or_default()
+    }
+    fn meta(&self) -> OpMeta {
+        let (reads, writes) = match &self.spec {
+            OpSpec::Noop => (vec![], vec![]),
+            OpSpec::Select { fields } | OpSpec::Drop { fields } => (fields.clone(), vec![]),
+            OpSpec::Rename { from, to } => (vec![from.clone()], vec![to.clone()]),
+        };
+        OpMeta {
+            reads,
+            writes,
+            kind: OpKind::Opaque,
+            random: false,
+            python: false,
+        }
+    }
+    fn apply(&self, mut s: Sample, _cx: &OpContext) -> Result<Emit> {
+        match &self.spec {
+            OpSpec::Noop => {}
+            OpSpec::Select { fields } => {
+                let mut out = Sample::with_capacity(fields.len());
+                for f in fields {
+                    out.set(f.as_str(), s.take(f, "select")?);
+                }
+                s = out;
+            }
+            OpSpec::Drop { fields } => {
+                for f in fields {
+                    s.take(f, "drop")?;
+                    s.remove(f);
+                }
+            }
+            OpSpec::Rename { from, to } => {
+                let v = s.take(from, "rename")?;
+                s.remove(from);
+                s.set(to.as_str(), v);
+            }
+        }
+        Ok(Emit::One(s))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_core::Value;
+
+    fn cx() -> OpContext {
+        OpContext {
+            seed: 0,
+            epoch: 0,
+            index: 0,
+            sub: 0,
+            op_id: 0,
+        }
+    }
+
+    fn one(e: Emit) -> Sample {
+        match e {
+            Emit::One(s) => s,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn select_drop_rename() {
+        let s = Sample::from_pairs([("a", Value::Int(1)), ("b", Value::Int(2))]);
+        let sel = build(&OpSpec::Select {
+            fields: vec!["b".into()],
+        })
+        .unwrap();
+        assert_eq!(
+            one(sel.apply(s.clone(), &cx()).unwrap())
+                .names()
+                .collect::<Vec<_>>(),
+            ["b"]
+        );
+        let drop = build(&OpSpec::Drop {
+            fields: vec!["a".into()],
+        })
+        .unwrap();
+        assert_eq!(
+            one(drop.apply(s.clone(), &cx()).unwrap())
+                .names()
+                .collect::<Vec<_>>(),
+            ["b"]
+        );
+        let ren = build(&OpSpec::Rename {
+            from: "a".into(),
+            to: "z".into(),
+        })
+        .unwrap();
+        assert_eq!(
+            one(ren.apply(s.clone(), &cx()).unwrap())
+                .names()
+                .collect::<Vec<_>>(),
+            ["b", "z"]
+        );
+        let e = sel.apply(Sample::new(), &cx()).unwrap_err();
+        assert!(matches!(e, Error::MissingField { .. }));
+    }
+
+    #[test]
+    fn spec_round_trips() {
+        let spec = OpSpec::Rename {
+            from: "a".into(),
+            to: "b".into(),
+        };
+        let op = build(&spec).unwrap();
+        let back: OpSpec = serde_json::from_value(op.spec()).unwrap();
+        assert_eq!(back, spec);
+    }
+}

@@ -1,0 +1,219 @@
+//! The file form of a pipeline of built-in ops (TOML or JSON), e.g.
+//!
+//! ```toml
+//! seed = 0
+//! num_threads = 2
+//! [source]
+//! source = "read_images"
+//! paths = ["data/images"]
+//! labels = "parent_dir"
+//! [[steps]]
+//! step = "map"
+//! op = "noop"
+//! [[steps]]
+//! step = "batch"
+//! size = 64
+//! ```
+
+use serde::{Deserialize, Serialize};
+use sluice_core::{Error, OnError, Result};
+use sluice_io::{LabelMode, Utf8Errors};
+use sluice_ops::OpSpec;
+
+use crate::dataset::{Dataset, IterOptions};
+
+/// A source in a pipeline file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "source", rename_all = "snake_case", deny_unknown_fields)]
+pub enum SourceSpec {
+    Range {
+        n: u64,
+    },
+    ReadFiles {
+        paths: Vec<String>,
+    },
+    ReadImages {
+        paths: Vec<String>,
+        #[serde(default)]
+        labels: Option<String>,
+    },
+    ReadText {
+        paths: Vec<String>,
+        #[serde(default)]
+        errors: Option<String>,
+    },
+    ReadJsonl {
+        paths: Vec<String>,
+    },
+}
+
+/// One step in a pipeline file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "step", rename_all = "snake_case")]
+pub enum StepSpec {
+    Map {
+        #[serde(flatten)]
+        op: OpSpec,
+        #[serde(default)]
+        on_error: OnError,
+    },
+    Batch {
+        size: usize,
+        #[serde(default)]
+        drop_last: bool,
+    },
+    Shuffle {
+        #[serde(default)]
+        seed: Option<u64>,
+    },
+    ShuffleBuffer {
+        size: usize,
+        #[serde(default)]
+        seed: Option<u64>,
+    },
+    Shard {
+        rank: u64,
+        world_size: u64,
+        #[serde(default = "yes")]
+        equal: bool,
+    },
+    Repeat {
+        #[serde(default)]
+        epochs: Option<u64>,
+    },
+    Prefetch {
+        n: usize,
+    },
+    Take {
+        n: u64,
+    },
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// A whole pipeline file.
+///
+/// ```
+/// let spec = sluice::PipelineSpec::parse(r#"
+/// [source]
+/// source = "range"
+/// n = 10
+/// [[steps]]
+/// step = "batch"
+/// size = 5
+/// "#, "toml").unwrap();
+/// let (ds, opts) = spec.build().unwrap();
+/// assert_eq!(ds.iter(&opts).unwrap().count(), 2);
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PipelineSpec {
+    #[serde(default)]
+    pub seed: u64,
+    #[serde(default)]
+    pub num_threads: Option<usize>,
+    pub source: SourceSpec,
+    #[serde(default)]
+    pub steps: Vec<StepSpec>,
+}
+
+impl PipelineSpec {
+    /// Parses `text` as `format` ("toml" or "json").
+    pub fn parse(text: &str, format: &str) -> Result<Self> {
+        match format {
+            "toml" => {
+                toml::from_str(text).map_err(|e| Error::invalid(format!("pipeline file: {e}")))
+            }
+            "json" => serde_json::from_str(text)
+                .map_err(|e| Error::invalid(format!("pipeline file: {e}"))),
+            other => Err(Error::invalid(format!(
+                "unknown pipeline format '{other}' (use .toml or .json)"
+            ))),
+        }
+    }
+    /// Reads a pipeline file, choosing the format by extension.
+    pub fn load(path: &str) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        let ext = path.rsplit('.').next().unwrap_or("");
+        PipelineSpec::parse(&text, ext)
+    }
+    /// The dataset and run options this file describes.
+    pub fn build(&self) -> Result<(Dataset, IterOptions)> {
+        let mut ds = match &self.source {
+            SourceSpec::Range { n } => Dataset::range(*n),
+            SourceSpec::ReadFiles { paths } => Dataset::read_files(paths)?,
+            SourceSpec::ReadImages { paths, labels } => {
+                let mode = match labels.as_deref() {
+                    None | Some("none") => LabelMode::None,
+                    Some("parent_dir") => LabelMode::ParentDir,
+                    Some(other) => {
+                        return Err(Error::invalid(format!(
+                            "labels must be 'parent_dir' or none, got '{other}'"
+                        )))
+                    }
+                };
+                Dataset::read_images(paths, mode)?
+            }
+            SourceSpec::ReadText { paths, errors } => {
+                let errors = match errors.as_deref() {
+                    None | Some("strict") => Utf8Errors::Strict,
+                    Some("replace") => Utf8Errors::Replace,
+                    Some(other) => {
+                        return Err(Error::invalid(format!(
+                            "errors must be 'strict' or 'replace', got '{other}'"
+                        )))
+                    }
+                };
+                Dataset::read_text(paths, errors)?
+            }
+            SourceSpec::ReadJsonl { paths } => Dataset::read_jsonl(paths)?,
+        };
+        for step in &self.steps {
+            ds = match step {
+                StepSpec::Map { op, on_error } => ds.map(op.build()?, *on_error, None)?,
+                StepSpec::Batch { size, drop_last } => ds.batch(*size, *drop_last)?,
+                StepSpec::Shuffle { seed } => ds.shuffle(*seed)?,
+                StepSpec::ShuffleBuffer { size, seed } => ds.shuffle_buffer(*size, *seed)?,
+                StepSpec::Shard {
+                    rank,
+                    world_size,
+                    equal,
+                } => ds.shard(*rank, *world_size, *equal)?,
+                StepSpec::Repeat { epochs } => ds.repeat(*epochs)?,
+                StepSpec::Prefetch { n } => ds.prefetch(*n)?,
+                StepSpec::Take { n } => ds.take(*n),
+            };
+        }
+        let opts = IterOptions {
+            seed: self.seed,
+            num_threads: self.num_threads,
+            chunk_size: None,
+        };
+        Ok((ds, opts))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_keys_and_ops_are_rejected() {
+        let bad =
+            r#"{"source": {"source": "range", "n": 3}, "steps": [{"step": "map", "op": "nope"}]}"#;
+        assert!(PipelineSpec::parse(bad, "json").is_err());
+        let bad = r#"{"source": {"source": "range", "n": 3}, "stepz": []}"#;
+        assert!(PipelineSpec::parse(bad, "json").is_err());
+    }
+
+    #[test]
+    fn json_pipeline_runs() {
+        let text = r#"{"seed": 1, "source": {"source": "range", "n": 20},
+            "steps": [{"step": "shuffle"}, {"step": "map", "op": "select", "fields": ["id"]},
+                      {"step": "batch", "size": 8, "drop_last": true}]}"#;
+        let (ds, opts) = PipelineSpec::parse(text, "json").unwrap().build().unwrap();
+        assert_eq!(ds.iter(&opts).unwrap().count(), 2);
+    }
+}

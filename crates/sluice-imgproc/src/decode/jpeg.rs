@@ -1,0 +1,493 @@
+//! JPEG: our own header walk (dimensions, components, Adobe transform, EXIF
+//! orientation, truncation check), full decodes with `zune-jpeg`, DCT-scaled
+//! decodes with `jpeg-decoder`.
+
+use zune_core::bytestream::ZCursor;
+use zune_core::colorspace::ColorSpace;
+use zune_core::options::DecoderOptions as ZuneOptions;
+use zune_jpeg::errors::DecodeErrors;
+use zune_jpeg::JpegDecoder;
+
+use super::{check_pixels, guarded, DecodeOptions, Mode};
+use crate::convert::{adobe_cmyk_to_rgb_buf, gray_to_rgb_buf, rgb_to_l_buf, ycck_to_rgb_buf};
+use crate::error::{ImageError, Result};
+use crate::image::Image;
+use crate::orient::{apply_orientation, exif_orientation, swaps_axes};
+
+/// What the markers before the first scan tell us.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct JpegHeader {
+    pub height: u16,
+    pub width: u16,
+    pub components: u8,
+    /// `Some(t)` if an Adobe APP14 segment is present (0 = none/CMYK,
+    /// 1 = YCbCr, 2 = YCCK).
+    pub adobe_transform: Option<u8>,
+    /// EXIF orientation 1..=8 (1 if absent or unreadable).
+    pub orientation: u8,
+    pub progressive: bool,
+}
+
+fn corrupt<T>(msg: impl Into<String>) -> Result<T> {
+    Err(ImageError::Corrupt(msg.into()))
+}
+fn truncated<T>(msg: impl Into<String>) -> Result<T> {
+    Err(ImageError::Truncated(msg.into()))
+}
+
+/// Walks the marker segments up to the first SOS.
+///
+/// Besides giving dimensions without decoding, it rejects what the
+/// decoders handle badly (or Pillow would not decode) with precise errors:
+/// missing SOF, 12/16-bit precision, lossless and arithmetic coding,
+/// component counts other than 1, 3 and 4, and streams with no EOI after
+/// the scans (truncated files, which libjpeg/Pillow refuse but zune-jpeg
+/// would pad with gray).
+pub(crate) fn parse_header(data: &[u8]) -> Result<JpegHeader> {
+    if data.is_empty() {
+        return Err(ImageError::Empty);
+    }
+    if data.len() < 4 || data[0] != 0xFF || data[1] != 0xD8 {
+        return corrupt("not a JPEG (no SOI marker)");
+    }
+    let mut pos = 2usize;
+    let mut sof: Option<JpegHeader> = None;
+    let mut adobe: Option<u8> = None;
+    let mut orientation: Option<u8> = None;
+    loop {
+        // Skip anything up to the next 0xFF (libjpeg tolerates such junk
+        // with a warning), then fill bytes.
+        while pos < data.len() && data[pos] != 0xFF {
+            pos += 1;
+        }
+        while pos < data.len() && data[pos] == 0xFF {
+            pos += 1;
+        }
+        let Some(&marker) = data.get(pos) else {
+            return truncated("stream ends before the first scan");
+        };
+        pos += 1;
+        match marker {
+            // Standalone markers without a length.
+            0x01 | 0xD0..=0xD7 => continue,
+            0xD8 => return corrupt("second SOI marker before the first scan"),
+            0xD9 => return corrupt("EOI marker before the first scan"),
+            _ => {}
+        }
+        let Some(len_bytes) = data.get(pos..pos + 2) else {
+            return truncated("stream ends inside a marker length");
+        };
+        let len = usize::from(u16::from_be_bytes([len_bytes[0], len_bytes[1]]));
+        if len < 2 {
+            return corrupt(format!("marker 0x{marker:02X} has length {len}"));
+        }
+        let Some(seg) = data.get(pos + 2..pos + len) else {
+            return truncated(format!("stream ends inside marker 0x{marker:02X}"));
+        };
+        match marker {
+            0xC0..=0xCF if !matches!(marker, 0xC4 | 0xC8 | 0xCC) => {
+                if sof.is_some() {
+                    return corrupt("more than one SOF marker");
+                }
+                match marker {
+                    0xC0..=0xC2 => {}
+                    0xC3 | 0xC7 | 0xCB | 0xCF => {
+                        return Err(ImageError::Unsupported("lossless JPEG".into()))
+                    }
+                    0xC9..=0xCB | 0xCD..=0xCF => {
+                        return Err(ImageError::Unsupported("arithmetic-coded JPEG".into()))
+                    }
+                    _ => {
+                        return Err(ImageError::Unsupported(format!(
+                            "hierarchical JPEG (SOF 0x{marker:02X})"
+                        )))
+                    }
+                }
+                if seg.len() < 6 {
+                    return corrupt("SOF segment too short");
+                }
+                let precision = seg[0];
+                let height = u16::from_be_bytes([seg[1], seg[2]]);
+                let width = u16::from_be_bytes([seg[3], seg[4]]);
+                let components = seg[5];
+                if precision != 8 {
+                    return Err(ImageError::Unsupported(format!(
+                        "{precision}-bit JPEG samples"
+                    )));
+                }
+                if !matches!(components, 1 | 3 | 4) {
+                    return Err(ImageError::Unsupported(format!(
+                        "JPEG with {components} components"
+                    )));
+                }
+                if seg.len() < 6 + 3 * usize::from(components) {
+                    return corrupt("SOF segment too short for its components");
+                }
+                for c in 0..usize::from(components) {
+                    let s = seg[6 + 3 * c + 1];
+                    let (hs, vs) = (s >> 4, s & 15);
+                    if !(1..=4).contains(&hs) || !(1..=4).contains(&vs) {
+                        return corrupt(format!("bad sampling factors {hs}x{vs}"));
+                    }
+                }
+                if height == 0 {
+                    // Height defined later by a DNL marker: legal but rare,
+                    // and neither decoder supports it.
+                    return Err(ImageError::Unsupported("JPEG height set by DNL".into()));
+                }
+                if width == 0 {
+                    return corrupt("SOF declares width 0");
+                }
+                sof = Some(JpegHeader {
+                    height,
+                    width,
+                    components,
+                    adobe_transform: None,
+                    orientation: 1,
+                    progressive: marker == 0xC2,
+                });
+            }
+            0xE1 if orientation.is_none() && seg.starts_with(b"Exif\0\0") => {
+                // Pillow reads the first EXIF APP1 only.
+                orientation = Some(exif_orientation(&seg[6..]));
+            }
+            0xEE if seg.len() >= 12 && seg.starts_with(b"Adobe") => {
+                adobe = Some(seg[11]);
+            }
+            0xDA => {
+                let Some(mut h) = sof else {
+                    return corrupt("scan before any SOF marker");
+                };
+                if !has_eoi_after(data, pos) {
+                    return truncated("no EOI marker after the scans (file cut short?)");
+                }
+                h.adobe_transform = adobe;
+                h.orientation = orientation.unwrap_or(1);
+                return Ok(h);
+            }
+            _ => {}
+        }
+        pos += len;
+    }
+}
+
+/// True if an EOI (FF D9) follows `from`. Entropy-coded data stuffs every
+/// 0xFF with 0x00, so FF D9 cannot occur inside a scan; searching backwards
+/// finds it at once in normal files (it is the last marker, perhaps
+/// followed by padding).
+fn has_eoi_after(data: &[u8], from: usize) -> bool {
+    let tail = &data[from.min(data.len())..];
+    tail.windows(2).rev().any(|w| w == [0xFF, 0xD9])
+}
+
+/// Returns `(height, width)` of a JPEG as it will be after EXIF orientation
+/// is applied (i.e. what [`decode`](crate::decode) returns), reading only
+/// the header. Use it to pick a crop (and a DCT scale) before decoding.
+///
+/// ```
+/// use sluice_imgproc::jpeg_dimensions;
+/// let f = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/orient_6.jpg")).unwrap();
+/// // stored 16 rows x 24 columns, rotated by EXIF orientation 6
+/// assert_eq!(jpeg_dimensions(&f).unwrap(), (24, 16));
+/// ```
+pub fn jpeg_dimensions(bytes: &[u8]) -> Result<(usize, usize)> {
+    let h = parse_header(bytes)?;
+    let (hh, ww) = (usize::from(h.height), usize::from(h.width));
+    Ok(if swaps_axes(h.orientation) {
+        (ww, hh)
+    } else {
+        (hh, ww)
+    })
+}
+
+fn map_zune_err(e: DecodeErrors) -> ImageError {
+    match e {
+        DecodeErrors::ExhaustedData => ImageError::Truncated("JPEG data exhausted".into()),
+        DecodeErrors::Unsupported(s) => ImageError::Unsupported(format!("JPEG: {s:?}")),
+        DecodeErrors::IoErrors(e) => ImageError::Truncated(format!("JPEG: {e:?}")),
+        other => ImageError::Corrupt(format!("JPEG: {other}")),
+    }
+}
+
+/// Converts decoded samples (1, 3 or 4 per pixel, as produced by either
+/// decoder with colour conversion limited to YCbCr->RGB) into the requested
+/// mode, then applies the orientation.
+fn finish(
+    header: &JpegHeader,
+    samples: Vec<u8>,
+    height: usize,
+    width: usize,
+    four: Option<FourChannel>,
+    mode: Mode,
+) -> Result<Image> {
+    let px = height * width;
+    let per = if four.is_some() {
+        4
+    } else {
+        samples.len() / px.max(1)
+    };
+    if samples.len() != px * per || !(per == 1 || per == 3 || per == 4) {
+        return corrupt(format!(
+            "decoder returned {} bytes for {height}x{width}",
+            samples.len()
+        ));
+    }
+    let rgb_or_gray = match four {
+        Some(FourChannel::Cmyk) => adobe_cmyk_to_rgb_buf(&samples),
+        Some(FourChannel::Ycck) => ycck_to_rgb_buf(&samples),
+        None => samples,
+    };
+    let is_gray = per == 1;
+    let data = match (mode, is_gray) {
+        (Mode::Rgb, false) | (Mode::L, true) => rgb_or_gray,
+        (Mode::Rgb, true) => gray_to_rgb_buf(&rgb_or_gray),
+        (Mode::L, false) => rgb_to_l_buf(&rgb_or_gray),
+    };
+    let img = Image {
+        height,
+        width,
+        channels: mode.channels(),
+        data,
+    };
+    Ok(apply_orientation(img, header.orientation))
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FourChannel {
+    Cmyk,
+    Ycck,
+}
+
+fn four_channel_kind(header: &JpegHeader) -> Option<FourChannel> {
+    if header.components != 4 {
+        return None;
+    }
+    // libjpeg: 4 components are YCCK only with Adobe transform 2.
+    Some(if header.adobe_transform == Some(2) {
+        FourChannel::Ycck
+    } else {
+        FourChannel::Cmyk
+    })
+}
+
+pub(crate) fn decode_jpeg(bytes: &[u8], opts: &DecodeOptions) -> Result<Image> {
+    let header = parse_header(bytes)?;
+    check_pixels(
+        u64::from(header.height),
+        u64::from(header.width),
+        opts.max_pixels,
+    )?;
+    let four = four_channel_kind(&header);
+    let decoded = guarded("JPEG", || {
+        let out_cs = match (header.components, four) {
+            (1, _) => ColorSpace::Luma,
+            // Raw 4-channel data; we do the CMYK/YCCK conversion ourselves
+            // with Pillow's arithmetic.
+            (_, Some(FourChannel::Cmyk)) => ColorSpace::CMYK,
+            (_, Some(FourChannel::Ycck)) => ColorSpace::YCCK,
+            _ => ColorSpace::RGB,
+        };
+        let zopts = ZuneOptions::default()
+            .set_max_width(usize::from(u16::MAX))
+            .set_max_height(usize::from(u16::MAX))
+            .jpeg_set_out_colorspace(out_cs);
+        let mut dec = JpegDecoder::new_with_options(ZCursor::new(bytes), zopts);
+        dec.decode_headers().map_err(map_zune_err)?;
+        let info = dec
+            .info()
+            .ok_or_else(|| ImageError::Corrupt("JPEG headers unreadable".into()))?;
+        let (h, w) = (usize::from(info.height), usize::from(info.width));
+        if (h, w) != (usize::from(header.height), usize::from(header.width)) {
+            return corrupt("JPEG decoder disagrees with the SOF dimensions");
+        }
+        // Only decode what zune classified the way libjpeg would; anything
+        // else (e.g. an RGB file with Adobe transform 0, which zune treats
+        // as an unknown multi-band image) goes to jpeg-decoder below.
+        let expected = match (header.components, four) {
+            (1, _) => matches!(dec.input_colorspace(), Some(ColorSpace::Luma)),
+            (_, Some(FourChannel::Cmyk)) => dec.input_colorspace() == Some(ColorSpace::CMYK),
+            (_, Some(FourChannel::Ycck)) => dec.input_colorspace() == Some(ColorSpace::YCCK),
+            _ => matches!(
+                dec.input_colorspace(),
+                Some(ColorSpace::YCbCr | ColorSpace::RGB)
+            ),
+        };
+        if !expected {
+            return Ok(None);
+        }
+        let samples = dec.decode().map_err(map_zune_err)?;
+        Ok(Some((samples, h, w)))
+    })?;
+    match decoded {
+        Some((samples, h, w)) => finish(&header, samples, h, w, four, opts.mode),
+        None => decode_jd_full(bytes, &header, opts),
+    }
+}
+
+/// Full-size decode with jpeg-decoder, for the colour-space corner cases
+/// zune-jpeg does not classify like libjpeg.
+fn decode_jd_full(bytes: &[u8], header: &JpegHeader, opts: &DecodeOptions) -> Result<Image> {
+    let four = four_channel_kind(header);
+    let samples = guarded("JPEG", || {
+        let mut dec = jpeg_decoder::Decoder::new(bytes);
+        if header.components == 4 {
+            dec.set_color_transform(jpeg_decoder::ColorTransform::None);
+        }
+        dec.decode().map_err(map_jd_err)
+    })?;
+    finish(
+        header,
+        samples,
+        usize::from(header.height),
+        usize::from(header.width),
+        four,
+        opts.mode,
+    )
+}
+
+/// Decodes a JPEG at the smallest DCT scale (1/8, 1/4, 1/2 or 1/1) whose
+/// upright output is still at least `min_h` x `min_w`, and returns the image
+/// with the scale denominator used (1, 2, 4 or 8). Output sides are
+/// `ceil(side / denominator)`, as in libjpeg.
+///
+/// Reduced-size IDCTs skip most of the dequantise/IDCT/upsample/colour work
+/// and shrink everything downstream (crop/resize), which is the big saving
+/// when a random crop is resized to 224 px. Denominators > 1 use the pure-Rust
+/// `jpeg-decoder` crate (`Decoder::scale`); denominator 1 (and PNG input)
+/// falls back to [`decode`](crate::decode). `min_h`/`min_w` are in the
+/// upright (EXIF-oriented) frame, like [`jpeg_dimensions`].
+///
+/// To resize a crop `(top, left, h, w)` of the full image to `out_h x out_w`,
+/// ask for `min_h = ceil(out_h * H / h)` (likewise for width) and divide
+/// the crop box by the returned denominator:
+///
+/// ```
+/// use sluice_imgproc::{decode_scaled, jpeg_dimensions, resized_crop_box, CropBox, DecodeOptions, Filter};
+/// let f = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/coffee_320x240.jpg")).unwrap();
+/// let (hh, ww) = jpeg_dimensions(&f).unwrap();
+/// let (top, left, h, w) = (20, 40, 200, 260); // full-resolution crop
+/// let min_h = (56 * hh).div_ceil(h);
+/// let min_w = (56 * ww).div_ceil(w);
+/// let (img, d) = decode_scaled(&f, &DecodeOptions::default(), min_h, min_w).unwrap();
+/// assert_eq!(d, 2);
+/// let s = d as f64;
+/// let b = CropBox { top: top as f64 / s, left: left as f64 / s, height: h as f64 / s, width: w as f64 / s };
+/// let out = resized_crop_box(&img, b, 56, 56, Filter::Bilinear, true).unwrap();
+/// assert_eq!((out.height, out.width), (56, 56));
+/// ```
+pub fn decode_scaled(
+    bytes: &[u8],
+    opts: &DecodeOptions,
+    min_h: usize,
+    min_w: usize,
+) -> Result<(Image, u32)> {
+    if super::sniff(bytes) != Some(super::Format::Jpeg) {
+        return super::decode(bytes, opts).map(|i| (i, 1));
+    }
+    let header = parse_header(bytes)?;
+    check_pixels(
+        u64::from(header.height),
+        u64::from(header.width),
+        opts.max_pixels,
+    )?;
+    let (sh, sw) = (usize::from(header.height), usize::from(header.width));
+    // The request is upright; the file is stored unrotated.
+    let (req_h, req_w) = if swaps_axes(header.orientation) {
+        (min_w, min_h)
+    } else {
+        (min_h, min_w)
+    };
+    let denom = [8usize, 4, 2]
+        .into_iter()
+        .find(|&d| sh.div_ceil(d) >= req_h.max(1) && sw.div_ceil(d) >= req_w.max(1));
+    let Some(denom) = denom else {
+        return decode_jpeg(bytes, opts).map(|i| (i, 1));
+    };
+    let (oh, ow) = (sh.div_ceil(denom), sw.div_ceil(denom));
+    let four = four_channel_kind(&header);
+    let scaled = guarded("JPEG", || {
+        let mut dec = jpeg_decoder::Decoder::new(bytes);
+        if header.components == 4 {
+            // Raw CMYK/YCCK samples: we convert them like Pillow does.
+            dec.set_color_transform(jpeg_decoder::ColorTransform::None);
+        }
+        let got = dec.scale(ow as u16, oh as u16).map_err(map_jd_err)?;
+        if (usize::from(got.1), usize::from(got.0)) != (oh, ow) {
+            // The crate picked another scale (tiny images); let the full
+            // decoder handle it.
+            return Ok(None);
+        }
+        let samples = dec.decode().map_err(map_jd_err)?;
+        Ok(Some(samples))
+    })?;
+    match scaled {
+        Some(samples) => {
+            let img = finish(&header, samples, oh, ow, four, opts.mode)?;
+            Ok((img, denom as u32))
+        }
+        None => decode_jpeg(bytes, opts).map(|i| (i, 1)),
+    }
+}
+
+fn map_jd_err(e: jpeg_decoder::Error) -> ImageError {
+    match e {
+        jpeg_decoder::Error::Unsupported(u) => ImageError::Unsupported(format!("JPEG: {u:?}")),
+        jpeg_decoder::Error::Io(e) => ImageError::Truncated(format!("JPEG: {e}")),
+        other => ImageError::Corrupt(format!("JPEG: {other}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn minimal(markers: &[u8]) -> Vec<u8> {
+        let mut v = vec![0xFF, 0xD8];
+        v.extend_from_slice(markers);
+        v
+    }
+
+    #[test]
+    fn header_rejects_garbage() {
+        assert_eq!(parse_header(&[]), Err(ImageError::Empty));
+        assert!(matches!(
+            parse_header(b"\xff\xd8"),
+            Err(ImageError::Corrupt(_))
+        ));
+        assert!(matches!(
+            parse_header(&minimal(&[0xFF, 0xE0, 0x00])),
+            Err(ImageError::Truncated(_))
+        ));
+        assert!(matches!(
+            parse_header(&minimal(&[0xFF, 0xE0, 0x00, 0x01, 0, 0])),
+            Err(ImageError::Corrupt(_))
+        ));
+        // SOS before SOF
+        assert!(matches!(
+            parse_header(&minimal(&[0xFF, 0xDA, 0x00, 0x02, 0xFF, 0xD9])),
+            Err(ImageError::Corrupt(_))
+        ));
+        // 12-bit precision
+        let sof12 = [0xFF, 0xC0, 0, 11, 12, 0, 8, 0, 8, 1, 1, 0x11, 0, 0xFF, 0xDA];
+        assert!(matches!(
+            parse_header(&minimal(&sof12)),
+            Err(ImageError::Unsupported(_))
+        ));
+        // arithmetic
+        let sof9 = [0xFF, 0xC9, 0, 11, 8, 0, 8, 0, 8, 1, 1, 0x11, 0, 0xFF, 0xDA];
+        assert!(matches!(
+            parse_header(&minimal(&sof9)),
+            Err(ImageError::Unsupported(_))
+        ));
+    }
+
+    #[test]
+    fn header_reads_sof_and_requires_eoi() {
+        let mut f = minimal(&[0xFF, 0xC0, 0, 11, 8, 0, 5, 0, 7, 1, 1, 0x11, 0]);
+        f.extend_from_slice(&[0xFF, 0xDA, 0, 2, 1, 2, 3]);
+        assert!(matches!(parse_header(&f), Err(ImageError::Truncated(_))));
+        f.extend_from_slice(&[0xFF, 0xD9]);
+        let h = parse_header(&f).unwrap();
+        assert_eq!((h.height, h.width, h.components), (5, 7, 1));
+    }
+}

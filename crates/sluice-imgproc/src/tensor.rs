@@ -1,0 +1,110 @@
+//! uint8 HWC -> float32 CHW conversions (`to_tensor`, `normalize`).
+
+use crate::error::{invalid, Result};
+use crate::image::Image;
+
+/// Fills per-channel 256-entry tables `((v * (1/255)) - mean) / std` in
+/// float32 — torchvision's `to_dtype(float32, scale=True)` (a multiply by
+/// `float32(1/255)`) followed by `normalize` (`sub(mean).div_(std)`), so the
+/// table holds exactly the values torch computes.
+fn luts(mean: &[f32], std: &[f32], channels: usize) -> Result<Vec<[f32; 256]>> {
+    if mean.len() != channels || std.len() != channels {
+        return invalid(format!(
+            "mean/std need {channels} values, got {} and {}",
+            mean.len(),
+            std.len()
+        ));
+    }
+    if std.iter().any(|&s| s == 0.0 || !s.is_finite()) || mean.iter().any(|m| !m.is_finite()) {
+        return invalid("std must be non-zero and mean/std finite");
+    }
+    let inv = (1.0f64 / 255.0) as f32;
+    Ok((0..channels)
+        .map(|c| {
+            let mut t = [0f32; 256];
+            for (v, o) in t.iter_mut().enumerate() {
+                *o = (v as f32 * inv - mean[c]) / std[c];
+            }
+            t
+        })
+        .collect())
+}
+
+/// Writes `(x/255 - mean[c]) / std[c]` as float32 CHW into `out`
+/// (`out.len()` must be `channels * height * width`), e.g. straight into
+/// a slot of a batch buffer. `mean`/`std` have one entry per channel.
+pub fn normalize_into(img: &Image, mean: &[f32], std: &[f32], out: &mut [f32]) -> Result<()> {
+    img.validate()?;
+    let c = img.channels;
+    let lut = luts(mean, std, c)?;
+    let plane = img.pixels();
+    if out.len() != plane * c {
+        return invalid(format!(
+            "output has {} floats, need {}",
+            out.len(),
+            plane * c
+        ));
+    }
+    if c == 1 {
+        for (o, &v) in out.iter_mut().zip(&img.data) {
+            *o = lut[0][usize::from(v)];
+        }
+        return Ok(());
+    }
+    // De-interleave with three output streams; each write is sequential.
+    let (p0, rest) = out.split_at_mut(plane);
+    let (p1, p2) = rest.split_at_mut(plane);
+    for (i, px) in img.data.chunks_exact(3).enumerate() {
+        p0[i] = lut[0][usize::from(px[0])];
+        p1[i] = lut[1][usize::from(px[1])];
+        p2[i] = lut[2][usize::from(px[2])];
+    }
+    Ok(())
+}
+
+/// float32 CHW `(x/255 - mean) / std` (torchvision `to_dtype(float32,
+/// scale=True)` then `normalize`).
+///
+/// ```
+/// use sluice_imgproc::{normalize, Image};
+/// let img = Image::new(1, 2, 3, vec![0, 255, 51, 255, 0, 51]).unwrap();
+/// let t = normalize(&img, &[0.5, 0.5, 0.5], &[0.5, 0.5, 0.5]).unwrap();
+/// assert_eq!(t[..2], [-1.0, 1.0]); // channel 0 plane
+/// assert_eq!(t[2..4], [1.0, -1.0]); // channel 1 plane
+/// ```
+pub fn normalize(img: &Image, mean: &[f32], std: &[f32]) -> Result<Vec<f32>> {
+    let mut out = vec![0f32; img.data.len()];
+    normalize_into(img, mean, std, &mut out)?;
+    Ok(out)
+}
+
+/// float32 CHW `x / 255` (torchvision `ToImage` + `ToDtype(float32, scale=True)`,
+/// the modern `ToTensor`).
+///
+/// ```
+/// use sluice_imgproc::{to_tensor, Image};
+/// let img = Image::new(1, 1, 3, vec![0, 255, 51]).unwrap();
+/// // 51 * float32(1/255), as torch computes it
+/// assert_eq!(to_tensor(&img).unwrap(), vec![0.0, 1.0, 0.20000002]);
+/// ```
+pub fn to_tensor(img: &Image) -> Result<Vec<f32>> {
+    let zeros = vec![0f32; img.channels];
+    let ones = vec![1f32; img.channels];
+    normalize(img, &zeros, &ones)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_arguments() {
+        let img = Image::zeros(2, 2, 3).unwrap();
+        assert!(normalize(&img, &[0.0; 2], &[1.0; 2]).is_err());
+        assert!(normalize(&img, &[0.0; 3], &[1.0, 0.0, 1.0]).is_err());
+        let mut small = vec![0f32; 5];
+        assert!(normalize_into(&img, &[0.0; 3], &[1.0; 3], &mut small).is_err());
+        let gray = Image::zeros(2, 2, 1).unwrap();
+        assert_eq!(normalize(&gray, &[0.5], &[0.5]).unwrap(), vec![-1.0; 4]);
+    }
+}

@@ -1,0 +1,203 @@
+//! Time stretching by phase vocoder (`librosa.phase_vocoder`).
+
+use std::f64::consts::PI;
+
+use realfft::num_complex::Complex32;
+
+use crate::error::{invalid, Result};
+use crate::spectrogram::Spectrogram;
+
+/// Refuse outputs above this many values: a tiny `rate` would otherwise ask for an
+/// arbitrarily large allocation from one bad parameter.
+const MAX_OUTPUT_VALUES: f64 = (1u64 << 31) as f64;
+
+/// Validate `rate` and return the output frame count `len(np.arange(0, n, rate))`.
+fn output_frames(rows: usize, n: usize, rate: f64) -> Result<usize> {
+    if !(rate.is_finite() && rate > 0.0) {
+        return Err(invalid!(
+            "time_stretch rate must be finite and > 0, got {rate}"
+        ));
+    }
+    if n == 0 || rows == 0 {
+        return Err(invalid!("time_stretch needs a non-empty spectrogram"));
+    }
+    let n_out = (n as f64 / rate).ceil();
+    if n_out * rows as f64 > MAX_OUTPUT_VALUES {
+        return Err(invalid!(
+            "time_stretch rate {rate} would make {n_out} frames x {rows} bins"
+        ));
+    }
+    Ok(n_out as usize)
+}
+
+/// `(int(step), step % 1)` for every output frame, `step = t * rate` (numpy's float `arange`
+/// computes element `t` as `t * rate`, so these are the same float64 values).
+fn steps(n_out: usize, rate: f64) -> impl Iterator<Item = (usize, f64)> {
+    (0..n_out).map(move |t| {
+        let step = t as f64 * rate;
+        (step as usize, step % 1.0)
+    })
+}
+
+/// Stretch a complex STFT in time by `rate` (> 1 faster/shorter, < 1 slower/longer) with
+/// librosa's phase vocoder, returning `ceil(frames / rate)` frames.
+///
+/// This is `librosa.phase_vocoder(D, rate=rate, hop_length=hop_length)` step for step: output
+/// frame `t` reads input position `t·rate`; its magnitude is the linear interpolation of the
+/// two neighbouring input magnitudes (frames past the end are zeros, librosa's 2-column pad);
+/// its phase is an accumulator started at the phase of frame 0 and advanced by the expected
+/// advance `hop_length · ω_k` plus the measured deviation wrapped to `[-π, π]`. As in librosa
+/// on `complex64` input, the accumulator is `f32` while the advance is computed in `f64`, so
+/// results agree with librosa to float rounding (see the crate README for measured error).
+/// `n_fft` is taken as `2 · (rows - 1)`, librosa's default.
+///
+/// When only the magnitude or power of the result is needed (the ASR pipeline takes power
+/// next), [`time_stretch_magnitude`] gives the same magnitudes without any trigonometry.
+///
+/// ```
+/// use sluice_audioproc::{time_stretch, Stft, Window};
+/// let y: Vec<f32> = (0..16_000).map(|i| (i as f32 * 0.05).sin()).collect();
+/// let mut stft = Stft::new(400, 160, None, Window::Hann, true).unwrap();
+/// let d = stft.complex(&y).unwrap();
+/// let slow = time_stretch(&d, 0.8, 160).unwrap();
+/// assert_eq!(slow.shape(), (201, 127)); // ceil(101 / 0.8)
+/// ```
+pub fn time_stretch(
+    spec: &Spectrogram<Complex32>,
+    rate: f64,
+    hop_length: usize,
+) -> Result<Spectrogram<Complex32>> {
+    let (rows, n) = spec.shape();
+    let n_out = output_frames(rows, n, rate)?;
+    if rows < 2 {
+        return Err(invalid!(
+            "time_stretch needs at least 2 frequency rows (n_fft = 2 * (rows - 1))"
+        ));
+    }
+    if hop_length == 0 {
+        return Err(invalid!("hop_length must be positive"));
+    }
+    let n_fft = 2 * (rows - 1);
+    // fft_frequencies(sr=2π, n_fft) = rfftfreq(n_fft, d=1/(2π)), same operation order.
+    let val = 1.0 / (n_fft as f64 * (1.0 / (2.0 * PI)));
+    let steps: Vec<(usize, f64)> = steps(n_out, rate).collect();
+
+    let mut out = vec![Complex32::new(0.0, 0.0); rows * n_out];
+    // Per-row angle and magnitude of the input, with librosa's two zero columns appended;
+    // computed once per input frame instead of twice per output frame.
+    let mut ang = vec![0.0f32; n + 2];
+    let mut mag = vec![0.0f32; n + 2];
+    // Each bin's phase accumulator is independent of the others, so process bin by bin:
+    // the input row and output row are both contiguous in the freq-major layout.
+    for (f, out_row) in out.chunks_exact_mut(n_out).enumerate() {
+        for ((a, m), v) in ang.iter_mut().zip(mag.iter_mut()).zip(spec.row(f)) {
+            *a = v.im.atan2(v.re);
+            *m = v.norm();
+        }
+        let phi_advance = hop_length as f64 * (f as f64 * val);
+        let mut phase_acc: f32 = ang[0];
+        for (o, &(i, alpha)) in out_row.iter_mut().zip(&steps) {
+            // librosa: alpha is a float64 scalar, so the magnitude mix is float64.
+            let m = (1.0 - alpha) * f64::from(mag[i]) + alpha * f64::from(mag[i + 1]);
+            let (s, c) = phase_acc.sin_cos();
+            *o = Complex32::new((f64::from(c) * m) as f32, (f64::from(s) * m) as f32);
+            let dphase = f64::from(ang[i + 1] - ang[i]) - phi_advance;
+            // np.round rounds half to even.
+            let dphase = dphase - 2.0 * PI * (dphase / (2.0 * PI)).round_ties_even();
+            phase_acc = (f64::from(phase_acc) + (phi_advance + dphase)) as f32;
+        }
+    }
+    Spectrogram::from_vec(rows, n_out, out)
+}
+
+/// Magnitude-only time stretch: given `|D|` (e.g. [`Stft::power`](crate::Stft::power) with
+/// `power = 1.0`), returns `|time_stretch(D, rate, _)|` — the interpolated magnitudes of the
+/// phase vocoder, which do not depend on the phase. Square the result for the power
+/// spectrogram. No trigonometry, so it is much cheaper than [`time_stretch`].
+///
+/// Note the order matters: interpolating magnitudes then squaring (this, and librosa) differs
+/// from interpolating power.
+///
+/// ```
+/// use sluice_audioproc::{time_stretch_magnitude, Spectrogram};
+/// let m = Spectrogram::from_vec(1, 2, vec![1.0f32, 3.0]).unwrap();
+/// let s = time_stretch_magnitude(&m, 0.5).unwrap();
+/// assert_eq!(s.as_slice(), &[1.0, 2.0, 3.0, 1.5]); // the last frame fades into the pad
+/// ```
+pub fn time_stretch_magnitude(mag: &Spectrogram<f32>, rate: f64) -> Result<Spectrogram<f32>> {
+    let (rows, n) = mag.shape();
+    let n_out = output_frames(rows, n, rate)?;
+    let steps: Vec<(usize, f64)> = steps(n_out, rate).collect();
+    let mut out = vec![0.0f32; rows * n_out];
+    for (f, out_row) in out.chunks_exact_mut(n_out).enumerate() {
+        let row = mag.row(f);
+        let at = |i: usize| row.get(i).map_or(0.0, |v| f64::from(v.abs()));
+        for (o, &(i, alpha)) in out_row.iter_mut().zip(&steps) {
+            *o = ((1.0 - alpha) * at(i) + alpha * at(i + 1)) as f32;
+        }
+    }
+    Spectrogram::from_vec(rows, n_out, out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ramp_spec(rows: usize, cols: usize) -> Spectrogram<Complex32> {
+        let data = (0..rows * cols)
+            .map(|i| Complex32::from_polar(1.0 + (i % 7) as f32, i as f32 * 0.37))
+            .collect();
+        Spectrogram::from_vec(rows, cols, data).unwrap()
+    }
+
+    #[test]
+    fn output_lengths_follow_arange() {
+        let d = ramp_spec(5, 10);
+        assert_eq!(time_stretch(&d, 0.8, 2).unwrap().cols(), 13); // ceil(12.5)
+        assert_eq!(time_stretch(&d, 1.0, 2).unwrap().cols(), 10);
+        assert_eq!(time_stretch(&d, 2.0, 2).unwrap().cols(), 5);
+        assert_eq!(time_stretch(&d, 3.0, 2).unwrap().cols(), 4);
+        assert_eq!(time_stretch(&d, 100.0, 2).unwrap().cols(), 1);
+    }
+
+    #[test]
+    fn rate_one_keeps_magnitudes_and_first_phase() {
+        let d = ramp_spec(9, 6);
+        let s = time_stretch(&d, 1.0, 4).unwrap();
+        for f in 0..9 {
+            for t in 0..6 {
+                let (a, b) = (d.get(f, t).unwrap(), s.get(f, t).unwrap());
+                assert!((a.norm() - b.norm()).abs() < 1e-5);
+            }
+            let (a, b) = (d.get(f, 0).unwrap(), s.get(f, 0).unwrap());
+            assert!((a - b).norm() < 1e-5);
+        }
+    }
+
+    #[test]
+    fn magnitude_version_matches_complex_magnitudes() {
+        let d = ramp_spec(11, 17);
+        let m = d.map(|v| v.norm());
+        for rate in [0.8, 1.3, 0.5, 2.5] {
+            let full = time_stretch(&d, rate, 5).unwrap();
+            let fast = time_stretch_magnitude(&m, rate).unwrap();
+            assert_eq!(full.shape(), fast.shape());
+            for (a, b) in full.as_slice().iter().zip(fast.as_slice()) {
+                assert!((a.norm() - b).abs() <= 1e-5 * (1.0 + b), "{rate}");
+            }
+        }
+    }
+
+    #[test]
+    fn bad_inputs_are_errors() {
+        let d = ramp_spec(5, 4);
+        for rate in [0.0, -1.0, f64::NAN, f64::INFINITY, 1e-300] {
+            assert!(time_stretch(&d, rate, 2).is_err(), "{rate}");
+            assert!(time_stretch_magnitude(&d.map(|v| v.norm()), rate).is_err());
+        }
+        assert!(time_stretch(&d, 1.0, 0).is_err());
+        assert!(time_stretch(&ramp_spec(1, 4), 1.0, 2).is_err());
+        assert!(time_stretch(&Spectrogram::default(), 1.0, 2).is_err());
+        assert!(time_stretch_magnitude(&Spectrogram::default(), 1.0).is_err());
+    }
+}

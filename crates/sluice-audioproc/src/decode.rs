@@ -3,6 +3,7 @@
 use std::io::Cursor;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
+use symphonia::core::codecs::audio::well_known::{CODEC_ID_MP1, CODEC_ID_MP2, CODEC_ID_MP3};
 use symphonia::core::codecs::audio::AudioDecoderOptions;
 use symphonia::core::errors::Error as SymError;
 use symphonia::core::formats::probe::Hint;
@@ -108,7 +109,9 @@ impl DecodeOptions {
 ///
 /// Errors: zero bytes or zero decoded frames → [`AudioError::Empty`]; a malformed or truncated
 /// stream → [`AudioError::Corrupt`]; an unrecognised container or codec →
-/// [`AudioError::Unsupported`].
+/// [`AudioError::Unsupported`]. Truncation is detected from the container's declared length
+/// (WAV, FLAC, Ogg, MP3 with a Xing/LAME header, which most encoders write); an MP3 without
+/// one that is cut mid-stream decodes to the frames before the cut, as with mpg123.
 ///
 /// ```
 /// use sluice_audioproc::{decode, AudioError};
@@ -208,6 +211,15 @@ fn decode_inner(bytes: &[u8], ext_hint: Option<&str>, opts: &DecodeOptions) -> R
         .and_then(|p| p.audio())
         .ok_or_else(|| AudioError::Unsupported("track has no audio codec parameters".into()))?;
     let expected_frames = track.num_frames.and_then(|n| usize::try_from(n).ok());
+    // For MPEG audio without a Xing/Info header symphonia *estimates* the length from the
+    // first frames' sizes, which can overshoot on valid VBR or padded CBR files; the count is
+    // exact only when a LAME/Xing tag gave it (signalled by the encoder delay being known).
+    let is_mpeg = [CODEC_ID_MP1, CODEC_ID_MP2, CODEC_ID_MP3].contains(&params.codec);
+    let exact_frames = if is_mpeg && track.delay.is_none() && track.padding.is_none() {
+        None
+    } else {
+        expected_frames
+    };
     if let (Some(n), Some(max)) = (expected_frames, opts.max_frames) {
         if n > max {
             return Err(AudioError::InvalidArgument(format!(
@@ -281,6 +293,17 @@ fn decode_inner(bytes: &[u8], ext_hint: Option<&str>, opts: &DecodeOptions) -> R
 
     if frames == 0 || sample_rate == 0 {
         return Err(AudioError::Empty);
+    }
+    // symphonia's MP3 demuxer treats a partial last frame as a clean end of stream (and a
+    // cut at a frame boundary is indistinguishable from one); the container's own length
+    // (WAV data size, FLAC STREAMINFO, MP3 Xing/LAME frame count) exposes the truncation.
+    // Gapless trimming is applied to both numbers, so they match exactly on an intact file.
+    if let (Some(n), false) = (exact_frames, opts.lenient) {
+        if frames < n {
+            return Err(AudioError::Corrupt(format!(
+                "truncated stream: decoded {frames} of {n} frames"
+            )));
+        }
     }
     // Concatenate the planes into the channel-major layout; for mono this is a move.
     let samples = if planes.len() == 1 {

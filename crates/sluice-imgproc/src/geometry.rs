@@ -210,6 +210,9 @@ pub fn resized_crop_box(
         return invalid("output size must be positive");
     }
     let len = checked_len(out_h, out_w, img.channels)?;
+    if filter == Filter::Nearest {
+        return Ok(nearest(img, b, out_h, out_w, len));
+    }
     let (ow, oh, iw, ih) = (
         u32_of(out_w)?,
         u32_of(out_h)?,
@@ -222,7 +225,7 @@ pub fn resized_crop_box(
         fr::PixelType::U8
     };
     let alg = match filter {
-        Filter::Nearest => fr::ResizeAlg::Nearest,
+        Filter::Nearest => unreachable!("handled above"),
         Filter::Bilinear | Filter::Bicubic => {
             let ft = if filter == Filter::Bilinear {
                 fr::FilterType::Bilinear
@@ -247,6 +250,43 @@ pub fn resized_crop_box(
         .with(|r| r.borrow_mut().resize(&src, &mut dst, &opts))
         .map_err(|e| ImageError::InvalidArgument(format!("resize: {e}")))?;
     Image::new(out_h, out_w, img.channels, dst.into_vec())
+}
+
+/// Pillow's nearest-neighbour resize (`ImagingScaleAffine`): source
+/// coordinate `box0 + (i + 0.5) * scale`, accumulated in f64 exactly as
+/// Pillow does, truncated. fast_image_resize's nearest rounds differently.
+fn nearest(img: &Image, b: CropBox, out_h: usize, out_w: usize, len: usize) -> Image {
+    let c = img.channels;
+    let table = |start: f64, extent: f64, n: usize, limit: usize| -> Vec<usize> {
+        let step = extent / n as f64;
+        let mut pos = start + step * 0.5;
+        (0..n)
+            .map(|_| {
+                let i = if pos < 0.0 {
+                    0
+                } else {
+                    (pos as usize).min(limit - 1)
+                };
+                pos += step;
+                i
+            })
+            .collect()
+    };
+    let xs = table(b.left, b.width, out_w, img.width);
+    let ys = table(b.top, b.height, out_h, img.height);
+    let mut data = Vec::with_capacity(len);
+    for &sy in &ys {
+        let row = &img.data[sy * img.stride()..(sy + 1) * img.stride()];
+        for &sx in &xs {
+            data.extend_from_slice(&row[sx * c..sx * c + c]);
+        }
+    }
+    Image {
+        height: out_h,
+        width: out_w,
+        channels: c,
+        data,
+    }
 }
 
 fn u32_of(v: usize) -> Result<u32> {

@@ -330,11 +330,13 @@ fn decode_jd_full(bytes: &[u8], header: &JpegHeader, opts: &DecodeOptions) -> Re
     let four = four_channel_kind(header);
     let samples = guarded("JPEG", || {
         let mut dec = jpeg_decoder::Decoder::new(bytes);
-        if header.components == 4 {
-            dec.set_color_transform(jpeg_decoder::ColorTransform::None);
-        }
+        jd_setup_four(&mut dec, four);
         dec.decode().map_err(map_jd_err)
     })?;
+    let (samples, four) = match four {
+        Some(_) => (jd_four_to_stored_cmyk(samples), Some(FourChannel::Cmyk)),
+        None => (samples, None),
+    };
     finish(
         header,
         samples,
@@ -407,10 +409,7 @@ pub fn decode_scaled(
     let four = four_channel_kind(&header);
     let scaled = guarded("JPEG", || {
         let mut dec = jpeg_decoder::Decoder::new(bytes);
-        if header.components == 4 {
-            // Raw CMYK/YCCK samples: we convert them like Pillow does.
-            dec.set_color_transform(jpeg_decoder::ColorTransform::None);
-        }
+        jd_setup_four(&mut dec, four);
         let got = dec.scale(ow as u16, oh as u16).map_err(map_jd_err)?;
         if (usize::from(got.1), usize::from(got.0)) != (oh, ow) {
             // The crate picked another scale (tiny images); let the full
@@ -422,11 +421,36 @@ pub fn decode_scaled(
     })?;
     match scaled {
         Some(samples) => {
+            let (samples, four) = match four {
+                Some(_) => (jd_four_to_stored_cmyk(samples), Some(FourChannel::Cmyk)),
+                None => (samples, None),
+            };
             let img = finish(&header, samples, oh, ow, four, opts.mode)?;
             Ok((img, denom as u32))
         }
         None => decode_jpeg(bytes, opts).map(|i| (i, 1)),
     }
+}
+
+/// Sets up jpeg-decoder for a 4-component file. Its "no transform" path
+/// writes component rows one after another instead of interleaving them,
+/// so we let it convert explicitly (CMYK: `255 - x`; YCCK: YCbCr->RGB and
+/// `255 - K`) and undo that with [`jd_four_to_stored_cmyk`].
+fn jd_setup_four(dec: &mut jpeg_decoder::Decoder<&[u8]>, four: Option<FourChannel>) {
+    match four {
+        Some(FourChannel::Cmyk) => dec.set_color_transform(jpeg_decoder::ColorTransform::CMYK),
+        Some(FourChannel::Ycck) => dec.set_color_transform(jpeg_decoder::ColorTransform::YCCK),
+        None => {}
+    }
+}
+
+/// jpeg-decoder's converted 4-channel output -> CMYK as stored in an Adobe
+/// file (the input [`crate::convert`] expects). In both cases that is
+/// `255 - x` per sample: for YCCK the stored C is `255 - R` (as libjpeg's
+/// `ycck_cmyk_convert` computes it) and jpeg-decoder returns `255 - K`.
+fn jd_four_to_stored_cmyk(mut samples: Vec<u8>) -> Vec<u8> {
+    samples.iter_mut().for_each(|v| *v = 255 - *v);
+    samples
 }
 
 fn map_jd_err(e: jpeg_decoder::Error) -> ImageError {
@@ -489,5 +513,56 @@ mod tests {
         f.extend_from_slice(&[0xFF, 0xD9]);
         let h = parse_header(&f).unwrap();
         assert_eq!((h.height, h.width, h.components), (5, 7, 1));
+    }
+}
+
+#[cfg(test)]
+mod decoder_agreement {
+    use super::*;
+
+    fn fixture(name: &str) -> Vec<u8> {
+        std::fs::read(format!(
+            "{}/tests/fixtures/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap()
+    }
+
+    /// The jpeg-decoder path (used for scaled decodes and colour-space
+    /// corner cases) must agree with the zune path at full size, including
+    /// the CMYK/YCCK inversion dance.
+    #[test]
+    fn jpeg_decoder_full_matches_zune() {
+        for name in [
+            "photo_420.jpg",
+            "photo_gray.jpg",
+            "photo_cmyk.jpg",
+            "photo_ycck.jpg",
+            "photo_prog.jpg",
+            "orient_6.jpg",
+        ] {
+            let bytes = fixture(name);
+            let h = parse_header(&bytes).unwrap();
+            for mode in [Mode::Rgb, Mode::L] {
+                let opts = DecodeOptions {
+                    mode,
+                    ..Default::default()
+                };
+                let a = decode_jd_full(&bytes, &h, &opts).unwrap();
+                let b = decode_jpeg(&bytes, &opts).unwrap();
+                assert_eq!(
+                    (a.height, a.width, a.channels),
+                    (b.height, b.width, b.channels)
+                );
+                let mean = a
+                    .data
+                    .iter()
+                    .zip(&b.data)
+                    .map(|(&x, &y)| f64::from(x.abs_diff(y)))
+                    .sum::<f64>()
+                    / a.data.len() as f64;
+                assert!(mean < 1.0, "{name} {mode:?}: mean |d| {mean}");
+            }
+        }
     }
 }

@@ -1,0 +1,158 @@
+//! DCT-scaled decoding: quality vs full decode + resize, and its contract.
+
+mod common;
+use common::*;
+use sluice_imgproc::*;
+
+#[test]
+fn scaled_decode_then_resize_close_to_full_decode_then_resize() {
+    // RandomResizedCrop-like use: random crops of the 320x240 photo resized
+    // to 48x48 (the sizes are scaled down with the photo; with a 224 px
+    // output the same ratios need ~1-2 MP sources).
+    let bytes = read("coffee_320x240.jpg");
+    let full = decode(&bytes, &DecodeOptions::default()).unwrap();
+    let mut s = 0x1234_5678_9ABC_DEF0u64;
+    let mut u = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        (s >> 11) as f64 / (1u64 << 53) as f64
+    };
+    let out: usize = 48;
+    let mut psnrs = std::collections::BTreeMap::<u32, Vec<f64>>::new();
+    for _ in 0..60 {
+        let (t, l, ch, cw) = rrc_params(240, 320, (0.08, 1.0), (0.75, 4.0 / 3.0), &mut u).unwrap();
+        let (img, d) = decode_scaled(
+            &bytes,
+            &DecodeOptions::default(),
+            (out * 240).div_ceil(ch),
+            (out * 320).div_ceil(cw),
+        )
+        .unwrap();
+        assert_eq!(
+            (img.height, img.width),
+            (240usize.div_ceil(d as usize), 320usize.div_ceil(d as usize))
+        );
+        let sd = f64::from(d);
+        let cb = CropBox {
+            top: t as f64 / sd,
+            left: l as f64 / sd,
+            height: ch as f64 / sd,
+            width: cw as f64 / sd,
+        };
+        let a = resized_crop_box(&img, cb, out, out, Filter::Bilinear, true).unwrap();
+        let b = resized_crop(&full, t, l, ch, cw, out, out, Filter::Bilinear).unwrap();
+        psnrs.entry(d).or_default().push(psnr(&a.data, &b.data));
+    }
+    for (d, v) in &psnrs {
+        let min = v.iter().cloned().fold(f64::INFINITY, f64::min);
+        let mean = v.iter().sum::<f64>() / v.len() as f64;
+        println!(
+            "1/{d}: {} crops, PSNR min {min:.1} mean {mean:.1} dB",
+            v.len()
+        );
+        // 1/2: every crop >= 35 dB. 1/4 and 1/8 start from a tiny 80x60 or
+        // 40x30 decode here; a reduced IDCT is a box-like filter, the full
+        // path a triangle one, so single crops can dip below 35 dB while
+        // the average stays above (README: same on 1-4 MP photos).
+        if *d == 2 {
+            assert!(min >= 35.0, "1/{d}: PSNR {min}");
+        } else {
+            assert!(
+                mean >= 35.0 && min >= 33.0,
+                "1/{d}: PSNR min {min} mean {mean}"
+            );
+        }
+    }
+    assert!(
+        psnrs.keys().any(|&d| d >= 2),
+        "no crop used a scaled decode"
+    );
+}
+
+#[test]
+fn denominator_choice() {
+    let bytes = read("coffee_320x240.jpg");
+    for (h, w, want) in [
+        (120, 160, 2),
+        (60, 80, 4),
+        (30, 40, 8),
+        (121, 160, 1),
+        (1, 161, 1),
+        (0, 0, 8),
+    ] {
+        let (img, d) = decode_scaled(&bytes, &DecodeOptions::default(), h, w).unwrap();
+        assert_eq!(d, want, "{h}x{w}");
+        assert!(img.height >= h && img.width >= w);
+    }
+}
+
+#[test]
+fn scaled_crop_maps_coordinates() {
+    let bytes = read("coffee_320x240.jpg");
+    let full = decode(&bytes, &DecodeOptions::default()).unwrap();
+    let (top, left, h, w) = (30usize, 50usize, 160usize, 200usize);
+    let (oh, ow) = (40usize, 48usize);
+    let (img, d) = decode_scaled(
+        &bytes,
+        &DecodeOptions::default(),
+        (oh * 240).div_ceil(h),
+        (ow * 320).div_ceil(w),
+    )
+    .unwrap();
+    // Needs 60x77 of the 240x320 photo: 1/4 (60x80) is the smallest that fits.
+    assert_eq!(d, 4);
+    let s = d as f64;
+    let cb = CropBox {
+        top: top as f64 / s,
+        left: left as f64 / s,
+        height: h as f64 / s,
+        width: w as f64 / s,
+    };
+    let a = resized_crop_box(&img, cb, oh, ow, Filter::Bilinear, true).unwrap();
+    let b = resized_crop(&full, top, left, h, w, oh, ow, Filter::Bilinear).unwrap();
+    let p = psnr(&a.data, &b.data);
+    println!("crop PSNR {p:.1} dB");
+    assert!(p >= 33.0, "{p}");
+}
+
+#[test]
+fn scaled_decode_handles_orientation_gray_cmyk_and_png() {
+    // Orientation 6 swaps axes: a request in upright terms.
+    let o = read("orient_6.jpg");
+    let (img, d) = decode_scaled(&o, &DecodeOptions::default(), 12, 8).unwrap();
+    assert_eq!(d, 2);
+    assert_eq!((img.height, img.width), (12, 8));
+    for name in [
+        "photo_gray.jpg",
+        "photo_cmyk.jpg",
+        "photo_ycck.jpg",
+        "photo_prog.jpg",
+    ] {
+        let bytes = read(name);
+        let full = decode(&bytes, &DecodeOptions::default()).unwrap();
+        let (img, d) = decode_scaled(&bytes, &DecodeOptions::default(), 18, 24).unwrap();
+        assert_eq!(d, 2, "{name}");
+        let b = resize(&full, img.height, img.width, Filter::Bilinear, true).unwrap();
+        let p = psnr(&img.data, &b.data);
+        println!("{name}: 1/2 vs full+resize PSNR {p:.1}");
+        // 48x36 photos: most energy is in the detail a half-size IDCT drops.
+        // The YCCK file is CMYK data relabelled, i.e. extreme chroma, which
+        // the YCC->RGB matrix amplifies; exact conversion is unit-tested.
+        let floor = if name == "photo_ycck.jpg" { 22.0 } else { 28.0 };
+        assert!(p >= floor, "{name}: {p}");
+        let (l, _) = decode_scaled(
+            &bytes,
+            &DecodeOptions {
+                mode: Mode::L,
+                ..Default::default()
+            },
+            18,
+            24,
+        )
+        .unwrap();
+        assert_eq!(l.channels, 1);
+    }
+    let (img, d) = decode_scaled(&read("rgb8.png"), &DecodeOptions::default(), 1, 1).unwrap();
+    assert_eq!((d, img.width), (1, 12));
+}

@@ -1,0 +1,75 @@
+"""sluice with built-in (Rust, GIL-free) ops — PLACEHOLDER for the op-layer author.
+
+The pipelines below are a first draft written only from the op names and conventions in the
+brief (sluice.image / sluice.text / sluice.audio, `field=`/`out=` arguments); they have never
+run. Whoever lands the ops should make them match the reference semantics in
+`peers/common.py` (and the batch layout `check_batch` verifies: ``image`` float32
+[64,3,224,224] + ``label`` int64; ``input_ids`` int64 [128,256] with <SOS>=4, <EOT>=0, pad 0;
+``features`` float32 [1,80,T]) and then set READY = True.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from . import common as C
+
+NAME = "sluice (built-in ops)"
+WORKLOADS = ("cv", "nlp", "asr")
+READY = False  # flip once the ops exist and the first batch passes common.check_batch
+
+
+def _cv(sluice, data_dir: Path, samples, seed):
+    img = sluice.image
+    paths = [p for p, _ in C.cv_items(data_dir, samples, seed)]
+    return (sluice.read_images(paths, labels="parent_dir")
+            .map(img.decode(field="bytes", out="image"))
+            .map(img.random_resized_crop(C.CV_SIZE, scale=C.CV_SCALE, ratio=C.CV_RATIO, field="image"))
+            .map(img.horizontal_flip(p=C.CV_FLIP_P, field="image"))
+            .map(img.color_jitter(*C.CV_JITTER, p=C.CV_JITTER_P, field="image"))
+            .map(img.grayscale(p=C.CV_GRAY_P, field="image"))
+            .map(img.gaussian_blur(C.CV_BLUR_KERNEL, sigma=C.CV_BLUR_SIGMA, p=C.CV_BLUR_P, field="image"))
+            .map(img.normalize(C.MEAN, C.STD, field="image"))
+            .batch(C.CV_BATCH))
+
+
+def _nlp(sluice, data_dir: Path, samples, seed):
+    txt = sluice.text
+    return (sluice.read_text(str(C.text_file(data_dir)))
+            .map(txt.tokenize(str(C.tokenizer_file(data_dir)), add_special_tokens=False,
+                              field="text", out="input_ids"))
+            .map(txt.truncate(C.NLP_LEN - 2, field="input_ids"))
+            # <SOS> ... <EOT>, then pad to 256 with 0 (argument names to be settled by the ops)
+            .map(txt.pad(C.NLP_LEN, pad_id=C.NLP_PAD, bos_id=C.NLP_BOS, eos_id=C.NLP_EOS,
+                         field="input_ids"))
+            .batch(C.NLP_BATCH))
+
+
+def _asr(sluice, data_dir: Path, samples, seed):
+    au = sluice.audio
+    return (sluice.read_files(C.asr_items(data_dir, samples, seed))
+            .map(au.decode(field="bytes", out="audio"))
+            .map(au.resample(C.ASR_RATE, field="audio"))
+            .map(au.spectrogram(C.ASR_NFFT, C.ASR_HOP, power=None, field="audio", out="features"))
+            .map(au.time_stretch(C.ASR_STRETCH, field="features"))  # complex STFT → power
+            .map(au.time_mask(C.ASR_TIME_MASK, field="features"))
+            .map(au.freq_mask(C.ASR_FREQ_MASK, field="features"))
+            .map(au.mel(C.ASR_MELS, C.ASR_RATE, field="features"))
+            .map(au.log(field="features"))
+            .batch(C.ASR_BATCH))
+
+
+def make_iter(workload: str, data_dir: Path, *, samples: int | None = None, seed: int = 0,
+              workers: int = 2, **_):
+    if not READY:
+        raise NotImplementedError("sluice_native is a placeholder until the built-in ops land "
+                                  "(see benchmarks/peers/sluice_native.py)")
+    import sluice
+
+    build = {"cv": _cv, "nlp": _nlp, "asr": _asr}[workload]
+    it = build(sluice, Path(data_dir), samples, seed).iter(seed=seed, num_threads=workers)
+    try:
+        yield from it
+    finally:
+        close = getattr(it, "close", None)
+        if close is not None:
+            close()

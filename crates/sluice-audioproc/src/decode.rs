@@ -53,7 +53,7 @@ impl Audio {
         }
     }
 
-    /// Downmix to one channel in place (see [`to_mono`]); a no-op for mono audio.
+    /// Downmix to one channel (see [`to_mono`]); a no-op for mono audio.
     pub fn into_mono(self) -> Audio {
         if self.channels <= 1 {
             return self;
@@ -234,7 +234,6 @@ fn decode_inner(bytes: &[u8], ext_hint: Option<&str>, opts: &DecodeOptions) -> R
     let mut sample_rate = params.sample_rate.unwrap_or(0);
     let mut channels = 0usize;
     let mut planes: Vec<Vec<f32>> = Vec::new();
-    let mut scratch: Vec<Vec<f32>> = Vec::new();
     let mut frames = 0usize;
 
     loop {
@@ -285,10 +284,16 @@ fn decode_inner(bytes: &[u8], ext_hint: Option<&str>, opts: &DecodeOptions) -> R
                 )));
             }
         }
-        buf.copy_to_vecs_planar::<f32>(&mut scratch);
-        for (plane, new) in planes.iter_mut().zip(&scratch) {
-            plane.extend_from_slice(new);
-        }
+        // Convert straight into the tail of each channel's accumulator (no scratch copy).
+        let old = frames - n;
+        let mut dst: Vec<&mut [f32]> = planes
+            .iter_mut()
+            .map(|p| {
+                p.resize(old + n, 0.0);
+                &mut p[old..]
+            })
+            .collect();
+        buf.copy_to_slice_planar::<f32, _>(&mut dst);
     }
 
     if frames == 0 || sample_rate == 0 {

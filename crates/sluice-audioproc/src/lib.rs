@@ -59,3 +59,20 @@ pub use resample::{resample, ResampleQuality, Resampler};
 pub use spectrogram::Spectrogram;
 pub use stft::{complex_to_power, Stft, StftConfig, Window};
 pub use vocoder::{time_stretch, time_stretch_magnitude};
+
+#[cfg(test)]
+mod tests {
+    /// The engine moves planned kernels into worker threads and shares filterbanks.
+    #[test]
+    fn kernels_are_thread_friendly() {
+        fn send<T: Send>() {}
+        fn sync<T: Sync>() {}
+        send::<crate::Resampler>();
+        send::<crate::Stft>();
+        sync::<crate::Stft>();
+        send::<crate::MelFilterbank>();
+        sync::<crate::MelFilterbank>();
+        send::<crate::AudioError>();
+        sync::<crate::AudioError>();
+    }
+}

@@ -359,6 +359,7 @@ mod tests {
                 assert_eq!(y.len(), r.output_len(n));
                 let want = sine(f, to, y.len(), 0.3);
                 let snr = snr_db(&y, &want, to as usize / 20);
+                println!("{quality:?} {from}->{to} {f} Hz: SNR {snr:.1} dB");
                 assert!(
                     snr >= 60.0,
                     "{quality:?} {from}->{to} {f} Hz: SNR {snr:.1} dB"

@@ -306,15 +306,22 @@ fn check_power(power: f32) -> Result<()> {
     }
 }
 
+/// `|v|` as `sqrt(re² + im²)`: several times faster than `Complex::norm` (libm `hypot`), and
+/// `hypot`'s overflow protection is moot for spectra of audio in `[-1, 1]`.
+#[inline]
+pub(crate) fn fast_abs(v: Complex32) -> f32 {
+    v.norm_sqr().sqrt()
+}
+
 /// `|v|^p`, with the two common exponents special-cased to skip `sqrt`/`powf`.
 #[inline]
 fn abs_pow(v: Complex32, p: f32) -> f32 {
     if p == 2.0 {
         v.norm_sqr()
     } else if p == 1.0 {
-        v.norm()
+        fast_abs(v)
     } else {
-        v.norm().powf(p)
+        fast_abs(v).powf(p)
     }
 }
 

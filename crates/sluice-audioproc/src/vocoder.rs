@@ -1,11 +1,12 @@
 //! Time stretching by phase vocoder (`librosa.phase_vocoder`).
 
-use std::f64::consts::PI;
+use std::f64::consts::{PI, TAU};
 
 use realfft::num_complex::Complex32;
 
 use crate::error::{invalid, Result};
 use crate::spectrogram::Spectrogram;
+use crate::stft::fast_abs;
 
 /// Refuse outputs above this many values: a tiny `rate` would otherwise ask for an
 /// arbitrarily large allocation from one bad parameter.
@@ -92,14 +93,18 @@ pub fn time_stretch(
     for (f, out_row) in out.chunks_exact_mut(n_out).enumerate() {
         for ((a, m), v) in ang.iter_mut().zip(mag.iter_mut()).zip(spec.row(f)) {
             *a = v.im.atan2(v.re);
-            *m = v.norm();
+            *m = fast_abs(*v);
         }
         let phi_advance = hop_length as f64 * (f as f64 * val);
         let mut phase_acc: f32 = ang[0];
         for (o, &(i, alpha)) in out_row.iter_mut().zip(&steps) {
             // librosa: alpha is a float64 scalar, so the magnitude mix is float64.
             let m = (1.0 - alpha) * f64::from(mag[i]) + alpha * f64::from(mag[i + 1]);
-            let (s, c) = phase_acc.sin_cos();
+            // The accumulator grows to ~1e5 rad in high bins, where f32 sin/cos go through
+            // slow large-argument reduction (and f64 `%` is a slow bitwise fmod); reducing
+            // the exact f32 value in f64 by multiplication first costs an error of ~1e-11 rad.
+            let x = f64::from(phase_acc);
+            let (s, c) = ((x - (x / TAU).round() * TAU) as f32).sin_cos();
             *o = Complex32::new((f64::from(c) * m) as f32, (f64::from(s) * m) as f32);
             let dphase = f64::from(ang[i + 1] - ang[i]) - phi_advance;
             // np.round rounds half to even.
@@ -129,11 +134,15 @@ pub fn time_stretch_magnitude(mag: &Spectrogram<f32>, rate: f64) -> Result<Spect
     let n_out = output_frames(rows, n, rate)?;
     let steps: Vec<(usize, f64)> = steps(n_out, rate).collect();
     let mut out = vec![0.0f32; rows * n_out];
+    // The row plus librosa's two zero columns, so the inner loop has no bounds logic.
+    let mut padded = vec![0.0f32; n + 2];
     for (f, out_row) in out.chunks_exact_mut(n_out).enumerate() {
-        let row = mag.row(f);
-        let at = |i: usize| row.get(i).map_or(0.0, |v| f64::from(v.abs()));
+        for (p, v) in padded.iter_mut().zip(mag.row(f)) {
+            *p = v.abs();
+        }
         for (o, &(i, alpha)) in out_row.iter_mut().zip(&steps) {
-            *o = ((1.0 - alpha) * at(i) + alpha * at(i + 1)) as f32;
+            let (a, b) = (padded[i], padded[i + 1]);
+            *o = ((1.0 - alpha) * f64::from(a) + alpha * f64::from(b)) as f32;
         }
     }
     Spectrogram::from_vec(rows, n_out, out)

@@ -23,10 +23,11 @@
 //! let mut stft = Stft::new(400, 160, None, Window::Hann, true)?;
 //! let fb = MelFilterbank::new(MelConfig::new(16_000, 400, 80))?;
 //!
-//! // time_stretch on the complex STFT, then power: only magnitudes matter for power, so the
-//! // magnitude-only stretch gives the same result without phase bookkeeping.
-//! let mag = stft.power(&y, 1.0)?;
-//! let mut power = time_stretch_magnitude(&mag, 0.8)?.map(|m| m * m);
+//! // Power STFT, then time_stretch: the phase vocoder's output power depends only on the
+//! // interpolated magnitudes, so `time_stretch_power` gives librosa's
+//! // `|phase_vocoder(stft)|²` without the complex STFT or any phase bookkeeping.
+//! let power = stft.power(&y, 2.0)?;
+//! let mut power = time_stretch_power(&power, 0.8, 2.0)?;
 //! let mut draws = [0.3, 0.6, 0.9, 0.1].into_iter();
 //! let mut u = || draws.next().unwrap_or(0.0);
 //! time_mask(&mut power, 80, 0.0, &mut u);
@@ -58,7 +59,7 @@ pub use realfft::num_complex::Complex32;
 pub use resample::{resample, ResampleQuality, Resampler};
 pub use spectrogram::Spectrogram;
 pub use stft::{complex_to_power, Stft, StftConfig, Window};
-pub use vocoder::{time_stretch, time_stretch_magnitude};
+pub use vocoder::{time_stretch, time_stretch_magnitude, time_stretch_power};
 
 #[cfg(test)]
 mod tests {

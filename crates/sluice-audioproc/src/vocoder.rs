@@ -130,6 +130,37 @@ pub fn time_stretch(
 /// assert_eq!(s.as_slice(), &[1.0, 2.0, 3.0, 1.5]); // the last frame fades into the pad
 /// ```
 pub fn time_stretch_magnitude(mag: &Spectrogram<f32>, rate: f64) -> Result<Spectrogram<f32>> {
+    stretch_interp(mag, rate, 1.0)
+}
+
+/// Power-spectrogram time stretch: given `|D|^power` (e.g. [`Stft::power`](crate::Stft::power)
+/// output), returns `|time_stretch(D, rate, _)|^power` — what librosa gives for "phase
+/// vocoder on the complex STFT, then power" — without the complex STFT: the `power`-th root
+/// recovers `|D|`, the magnitudes are interpolated as the vocoder does, and the result is
+/// raised back to `power`. Use this when the pipeline has already taken power.
+///
+/// Errors unless `power` is finite and positive (and as [`time_stretch_magnitude`]).
+///
+/// ```
+/// use sluice_audioproc::{time_stretch_power, Spectrogram};
+/// let p = Spectrogram::from_vec(1, 2, vec![1.0f32, 9.0]).unwrap(); // |D|² of [1, 3]
+/// let s = time_stretch_power(&p, 0.5, 2.0).unwrap();
+/// assert_eq!(s.as_slice(), &[1.0, 4.0, 9.0, 2.25]); // [1, 2, 3, 1.5]²
+/// ```
+pub fn time_stretch_power(
+    spec: &Spectrogram<f32>,
+    rate: f64,
+    power: f32,
+) -> Result<Spectrogram<f32>> {
+    if !(power.is_finite() && power > 0.0) {
+        return Err(invalid!("power must be finite and positive, got {power}"));
+    }
+    stretch_interp(spec, rate, power)
+}
+
+/// Shared body of the magnitude/power stretches: interpolate `|x|^(1/power)` like the phase
+/// vocoder's magnitudes, then raise back to `power`.
+fn stretch_interp(mag: &Spectrogram<f32>, rate: f64, power: f32) -> Result<Spectrogram<f32>> {
     let (rows, n) = mag.shape();
     let n_out = output_frames(rows, n, rate)?;
     let steps: Vec<(usize, f64)> = steps(n_out, rate).collect();
@@ -138,14 +169,41 @@ pub fn time_stretch_magnitude(mag: &Spectrogram<f32>, rate: f64) -> Result<Spect
     let mut padded = vec![0.0f32; n + 2];
     for (f, out_row) in out.chunks_exact_mut(n_out).enumerate() {
         for (p, v) in padded.iter_mut().zip(mag.row(f)) {
-            *p = v.abs();
+            *p = root(v.abs(), power);
         }
         for (o, &(i, alpha)) in out_row.iter_mut().zip(&steps) {
             let (a, b) = (padded[i], padded[i + 1]);
             *o = ((1.0 - alpha) * f64::from(a) + alpha * f64::from(b)) as f32;
         }
+        if power != 1.0 {
+            for o in out_row.iter_mut() {
+                *o = raise(*o, power);
+            }
+        }
     }
     Spectrogram::from_vec(rows, n_out, out)
+}
+
+/// `x^(1/p)` with the common exponents special-cased.
+#[inline]
+fn root(x: f32, p: f32) -> f32 {
+    if p == 1.0 {
+        x
+    } else if p == 2.0 {
+        x.sqrt()
+    } else {
+        x.powf(1.0 / p)
+    }
+}
+
+/// `x^p` with the common exponents special-cased.
+#[inline]
+fn raise(x: f32, p: f32) -> f32 {
+    if p == 2.0 {
+        x * x
+    } else {
+        x.powf(p)
+    }
 }
 
 #[cfg(test)]
@@ -195,6 +253,25 @@ mod tests {
                 assert!((a.norm() - b).abs() <= 1e-5 * (1.0 + b), "{rate}");
             }
         }
+    }
+
+    #[test]
+    fn power_version_matches_complex_power() {
+        let d = ramp_spec(11, 17);
+        for p in [2.0f32, 1.0, 0.5, 3.0] {
+            let spec = d.map(|v| v.norm().powf(p));
+            for rate in [0.8, 1.3] {
+                let full = time_stretch(&d, rate, 5).unwrap();
+                let fast = time_stretch_power(&spec, rate, p).unwrap();
+                for (a, b) in full.as_slice().iter().zip(fast.as_slice()) {
+                    let want = a.norm().powf(p);
+                    assert!((want - b).abs() <= 1e-5 * (1.0 + want), "p={p} rate={rate}");
+                }
+            }
+        }
+        let spec = d.map(|v| v.norm());
+        assert!(time_stretch_power(&spec, 1.0, 0.0).is_err());
+        assert!(time_stretch_power(&spec, 1.0, f32::NAN).is_err());
     }
 
     #[test]

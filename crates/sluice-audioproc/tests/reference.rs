@@ -340,11 +340,14 @@ fn phase_vocoder_matches_librosa() {
         let mag_err = rel_max_err(&mag_got, &mag_want);
         let fast = time_stretch_magnitude(&d.map(|v| v.norm()), rate).unwrap();
         let fast_err = rel_max_err(fast.as_slice(), &mag_want);
+        let pow = time_stretch_power(&d.map(|v| v.norm_sqr()), rate, 2.0).unwrap();
+        let pow_want: Vec<f32> = want.iter().map(|v| v.norm_sqr()).collect();
+        let pow_err = rel_max_err(pow.as_slice(), &pow_want);
         println!(
             "phase_vocoder(rate={rate}) vs librosa: complex max|diff|/max|X| = {err:e}, \
-             magnitude {mag_err:e}, magnitude-only stretch {fast_err:e}"
+             magnitude {mag_err:e}, magnitude-only stretch {fast_err:e}, power stretch {pow_err:e}"
         );
         assert!(err <= 1e-4, "{err}");
-        assert!(mag_err <= 1e-5 && fast_err <= 1e-5);
+        assert!(mag_err <= 1e-5 && fast_err <= 1e-5 && pow_err <= 1e-5);
     }
 }

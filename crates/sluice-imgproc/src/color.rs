@@ -6,6 +6,7 @@
 
 use crate::error::{invalid, Result};
 use crate::image::Image;
+use crate::simd::{load_rgb, multiversion, sat_u8, BLOCK};
 
 /// torchvision's luma weights for tensors (`_rgb_to_grayscale_image`).
 const WR: f32 = 0.2989;
@@ -14,8 +15,8 @@ const WB: f32 = 0.114;
 
 /// `r*0.2989 + g*0.587 + b*0.114` in float32, evaluated in torch's order.
 #[inline(always)]
-fn gray_f32(r: u8, g: u8, b: u8) -> f32 {
-    (f32::from(r) * WR + f32::from(g) * WG) + f32::from(b) * WB
+fn gray_lane(r: f32, g: f32, b: f32) -> f32 {
+    (r * WR + g * WG) + b * WB
 }
 
 /// torchvision `_blend` for one uint8 sample: `clamp(a*ratio + b*(1-ratio), 0, 255)`
@@ -79,10 +80,7 @@ pub fn adjust_contrast(img: &mut Image, factor: f64) -> Result<()> {
     // The grayscale values are integers (floored), so an integer sum is
     // exact; torch's float32 mean agrees to the last bit or so.
     let sum: u64 = if img.channels == 3 {
-        img.data
-            .chunks_exact(3)
-            .map(|p| gray_f32(p[0], p[1], p[2]).floor() as u64)
-            .sum()
+        floored_gray_sum(&img.data)
     } else {
         img.data.iter().map(|&v| u64::from(v)).sum()
     };
@@ -113,31 +111,58 @@ pub fn adjust_saturation(img: &mut Image, factor: f64) -> Result<()> {
     if img.channels == 1 {
         return Ok(());
     }
-    let ratio = factor as f32;
-    let one_minus = (1.0 - factor) as f32;
-    // Per-value tables: x*ratio and gray*(1-ratio) (gray is an integer after
-    // the floor), plus the three weighted channels of the gray value.
-    let mut scaled = [0f32; 256];
-    let mut gterm = [0f32; 256];
-    let (mut lr, mut lg, mut lb) = ([0f32; 256], [0f32; 256], [0f32; 256]);
-    for v in 0..256 {
-        let x = v as f32;
-        scaled[v] = x * ratio;
-        gterm[v] = x * one_minus;
-        lr[v] = x * WR;
-        lg[v] = x * WG;
-        lb[v] = x * WB;
-    }
-    for p in img.data.chunks_exact_mut(3) {
-        let (r, g, b) = (usize::from(p[0]), usize::from(p[1]), usize::from(p[2]));
-        let gray = ((lr[r] + lg[g]) + lb[b]).floor();
-        // gray is in [0, 255] (weights sum to 1.0 in float32 within ulps).
-        let t = gterm[(gray as usize).min(255)];
-        p[0] = (scaled[r] + t).clamp(0.0, 255.0) as u8;
-        p[1] = (scaled[g] + t).clamp(0.0, 255.0) as u8;
-        p[2] = (scaled[b] + t).clamp(0.0, 255.0) as u8;
-    }
+    saturation_kernel(&mut img.data, factor as f32, (1.0 - factor) as f32);
     Ok(())
+}
+
+multiversion! {
+    /// Sum of `floor(gray)` over interleaved RGB.
+    fn floored_gray_sum(data: &[u8]) -> u64 {
+        let mut total = 0u64;
+        for chunk in data.chunks(3 * BLOCK) {
+            let (mut r, mut g, mut b) = ([0f32; BLOCK], [0f32; BLOCK], [0f32; BLOCK]);
+            let n = load_rgb(chunk, &mut r, &mut g, &mut b);
+            // Lanes past `n` are zero and add nothing.
+            let mut acc = [0f32; BLOCK];
+            for i in 0..BLOCK {
+                acc[i] = gray_lane(r[i], g[i], b[i]).floor();
+            }
+            // <= 64 * 255: exact in f32.
+            total += acc[..n].iter().sum::<f32>() as u64;
+        }
+        total
+    }
+}
+
+multiversion! {
+    /// `_blend(img, floor(gray), ratio)` per pixel, in place.
+    fn saturation_kernel(data: &mut [u8], ratio: f32, one_minus: f32) {
+        for chunk in data.chunks_mut(3 * BLOCK) {
+            let (mut r, mut g, mut b) = ([0f32; BLOCK], [0f32; BLOCK], [0f32; BLOCK]);
+            load_rgb(chunk, &mut r, &mut g, &mut b);
+            for i in 0..BLOCK {
+                let t = gray_lane(r[i], g[i], b[i]).floor() * one_minus;
+                r[i] = r[i] * ratio + t;
+                g[i] = g[i] * ratio + t;
+                b[i] = b[i] * ratio + t;
+            }
+            // Saturating truncation: the clamp(0, 255) of _blend, then `.to(uint8)`.
+            store_rgb(chunk, &r, &g, &b);
+        }
+    }
+}
+
+/// Interleaves float arrays back into bytes with saturating truncation.
+#[inline(always)]
+fn store_rgb(chunk: &mut [u8], r: &[f32; BLOCK], g: &[f32; BLOCK], b: &[f32; BLOCK]) {
+    for (p, ((r, g), b)) in chunk
+        .chunks_exact_mut(3)
+        .zip(r.iter().zip(g.iter()).zip(b.iter()))
+    {
+        p[0] = sat_u8(*r);
+        p[1] = sat_u8(*g);
+        p[2] = sat_u8(*b);
+    }
 }
 
 /// Rotates hue by `hue_factor` turns, `hue_factor` in `[-0.5, 0.5]`
@@ -160,28 +185,33 @@ pub fn adjust_hue(img: &mut Image, hue_factor: f64) -> Result<()> {
     if img.channels == 1 {
         return Ok(());
     }
-    let hf = hue_factor as f32;
-    let inv255 = (1.0f64 / 255.0) as f32;
-    let mut lut = [0f32; 256];
-    for (v, o) in lut.iter_mut().enumerate() {
-        *o = v as f32 * inv255;
-    }
-    for p in img.data.chunks_exact_mut(3) {
-        let rgb = hue_pixel(
-            lut[usize::from(p[0])],
-            lut[usize::from(p[1])],
-            lut[usize::from(p[2])],
-            hf,
-        );
-        p.copy_from_slice(&rgb);
-    }
+    hue_kernel(&mut img.data, hue_factor as f32);
     Ok(())
 }
 
+multiversion! {
+    fn hue_kernel(data: &mut [u8], hf: f32) {
+        let inv255 = (1.0f64 / 255.0) as f32;
+        for chunk in data.chunks_mut(3 * BLOCK) {
+            let (mut r, mut g, mut b) = ([0f32; BLOCK], [0f32; BLOCK], [0f32; BLOCK]);
+            load_rgb(chunk, &mut r, &mut g, &mut b);
+            for i in 0..BLOCK {
+                let (ro, go, bo) = hue_lane(r[i] * inv255, g[i] * inv255, b[i] * inv255, hf);
+                r[i] = ro;
+                g[i] = go;
+                b[i] = bo;
+            }
+            store_rgb(chunk, &r, &g, &b);
+        }
+    }
+}
+
 /// One pixel of torchvision's `_rgb_to_hsv` / hue shift / `_hsv_to_rgb`,
-/// written with the same float32 operations in the same order.
+/// with the same float32 operations in the same order, written branch-free
+/// (every candidate computed, then selected) so blocks vectorise. Returns
+/// the output scaled by 255.999, ready for the truncating cast.
 #[inline(always)]
-fn hue_pixel(r: f32, g: f32, b: f32, hf: f32) -> [u8; 3] {
+fn hue_lane(r: f32, g: f32, b: f32, hf: f32) -> (f32, f32, f32) {
     let maxc = r.max(g).max(b);
     let minc = r.min(g).min(b);
     let eqc = maxc == minc;
@@ -191,12 +221,15 @@ fn hue_pixel(r: f32, g: f32, b: f32, hf: f32) -> [u8; 3] {
     let rc = (maxc - r) / crd;
     let gc = (maxc - g) / crd;
     let bc = (maxc - b) / crd;
+    let hr = bc - gc;
+    let hg = (rc + 2.0) - bc;
+    let hb = (gc + 4.0) - rc;
     let h = if maxc == r {
-        bc - gc
+        hr
     } else if maxc == g {
-        (rc + 2.0) - bc
+        hg
     } else {
-        (gc + 4.0) - rc
+        hb
     };
     let h = fmod1(h * (1.0f64 / 6.0) as f32 + 1.0);
     // h.add_(hue_factor).remainder_(1.0): torch's remainder takes the sign
@@ -204,37 +237,61 @@ fn hue_pixel(r: f32, g: f32, b: f32, hf: f32) -> [u8; 3] {
     let h = remainder1(h + hf);
     let v = maxc;
     let h6 = h * 6.0;
-    let i = h6.floor();
-    let f = h6 - i;
+    let fi = h6.floor();
+    let f = h6 - fi;
     let sxf = s * f;
     let one_minus_s = 1.0 - s;
     let q = ((1.0 - sxf) * v).clamp(0.0, 1.0);
     let t = ((sxf + one_minus_s) * v).clamp(0.0, 1.0);
     let p = (one_minus_s * v).clamp(0.0, 1.0);
-    let (ro, go, bo) = match (i as i32).rem_euclid(6) {
-        0 => (v, t, p),
-        1 => (q, v, p),
-        2 => (p, v, t),
-        3 => (p, q, v),
-        4 => (t, p, v),
-        _ => (v, p, q),
+    // i = floor(h6) mod 6 with h in [0, 1]: 6 wraps to 0.
+    let i = if fi >= 6.0 { 0.0 } else { fi };
+    // r: [v,q,p,p,t,v]  g: [t,v,v,q,p,p]  b: [p,p,t,v,v,q]
+    let ro = if i == 1.0 {
+        q
+    } else if i == 2.0 || i == 3.0 {
+        p
+    } else if i == 4.0 {
+        t
+    } else {
+        v
+    };
+    let go = if i == 0.0 {
+        t
+    } else if i == 3.0 {
+        q
+    } else if i >= 4.0 {
+        p
+    } else {
+        v
+    };
+    let bo = if i <= 1.0 {
+        p
+    } else if i == 2.0 {
+        t
+    } else if i == 5.0 {
+        q
+    } else {
+        v
     };
     // to_dtype(float -> uint8, scale=True): x * (255 + 1 - 1e-3), truncated.
     const SCALE: f32 = (255.0f64 + 1.0 - 1e-3) as f32;
-    [(ro * SCALE) as u8, (go * SCALE) as u8, (bo * SCALE) as u8]
+    (ro * SCALE, go * SCALE, bo * SCALE)
 }
 
-/// C `fmodf(x, 1.0)`.
+/// C `fmodf(x, 1.0)`: the fractional part keeps the sign of `x` and is
+/// exactly representable, so `x - trunc(x)` is exact (and vectorises,
+/// unlike the libm call `%` compiles to).
 #[inline(always)]
 fn fmod1(x: f32) -> f32 {
-    x % 1.0
+    x - x.trunc()
 }
 
 /// torch `remainder(x, 1.0)` for float: fmod, then shift negatives up.
 #[inline(always)]
 fn remainder1(x: f32) -> f32 {
-    let m = x % 1.0;
-    if m != 0.0 && m < 0.0 {
+    let m = fmod1(x);
+    if m < 0.0 {
         m + 1.0
     } else {
         m
@@ -259,20 +316,42 @@ pub fn to_grayscale(img: &Image, num_output_channels: usize) -> Result<Image> {
             "num_output_channels must be 1 or 3, got {num_output_channels}"
         ));
     }
-    let gray: Vec<u8> = if img.channels == 1 {
-        img.data.clone()
-    } else {
-        img.data
-            .chunks_exact(3)
-            .map(|p| gray_f32(p[0], p[1], p[2]) as u8)
-            .collect()
-    };
-    let data = if num_output_channels == 1 {
-        gray
-    } else {
-        crate::convert::gray_to_rgb_buf(&gray)
-    };
-    Image::new(img.height, img.width, num_output_channels, data)
+    let px = img.pixels();
+    if img.channels == 1 {
+        let data = if num_output_channels == 1 {
+            img.data.clone()
+        } else {
+            crate::convert::gray_to_rgb_buf(&img.data)
+        };
+        return Image::new(img.height, img.width, num_output_channels, data);
+    }
+    let mut out = vec![0u8; px * num_output_channels];
+    grayscale_kernel(&img.data, &mut out, num_output_channels);
+    Image::new(img.height, img.width, num_output_channels, out)
+}
+
+multiversion! {
+    /// trunc(gray) of interleaved RGB into 1 or 3 output channels.
+    fn grayscale_kernel(data: &[u8], out: &mut [u8], nout: usize) {
+        for (chunk, o) in data.chunks(3 * BLOCK).zip(out.chunks_mut(nout * BLOCK)) {
+            let (mut r, mut g, mut b) = ([0f32; BLOCK], [0f32; BLOCK], [0f32; BLOCK]);
+            load_rgb(chunk, &mut r, &mut g, &mut b);
+            let mut y = [0u8; BLOCK];
+            for i in 0..BLOCK {
+                y[i] = sat_u8(gray_lane(r[i], g[i], b[i]));
+            }
+            if nout == 1 {
+                let n = o.len();
+                o.copy_from_slice(&y[..n]);
+            } else {
+                for (p, &v) in o.chunks_exact_mut(3).zip(y.iter()) {
+                    p[0] = v;
+                    p[1] = v;
+                    p[2] = v;
+                }
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -304,6 +383,122 @@ mod tests {
         // hue 0 round-trips through HSV; torchvision's x*255.999 truncation
         // makes it exact for uint8.
         assert_eq!(x, img);
+    }
+
+    /// Straightforward per-pixel transcription of torchvision's formulas.
+    fn reference(img: &Image, op: &str, f: f64) -> Vec<u8> {
+        let g = |p: &[u8]| (f32::from(p[0]) * WR + f32::from(p[1]) * WG) + f32::from(p[2]) * WB;
+        let mut out = img.data.clone();
+        match op {
+            "saturation" => {
+                for p in out.chunks_exact_mut(3) {
+                    let t = g(p).floor() * (1.0 - f) as f32;
+                    for v in p.iter_mut() {
+                        *v = (f32::from(*v) * f as f32 + t).clamp(0.0, 255.0) as u8;
+                    }
+                }
+            }
+            "gray" => return img.data.chunks_exact(3).map(|p| g(p) as u8).collect(),
+            _ => {
+                // hue, with branches and libm fmod as written in torch
+                for p in out.chunks_exact_mut(3) {
+                    let inv = (1.0f64 / 255.0) as f32;
+                    let (r, gg, b) = (
+                        f32::from(p[0]) * inv,
+                        f32::from(p[1]) * inv,
+                        f32::from(p[2]) * inv,
+                    );
+                    let maxc = r.max(gg).max(b);
+                    let minc = r.min(gg).min(b);
+                    let eqc = maxc == minc;
+                    let cr = maxc - minc;
+                    let s = cr / if eqc { 1.0 } else { maxc };
+                    let crd = if eqc { 1.0 } else { cr };
+                    let (rc, gc, bc) = ((maxc - r) / crd, (maxc - gg) / crd, (maxc - b) / crd);
+                    let h = if maxc == r {
+                        bc - gc
+                    } else if maxc == gg {
+                        (rc + 2.0) - bc
+                    } else {
+                        (gc + 4.0) - rc
+                    };
+                    let h = (h * (1.0f64 / 6.0) as f32 + 1.0) % 1.0;
+                    let mut h = (h + f as f32) % 1.0;
+                    if h < 0.0 {
+                        h += 1.0;
+                    }
+                    let h6 = h * 6.0;
+                    let i = h6.floor();
+                    let fr = h6 - i;
+                    let (sxf, oms) = (s * fr, 1.0 - s);
+                    let q = ((1.0 - sxf) * maxc).clamp(0.0, 1.0);
+                    let t = ((sxf + oms) * maxc).clamp(0.0, 1.0);
+                    let pp = (oms * maxc).clamp(0.0, 1.0);
+                    let v = maxc;
+                    let (ro, go, bo) = match (i as i32).rem_euclid(6) {
+                        0 => (v, t, pp),
+                        1 => (q, v, pp),
+                        2 => (pp, v, t),
+                        3 => (pp, q, v),
+                        4 => (t, pp, v),
+                        _ => (v, pp, q),
+                    };
+                    let sc = (255.0f64 + 1.0 - 1e-3) as f32;
+                    p.copy_from_slice(&[(ro * sc) as u8, (go * sc) as u8, (bo * sc) as u8]);
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn blocked_kernels_match_scalar_reference_on_both_paths() {
+        // 7x11 = 77 pixels: one full 64-pixel block plus a tail.
+        let mut s = 12345u32;
+        let data: Vec<u8> = (0..7 * 11 * 3)
+            .map(|_| {
+                s = s.wrapping_mul(1_103_515_245).wrapping_add(12345);
+                (s >> 16) as u8
+            })
+            .collect();
+        let img = Image::new(7, 11, 3, data).unwrap();
+        for baseline in [false, true] {
+            crate::simd::FORCE_BASELINE.with(|f| f.set(baseline));
+            for f in [0.0, 0.35, 1.7] {
+                let mut x = img.clone();
+                adjust_saturation(&mut x, f).unwrap();
+                assert_eq!(
+                    x.data,
+                    reference(&img, "saturation", f),
+                    "saturation {f} baseline={baseline}"
+                );
+            }
+            for hf in [-0.5, -0.13, 0.0, 0.26, 0.5] {
+                let mut x = img.clone();
+                adjust_hue(&mut x, hf).unwrap();
+                assert_eq!(
+                    x.data,
+                    reference(&img, "hue", hf),
+                    "hue {hf} baseline={baseline}"
+                );
+            }
+            assert_eq!(
+                to_grayscale(&img, 1).unwrap().data,
+                reference(&img, "gray", 0.0)
+            );
+            let mut x = img.clone();
+            adjust_contrast(&mut x, 0.5).unwrap();
+            let sum: u64 = img
+                .data
+                .chunks_exact(3)
+                .map(|p| {
+                    ((f32::from(p[0]) * WR + f32::from(p[1]) * WG) + f32::from(p[2]) * WB).floor()
+                        as u64
+                })
+                .sum();
+            assert_eq!(floored_gray_sum(&img.data), sum);
+        }
+        crate::simd::FORCE_BASELINE.with(|f| f.set(false));
     }
 
     #[test]

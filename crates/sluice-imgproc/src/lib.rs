@@ -61,6 +61,7 @@ mod geometry;
 mod image;
 mod orient;
 mod random;
+mod simd;
 mod tensor;
 
 pub use blur::{gaussian_blur, gaussian_kernel1d};

@@ -2,6 +2,7 @@
 
 use crate::error::{invalid, Result};
 use crate::image::Image;
+use crate::simd::{load_rgb, multiversion, BLOCK};
 
 /// Fills per-channel 256-entry tables `((v * (1/255)) - mean) / std` in
 /// float32 — torchvision's `to_dtype(float32, scale=True)` (a multiply by
@@ -51,15 +52,45 @@ pub fn normalize_into(img: &Image, mean: &[f32], std: &[f32], out: &mut [f32]) -
         }
         return Ok(());
     }
-    // De-interleave with three output streams; each write is sequential.
     let (p0, rest) = out.split_at_mut(plane);
     let (p1, p2) = rest.split_at_mut(plane);
-    for (i, px) in img.data.chunks_exact(3).enumerate() {
-        p0[i] = lut[0][usize::from(px[0])];
-        p1[i] = lut[1][usize::from(px[1])];
-        p2[i] = lut[2][usize::from(px[2])];
-    }
+    let mean = [mean[0], mean[1], mean[2]];
+    let std = [std[0], std[1], std[2]];
+    normalize_rgb_kernel(&img.data, p0, p1, p2, mean, std);
     Ok(())
+}
+
+multiversion! {
+    /// The same float ops as the tables, on 64-pixel blocks so the
+    /// de-interleave and the divisions vectorise (a table lookup per
+    /// sample does not).
+    fn normalize_rgb_kernel(
+        data: &[u8],
+        p0: &mut [f32],
+        p1: &mut [f32],
+        p2: &mut [f32],
+        mean: [f32; 3],
+        std: [f32; 3],
+    ) {
+        let inv = (1.0f64 / 255.0) as f32;
+        let planes = p0
+            .chunks_mut(BLOCK)
+            .zip(p1.chunks_mut(BLOCK))
+            .zip(p2.chunks_mut(BLOCK));
+        for (chunk, ((o0, o1), o2)) in data.chunks(3 * BLOCK).zip(planes) {
+            let (mut r, mut g, mut b) = ([0f32; BLOCK], [0f32; BLOCK], [0f32; BLOCK]);
+            load_rgb(chunk, &mut r, &mut g, &mut b);
+            for i in 0..BLOCK {
+                r[i] = (r[i] * inv - mean[0]) / std[0];
+                g[i] = (g[i] * inv - mean[1]) / std[1];
+                b[i] = (b[i] * inv - mean[2]) / std[2];
+            }
+            let n = o0.len();
+            o0.copy_from_slice(&r[..n]);
+            o1.copy_from_slice(&g[..n]);
+            o2.copy_from_slice(&b[..n]);
+        }
+    }
 }
 
 /// float32 CHW `(x/255 - mean) / std` (torchvision `to_dtype(float32,
@@ -96,6 +127,24 @@ pub fn to_tensor(img: &Image) -> Result<Vec<f32>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kernel_equals_tables() {
+        let data: Vec<u8> = (0..=255u8).cycle().take(3 * 150).collect();
+        let img = Image::new(10, 15, 3, data).unwrap();
+        let (m, s) = ([0.485f32, 0.456, 0.406], [0.229f32, 0.224, 0.225]);
+        let t = luts(&m, &s, 3).unwrap();
+        for baseline in [false, true] {
+            crate::simd::FORCE_BASELINE.with(|f| f.set(baseline));
+            let got = normalize(&img, &m, &s).unwrap();
+            for (i, px) in img.data.chunks_exact(3).enumerate() {
+                for c in 0..3 {
+                    assert_eq!(got[c * 150 + i], t[c][usize::from(px[c])]);
+                }
+            }
+        }
+        crate::simd::FORCE_BASELINE.with(|f| f.set(false));
+    }
 
     #[test]
     fn bad_arguments() {

@@ -1,0 +1,126 @@
+//! Runtime CPU dispatch for the hot loops.
+//!
+//! The kernels are plain Rust loops written so LLVM can vectorise them
+//! (branch-free, structure-of-arrays blocks). Compiled for the x86-64
+//! baseline they only get SSE2, and `floor`/`round` become libm calls; the
+//! `multiversion!` macro compiles the same body a second time with AVX2
+//! enabled and picks it at run time. No `mul_add` is used anywhere, so both
+//! versions round identically (LLVM does not contract float ops on its
+//! own) and results do not depend on the CPU.
+
+/// Defines `fn $name(args) -> ret` twice (baseline and AVX2+FMA) and
+/// dispatches on the running CPU.
+macro_rules! multiversion {
+    ($(#[$m:meta])* $vis:vis fn $name:ident($($arg:ident : $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
+        $(#[$m])*
+        $vis fn $name($($arg: $ty),*) $(-> $ret)? {
+            #[inline(always)]
+            fn inner($($arg: $ty),*) $(-> $ret)? $body
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx2,fma")]
+                unsafe fn avx2($($arg: $ty),*) $(-> $ret)? {
+                    inner($($arg),*)
+                }
+                if $crate::simd::use_avx2() {
+                    // SAFETY: the CPU supports the features `avx2` was compiled for.
+                    return unsafe { avx2($($arg),*) };
+                }
+            }
+            inner($($arg),*)
+        }
+    };
+}
+pub(crate) use multiversion;
+
+#[cfg(test)]
+thread_local! {
+    /// Tests flip this to run the baseline versions on an AVX2 machine.
+    pub(crate) static FORCE_BASELINE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether to take the AVX2+FMA versions (cached by std's detection).
+#[cfg(target_arch = "x86_64")]
+#[inline]
+pub(crate) fn use_avx2() -> bool {
+    #[cfg(test)]
+    if FORCE_BASELINE.with(|f| f.get()) {
+        return false;
+    }
+    std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
+}
+
+/// Round half to even for `0 <= x < 2^22` (torch's `round_`) without a
+/// libm call: adding 1.5 * 2^23 leaves no fraction bits, so the FPU's
+/// default round-to-nearest-even does the rounding.
+#[inline(always)]
+pub(crate) fn round_even_small(x: f32) -> f32 {
+    const MAGIC: f32 = 12_582_912.0; // 1.5 * 2^23
+    (x + MAGIC) - MAGIC
+}
+
+/// `x as u8` (truncate toward zero, saturate to 0..=255, NaN -> 0) in a
+/// form LLVM vectorises: the saturating `as` cast from f32 to u8 is
+/// scalarised (one min/max/convert/insert per lane), clamp-then-convert
+/// becomes a handful of vector instructions.
+#[inline(always)]
+pub(crate) fn sat_u8(x: f32) -> u8 {
+    // Not `clamp`: that keeps NaN, and NaN must become 0 before the
+    // unchecked conversion. `max` returns the non-NaN operand.
+    #[allow(clippy::manual_clamp)]
+    let c = x.max(0.0).min(255.0);
+    // SAFETY: `c` is finite and in [0, 255], representable in i32.
+    (unsafe { c.to_int_unchecked::<i32>() }) as u8
+}
+
+/// Pixels per structure-of-arrays block in the colour kernels.
+pub(crate) const BLOCK: usize = 64;
+
+/// De-interleaves up to [`BLOCK`] RGB pixels into three float arrays;
+/// returns the pixel count.
+#[inline(always)]
+pub(crate) fn load_rgb(
+    chunk: &[u8],
+    r: &mut [f32; BLOCK],
+    g: &mut [f32; BLOCK],
+    b: &mut [f32; BLOCK],
+) -> usize {
+    let mut n = 0;
+    for (p, ((r, g), b)) in chunk
+        .chunks_exact(3)
+        .zip(r.iter_mut().zip(g.iter_mut()).zip(b.iter_mut()))
+    {
+        *r = f32::from(p[0]);
+        *g = f32::from(p[1]);
+        *b = f32::from(p[2]);
+        n += 1;
+    }
+    n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sat_u8_matches_as_cast() {
+        for x in [
+            -1e30f32, -300.0, -1.0, -0.5, 0.0, 0.3, 1.999, 127.5, 254.99, 255.0, 255.5, 1e9,
+        ] {
+            assert_eq!(sat_u8(x), x as u8, "{x}");
+        }
+        assert_eq!(sat_u8(f32::NAN), 0);
+        assert_eq!(sat_u8(f32::INFINITY), 255);
+        assert_eq!(sat_u8(f32::NEG_INFINITY), 0);
+    }
+
+    #[test]
+    fn round_even_matches_std() {
+        for i in -20..600 {
+            let x = i as f32 * 0.5;
+            assert_eq!(round_even_small(x), x.round_ties_even(), "{x}");
+            let y = i as f32 * 0.37 + 0.001;
+            assert_eq!(round_even_small(y), y.round_ties_even(), "{y}");
+        }
+    }
+}

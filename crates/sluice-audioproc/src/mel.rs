@@ -143,6 +143,13 @@ impl MelFilterbank {
             ));
         }
         let n_freq = cfg.n_fft / 2 + 1;
+        // A typo'd config (n_mels = 1e9) must be an error, not an allocation failure abort.
+        if cfg.n_mels.checked_mul(n_freq).is_none_or(|n| n > 1 << 28) {
+            return Err(invalid!(
+                "mel filterbank of {} x {n_freq} weights is unreasonably large",
+                cfg.n_mels
+            ));
+        }
         // np.fft.rfftfreq(n_fft, d=1/sr), same operation order.
         let val = 1.0 / (cfg.n_fft as f64 * (1.0 / sr));
         let fftfreqs: Vec<f64> = (0..n_freq).map(|k| k as f64 * val).collect();
@@ -310,6 +317,8 @@ mod tests {
         assert!(MelFilterbank::new(MelConfig::new(0, 400, 80)).is_err());
         assert!(MelFilterbank::new(MelConfig::new(16_000, 0, 80)).is_err());
         assert!(MelFilterbank::new(MelConfig::new(16_000, 400, 0)).is_err());
+        assert!(MelFilterbank::new(MelConfig::new(16_000, 400, usize::MAX)).is_err());
+        assert!(MelFilterbank::new(MelConfig::new(16_000, 1 << 20, 1 << 10)).is_err());
         let mut cfg = MelConfig::new(16_000, 400, 80);
         cfg.fmin = 9000.0;
         assert!(MelFilterbank::new(cfg).is_err());

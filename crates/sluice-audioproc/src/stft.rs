@@ -154,8 +154,9 @@ impl Stft {
 
     /// Plan an STFT from a [`StftConfig`].
     pub fn from_config(cfg: StftConfig) -> Result<Self> {
-        if cfg.n_fft == 0 {
-            return Err(invalid!("n_fft must be positive"));
+        // The upper bound keeps a typo'd config an error instead of an allocation abort.
+        if cfg.n_fft == 0 || cfg.n_fft > 1 << 24 {
+            return Err(invalid!("n_fft must be in 1..=2^24, got {}", cfg.n_fft));
         }
         if cfg.hop_length == 0 {
             return Err(invalid!("hop_length must be positive"));
@@ -432,6 +433,7 @@ mod tests {
     #[test]
     fn bad_parameters_are_errors() {
         assert!(Stft::new(0, 160, None, Window::Hann, true).is_err());
+        assert!(Stft::new(usize::MAX, 160, None, Window::Hann, true).is_err());
         assert!(Stft::new(400, 0, None, Window::Hann, true).is_err());
         assert!(Stft::new(400, 160, Some(401), Window::Hann, true).is_err());
         assert!(Stft::new(400, 160, Some(0), Window::Hann, true).is_err());

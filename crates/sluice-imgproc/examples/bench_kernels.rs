@@ -15,9 +15,10 @@ use std::time::Instant;
 
 use sluice_imgproc::*;
 
-/// This thread's CPU time in ns (Linux `CLOCK_THREAD_CPUTIME_ID`), so the
-/// numbers stay meaningful while other processes compete for the cores;
-/// wall time elsewhere.
+/// This process's CPU time in ns (Linux `CLOCK_PROCESS_CPUTIME_ID`), so
+/// the numbers stay meaningful while other processes compete for the cores
+/// and include helper threads a decoder may spawn (jpeg-decoder does for
+/// large outputs); wall time elsewhere.
 #[cfg(target_os = "linux")]
 fn cpu_ns(_start: Instant) -> u64 {
     #[repr(C)]
@@ -28,13 +29,13 @@ fn cpu_ns(_start: Instant) -> u64 {
     extern "C" {
         fn clock_gettime(clock: i32, tp: *mut Timespec) -> i32;
     }
-    const CLOCK_THREAD_CPUTIME_ID: i32 = 3;
+    const CLOCK_PROCESS_CPUTIME_ID: i32 = 2;
     let mut ts = Timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: valid out-pointer; the clock id is a Linux constant.
-    unsafe { clock_gettime(CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    unsafe { clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
@@ -138,7 +139,7 @@ fn main() {
             ),
         );
         add(
-            "decode (zune-jpeg, full)",
+            "decode (full size)",
             median_us(
                 || {
                     black_box(decode(bytes, &opts).unwrap());
@@ -165,6 +166,24 @@ fn main() {
             median_us(
                 || {
                     black_box(decode_scaled(bytes, &opts, h / 2, w / 2).unwrap());
+                },
+                10,
+            ),
+        );
+        add(
+            "decode_scaled 1/4 (forced)",
+            median_us(
+                || {
+                    black_box(decode_scaled(bytes, &opts, h / 4, w / 4).unwrap());
+                },
+                10,
+            ),
+        );
+        add(
+            "decode_scaled 1/8 (forced)",
+            median_us(
+                || {
+                    black_box(decode_scaled(bytes, &opts, h / 8, w / 8).unwrap());
                 },
                 10,
             ),

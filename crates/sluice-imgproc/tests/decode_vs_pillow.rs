@@ -87,3 +87,21 @@ fn png_matches_pillow_exactly() {
     }
     assert!(n >= 18, "only {n} PNG fixtures");
 }
+
+/// With the libjpeg-turbo backend, 1- and 3-component JPEGs decode through
+/// Pillow's own library with Pillow's settings: bit-exact.
+#[cfg(feature = "turbojpeg")]
+#[test]
+fn turbojpeg_backend_is_pillow_exact() {
+    for name in [
+        "photo_420.jpg",
+        "photo_444.jpg",
+        "photo_422.jpg",
+        "photo_prog.jpg",
+        "photo_restart.jpg",
+        "photo_odd.jpg",
+    ] {
+        check(name, "rgb", &RGB, 0.0, 0);
+    }
+    check("photo_gray.jpg", "l", &L, 0.0, 0);
+}

@@ -73,14 +73,18 @@ fn scaled_decode_then_resize_close_to_full_decode_then_resize() {
 #[test]
 fn denominator_choice() {
     let bytes = read("coffee_320x240.jpg");
-    for (h, w, want) in [
-        (120, 160, 2),
+    // The pure-Rust backend skips 1/2 (slower than a full zune decode).
+    let half = if cfg!(feature = "turbojpeg") { 2 } else { 1 };
+    let cases = [
+        (120, 160, half),
         (60, 80, 4),
+        (61, 80, half),
         (30, 40, 8),
         (121, 160, 1),
         (1, 161, 1),
         (0, 0, 8),
-    ] {
+    ];
+    for (h, w, want) in cases {
         let (img, d) = decode_scaled(&bytes, &DecodeOptions::default(), h, w).unwrap();
         assert_eq!(d, want, "{h}x{w}");
         assert!(img.height >= h && img.width >= w);
@@ -120,9 +124,9 @@ fn scaled_crop_maps_coordinates() {
 fn scaled_decode_handles_orientation_gray_cmyk_and_png() {
     // Orientation 6 swaps axes: a request in upright terms.
     let o = read("orient_6.jpg");
-    let (img, d) = decode_scaled(&o, &DecodeOptions::default(), 12, 8).unwrap();
-    assert_eq!(d, 2);
-    assert_eq!((img.height, img.width), (12, 8));
+    let (img, d) = decode_scaled(&o, &DecodeOptions::default(), 6, 4).unwrap();
+    assert_eq!(d, 4);
+    assert_eq!((img.height, img.width), (6, 4));
     for name in [
         "photo_gray.jpg",
         "photo_cmyk.jpg",
@@ -131,12 +135,13 @@ fn scaled_decode_handles_orientation_gray_cmyk_and_png() {
     ] {
         let bytes = read(name);
         let full = decode(&bytes, &DecodeOptions::default()).unwrap();
-        let (img, d) = decode_scaled(&bytes, &DecodeOptions::default(), 18, 24).unwrap();
-        assert_eq!(d, 2, "{name}");
+        let (img, d) = decode_scaled(&bytes, &DecodeOptions::default(), 9, 12).unwrap();
+        assert_eq!(d, 4, "{name}");
         let b = resize(&full, img.height, img.width, Filter::Bilinear, true).unwrap();
         let p = psnr(&img.data, &b.data);
-        println!("{name}: 1/2 vs full+resize PSNR {p:.1}");
-        // 48x36 photos: most energy is in the detail a half-size IDCT drops.
+        println!("{name}: 1/4 vs full+resize PSNR {p:.1}");
+        // 48x36 photos cut to 12x9: most energy is in the detail a reduced
+        // IDCT drops, so only gross errors (wrong colours, shifts) fail.
         // The YCCK file is CMYK data relabelled, i.e. extreme chroma, which
         // the YCC->RGB matrix amplifies; exact conversion is unit-tested.
         let floor = if name == "photo_ycck.jpg" { 22.0 } else { 28.0 };

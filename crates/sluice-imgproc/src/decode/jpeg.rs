@@ -278,6 +278,11 @@ pub(crate) fn decode_jpeg(bytes: &[u8], opts: &DecodeOptions) -> Result<Image> {
         opts.max_pixels,
     )?;
     let four = four_channel_kind(&header);
+    #[cfg(feature = "turbojpeg")]
+    if four.is_none() {
+        let (samples, h, w) = tj::decode(bytes, &header, 1)?;
+        return finish(&header, samples, h, w, None, opts.mode);
+    }
     let decoded = guarded("JPEG", || {
         let out_cs = match (header.components, four) {
             (1, _) => ColorSpace::Luma,
@@ -347,17 +352,22 @@ fn decode_jd_full(bytes: &[u8], header: &JpegHeader, opts: &DecodeOptions) -> Re
     )
 }
 
-/// Decodes a JPEG at the smallest DCT scale (1/8, 1/4, 1/2 or 1/1) whose
-/// upright output is still at least `min_h` x `min_w`, and returns the image
-/// with the scale denominator used (1, 2, 4 or 8). Output sides are
-/// `ceil(side / denominator)`, as in libjpeg.
+/// Decodes a JPEG at the smallest DCT scale (1/8, 1/4, 1/2) whose upright
+/// output is still at least `min_h` x `min_w`, or at full size, and returns
+/// the image with the scale denominator used (1, 2, 4 or 8). Output sides
+/// are `ceil(side / denominator)`, as in libjpeg.
 ///
 /// Reduced-size IDCTs skip most of the dequantise/IDCT/upsample/colour work
-/// and shrink everything downstream (crop/resize), which is the big saving
-/// when a random crop is resized to 224 px. Denominators > 1 use the pure-Rust
-/// `jpeg-decoder` crate (`Decoder::scale`); denominator 1 (and PNG input)
-/// falls back to [`decode`](crate::decode). `min_h`/`min_w` are in the
-/// upright (EXIF-oriented) frame, like [`jpeg_dimensions`].
+/// and shrink everything downstream (crop/resize), which is the saving when
+/// a random crop of a large photo is resized to 224 px. Backends:
+/// * default (pure Rust): the `jpeg-decoder` crate's `Decoder::scale`, used
+///   only for 1/4 and 1/8, the scales where it beats a full zune-jpeg
+///   decode (numbers in README.md);
+/// * feature `turbojpeg`: libjpeg-turbo for 1/2, 1/4 and 1/8.
+///
+/// Anything else (denominator 1, PNG input) is a plain
+/// [`decode`](crate::decode). `min_h`/`min_w` are in the upright
+/// (EXIF-oriented) frame, like [`jpeg_dimensions`].
 ///
 /// To resize a crop `(top, left, h, w)` of the full image to `out_h x out_w`,
 /// ask for `min_h = ceil(out_h * H / h)` (likewise for width) and divide
@@ -368,14 +378,14 @@ fn decode_jd_full(bytes: &[u8], header: &JpegHeader, opts: &DecodeOptions) -> Re
 /// let f = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/coffee_320x240.jpg")).unwrap();
 /// let (hh, ww) = jpeg_dimensions(&f).unwrap();
 /// let (top, left, h, w) = (20, 40, 200, 260); // full-resolution crop
-/// let min_h = (56 * hh).div_ceil(h);
-/// let min_w = (56 * ww).div_ceil(w);
+/// let min_h = (40 * hh).div_ceil(h);
+/// let min_w = (40 * ww).div_ceil(w);
 /// let (img, d) = decode_scaled(&f, &DecodeOptions::default(), min_h, min_w).unwrap();
-/// assert_eq!(d, 2);
+/// assert_eq!(d, 4); // 60x80 still covers the 48x50 the crop needs
 /// let s = d as f64;
 /// let b = CropBox { top: top as f64 / s, left: left as f64 / s, height: h as f64 / s, width: w as f64 / s };
-/// let out = resized_crop_box(&img, b, 56, 56, Filter::Bilinear, true).unwrap();
-/// assert_eq!((out.height, out.width), (56, 56));
+/// let out = resized_crop_box(&img, b, 40, 40, Filter::Bilinear, true).unwrap();
+/// assert_eq!((out.height, out.width), (40, 40));
 /// ```
 pub fn decode_scaled(
     bytes: &[u8],
@@ -399,14 +409,26 @@ pub fn decode_scaled(
     } else {
         (min_h, min_w)
     };
-    let denom = [8usize, 4, 2]
-        .into_iter()
+    let denom = SCALED_DENOMINATORS
+        .iter()
+        .copied()
         .find(|&d| sh.div_ceil(d) >= req_h.max(1) && sw.div_ceil(d) >= req_w.max(1));
     let Some(denom) = denom else {
         return decode_jpeg(bytes, opts).map(|i| (i, 1));
     };
     let (oh, ow) = (sh.div_ceil(denom), sw.div_ceil(denom));
     let four = four_channel_kind(&header);
+    #[cfg(feature = "turbojpeg")]
+    if four.is_none() {
+        let (samples, h, w) = tj::decode(bytes, &header, denom)?;
+        if (h, w) == (oh, ow) {
+            let img = finish(&header, samples, h, w, None, opts.mode)?;
+            return Ok((img, denom as u32));
+        }
+        return Err(ImageError::Corrupt(
+            "libjpeg-turbo returned an unexpected size".into(),
+        ));
+    }
     let scaled = guarded("JPEG", || {
         let mut dec = jpeg_decoder::Decoder::new(bytes);
         jd_setup_four(&mut dec, four);
@@ -453,11 +475,82 @@ fn jd_four_to_stored_cmyk(mut samples: Vec<u8>) -> Vec<u8> {
     samples
 }
 
+/// Denominators [`decode_scaled`] may use, largest first.
+///
+/// With libjpeg-turbo every scale pays off. jpeg-decoder's Huffman decoding
+/// is slower than zune-jpeg's, so its 1/2-scale decode costs *more* CPU than
+/// a full zune decode (1.46 ms vs 1.20 ms on 0.19 MP photos, counting the
+/// helper threads it spawns); only 1/4 and 1/8 are cheaper (~0.9 ms), so
+/// the pure-Rust build does not use 1/2 (README.md has the numbers).
+#[cfg(feature = "turbojpeg")]
+const SCALED_DENOMINATORS: [usize; 3] = [8, 4, 2];
+#[cfg(not(feature = "turbojpeg"))]
+const SCALED_DENOMINATORS: [usize; 2] = [8, 4];
+
 fn map_jd_err(e: jpeg_decoder::Error) -> ImageError {
     match e {
         jpeg_decoder::Error::Unsupported(u) => ImageError::Unsupported(format!("JPEG: {u:?}")),
         jpeg_decoder::Error::Io(e) => ImageError::Truncated(format!("JPEG: {e}")),
         other => ImageError::Corrupt(format!("JPEG: {other}")),
+    }
+}
+
+/// The optional libjpeg-turbo backend (feature `turbojpeg`): the decoder
+/// Pillow itself uses, with the same defaults (accurate integer IDCT, fancy
+/// upsampling), so full-size decodes match Pillow exactly; its scaled IDCTs
+/// are also the fastest option measured (README.md).
+#[cfg(feature = "turbojpeg")]
+mod tj {
+    use std::cell::RefCell;
+
+    use super::{JpegHeader, Result};
+    use crate::error::ImageError;
+
+    thread_local! {
+        // A TurboJPEG handle per thread, reused across images.
+        static DEC: RefCell<Option<turbojpeg::Decompressor>> = const { RefCell::new(None) };
+    }
+
+    /// Decodes a 1- or 3-component JPEG at 1/`denom` scale into gray or RGB.
+    pub(super) fn decode(
+        bytes: &[u8],
+        header: &JpegHeader,
+        denom: usize,
+    ) -> Result<(Vec<u8>, usize, usize)> {
+        let err = |e: turbojpeg::Error| ImageError::Corrupt(format!("JPEG (libjpeg-turbo): {e}"));
+        DEC.with(|cell| {
+            let mut slot = cell.borrow_mut();
+            if slot.is_none() {
+                *slot = Some(turbojpeg::Decompressor::new().map_err(err)?);
+            }
+            let Some(dec) = slot.as_mut() else {
+                return Err(ImageError::Corrupt("libjpeg-turbo unavailable".into()));
+            };
+            let factor = turbojpeg::ScalingFactor::new(1, denom);
+            dec.set_scaling_factor(factor).map_err(err)?;
+            let hdr = dec.read_header(bytes).map_err(err)?;
+            if (hdr.height, hdr.width) != (usize::from(header.height), usize::from(header.width)) {
+                return Err(ImageError::Corrupt(
+                    "libjpeg-turbo disagrees with the SOF size".into(),
+                ));
+            }
+            let (h, w) = (factor.scale(hdr.height), factor.scale(hdr.width));
+            let (format, per) = if header.components == 1 {
+                (turbojpeg::PixelFormat::GRAY, 1)
+            } else {
+                (turbojpeg::PixelFormat::RGB, 3)
+            };
+            let mut pixels = vec![0u8; h * w * per];
+            let image = turbojpeg::Image {
+                pixels: pixels.as_mut_slice(),
+                width: w,
+                pitch: w * per,
+                height: h,
+                format,
+            };
+            dec.decompress(bytes, image).map_err(err)?;
+            Ok((pixels, h, w))
+        })
     }
 }
 

@@ -70,7 +70,8 @@ pub fn gaussian_blur(img: &Image, kernel: (usize, usize), sigma: (f64, f64)) -> 
         return Ok(img.clone());
     }
     let (kx, ky) = (significant_taps(&kx), significant_taps(&ky));
-    if c == 3 && is_replicated_gray(&img.data) {
+    // Worth the check and the copies only when the kernel is not tiny.
+    if c == 3 && kx.len() + ky.len() > 6 && is_replicated_gray(&img.data) {
         // Typical after RandomGrayscale(num_output_channels=3): the three
         // channels would go through identical float ops, so blur one and
         // copy it (bit-identical, a third of the work).

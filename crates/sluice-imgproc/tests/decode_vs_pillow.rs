@@ -46,6 +46,7 @@ fn jpeg_photos_match_pillow() {
         "photo_gray.jpg",
         "photo_cmyk.jpg",
         "photo_ycck.jpg",
+        "photo_rgb_adobe.jpg",
     ] {
         // Different IDCT/upsampling implementations: mean <= 1 level is the
         // target; isolated pixels may differ more.

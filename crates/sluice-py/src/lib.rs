@@ -1,1 +1,21 @@
+//! `sluice._native`: the Python bindings. Translation only — every method forwards to the
+//! Rust API; conversions live in `convert`, error mapping in `errors`.
 
+mod convert;
+mod dataset;
+mod errors;
+mod iter;
+mod udf;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<dataset::PyDataset>()?;
+    m.add_class::<dataset::PyOp>()?;
+    m.add_class::<iter::PyIter>()?;
+    m.add("SluiceError", m.py().get_type::<errors::SluiceError>())?;
+    m.add("PipelineError", m.py().get_type::<errors::PipelineError>())?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

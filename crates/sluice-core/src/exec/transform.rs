@@ -45,7 +45,7 @@ impl Item {
 pub type Chunk = Vec<Item>;
 
 /// One stage's processing.
-pub(crate) trait Transform: Send {
+pub(crate) trait Transform: Send + Sync {
     fn push(&mut self, chunk: Chunk, out: &mut Vec<Chunk>) -> Result<()>;
     fn finish(&mut self, _out: &mut Vec<Chunk>) -> Result<()> {
         Ok(())

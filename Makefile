@@ -1,0 +1,45 @@
+# The two commands of the README: `make demo` and `make test`. Everything else is a helper.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# Build output lives outside the clone so CI and fresh clones rebuild incrementally.
+export CARGO_TARGET_DIR ?= $(HOME)/.cache/sluice-target
+MATURIN_PROFILE ?= release
+
+.PHONY: venv build demo test test-rust test-python lint bench bench-setup clean
+
+venv: $(VENV)/.deps-stamp
+
+$(VENV)/.deps-stamp: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "maturin>=1.5,<2" "numpy>=1.24" "pytest>=7" "pillow>=10" "psutil>=5"
+	touch $@
+
+build: venv
+	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop -q --profile $(MATURIN_PROFILE)
+
+demo: build
+	$(PY) examples/demo.py
+
+test: test-rust test-python
+
+test-rust:
+	cargo test --workspace --exclude sluice-py -q
+
+test-python: build
+	$(PY) -m pytest -q tests/python
+
+lint:
+	cargo fmt --all -- --check
+	cargo clippy --workspace --all-targets -- -D warnings
+
+bench-setup:
+	bash benchmarks/setup.sh
+
+bench: bench-setup
+	MATURIN_PROFILE=bench-release $(MAKE) build
+	.venv-bench/bin/python benchmarks/run.py
+
+clean:
+	rm -rf $(VENV)

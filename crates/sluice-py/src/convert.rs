@@ -1,0 +1,181 @@
+//! Values to and from Python. Tensors leave Rust without a copy: numpy takes ownership of
+//! the buffer (copy-on-write buffers are copied only when still shared).
+
+use numpy::ndarray::{ArrayD, IxDyn};
+use numpy::{IntoPyArray, PyArrayDyn, PyArrayMethods, PyUntypedArray};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+use sluice::{Error, Sample, Tensor, TensorData, Value};
+
+fn array<'py, T: numpy::Element>(
+    py: Python<'py>,
+    shape: Vec<usize>,
+    v: Vec<T>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let a = ArrayD::from_shape_vec(IxDyn(&shape), v)
+        .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))?;
+    Ok(a.into_pyarray(py).into_any())
+}
+
+/// A value as a Python object.
+pub fn value_to_py(py: Python<'_>, v: Value) -> PyResult<Bound<'_, PyAny>> {
+    Ok(match v {
+        Value::Null => py.None().into_bound(py),
+        Value::Bool(b) => PyBool::new(py, b).to_owned().into_any(),
+        Value::Int(i) => i.into_pyobject(py)?.into_any(),
+        Value::Float(f) => f.into_pyobject(py)?.into_any(),
+        Value::Str(s) => PyString::new(py, &s).into_any(),
+        Value::Bytes(b) => PyBytes::new(py, &b).into_any(),
+        Value::List(items) => {
+            let l = PyList::empty(py);
+            for it in items {
+                l.append(value_to_py(py, it)?)?;
+            }
+            l.into_any()
+        }
+        Value::Tensor(t) => {
+            let (shape, data) = t.into_parts();
+            match data {
+                TensorData::Bool(v) => array(py, shape, v)?,
+                TensorData::U8(v) => array(py, shape, v)?,
+                TensorData::I8(v) => array(py, shape, v)?,
+                TensorData::U16(v) => array(py, shape, v)?,
+                TensorData::I16(v) => array(py, shape, v)?,
+                TensorData::U32(v) => array(py, shape, v)?,
+                TensorData::I32(v) => array(py, shape, v)?,
+                TensorData::U64(v) => array(py, shape, v)?,
+                TensorData::I64(v) => array(py, shape, v)?,
+                TensorData::F32(v) => array(py, shape, v)?,
+                TensorData::F64(v) => array(py, shape, v)?,
+            }
+        }
+    })
+}
+
+/// A sample as a `dict`.
+pub fn sample_to_py(py: Python<'_>, s: Sample) -> PyResult<Bound<'_, PyDict>> {
+    let d = PyDict::new(py);
+    for (k, v) in s {
+        d.set_item(PyString::intern(py, &k), value_to_py(py, v)?)?;
+    }
+    Ok(d)
+}
+
+fn tensor_from<T: numpy::Element + Copy>(
+    arr: &Bound<'_, PyAny>,
+    wrap: fn(Vec<T>) -> TensorData,
+) -> Option<sluice::Result<Tensor>> {
+    let a = arr.cast::<PyArrayDyn<T>>().ok()?;
+    let ro = a.readonly();
+    let view = ro.as_array();
+    let shape = view.shape().to_vec();
+    let data: Vec<T> = match view.as_slice() {
+        Some(s) => s.to_vec(),
+        None => view.iter().copied().collect(),
+    };
+    Some(Tensor::new(shape, wrap(data)))
+}
+
+fn numpy_to_tensor(obj: &Bound<'_, PyAny>) -> sluice::Result<Tensor> {
+    macro_rules! try_types {
+        ($($t:ty => $var:ident),*) => {
+            $(if let Some(t) = tensor_from::<$t>(obj, TensorData::$var) { return t; })*
+        };
+    }
+    try_types!(u8 => U8, f32 => F32, i64 => I64, i32 => I32, f64 => F64, bool => Bool,
+               i8 => I8, u16 => U16, i16 => I16, u32 => U32, u64 => U64);
+    let dtype = obj
+        .getattr("dtype")
+        .and_then(|d| d.str())
+        .map(|s| s.to_string())
+        .unwrap_or_default();
+    Err(Error::type_error(format!(
+        "unsupported numpy dtype '{dtype}'"
+    )))
+}
+
+/// A Python object as a value.
+pub fn py_to_value(obj: &Bound<'_, PyAny>) -> sluice::Result<Value> {
+    if obj.is_none() {
+        return Ok(Value::Null);
+    }
+    if let Ok(b) = obj.cast::<PyBool>() {
+        return Ok(Value::Bool(b.is_true()));
+    }
+    if let Ok(i) = obj.cast::<PyInt>() {
+        return i
+            .extract::<i64>()
+            .map(Value::Int)
+            .map_err(|_| Error::type_error("integer does not fit in 64 bits"));
+    }
+    if let Ok(f) = obj.cast::<PyFloat>() {
+        return Ok(Value::Float(f.value()));
+    }
+    if let Ok(s) = obj.cast::<PyString>() {
+        return Ok(Value::Str(
+            s.to_cow()
+                .map_err(|e| Error::type_error(e.to_string()))?
+                .into(),
+        ));
+    }
+    if let Ok(b) = obj.cast::<PyBytes>() {
+        return Ok(Value::Bytes(b.as_bytes().into()));
+    }
+    if obj.cast::<PyUntypedArray>().is_ok() {
+        return numpy_to_tensor(obj).map(Value::Tensor);
+    }
+    if let Ok(l) = obj.cast::<PyList>() {
+        return l
+            .iter()
+            .map(|x| py_to_value(&x))
+            .collect::<sluice::Result<_>>()
+            .map(Value::List);
+    }
+    if let Ok(t) = obj.cast::<PyTuple>() {
+        return t
+            .iter()
+            .map(|x| py_to_value(&x))
+            .collect::<sluice::Result<_>>()
+            .map(Value::List);
+    }
+    // numpy scalars (np.int64(3), np.float32(1.5), ...) and other objects with .item().
+    if let Ok(item) = obj.call_method0("item") {
+        if !item.is(obj) && item.cast::<PyUntypedArray>().is_err() {
+            return py_to_value(&item);
+        }
+    }
+    let ty = obj
+        .get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_default();
+    Err(Error::type_error(format!(
+        "cannot convert a value of type '{ty}'; supported: None, bool, int, float, str, bytes, \
+         numpy arrays and scalars, lists/tuples of these"
+    )))
+}
+
+/// A `dict` as a sample (non-dicts are an error naming `what`).
+pub fn py_to_sample(obj: &Bound<'_, PyAny>, what: &str) -> sluice::Result<Sample> {
+    let d = obj.cast::<PyDict>().map_err(|_| {
+        let ty = obj
+            .get_type()
+            .name()
+            .map(|n| n.to_string())
+            .unwrap_or_default();
+        Error::type_error(format!("{what} must be a dict, got {ty}"))
+    })?;
+    let mut s = Sample::with_capacity(d.len());
+    for (k, v) in d.iter() {
+        let key = k
+            .cast::<PyString>()
+            .map_err(|_| Error::type_error(format!("{what}: field names must be str")))?
+            .to_cow()
+            .map_err(|e| Error::type_error(e.to_string()))?
+            .into_owned();
+        let value = py_to_value(&v)
+            .map_err(|e| Error::type_error(format!("{what}: field '{key}': {e}")))?;
+        s.set(key, value);
+    }
+    Ok(s)
+}

@@ -1,0 +1,221 @@
+//! `Dataset` and `Op`: one-line forwards to the Rust API.
+
+use std::sync::Arc;
+
+use pyo3::prelude::*;
+use pyo3::types::PyList;
+use sluice::{Dataset, ElemMode, IterOptions, LabelMode, OnError, OpRef, OpSpec, Utf8Errors};
+
+use crate::convert::py_to_sample;
+use crate::errors::IntoPy;
+use crate::iter::PyIter;
+use crate::udf::PyUdf;
+
+/// A built-in op, from its serde form.
+#[pyclass(name = "Op", module = "sluice._native", frozen)]
+pub struct PyOp {
+    pub op: OpRef,
+}
+
+#[pymethods]
+impl PyOp {
+    #[new]
+    fn new(spec_json: &str) -> PyResult<Self> {
+        let spec: OpSpec = serde_json::from_str(spec_json)
+            .map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("invalid op: {e}")))?;
+        Ok(PyOp {
+            op: spec.build().py()?,
+        })
+    }
+    #[getter]
+    fn name(&self) -> String {
+        self.op.name().to_string()
+    }
+    fn spec_json(&self) -> String {
+        self.op.spec().to_string()
+    }
+    fn __repr__(&self) -> String {
+        format!("Op({})", self.op.spec())
+    }
+}
+
+fn on_error(s: &str) -> PyResult<OnError> {
+    s.parse().py()
+}
+
+#[pyclass(name = "Dataset", module = "sluice._native", frozen)]
+pub struct PyDataset {
+    pub ds: Dataset,
+}
+
+fn wrap(ds: sluice::Result<Dataset>) -> PyResult<PyDataset> {
+    ds.map(|ds| PyDataset { ds }).py()
+}
+
+#[pymethods]
+impl PyDataset {
+    #[staticmethod]
+    fn range(n: u64) -> PyDataset {
+        PyDataset {
+            ds: Dataset::range(n),
+        }
+    }
+    #[staticmethod]
+    fn from_items(items: &Bound<'_, PyList>) -> PyResult<PyDataset> {
+        let samples = items
+            .iter()
+            .map(|it| py_to_sample(&it, "each item"))
+            .collect::<sluice::Result<Vec<_>>>()
+            .py()?;
+        Ok(PyDataset {
+            ds: Dataset::from_items(samples),
+        })
+    }
+    #[staticmethod]
+    fn read_files(paths: Vec<String>) -> PyResult<PyDataset> {
+        wrap(Dataset::read_files(&paths))
+    }
+    #[staticmethod]
+    fn read_images(paths: Vec<String>, parent_dir_labels: bool) -> PyResult<PyDataset> {
+        let mode = if parent_dir_labels {
+            LabelMode::ParentDir
+        } else {
+            LabelMode::None
+        };
+        wrap(Dataset::read_images(&paths, mode))
+    }
+    #[staticmethod]
+    fn read_text(paths: Vec<String>, replace_errors: bool) -> PyResult<PyDataset> {
+        let errors = if replace_errors {
+            Utf8Errors::Replace
+        } else {
+            Utf8Errors::Strict
+        };
+        wrap(Dataset::read_text(&paths, errors))
+    }
+    #[staticmethod]
+    fn read_jsonl(paths: Vec<String>) -> PyResult<PyDataset> {
+        wrap(Dataset::read_jsonl(&paths))
+    }
+    #[pyo3(signature = (op, on_error="raise", keep_position=None))]
+    fn map_op(
+        &self,
+        op: &PyOp,
+        on_error: &str,
+        keep_position: Option<bool>,
+    ) -> PyResult<PyDataset> {
+        wrap(
+            self.ds
+                .map(op.op.clone(), self::on_error(on_error)?, keep_position),
+        )
+    }
+    #[pyo3(signature = (func, name, mode, wants_rng=false, on_error="raise", keep_position=None))]
+    fn map_udf(
+        &self,
+        func: Py<PyAny>,
+        name: String,
+        mode: &str,
+        wants_rng: bool,
+        on_error: &str,
+        keep_position: Option<bool>,
+    ) -> PyResult<PyDataset> {
+        let mode = match mode {
+            "map" => ElemMode::Map,
+            "filter" => ElemMode::Filter,
+            "flat_map" => ElemMode::FlatMap,
+            other => {
+                return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                    "bad mode {other}"
+                )))
+            }
+        };
+        let op: OpRef = Arc::new(PyUdf {
+            func,
+            name,
+            mode,
+            wants_rng,
+        });
+        let on_error = self::on_error(on_error)?;
+        wrap(match mode {
+            ElemMode::Map => self.ds.map(op, on_error, keep_position),
+            ElemMode::Filter => self.ds.filter(op),
+            ElemMode::FlatMap => self.ds.flat_map(op),
+        })
+    }
+    fn map_batches_udf(
+        &self,
+        func: Py<PyAny>,
+        name: String,
+        batch_size: usize,
+    ) -> PyResult<PyDataset> {
+        let op: OpRef = Arc::new(PyUdf {
+            func,
+            name,
+            mode: ElemMode::Map,
+            wants_rng: false,
+        });
+        wrap(self.ds.map_batches(op, batch_size))
+    }
+    fn batch(&self, size: usize, drop_last: bool) -> PyResult<PyDataset> {
+        wrap(self.ds.batch(size, drop_last))
+    }
+    #[pyo3(signature = (seed=None))]
+    fn shuffle(&self, seed: Option<u64>) -> PyResult<PyDataset> {
+        wrap(self.ds.shuffle(seed))
+    }
+    #[pyo3(signature = (size, seed=None))]
+    fn shuffle_buffer(&self, size: usize, seed: Option<u64>) -> PyResult<PyDataset> {
+        wrap(self.ds.shuffle_buffer(size, seed))
+    }
+    fn shard(&self, rank: u64, world_size: u64, equal: bool) -> PyResult<PyDataset> {
+        wrap(self.ds.shard(rank, world_size, equal))
+    }
+    #[pyo3(signature = (epochs=None))]
+    fn repeat(&self, epochs: Option<u64>) -> PyResult<PyDataset> {
+        wrap(self.ds.repeat(epochs))
+    }
+    fn prefetch(&self, n: usize) -> PyResult<PyDataset> {
+        wrap(self.ds.prefetch(n))
+    }
+    fn limit(&self, n: u64) -> PyDataset {
+        PyDataset {
+            ds: self.ds.take(n),
+        }
+    }
+    fn source_len(&self) -> Option<u64> {
+        self.ds.plan().source().len()
+    }
+    fn logical_plan(&self) -> String {
+        self.ds.plan().to_string()
+    }
+    #[pyo3(signature = (seed=0, num_threads=None, chunk_size=None))]
+    fn physical_plan(
+        &self,
+        seed: u64,
+        num_threads: Option<usize>,
+        chunk_size: Option<usize>,
+    ) -> PyResult<String> {
+        let opts = IterOptions {
+            seed,
+            num_threads,
+            chunk_size,
+        };
+        self.ds.physical_plan(&opts).map(|p| p.to_string()).py()
+    }
+    #[pyo3(signature = (seed=0, num_threads=None, chunk_size=None))]
+    fn iter(
+        &self,
+        py: Python<'_>,
+        seed: u64,
+        num_threads: Option<usize>,
+        chunk_size: Option<usize>,
+    ) -> PyResult<PyIter> {
+        let opts = IterOptions {
+            seed,
+            num_threads,
+            chunk_size,
+        };
+        let exec = py.detach(|| self.ds.iter(&opts)).py()?;
+        Ok(PyIter::new(exec))
+    }
+}

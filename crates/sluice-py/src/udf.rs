@@ -1,0 +1,87 @@
+//! Python callables as ops. The GIL is taken once per chunk, not per sample.
+
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use sluice::{ElemMode, Emit, Op, OpContext, OpMeta, Result, Sample};
+
+use crate::convert::{py_to_sample, sample_to_py};
+use crate::errors::from_py;
+
+/// A Python function used by `map`, `filter`, `flat_map` or `map_batches`.
+#[derive(Debug)]
+pub struct PyUdf {
+    pub func: Py<PyAny>,
+    pub name: String,
+    pub mode: ElemMode,
+    /// The function declares an `rng` parameter: pass a numpy Generator seeded for
+    /// (seed, epoch, sample, op).
+    pub wants_rng: bool,
+}
+
+impl PyUdf {
+    fn call(&self, py: Python<'_>, s: Sample, cx: &OpContext) -> Result<Emit> {
+        let keep = (self.mode == ElemMode::Filter).then(|| s.clone());
+        let arg = sample_to_py(py, s).map_err(from_py)?;
+        let func = self.func.bind(py);
+        let out = if self.wants_rng {
+            let seed = cx.rng().next_u64();
+            let rng = py
+                .import("numpy.random")
+                .and_then(|m| m.getattr("default_rng"))
+                .and_then(|f| f.call1((seed,)))
+                .map_err(from_py)?;
+            let kwargs = PyDict::new(py);
+            kwargs.set_item("rng", rng).map_err(from_py)?;
+            func.call((arg,), Some(&kwargs))
+        } else {
+            func.call1((arg,))
+        }
+        .map_err(from_py)?;
+        match self.mode {
+            ElemMode::Map => Ok(Emit::One(py_to_sample(&out, "the map function's result")?)),
+            ElemMode::Filter => {
+                let keep_it = out.is_truthy().map_err(from_py)?;
+                Ok(if keep_it {
+                    Emit::One(keep.unwrap_or_default())
+                } else {
+                    Emit::Drop
+                })
+            }
+            ElemMode::FlatMap => {
+                let iter = out.try_iter().map_err(from_py)?;
+                let mut samples = Vec::new();
+                for item in iter {
+                    let item = item.map_err(from_py)?;
+                    samples.push(py_to_sample(&item, "each flat_map output")?);
+                }
+                Ok(Emit::Many(samples))
+            }
+        }
+    }
+}
+
+impl Op for PyUdf {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn spec(&self) -> serde_json::Value {
+        serde_json::json!({"op": "python", "name": self.name})
+    }
+    fn meta(&self) -> OpMeta {
+        OpMeta {
+            random: self.wants_rng,
+            ..OpMeta::opaque(true)
+        }
+    }
+    fn apply(&self, s: Sample, cx: &OpContext) -> Result<Emit> {
+        Python::attach(|py| self.call(py, s, cx))
+    }
+    fn apply_many(&self, inputs: Vec<(Sample, OpContext)>) -> Vec<Result<Emit>> {
+        Python::attach(|py| {
+            inputs
+                .into_iter()
+                .map(|(s, cx)| self.call(py, s, &cx))
+                .collect()
+        })
+    }
+}

@@ -1,0 +1,37 @@
+"""sluice: a fast, reproducible ML input pipeline engine with a Rust core.
+
+>>> import sluice
+>>> ds = sluice.range(10).map(lambda s: {"id": s["id"] * 2}).batch(4)
+>>> [b["id"].tolist() for b in ds]
+[[0, 2, 4, 6], [8, 10, 12, 14], [16, 18]]
+"""
+
+from ._native import PipelineError, SluiceError, __version__
+from .dataset import (
+    Dataset,
+    Iterator,
+    Stats,
+    from_items,
+    range,
+    read_files,
+    read_images,
+    read_jsonl,
+    read_text,
+)
+from . import ops
+
+__all__ = [
+    "Dataset",
+    "Iterator",
+    "PipelineError",
+    "SluiceError",
+    "Stats",
+    "__version__",
+    "from_items",
+    "ops",
+    "range",
+    "read_files",
+    "read_images",
+    "read_jsonl",
+    "read_text",
+]

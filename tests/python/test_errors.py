@@ -1,0 +1,166 @@
+"""Bad input and failures: clear errors naming the sample and the op, at the right time."""
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import sluice
+
+
+def test_udf_exception_names_sample_and_op_and_chains_cause():
+    def explode(s):
+        if s["id"] == 13:
+            raise ValueError("bad thing")
+        return s
+
+    with pytest.raises(sluice.PipelineError) as ei:
+        list(sluice.range(50).map(explode).batch(4))
+    msg = str(ei.value)
+    assert "explode" in msg and "sample 13" in msg and "bad thing" in msg
+    assert isinstance(ei.value.__cause__, ValueError)
+
+
+def test_error_names_path(images_dir):
+    def fail(s):
+        raise RuntimeError("nope")
+
+    with pytest.raises(sluice.PipelineError, match=r"\.jpg"):
+        list(sluice.read_images(str(images_dir)).map(fail))
+
+
+def test_on_error_skip_counts():
+    def flaky(s):
+        if s["id"] % 10 == 0:
+            raise ValueError("x")
+        return s
+
+    ds = sluice.range(100).map(flaky, on_error="skip")
+    assert len(list(ds)) == 90
+    assert sum(st["skipped"] for st in ds.stats().stages) == 10
+
+
+def test_missing_files_fail_before_iteration(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        sluice.read_files(str(tmp_path / "nope.bin"))
+    with pytest.raises(FileNotFoundError):
+        sluice.read_images(str(tmp_path / "*.jpg"))
+    with pytest.raises(FileNotFoundError):
+        sluice.read_text([str(tmp_path / "missing.txt")])
+
+
+def test_missing_field_is_key_error():
+    with pytest.raises(KeyError, match="'nope'.*select"):
+        sluice.range(3).map(sluice.ops.select(["nope"]))
+    # Unknown schema (after a UDF): detected per sample, still a KeyError naming op and field.
+    with pytest.raises(KeyError, match="nope"):
+        list(sluice.range(3).map(lambda s: s).map(sluice.ops.select(["nope"])))
+
+
+@pytest.mark.parametrize(
+    "build, exc",
+    [
+        (lambda: sluice.range(3).batch(0), ValueError),
+        (lambda: sluice.range(3).batch(-1), ValueError),
+        (lambda: sluice.range(3).batch(2.5), TypeError),
+        (lambda: sluice.range(3).shard(3, 2), ValueError),
+        (lambda: sluice.range(3).shuffle_buffer(0), ValueError),
+        (lambda: sluice.range(3).prefetch(0), ValueError),
+        (lambda: sluice.range(3).repeat(0), ValueError),
+        (lambda: sluice.range(-1), ValueError),
+        (lambda: sluice.range(3).map(42), TypeError),
+        (lambda: sluice.range(3).map(lambda s: s, on_error="ignore"), ValueError),
+        (lambda: sluice.range(3).map(lambda s: s, bogus=1), TypeError),
+        (lambda: sluice.range(3).filter(lambda s: True).shuffle(), ValueError),
+        (lambda: sluice.read_images("x", labels="folder"), ValueError),
+        (lambda: sluice.range(3).iter(num_threads=0), ValueError),
+    ],
+)
+def test_invalid_arguments_fail_at_build_time(build, exc):
+    with pytest.raises(exc):
+        build()
+
+
+def test_map_must_return_dict():
+    with pytest.raises(TypeError, match="sample 0: .*must be a dict"):
+        list(sluice.range(2).map(lambda s: 3))
+
+
+def test_unsupported_values():
+    with pytest.raises(TypeError):
+        sluice.from_items([{"a": object()}])
+
+
+def run_py(code: str, timeout: float = 30):
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=timeout
+    )
+
+
+def test_early_break_does_not_hang():
+    r = run_py(
+        """
+        import sluice, time
+        def slow(s):
+            time.sleep(0.001)
+            return s
+        ds = sluice.range(10**9).map(slow).batch(8)
+        for i, b in enumerate(ds):
+            if i == 3:
+                break
+        ds2 = sluice.range(10**9).map(sluice.ops.noop())
+        it = iter(ds2)
+        next(it)
+        del it
+        print("ok")
+        """
+    )
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr
+
+
+def test_exit_with_live_iterator_does_not_hang():
+    r = run_py(
+        """
+        import sluice
+        it = iter(sluice.range(10**9).map(lambda s: s).batch(4))
+        next(it)
+        print("ok")
+        """
+    )
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr
+
+
+def test_keyboard_interrupt_reaches_consumer():
+    r = run_py(
+        """
+        import signal, threading, time, sluice
+        def slow(s):
+            time.sleep(0.05)
+            return s
+        threading.Timer(0.5, lambda: signal.raise_signal(signal.SIGINT)).start()
+        try:
+            for _ in sluice.range(10**6).map(slow).batch(10**5):
+                pass
+        except KeyboardInterrupt:
+            print("interrupted")
+        """
+    )
+    assert "interrupted" in r.stdout, r.stderr
+
+
+def test_worker_error_shuts_down_cleanly():
+    r = run_py(
+        """
+        import sluice, threading
+        def bad(s):
+            raise ValueError("x")
+        try:
+            list(sluice.range(10**6).map(bad))
+        except sluice.PipelineError:
+            pass
+        import time; time.sleep(0.3)
+        print("threads", threading.active_count())
+        """
+    )
+    assert "threads 1" in r.stdout, r.stdout + r.stderr

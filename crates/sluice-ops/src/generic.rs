@@ -19,6 +19,9 @@ pub(crate) fn build(spec: &OpSpec) -> Result<OpRef> {
         OpSpec::Rename { from, to } if from.is_empty() || to.is_empty() => {
             return Err(Error::invalid("rename needs non-empty field names"))
         }
+        OpSpec::Image(_) | OpSpec::Audio(_) => {
+            return Err(Error::Internal("not a generic op".into()))
+        }
         _ => {}
     }
     Ok(Arc::new(FieldOp { spec: spec.clone() }))
@@ -31,6 +34,8 @@ impl Op for FieldOp {
             OpSpec::Select { .. } => "select",
             OpSpec::Drop { .. } => "drop",
             OpSpec::Rename { .. } => "rename",
+            // `build` only makes FieldOps of generic specs.
+            OpSpec::Image(_) | OpSpec::Audio(_) => "?",
         }
     }
     fn spec(&self) -> serde_json::Value {
@@ -41,6 +46,7 @@ impl Op for FieldOp {
             OpSpec::Noop => (vec![], vec![]),
             OpSpec::Select { fields } | OpSpec::Drop { fields } => (fields.clone(), vec![]),
             OpSpec::Rename { from, to } => (vec![from.clone()], vec![to.clone()]),
+            OpSpec::Image(_) | OpSpec::Audio(_) => (vec![], vec![]),
         };
         OpMeta {
             reads,
@@ -52,7 +58,7 @@ impl Op for FieldOp {
     }
     fn apply(&self, mut s: Sample, _cx: &OpContext) -> Result<Emit> {
         match &self.spec {
-            OpSpec::Noop => {}
+            OpSpec::Noop | OpSpec::Image(_) | OpSpec::Audio(_) => {}
             OpSpec::Select { fields } => {
                 let mut out = Sample::with_capacity(fields.len());
                 for f in fields {
@@ -145,5 +151,16 @@ mod tests {
         let op = build(&spec).unwrap();
         let back: OpSpec = serde_json::from_value(op.spec()).unwrap();
         assert_eq!(back, spec);
+    }
+}
+
+#[cfg(test)]
+mod spec_tests {
+    use crate::OpSpec;
+
+    #[test]
+    fn unknown_op_names_are_rejected() {
+        assert!(serde_json::from_str::<OpSpec>(r#"{"op": "nope"}"#).is_err());
+        assert!(serde_json::from_str::<OpSpec>(r#"{"op": "noop"}"#).is_ok());
     }
 }

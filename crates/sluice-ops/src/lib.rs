@@ -2,7 +2,9 @@
 //! save, load and travel to workers the same way; [`OpSpec::build`] turns a spec into a
 //! runnable op. Op families live in their own modules.
 
+pub mod audio;
 pub mod generic;
+pub mod image;
 
 use serde::{Deserialize, Serialize};
 use sluice_core::{OpRef, Result};
@@ -15,7 +17,7 @@ use sluice_core::{OpRef, Result};
 /// assert_eq!(op.name(), "select");
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+#[serde(tag = "op", rename_all = "snake_case")]
 pub enum OpSpec {
     /// Passes samples through unchanged (engine-overhead benchmarks, placeholders).
     Noop,
@@ -25,11 +27,21 @@ pub enum OpSpec {
     Drop { fields: Vec<String> },
     /// Renames field `from` to `to`.
     Rename { from: String, to: String },
+    /// `sluice.image` ops (tags `image.*`).
+    #[serde(untagged)]
+    Image(image::ImageSpec),
+    /// `sluice.audio` ops (tags `audio.*`).
+    #[serde(untagged)]
+    Audio(audio::AudioSpec),
 }
 
 impl OpSpec {
     /// Builds the op, validating its arguments.
     pub fn build(&self) -> Result<OpRef> {
-        generic::build(self)
+        match self {
+            OpSpec::Image(spec) => image::build(spec),
+            OpSpec::Audio(spec) => audio::build(spec),
+            other => generic::build(other),
+        }
     }
 }

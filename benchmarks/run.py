@@ -191,7 +191,7 @@ class Tree:
         self.peak_rss = max(self.peak_rss, rss)
         self.procs_max = max(self.procs_max, len(live))
         now = time.monotonic()
-        if now - self._last_pss >= 0.5:
+        if now - self._last_pss >= 0.25:
             self._last_pss = now
             pss = 0
             for p in live:
@@ -221,6 +221,12 @@ def measure(spec: dict, log_stem: Path, timeout: float) -> dict:
     out_path = log_stem.with_suffix(".out")
     err_path = log_stem.with_suffix(".err")
     env = dict(os.environ, PYTHONUNBUFFERED="1", TF_CPP_MIN_LOG_LEVEL="2")
+    if spec.get("blas_threads"):
+        # Parallelism comes from each system's workers; BLAS/OpenMP pools inside every worker
+        # oversubscribe the cores (numpy's OpenBLAS in 2 DataLoader workers made the mel
+        # matmul 15x slower here). Ray already does this for its workers.
+        for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+            env[var] = str(spec["blas_threads"])
     cmd = [sys.executable, str(Path(__file__).resolve()), "--_child", json.dumps(spec)]
     t0 = time.monotonic()
     with open(out_path, "wb") as fo, open(err_path, "wb") as fe:
@@ -336,7 +342,8 @@ def write_markdown(path: Path, workload: str, summary: dict, meta: dict) -> None
              f"load average at start {meta['load_start']}, at end {meta['load_end']}.  ")
     L.append(f"Each system: {meta['warmup']} warm-up + {meta['repeats']} measured runs, "
              f"interleaved, fresh process each; {meta['samples'][workload]} samples after the first "
-             f"batch (or {meta['budget']:.0f} s); {meta['workers']} workers/threads. Medians.")
+             f"batch (or {meta['budget']:.0f} s); {meta['workers']} workers/threads; "
+             f"BLAS/OpenMP threads {meta['blas_threads'] or 'from the environment'}. Medians.")
     L.append("")
     L.append(f"| System | {UNIT[workload]} | min–max | × DataLoader | × limit | first batch (s) "
              f"| end-to-end {UNIT[workload]} | peak RSS (MiB) | peak PSS (MiB) | runs |")
@@ -382,7 +389,8 @@ def write_plot(path: Path, workload: str, summary: dict) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [(e["name"], e["throughput_median"], e["throughput_min"], e["throughput_max"], s)
+    rows = [(e["name"] + (" *" if e.get("short_window_runs") else ""), e["throughput_median"],
+             e["throughput_min"], e["throughput_max"], s)
             for s, e in summary.items() if e.get("status") == "ok" and e.get("throughput_median")]
     fig, ax = plt.subplots(figsize=(7, 0.5 + 0.55 * max(1, len(rows))), dpi=120)
     if rows:
@@ -397,7 +405,10 @@ def write_plot(path: Path, workload: str, summary: dict) -> None:
         ax.set_yticks(y, names)
         for yi, v in zip(y, vals):
             ax.text(v, yi, f" {v:,.0f}" if v >= 100 else f" {v:.1f}", va="center", fontsize=8)
-    ax.set_xlabel(f"{UNIT[workload]} (median, min–max)")
+    label = f"{UNIT[workload]} (median, min–max)"
+    if any(r[0].endswith(" *") for r in rows):
+        label += f"   * < {SHORT_WINDOW_S:g} s after the first batch: mostly buffered batches"
+    ax.set_xlabel(label, fontsize=8)
     ax.set_title(WORKLOAD_TITLES[workload], fontsize=10)
     fig.tight_layout()
     fig.savefig(path)
@@ -475,6 +486,8 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=None,
                     help="hard limit per measurement process (default budget + 120 s)")
     ap.add_argument("--workers", type=int, default=2, help="worker processes/threads per system")
+    ap.add_argument("--blas-threads", type=int, default=1,
+                    help="OMP/OPENBLAS/MKL_NUM_THREADS for every measurement (0: leave the env)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="small counts, no warm-up, one round")
     ap.add_argument("--data", type=Path, default=C.default_data_dir())
@@ -522,6 +535,7 @@ def main(argv=None) -> int:
         "data": str(data), "data_manifest_seed": json.loads((data / "manifest.json").read_text()).get("seed"),
         "repeats": repeats, "warmup": warmup, "budget": budget, "timeout": timeout,
         "samples": samples, "workers": args.workers, "seed": args.seed,
+        "blas_threads": args.blas_threads,
     }
     for w in workloads:
         todo = [s for s in systems if w in load(s).WORKLOADS]
@@ -538,7 +552,8 @@ def main(argv=None) -> int:
                 if s in dead:
                     continue
                 spec = {"system": s, "workload": w, "samples": samples[w], "data": str(data),
-                        "seed": args.seed, "workers": args.workers, "budget": budget}
+                        "seed": args.seed, "workers": args.workers, "budget": budget,
+                        "blas_threads": args.blas_threads}
                 tag = f"warmup{rnd}" if is_warm else f"round{rnd - warmup}"
                 r = measure(spec, out_dir / "logs" / f"{stamp}-{w}-{s}-{tag}", timeout)
                 r["warmup"] = is_warm

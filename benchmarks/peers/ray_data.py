@@ -74,7 +74,14 @@ def make_iter(workload: str, data_dir: Path, *, samples: int | None = None, seed
             ds = ray.data.from_items(items).map(_ASRRow(seed))
         else:
             raise ValueError(f"unknown workload {workload!r}")
-        yield from ds.iter_batches(batch_size=batch, batch_format="numpy", prefetch_batches=2)
+        for b in ds.iter_batches(batch_size=batch, batch_format="numpy", prefetch_batches=2):
+            f = b.get("features")
+            if f is not None and f.dtype == object:
+                # rows of different lengths come back as an object array of arrays
+                import numpy as np
+
+                b["features"] = np.stack(list(f))
+            yield b
     finally:
         ray.shutdown()
         import shutil

@@ -18,7 +18,7 @@ from .dataset import (
     read_jsonl,
     read_text,
 )
-from . import ops
+from . import image, ops
 
 __all__ = [
     "Dataset",
@@ -28,6 +28,7 @@ __all__ = [
     "Stats",
     "__version__",
     "from_items",
+    "image",
     "ops",
     "range",
     "read_files",

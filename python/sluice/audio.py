@@ -1,0 +1,306 @@
+"""Built-in audio ops (Rust, GIL-free): decode, resample, spectrograms, SpecAugment, mel, log.
+
+Each function returns an op for ``Dataset.map``. Decoded audio is a float32 array ``[n]``
+(mono) or ``[channels, n]``, with the sample rate in the int field ``sample_rate``.
+Spectrograms are float32 **freq × time** (``[n_fft // 2 + 1, frames]``, librosa's layout; a
+leading channel axis is kept for multi-channel audio). Defaults follow librosa (torchaudio for
+the masks), and results match them (see ``tests/python/test_audio.py``).
+
+The ASR reference pipeline (LibriSpeech-style features with SpecAugment):
+
+>>> import sluice, sluice.audio as A
+>>> ds = (
+...     sluice.read_files("tests/python/fixtures/audio/speech.mp3")
+...     .map(A.decode(sample_rate=16000))        # {path, bytes} -> audio [n], sample_rate
+...     .map(A.spectrogram(n_fft=400, hop_length=160))   # spec [201, frames], power 2
+...     .map(A.time_stretch(0.8))
+...     .map(A.time_mask(80))
+...     .map(A.freq_mask(27))
+...     .map(A.mel(n_mels=80))                   # rate from the sample_rate field
+...     .map(A.log())
+... )
+>>> ds.take(1)[0]["spec"].shape
+(80, 309)
+
+Masks draw from the iteration seed (and epoch, sample index, op), so results do not depend on
+the number of threads.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+from typing import Any, Optional, Union
+
+from ._native import Op
+
+__all__ = [
+    "amplitude_to_db",
+    "decode",
+    "freq_mask",
+    "log",
+    "mel",
+    "power_to_db",
+    "resample",
+    "spectrogram",
+    "time_mask",
+    "time_stretch",
+]
+
+_WINDOWS = ("hann", "hamming", "blackman", "boxcar", "rectangular")
+
+
+def _op(name: str, **params: Any) -> Op:
+    return Op(json.dumps({"op": f"audio.{name}", **params}))
+
+
+def _field(name: str, value: Any, optional: bool = False) -> Optional[str]:
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a field name (str), got {type(value).__name__}")
+    if not value:
+        raise ValueError(f"{name} must be a non-empty field name")
+    return value
+
+
+def _int(name: str, value: Any, lo: int = 1, optional: bool = False) -> Optional[int]:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    value = int(value)
+    if value < lo:
+        raise ValueError(f"{name} must be >= {lo}, got {value}")
+    return value
+
+
+def _float(
+    name: str, value: Any, lo: float = 0.0, strict: bool = True, optional: bool = False
+) -> Optional[float]:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+    value = float(value)
+    if not math.isfinite(value) or (value <= lo if strict else value < lo):
+        raise ValueError(f"{name} must be finite and {'>' if strict else '>='} {lo}, got {value}")
+    return value
+
+
+def _bool(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+    return value
+
+
+def decode(
+    sample_rate: Optional[int] = None,
+    *,
+    mono: bool = True,
+    field: str = "bytes",
+    out: str = "audio",
+) -> Op:
+    """Decodes WAV / FLAC / MP3 / Ogg Vorbis bytes in ``field`` to float32 samples in ``out``.
+
+    Writes ``out`` (``[n]`` if ``mono``, else ``[channels, n]``; mono is the channel mean, as
+    ``librosa.to_mono``) and ``sample_rate`` (int, Hz). With ``sample_rate`` the audio is
+    resampled to that rate (as :func:`resample`); otherwise the file's own rate is kept.
+    The sample's ``path`` field, when present, hints the format. Values match
+    ``soundfile.read`` (MP3: gapless, same length as mpg123). A corrupt or truncated file
+    fails the sample (or is skipped with ``map(..., on_error="skip")``).
+    """
+    return _op(
+        "decode",
+        field=_field("field", field),
+        out=_field("out", out),
+        sample_rate=_int("sample_rate", sample_rate, optional=True),
+        mono=_bool("mono", mono),
+    )
+
+
+def resample(rate: int, *, field: str = "audio", out: Optional[str] = None) -> Op:
+    """Resamples ``field`` from the rate in the ``sample_rate`` field to ``rate`` Hz and updates
+    ``sample_rate``. Output length is ``ceil(n * rate / sr)``, aligned with the input
+    (band-limited FFT resampler; a no-op when the rates are equal). ``out`` defaults to
+    ``field``."""
+    return _op(
+        "resample",
+        rate=_int("rate", rate),
+        field=_field("field", field),
+        out=_field("out", out, optional=True),
+    )
+
+
+def spectrogram(
+    n_fft: int = 400,
+    hop_length: Optional[int] = None,
+    power: float = 2.0,
+    *,
+    win_length: Optional[int] = None,
+    window: str = "hann",
+    center: bool = True,
+    field: str = "audio",
+    out: str = "spec",
+) -> Op:
+    """``|STFT(field)| ** power`` as float32 ``[n_fft // 2 + 1, frames]`` (freq × time), like
+    ``np.abs(librosa.stft(y, n_fft=..., hop_length=...)) ** power``.
+
+    ``hop_length`` defaults to ``win_length // 4``, ``win_length`` to ``n_fft``; ``window`` is
+    one of ``"hann"``, ``"hamming"``, ``"blackman"``, ``"boxcar"`` (periodic, as scipy's
+    ``get_window``). ``center=True`` pads ``n_fft // 2`` zeros on both sides, so
+    ``frames = 1 + n // hop_length``. Multi-channel audio ``[c, n]`` gives ``[c, freq, time]``.
+    """
+    n_fft = _int("n_fft", n_fft)
+    win_length = _int("win_length", win_length, optional=True)
+    if win_length is not None and win_length > n_fft:
+        raise ValueError(f"win_length must be <= n_fft ({n_fft}), got {win_length}")
+    if not isinstance(window, str):
+        raise TypeError(f"window must be a str, got {type(window).__name__}")
+    if window not in _WINDOWS:
+        raise ValueError(f"window must be one of {', '.join(_WINDOWS)}; got {window!r}")
+    return _op(
+        "spectrogram",
+        n_fft=n_fft,
+        hop_length=_int("hop_length", hop_length, optional=True),
+        win_length=win_length,
+        window=window,
+        power=_float("power", power),
+        center=_bool("center", center),
+        field=_field("field", field),
+        out=_field("out", out),
+    )
+
+
+def time_stretch(
+    rate: float, *, power: float = 2.0, field: str = "spec", out: Optional[str] = None
+) -> Op:
+    """Phase-vocoder time stretch of a ``|X| ** power`` spectrogram by ``rate`` (> 1 faster,
+    < 1 slower): ``ceil(frames / rate)`` frames, equal to librosa's
+    ``np.abs(librosa.phase_vocoder(X, rate=rate)) ** power`` (the output power depends only on
+    the interpolated magnitudes, so no phase is needed). ``power`` must be the one the
+    spectrogram was computed with."""
+    return _op(
+        "time_stretch",
+        rate=_float("rate", rate),
+        power=_float("power", power),
+        field=_field("field", field),
+        out=_field("out", out, optional=True),
+    )
+
+
+def time_mask(max_width: int, *, fill: float = 0.0, field: str = "spec") -> Op:
+    """SpecAugment time masking (``torchaudio.transforms.TimeMasking(max_width)``): sets
+    ``floor(u1 * max_width)`` consecutive frames (at most the number of frames) starting at
+    ``floor(u2 * (frames - width))`` to ``fill`` in every bin. Random per (seed, epoch,
+    sample); apply before :func:`log` with ``fill=0``."""
+    return _op(
+        "time_mask",
+        max_width=_int("max_width", max_width, lo=0),
+        fill=_float("fill", fill, lo=-math.inf),
+        field=_field("field", field),
+    )
+
+
+def freq_mask(max_width: int, *, fill: float = 0.0, field: str = "spec") -> Op:
+    """SpecAugment frequency masking (``torchaudio.transforms.FrequencyMasking(max_width)``):
+    sets up to ``max_width`` consecutive frequency bins to ``fill`` (see :func:`time_mask`)."""
+    return _op(
+        "freq_mask",
+        max_width=_int("max_width", max_width, lo=0),
+        fill=_float("fill", fill, lo=-math.inf),
+        field=_field("field", field),
+    )
+
+
+def mel(
+    n_mels: int = 128,
+    sample_rate: Optional[int] = None,
+    *,
+    n_fft: Optional[int] = None,
+    fmin: float = 0.0,
+    fmax: Optional[float] = None,
+    htk: bool = False,
+    norm: Optional[str] = "slaney",
+    field: str = "spec",
+    out: Optional[str] = None,
+) -> Op:
+    """Projects a power spectrogram ``[freq, time]`` onto ``n_mels`` mel bands:
+    ``[n_mels, time]``, as ``librosa.feature.melspectrogram(S=spec, sr=..., n_mels=...)``
+    (``librosa.filters.mel`` weights: Slaney scale and norm unless ``htk`` / ``norm=None``).
+
+    ``sample_rate`` defaults to the sample's ``sample_rate`` field; ``n_fft`` to
+    ``2 * (freq - 1)`` (pass it for odd FFT sizes); ``fmax`` to ``sample_rate / 2``.
+    ``out`` defaults to ``field``.
+    """
+    fmin = _float("fmin", fmin, strict=False)
+    fmax = _float("fmax", fmax, optional=True)
+    if fmax is not None and fmax <= fmin:
+        raise ValueError(f"fmax must be > fmin ({fmin}), got {fmax}")
+    if norm not in ("slaney", None):
+        raise ValueError(f'norm must be "slaney" or None, got {norm!r}')
+    return _op(
+        "mel",
+        n_mels=_int("n_mels", n_mels),
+        sample_rate=_int("sample_rate", sample_rate, optional=True),
+        n_fft=_int("n_fft", n_fft, optional=True),
+        fmin=fmin,
+        fmax=fmax,
+        htk=_bool("htk", htk),
+        norm=norm,
+        field=_field("field", field),
+        out=_field("out", out, optional=True),
+    )
+
+
+def log(eps: float = 1e-6, *, field: str = "spec", out: Optional[str] = None) -> Op:
+    """Natural log ``ln(x + eps)`` (no clipping), the usual ASR feature compression."""
+    return _op(
+        "log",
+        eps=_float("eps", eps, strict=False),
+        field=_field("field", field),
+        out=_field("out", out, optional=True),
+    )
+
+
+def _db(name: str, ref: Union[float, str], amin: float, top_db: Optional[float], field: str, out: Optional[str]) -> Op:
+    if isinstance(ref, str):
+        if ref != "max":
+            raise ValueError(f'ref must be a positive number or "max", got {ref!r}')
+    else:
+        ref = _float("ref", ref)
+    return _op(
+        name,
+        ref=ref,
+        amin=_float("amin", amin),
+        top_db=_float("top_db", top_db, strict=False, optional=True),
+        field=_field("field", field),
+        out=_field("out", out, optional=True),
+    )
+
+
+def power_to_db(
+    ref: Union[float, str] = 1.0,
+    amin: float = 1e-10,
+    top_db: Optional[float] = 80.0,
+    *,
+    field: str = "spec",
+    out: Optional[str] = None,
+) -> Op:
+    """``librosa.power_to_db``: ``10 * log10(max(amin, x) / ref)``, floored at ``max - top_db``
+    (``top_db=None``: no floor). ``ref="max"`` makes the loudest bin 0 dB."""
+    return _db("power_to_db", ref, amin, top_db, field, out)
+
+
+def amplitude_to_db(
+    ref: Union[float, str] = 1.0,
+    amin: float = 1e-5,
+    top_db: Optional[float] = 80.0,
+    *,
+    field: str = "spec",
+    out: Optional[str] = None,
+) -> Op:
+    """``librosa.amplitude_to_db``: ``20 * log10(max(amin, |x|) / ref)``, floored at
+    ``max - top_db``; use on ``power=1`` spectrograms."""
+    return _db("amplitude_to_db", ref, amin, top_db, field, out)

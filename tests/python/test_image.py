@@ -1,0 +1,158 @@
+"""sluice.image vs Pillow/numpy on real photos, determinism, and bad input."""
+
+import io
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import sluice
+import sluice.image as I
+
+
+def decoded(paths, *ops, **kw):
+    ds = sluice.read_files([str(p) for p in paths]).map(I.decode(**kw))
+    for op in ops:
+        ds = ds.map(op)
+    return [s["image"] for s in ds]
+
+
+def photos(images_dir):
+    return sorted(images_dir.glob("*/*.jpg"))
+
+
+def test_decode_matches_pillow(images_dir):
+    for path, img in zip(photos(images_dir), decoded(photos(images_dir))):
+        ref = np.asarray(Image.open(path).convert("RGB"))
+        assert img.shape == ref.shape and img.dtype == np.uint8
+        assert np.abs(img.astype(int) - ref).mean() <= 1.0, path
+
+
+def test_decode_l_matches_pillow(images_dir):
+    for path, img in zip(photos(images_dir), decoded(photos(images_dir), mode="L")):
+        ref = np.asarray(Image.open(path).convert("L"))
+        assert img.shape == ref.shape + (1,)
+        assert np.abs(img[..., 0].astype(int) - ref).mean() <= 1.0
+
+
+def test_png_is_exact(tmp_path):
+    rng = np.random.default_rng(0)
+    arr = rng.integers(0, 256, (37, 53, 3), dtype=np.uint8)
+    Image.fromarray(arr).save(tmp_path / "x.png")
+    (out,) = decoded([tmp_path / "x.png"])
+    np.testing.assert_array_equal(out, arr)
+
+
+def test_flip_and_crop_are_exact(images_dir):
+    p = photos(images_dir)[:3]
+    base = decoded(p)
+    for b, f in zip(base, decoded(p, I.horizontal_flip(p=1.0))):
+        np.testing.assert_array_equal(f, b[:, ::-1])
+    for b, c in zip(base, decoded(p, I.center_crop((100, 120)))):
+        top, left = round((b.shape[0] - 100) / 2), round((b.shape[1] - 120) / 2)
+        np.testing.assert_array_equal(c, b[top : top + 100, left : left + 120])
+
+
+def test_resize_matches_pillow_bilinear(images_dir):
+    p = photos(images_dir)
+    for b, r in zip(decoded(p), decoded(p, I.resize((100, 150)))):
+        ref = np.asarray(Image.fromarray(b).resize((150, 100), Image.BILINEAR))
+        assert r.shape == (100, 150, 3)
+        assert np.abs(r.astype(int) - ref).mean() <= 1.5
+
+
+def test_grayscale_matches_pillow_l(images_dir):
+    p = photos(images_dir)
+    for b, g in zip(decoded(p), decoded(p, I.grayscale())):
+        ref = np.asarray(Image.fromarray(b).convert("L"))
+        assert np.abs(g[..., 0].astype(int) - ref).max() <= 1
+
+
+def test_normalize_matches_numpy(images_dir):
+    p = photos(images_dir)[:2]
+    mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+    for b, n in zip(decoded(p), decoded(p, I.normalize(mean, std))):
+        ref = (b.astype(np.float32) / 255 - np.array(mean, np.float32)) / np.array(std, np.float32)
+        assert n.dtype == np.float32 and n.shape == (3,) + b.shape[:2]
+        np.testing.assert_allclose(n, ref.transpose(2, 0, 1), atol=1e-5)
+
+
+def cv_pipeline(images_dir):
+    return (
+        sluice.read_images(str(images_dir))
+        .repeat(3)
+        .map(I.decode())
+        .map(I.random_resized_crop(64))
+        .map(I.horizontal_flip(0.5))
+        .map(I.color_jitter(0.4, 0.4, 0.4, 0.1, p=0.8))
+        .map(I.grayscale(p=0.2, num_output_channels=3))
+        .map(I.gaussian_blur(7, sigma=(0.1, 2.0), p=0.5))
+        .map(I.normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)))
+        .map(sluice.ops.select(["image", "label"]))
+        .batch(8)
+    )
+
+
+def test_random_ops_deterministic_and_thread_independent(images_dir):
+    ds = cv_pipeline(images_dir)
+    runs = [np.concatenate([b["image"] for b in ds.iter(seed=7, num_threads=t)]) for t in (1, 2, 8)]
+    assert runs[0].shape == (24, 3, 64, 64)
+    for r in runs[1:]:
+        np.testing.assert_array_equal(runs[0], r)
+    other = np.concatenate([b["image"] for b in ds.iter(seed=8)])
+    assert not np.array_equal(runs[0], other)
+
+
+def test_flip_probability_is_respected(images_dir):
+    p = photos(images_dir)[:1] * 400
+    base = decoded(p[:1])[0]
+    flips = sum(not np.array_equal(x, base) for x in decoded(p, I.horizontal_flip(0.3)))
+    assert 80 <= flips <= 160  # 0.3 * 400 = 120, > 4 sigma margin
+
+
+def write(tmp_path, name, data):
+    path = tmp_path / name
+    path.write_bytes(data)
+    return path
+
+
+def test_bad_images_name_path_and_op(tmp_path, images_dir):
+    good = photos(images_dir)[0].read_bytes()
+    bad = {
+        "truncated.jpg": good[: len(good) // 3],
+        "empty.jpg": b"",
+        "noise.jpg": np.random.default_rng(0).integers(0, 256, 5000, dtype=np.uint8).tobytes(),
+        "text.png": b"not a png at all",
+    }
+    for name, data in bad.items():
+        path = write(tmp_path, name, data)
+        with pytest.raises(sluice.PipelineError) as ei:
+            list(sluice.read_files(str(path)).map(I.decode()))
+        msg = str(ei.value)
+        assert "decode" in msg and name in msg, msg
+
+
+def test_decompression_bomb_limit(images_dir):
+    with pytest.raises(sluice.PipelineError, match="decode"):
+        list(sluice.read_files(str(photos(images_dir)[0])).map(I.decode(max_pixels=1000)))
+
+
+def test_skip_bad_images_counts(tmp_path, images_dir):
+    good = photos(images_dir)[0].read_bytes()
+    (tmp_path / "a.jpg").write_bytes(good)
+    (tmp_path / "b.jpg").write_bytes(b"\xff\xd8garbage")
+    (tmp_path / "c.jpg").write_bytes(good)
+    ds = sluice.read_images(str(tmp_path), labels=None).map(I.decode(), on_error="skip")
+    assert len(list(ds)) == 2
+    assert sum(s["skipped"] for s in ds.stats().stages) == 1
+
+
+def test_wrong_arguments():
+    with pytest.raises(ValueError):
+        I.horizontal_flip(p=1.5)
+    with pytest.raises(ValueError):
+        I.gaussian_blur(4)
+    with pytest.raises(ValueError):
+        I.decode(mode="CMYK")
+    with pytest.raises(TypeError, match="image"):
+        list(sluice.range(2).map(I.resize(8, field="id")))

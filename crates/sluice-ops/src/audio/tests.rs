@@ -468,7 +468,11 @@ fn concurrent_use_matches_sequential() {
     let run = |chain: &[OpRef], i: u64| {
         let mut s = file(
             if i.is_multiple_of(2) { MP3 } else { WAV },
-            if i.is_multiple_of(2) { "a.mp3" } else { "b.wav" },
+            if i.is_multiple_of(2) {
+                "a.mp3"
+            } else {
+                "b.wav"
+            },
         );
         for o in chain {
             s = one(o.apply(s, &cx(0, i)).unwrap());

@@ -689,6 +689,30 @@ fn take_f32(s: &mut Sample, field: &str, out: &str, op: &str) -> Result<(Vec<usi
     }
 }
 
+/// Runs `f` on the float32 tensor in `field` without copying it (float64 is converted).
+fn with_f32<R>(
+    s: &Sample,
+    field: &str,
+    op: &str,
+    f: impl FnOnce(&[usize], &[f32]) -> Result<R>,
+) -> Result<R> {
+    let v = s.require(field, op)?;
+    let kind = match v {
+        Value::Tensor(t) => match t.data() {
+            TensorData::F32(d) => return f(t.shape(), d),
+            TensorData::F64(d) => {
+                let d: Vec<f32> = d.iter().map(|&x| x as f32).collect();
+                return f(t.shape(), &d);
+            }
+            other => other.dtype().name(),
+        },
+        other => other.kind(),
+    };
+    Err(Error::type_error(format!(
+        "field '{field}' must be a float32 tensor, got {kind}"
+    )))
+}
+
 /// Splits a `[..., rows, cols]` shape into (leading shape, rows, cols).
 fn spec_dims(shape: &[usize], field: &str) -> Result<(Vec<usize>, usize, usize)> {
     match shape {
@@ -925,39 +949,41 @@ impl Op for Spectrogram {
         let AudioSpec::Spectrogram { field, out, .. } = &self.base.spec else {
             unreachable!()
         };
-        let (shape, data) = take_f32(&mut s, field, out, "spectrogram")?;
-        let Some((&n, lead)) = shape.split_last() else {
-            return Err(Error::data(format!(
-                "field '{field}' must be audio [..., n], got a scalar"
-            )));
-        };
-        let count: usize = lead.iter().product();
-        let (shape, spec) = self.pool.with(
-            &(),
-            || Ok(self.proto.clone()),
-            |stft| {
-                if count == 1 {
-                    let p = stft.power(&data, self.power).map_err(kernel_err)?;
-                    let (r, c) = p.shape();
+        // Borrowed, not taken: the audio usually stays in the sample (out != field).
+        let (shape, spec) = with_f32(&s, field, "spectrogram", |shape, data| {
+            let Some((&n, lead)) = shape.split_last() else {
+                return Err(Error::data(format!(
+                    "field '{field}' must be audio [..., n], got a scalar"
+                )));
+            };
+            let count: usize = lead.iter().product();
+            self.pool.with(
+                &(),
+                || Ok(self.proto.clone()),
+                |stft| {
+                    if count == 1 {
+                        let p = stft.power(data, self.power).map_err(kernel_err)?;
+                        let (r, c) = p.shape();
+                        let mut shape = lead.to_vec();
+                        shape.extend([r, c]);
+                        return Ok((shape, p.into_vec()));
+                    }
+                    if n == 0 || count == 0 {
+                        return Err(Error::data(format!("field '{field}' is empty")));
+                    }
+                    let mut all = Vec::new();
+                    let mut dims = (0, 0);
+                    for chunk in data.chunks_exact(n) {
+                        let p = stft.power(chunk, self.power).map_err(kernel_err)?;
+                        dims = p.shape();
+                        all.extend_from_slice(p.as_slice());
+                    }
                     let mut shape = lead.to_vec();
-                    shape.extend([r, c]);
-                    return Ok((shape, p.into_vec()));
-                }
-                if n == 0 || count == 0 {
-                    return Err(Error::data(format!("field '{field}' is empty")));
-                }
-                let mut all = Vec::new();
-                let mut dims = (0, 0);
-                for chunk in data.chunks_exact(n) {
-                    let p = stft.power(chunk, self.power).map_err(kernel_err)?;
-                    dims = p.shape();
-                    all.extend_from_slice(p.as_slice());
-                }
-                let mut shape = lead.to_vec();
-                shape.extend([dims.0, dims.1]);
-                Ok((shape, all))
-            },
-        )?;
+                    shape.extend([dims.0, dims.1]);
+                    Ok((shape, all))
+                },
+            )
+        })?;
         put(&mut s, out, shape, spec)?;
         Ok(Emit::One(s))
     }

@@ -18,7 +18,7 @@ from .dataset import (
     read_jsonl,
     read_text,
 )
-from . import image, ops
+from . import audio, image, ops
 
 __all__ = [
     "Dataset",
@@ -27,6 +27,7 @@ __all__ = [
     "SluiceError",
     "Stats",
     "__version__",
+    "audio",
     "from_items",
     "image",
     "ops",

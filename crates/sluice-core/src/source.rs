@@ -18,6 +18,8 @@ pub type SampleStream = Box<dyn Iterator<Item = Result<Sample>> + Send>;
 /// assert_eq!(r.len(), Some(5));
 /// assert_eq!(r.get(3).unwrap().get("id").unwrap().as_int(), Some(3));
 /// ```
+// `len` is `Option`al (streams have none), so an `is_empty` would be ambiguous.
+#[allow(clippy::len_without_is_empty)]
 pub trait Source: Send + Sync + fmt::Debug {
     /// The API name (`range`, `read_images`, ...).
     fn name(&self) -> &str;

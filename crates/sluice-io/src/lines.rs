@@ -239,8 +239,12 @@ mod tests {
     #[test]
     fn invalid_utf8_strict_names_line_or_replaces() {
         let (_d, p) = write(b"ok\nbad \xff here\n");
-        let strict =
-            LinesSource::open(&[p.clone()], LinesFormat::Text, Utf8Errors::Strict).unwrap();
+        let strict = LinesSource::open(
+            std::slice::from_ref(&p),
+            LinesFormat::Text,
+            Utf8Errors::Strict,
+        )
+        .unwrap();
         let e = strict.get(1).unwrap_err().to_string();
         assert!(e.contains(":2:") && e.contains("UTF-8"), "{e}");
         let lossy = LinesSource::open(&[p], LinesFormat::Text, Utf8Errors::Replace).unwrap();

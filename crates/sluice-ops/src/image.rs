@@ -278,12 +278,12 @@ pub fn build(spec: &ImageSpec) -> Result<OpRef> {
                 )));
             }
         }
-        ImageSpec::Normalize { mean, std, .. } => {
-            if mean.is_empty() || mean.len() != std.len() || std.iter().any(|s| *s == 0.0) {
-                return Err(Error::invalid(
-                    "normalize: mean and std need the same non-zero length, std != 0",
-                ));
-            }
+        ImageSpec::Normalize { mean, std, .. }
+            if mean.is_empty() || mean.len() != std.len() || std.contains(&0.0) =>
+        {
+            return Err(Error::invalid(
+                "normalize: mean and std need the same non-zero length, std != 0",
+            ))
         }
         _ => {}
     }

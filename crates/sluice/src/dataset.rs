@@ -20,7 +20,7 @@ pub struct Dataset {
 }
 
 /// How to run a dataset.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct IterOptions {
     /// The seed all randomness derives from.
     pub seed: u64,
@@ -28,16 +28,6 @@ pub struct IterOptions {
     pub num_threads: Option<usize>,
     /// Items per chunk handed between stages.
     pub chunk_size: Option<usize>,
-}
-
-impl Default for IterOptions {
-    fn default() -> Self {
-        IterOptions {
-            seed: 0,
-            num_threads: None,
-            chunk_size: None,
-        }
-    }
 }
 
 impl IterOptions {

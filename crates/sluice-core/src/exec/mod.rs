@@ -271,6 +271,15 @@ impl Execution {
         }
     }
 
+    /// The next output if one is already computed, without waiting (lets the bindings skip
+    /// releasing the GIL when outputs are queued).
+    pub fn try_ready(&mut self) -> Option<Sample> {
+        let item = self.ready.pop_front()?;
+        let started = self.wait_started.take().unwrap_or_else(Instant::now);
+        self.stats.record_output(started.elapsed(), item.rows);
+        Some(item.sample)
+    }
+
     /// The next output, waiting at most `timeout` for it.
     pub fn next_timeout(&mut self, timeout: Duration) -> Next {
         let started = *self.wait_started.get_or_insert_with(Instant::now);

@@ -7,6 +7,16 @@ use std::sync::Arc;
 use crate::error::{Error, Result};
 use crate::value::Value;
 
+/// Declares shared field names, so sources do not allocate a name per sample:
+/// `field_names!(ID = "id");` then `s.set(ID.clone(), v)`.
+#[macro_export]
+macro_rules! field_names {
+    ($($name:ident = $text:literal),* $(,)?) => {
+        $(static $name: std::sync::LazyLock<std::sync::Arc<str>> =
+            std::sync::LazyLock::new(|| std::sync::Arc::from($text));)*
+    };
+}
+
 /// An ordered map of named fields.
 ///
 /// ```

@@ -77,8 +77,9 @@ impl Source for RangeSource {
         Some(vec!["id".into()])
     }
     fn get(&self, index: u64) -> Result<Sample> {
+        crate::field_names!(ID = "id");
         let mut s = Sample::with_capacity(1);
-        s.set("id", crate::Value::Int(index as i64));
+        s.set(ID.clone(), crate::Value::Int(index as i64));
         Ok(s)
     }
     fn clone_arc(&self) -> SourceRef {

@@ -171,11 +171,12 @@ impl Source for FilesSource {
     fn get(&self, index: u64) -> Result<Sample> {
         let path = &self.paths[index as usize];
         let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+        sluice_core::field_names!(PATH = "path", BYTES = "bytes", LABEL = "label");
         let mut s = Sample::with_capacity(3);
-        s.set("path", Value::Str(path.as_str().into()));
-        s.set("bytes", Value::Bytes(bytes.into()));
+        s.set(PATH.clone(), Value::Str(path.as_str().into()));
+        s.set(BYTES.clone(), Value::Bytes(bytes.into()));
         if let Some(labels) = &self.labels {
-            s.set("label", Value::Int(labels[index as usize]));
+            s.set(LABEL.clone(), Value::Int(labels[index as usize]));
         }
         Ok(s)
     }

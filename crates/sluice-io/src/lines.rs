@@ -144,8 +144,9 @@ impl Source for LinesSource {
         let (text, path) = self.line(index)?;
         match self.format {
             LinesFormat::Text => {
+                sluice_core::field_names!(TEXT = "text");
                 let mut s = Sample::with_capacity(1);
-                s.set("text", Value::Str(text.into()));
+                s.set(TEXT.clone(), Value::Str(text.into()));
                 Ok(s)
             }
             LinesFormat::Jsonl => {

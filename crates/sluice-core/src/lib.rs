@@ -28,7 +28,7 @@ pub mod value;
 
 pub use collate::{collate, uncollate};
 pub use error::{Error, ExternalError, Result, SampleRef};
-pub use exec::{ExecOptions, Execution, Item, Next};
+pub use exec::{Cursor, ExecOptions, Execution, Item, Next};
 pub use op::{Emit, Op, OpContext, OpKind, OpMeta, OpRef};
 pub use order::{IndexOrder, Permutation, Position, ShardSpec};
 pub use plan::logical::{

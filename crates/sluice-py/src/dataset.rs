@@ -216,6 +216,6 @@ impl PyDataset {
             chunk_size,
         };
         let exec = py.detach(|| self.ds.iter(&opts)).py()?;
-        Ok(PyIter::new(exec))
+        Ok(PyIter::new(exec, self.ds.clone(), opts))
     }
 }

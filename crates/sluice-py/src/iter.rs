@@ -3,11 +3,11 @@
 use std::time::Duration;
 
 use pyo3::prelude::*;
-use sluice::{Execution, Next, PipelineStats};
+use sluice::{Dataset, Execution, IterOptions, IterState, Next, PipelineStats};
 use std::sync::Arc;
 
 use crate::convert::sample_to_py;
-use crate::errors::to_py;
+use crate::errors::{to_py, IntoPy};
 
 const POLL: Duration = Duration::from_millis(50);
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -16,14 +16,21 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct PyIter {
     exec: Option<Execution>,
     stats: Arc<PipelineStats>,
+    ds: Dataset,
+    opts: IterOptions,
+    /// The checkpoint when the execution ended (so `state_dict` works after exhaustion).
+    last_state: Option<IterState>,
 }
 
 impl PyIter {
-    pub fn new(exec: Execution) -> Self {
+    pub fn new(exec: Execution, ds: Dataset, opts: IterOptions) -> Self {
         let stats = exec.stats_handle();
         PyIter {
             exec: Some(exec),
             stats,
+            ds,
+            opts,
+            last_state: None,
         }
     }
 }
@@ -62,8 +69,36 @@ impl PyIter {
     /// Stops the pipeline's threads and waits for them (with the GIL released).
     fn close(&mut self, py: Python<'_>) {
         if let Some(mut exec) = self.exec.take() {
+            self.last_state = self.ds.state(&self.opts, &exec).ok();
             py.detach(|| exec.close(CLOSE_TIMEOUT));
         }
+    }
+
+    /// The checkpoint after the last output delivered, as JSON text.
+    fn state_dict_json(&self) -> PyResult<String> {
+        let state = match &self.exec {
+            Some(exec) => self.ds.state(&self.opts, exec).py()?,
+            None => match &self.last_state {
+                Some(s) => s.clone(),
+                None => return self.ds.check_resumable().map(|_| String::new()).py(),
+            },
+        };
+        serde_json::to_string(&state)
+            .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))
+    }
+
+    /// Restarts the iteration right after the checkpointed output.
+    fn load_state_dict_json(&mut self, py: Python<'_>, state: &str) -> PyResult<()> {
+        let state: IterState = serde_json::from_str(state)
+            .map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("invalid state: {e}")))?;
+        let exec = py
+            .detach(|| self.ds.iter_from(&self.opts, Some(&state)))
+            .py()?;
+        self.close(py);
+        self.stats = exec.stats_handle();
+        self.exec = Some(exec);
+        self.last_state = None;
+        Ok(())
     }
 
     /// Per-stage and consumer statistics, as JSON text.

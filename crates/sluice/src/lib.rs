@@ -12,7 +12,7 @@
 mod dataset;
 mod spec;
 
-pub use dataset::{Dataset, IterOptions};
+pub use dataset::{Dataset, IterOptions, IterState};
 pub use sluice_core::*;
 pub use sluice_io::{LabelMode, LinesFormat, Utf8Errors};
 pub use sluice_ops::OpSpec;

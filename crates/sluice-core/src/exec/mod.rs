@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
 
 use transform::{make_transform, nonempty, Chain, Ready, Transform};
-pub use transform::{Chunk, Item};
+pub use transform::{Chunk, Cursor, Item};
 
 use crate::error::{Error, Result};
 use crate::plan::physical::{PhysicalPlan, SourceStage, StageKind, Variant};
@@ -160,6 +160,8 @@ pub enum Next {
 pub struct ExecOptions {
     /// The seed every random decision derives from.
     pub seed: u64,
+    /// Resume after this output (from a saved [`Execution::position`]).
+    pub resume: Option<Cursor>,
 }
 
 /// A running pipeline. Iterate with [`Execution::next_timeout`]; dropping it shuts the
@@ -182,6 +184,7 @@ pub struct Execution {
     ctl: Arc<Control>,
     stats: Arc<PipelineStats>,
     wait_started: Option<Instant>,
+    position: Option<Cursor>,
 }
 
 impl Execution {
@@ -214,16 +217,23 @@ impl Execution {
         }
         let stats = Arc::new(PipelineStats::new(infos));
 
-        let mut input = spawn_source(&plan.source, &ctl, &stats)?;
+        let mut input = spawn_source(&plan.source, opts.resume, &ctl, &stats)?;
+        // Already-delivered outputs are dropped after the last chain, where ordinals are final.
+        let last_chain = plan
+            .stages
+            .iter()
+            .rposition(|s| matches!(s.kind, StageKind::Chain { .. }));
         let mut tail = Vec::new();
         for (i, st) in plan.stages.iter().enumerate() {
             let slot = i + 1;
+            let skip = opts.resume.filter(|_| Some(i) == last_chain);
             let t = make_transform(
                 &st.kind,
                 &plan.source.source,
                 opts.seed,
                 stats.clone(),
                 slot,
+                skip,
             );
             if i >= first_inline {
                 tail.push((slot, t));
@@ -241,6 +251,7 @@ impl Execution {
                         opts.seed,
                         stats.clone(),
                         slot,
+                        skip,
                     ));
                     spawn_parallel(chain, n, st.queue_depth, input, &ctl, &stats, slot)?
                 }
@@ -255,7 +266,14 @@ impl Execution {
             ctl,
             stats,
             wait_started: None,
+            position: opts.resume,
         })
+    }
+
+    /// The position of the last output delivered (`None` before the first): what a
+    /// checkpoint saves. Outputs prefetched but not delivered are not part of it.
+    pub fn position(&self) -> Option<Cursor> {
+        self.position
     }
 
     /// The next output, blocking.
@@ -275,6 +293,7 @@ impl Execution {
     /// releasing the GIL when outputs are queued).
     pub fn try_ready(&mut self) -> Option<Sample> {
         let item = self.ready.pop_front()?;
+        self.position = Some(item.cursor);
         let started = self.wait_started.take().unwrap_or_else(Instant::now);
         self.stats.record_output(started.elapsed(), item.rows);
         Some(item.sample)
@@ -287,6 +306,7 @@ impl Execution {
         loop {
             if let Some(item) = self.ready.pop_front() {
                 self.wait_started = None;
+                self.position = Some(item.cursor);
                 self.stats.record_output(started.elapsed(), item.rows);
                 return Next::Item(item.sample);
             }
@@ -405,6 +425,7 @@ fn send_counted(tx: &Sender<Msg>, msg: Msg, c: &StageCounters) -> bool {
 
 fn spawn_source(
     src: &SourceStage,
+    resume: Option<Cursor>,
     ctl: &Arc<Control>,
     stats: &Arc<PipelineStats>,
 ) -> Result<Input> {
@@ -416,9 +437,10 @@ fn spawn_source(
         let chunk = src.chunk_size.max(1) as u64;
         if let Some(order) = &src.order {
             let n = order.epoch_len();
-            let mut epoch = 0;
+            let mut epoch = resume.map_or(0, |r| r.epoch);
+            let mut start = resume.map_or(0, |r| r.pos);
             while !order.is_done(epoch) && n > 0 {
-                let mut pos = 0;
+                let mut pos = std::mem::take(&mut start);
                 while pos < n {
                     if ctl2.cancelled() {
                         return;
@@ -433,6 +455,11 @@ fn spawn_source(
                                 sub: 0,
                                 source_index: at.source_index,
                                 rows: 1,
+                                cursor: Cursor {
+                                    epoch,
+                                    pos: p,
+                                    ord: 0,
+                                },
                                 sample: Sample::new(),
                             }
                         })
@@ -446,7 +473,9 @@ fn spawn_source(
             }
             return;
         }
-        let mut epoch = 0;
+        // Streams cannot seek: resuming reads and drops the delivered prefix of the epoch.
+        let mut epoch = resume.map_or(0, |r| r.epoch);
+        let mut skip_to = resume.map_or(0, |r| r.pos);
         while src.stream_epochs.is_none_or(|e| epoch < e) {
             let stream = match src.source.stream() {
                 Ok(s) => s,
@@ -457,7 +486,8 @@ fn spawn_source(
             };
             let mut items = Vec::with_capacity(chunk as usize);
             let mut any = false;
-            for (index, res) in stream.enumerate() {
+            let skip = std::mem::take(&mut skip_to) as usize;
+            for (index, res) in stream.enumerate().skip(skip) {
                 if ctl2.cancelled() {
                     return;
                 }
@@ -469,6 +499,11 @@ fn spawn_source(
                         sub: 0,
                         source_index: index as u64,
                         rows: 1,
+                        cursor: Cursor {
+                            epoch,
+                            pos: index as u64,
+                            ord: 0,
+                        },
                         sample,
                     }),
                     Err(e) => {

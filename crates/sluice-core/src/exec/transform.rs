@@ -28,6 +28,9 @@ pub struct Item {
     pub source_index: u64,
     /// Samples in this item (1, or the batch size for a batch).
     pub rows: u64,
+    /// Where this item stands in the source order (for a batch: its last row), so the
+    /// consumer's position travels with the data and resuming needs no worker state.
+    pub cursor: Cursor,
     pub sample: Sample,
 }
 
@@ -39,6 +42,17 @@ impl Item {
             path,
         }
     }
+}
+
+/// A point in the output stream: the source position an output came from and its ordinal
+/// among that position's outputs (a flat_map can make several).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct Cursor {
+    pub epoch: u64,
+    /// Position within the epoch on this rank.
+    pub pos: u64,
+    /// Ordinal among the outputs of that position.
+    pub ord: u64,
 }
 
 /// A run of consecutive items handed between stages together.
@@ -62,15 +76,17 @@ pub(crate) fn make_transform(
     seed: u64,
     stats: Arc<PipelineStats>,
     stage: usize,
+    skip: Option<Cursor>,
 ) -> Box<dyn Transform> {
     match kind {
-        StageKind::Chain { read, ops } => Box::new(Chain {
-            read: read.then(|| source.clone()),
-            ops: ops.clone(),
+        StageKind::Chain { read, ops } => Box::new(Chain::new(
+            read.then(|| source.clone()),
+            ops.clone(),
             seed,
             stats,
             stage,
-        }),
+            skip,
+        )),
         StageKind::Batch {
             size,
             drop_last,
@@ -106,6 +122,8 @@ pub(crate) struct Chain {
     seed: u64,
     stats: Arc<PipelineStats>,
     stage: usize,
+    /// When resuming: outputs at or before this cursor were already delivered.
+    skip: Option<Cursor>,
 }
 
 impl Chain {
@@ -115,6 +133,7 @@ impl Chain {
         seed: u64,
         stats: Arc<PipelineStats>,
         stage: usize,
+        skip: Option<Cursor>,
     ) -> Self {
         Chain {
             read,
@@ -122,6 +141,7 @@ impl Chain {
             seed,
             stats,
             stage,
+            skip,
         }
     }
 }
@@ -139,6 +159,21 @@ impl Chain {
         }
         for cop in &self.ops {
             items = self.apply(cop, items)?;
+        }
+        // A position's outputs never span chunks, so ordinals can be counted per chunk.
+        let mut prev: Option<(u64, u64)> = None;
+        let mut ord = 0;
+        for it in &mut items {
+            let key = (it.cursor.epoch, it.cursor.pos);
+            ord = if prev == Some(key) { ord + 1 } else { 0 };
+            prev = Some(key);
+            it.cursor.ord = ord;
+        }
+        if let Some(skip) = self.skip {
+            items.retain(|it| {
+                let c = it.cursor;
+                !(c.epoch == skip.epoch && c.pos == skip.pos && c.ord <= skip.ord)
+            });
         }
         Ok(items)
     }
@@ -233,6 +268,7 @@ impl Batch {
             sub: first.sub,
             source_index: first.source_index,
             rows: items.iter().map(|i| i.rows).sum(),
+            cursor: items[items.len() - 1].cursor,
             sample: collate(&samples)?,
         };
         drop(samples);
@@ -274,6 +310,7 @@ impl Transform for Unbatch {
                     sub: it.sub,
                     source_index: it.source_index,
                     rows: 1,
+                    cursor: it.cursor,
                     sample,
                 });
             }

@@ -59,7 +59,7 @@ fn run(plan: &Arc<LogicalPlan>, threads: usize, seed: u64) -> Vec<Result<Sample>
         ..Default::default()
     };
     let phys = lower(plan, &opts).unwrap();
-    Execution::start(&phys, ExecOptions { seed })
+    Execution::start(&phys, ExecOptions { seed, resume: None })
         .unwrap()
         .collect()
 }

@@ -93,17 +93,10 @@ pub fn freq_mask(
 mod tests {
     use super::*;
 
-    /// SplitMix64 → uniform [0, 1): a tiny deterministic source for the tests.
+    /// The engine's per-sample generator, as the ops pass it in.
     fn uniform(seed: u64) -> impl FnMut() -> f64 {
-        let mut s = seed;
-        move || {
-            s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = s;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^= z >> 31;
-            (z >> 11) as f64 / (1u64 << 53) as f64
-        }
+        let mut r = sluice_core::SampleRng::from_key(seed);
+        move || r.uniform()
     }
 
     #[test]

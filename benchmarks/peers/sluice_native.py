@@ -1,11 +1,7 @@
-"""sluice with built-in (Rust, GIL-free) ops — PLACEHOLDER for the op-layer author.
+"""sluice with built-in (Rust, GIL-free) ops: the CV and ASR reference pipelines.
 
-The pipelines below are a first draft written only from the op names and conventions in the
-brief (sluice.image / sluice.text / sluice.audio, `field=`/`out=` arguments); they have never
-run. Whoever lands the ops should make them match the reference semantics in
-`peers/common.py` (and the batch layout `check_batch` verifies: ``image`` float32
-[64,3,224,224] + ``label`` int64; ``input_ids`` int64 [128,256] with <SOS>=4, <EOT>=0, pad 0;
-``features`` float32 [1,80,T]) and then set READY = True.
+Batch layouts are checked by ``common.check_batch``: ``image`` float32 [64,3,224,224] +
+``label`` int64; ``features`` float32 [1,80,T]. The NLP pipeline waits for ``sluice.text``.
 """
 from __future__ import annotations
 
@@ -14,21 +10,24 @@ from pathlib import Path
 from . import common as C
 
 NAME = "sluice (built-in ops)"
-WORKLOADS = ("cv", "nlp", "asr")
-READY = False  # flip once the ops exist and the first batch passes common.check_batch
+# NLP waits for sluice.text (tokenize/truncate/pad); _nlp below is its draft.
+WORKLOADS = ("cv", "asr")
+READY = True
 
 
 def _cv(sluice, data_dir: Path, samples, seed):
-    img = sluice.image
+    import sluice.image as img
+
     paths = [p for p, _ in C.cv_items(data_dir, samples, seed)]
     return (sluice.read_images(paths, labels="parent_dir")
-            .map(img.decode(field="bytes", out="image"))
-            .map(img.random_resized_crop(C.CV_SIZE, scale=C.CV_SCALE, ratio=C.CV_RATIO, field="image"))
-            .map(img.horizontal_flip(p=C.CV_FLIP_P, field="image"))
-            .map(img.color_jitter(*C.CV_JITTER, p=C.CV_JITTER_P, field="image"))
-            .map(img.grayscale(p=C.CV_GRAY_P, field="image"))
-            .map(img.gaussian_blur(C.CV_BLUR_KERNEL, sigma=C.CV_BLUR_SIGMA, p=C.CV_BLUR_P, field="image"))
-            .map(img.normalize(C.MEAN, C.STD, field="image"))
+            .map(img.decode())
+            .map(img.random_resized_crop(C.CV_SIZE, scale=C.CV_SCALE, ratio=C.CV_RATIO))
+            .map(img.horizontal_flip(p=C.CV_FLIP_P))
+            .map(img.color_jitter(*C.CV_JITTER, p=C.CV_JITTER_P))
+            .map(img.grayscale(p=C.CV_GRAY_P, num_output_channels=3))
+            .map(img.gaussian_blur(C.CV_BLUR_KERNEL, sigma=C.CV_BLUR_SIGMA, p=C.CV_BLUR_P))
+            .map(img.normalize(C.MEAN, C.STD))
+            .map(sluice.ops.select(["image", "label"]))
             .batch(C.CV_BATCH))
 
 
@@ -45,16 +44,17 @@ def _nlp(sluice, data_dir: Path, samples, seed):
 
 
 def _asr(sluice, data_dir: Path, samples, seed):
-    au = sluice.audio
+    import sluice.audio as au
+
     return (sluice.read_files(C.asr_items(data_dir, samples, seed))
-            .map(au.decode(field="bytes", out="audio"))
-            .map(au.resample(C.ASR_RATE, field="audio"))
-            .map(au.spectrogram(C.ASR_NFFT, C.ASR_HOP, power=None, field="audio", out="features"))
-            .map(au.time_stretch(C.ASR_STRETCH, field="features"))  # complex STFT → power
+            .map(au.decode(C.ASR_RATE))  # decode + resample to 16 kHz
+            .map(au.spectrogram(C.ASR_NFFT, C.ASR_HOP, power=2.0, out="features"))
+            .map(au.time_stretch(C.ASR_STRETCH, field="features"))  # phase vocoder on the power spectrogram
             .map(au.time_mask(C.ASR_TIME_MASK, field="features"))
             .map(au.freq_mask(C.ASR_FREQ_MASK, field="features"))
             .map(au.mel(C.ASR_MELS, C.ASR_RATE, field="features"))
-            .map(au.log(field="features"))
+            .map(au.log(C.ASR_LOG_EPS, field="features"))
+            .map(sluice.ops.select(["features"]))
             .batch(C.ASR_BATCH))
 
 

@@ -28,7 +28,7 @@ test-rust:
 	cargo test --workspace --exclude sluice-py -q
 
 test-python: build
-	$(PY) -m pytest -q tests/python
+	$(PY) -m pytest -q tests/python --doctest-modules python/sluice --ignore=tests/python/fixtures
 
 lint:
 	cargo fmt --all -- --check

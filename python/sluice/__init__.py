@@ -19,6 +19,7 @@ from .dataset import (
     read_text,
 )
 from . import audio, image, ops
+from .ingest import check_ingest
 
 __all__ = [
     "Dataset",
@@ -28,6 +29,7 @@ __all__ = [
     "Stats",
     "__version__",
     "audio",
+    "check_ingest",
     "from_items",
     "image",
     "ops",

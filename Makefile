@@ -13,7 +13,7 @@ venv: $(VENV)/.deps-stamp
 $(VENV)/.deps-stamp: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "maturin>=1.5,<2" "numpy>=1.24" "pytest>=7" "pillow>=10" "psutil>=5"
+	$(PY) -m pip install -q "maturin>=1.5,<2" "numpy>=1.24" "pytest>=7" "pillow>=10" "psutil>=5" "tokenizers>=0.20"
 	touch $@
 
 build: venv

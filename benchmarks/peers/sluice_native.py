@@ -1,7 +1,7 @@
 """sluice with built-in (Rust, GIL-free) ops: the CV and ASR reference pipelines.
 
 Batch layouts are checked by ``common.check_batch``: ``image`` float32 [64,3,224,224] +
-``label`` int64; ``features`` float32 [1,80,T]. The NLP pipeline waits for ``sluice.text``.
+``label`` int64; ``features`` float32 [1,80,T]. ``input_ids`` int64 [128,256].
 """
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ from pathlib import Path
 from . import common as C
 
 NAME = "sluice (built-in ops)"
-# NLP waits for sluice.text (tokenize/truncate/pad); _nlp below is its draft.
-WORKLOADS = ("cv", "asr")
+WORKLOADS = ("cv", "nlp", "asr")
 READY = True
 
 
@@ -32,14 +31,15 @@ def _cv(sluice, data_dir: Path, samples, seed):
 
 
 def _nlp(sluice, data_dir: Path, samples, seed):
-    txt = sluice.text
+    import sluice.text as txt
+
     return (sluice.read_text(str(C.text_file(data_dir)))
-            .map(txt.tokenize(str(C.tokenizer_file(data_dir)), add_special_tokens=False,
-                              field="text", out="input_ids"))
-            .map(txt.truncate(C.NLP_LEN - 2, field="input_ids"))
-            # <SOS> ... <EOT>, then pad to 256 with 0 (argument names to be settled by the ops)
-            .map(txt.pad(C.NLP_LEN, pad_id=C.NLP_PAD, bos_id=C.NLP_BOS, eos_id=C.NLP_EOS,
-                         field="input_ids"))
+            .repeat()
+            .map(txt.tokenize(str(C.tokenizer_file(data_dir)), add_special_tokens=False))
+            .map(txt.truncate(C.NLP_LEN - 2))
+            .map(txt.add_tokens(bos=C.NLP_BOS, eos=C.NLP_EOS))
+            .map(txt.pad(C.NLP_LEN, pad_id=C.NLP_PAD))
+            .map(sluice.ops.select(["input_ids"]))
             .batch(C.NLP_BATCH))
 
 

@@ -18,7 +18,7 @@ from .dataset import (
     read_jsonl,
     read_text,
 )
-from . import audio, image, ops
+from . import audio, image, ops, text
 from .ingest import check_ingest
 
 __all__ = [
@@ -38,4 +38,5 @@ __all__ = [
     "read_images",
     "read_jsonl",
     "read_text",
+    "text",
 ]

@@ -19,7 +19,7 @@ pub(crate) fn build(spec: &OpSpec) -> Result<OpRef> {
         OpSpec::Rename { from, to } if from.is_empty() || to.is_empty() => {
             return Err(Error::invalid("rename needs non-empty field names"))
         }
-        OpSpec::Image(_) | OpSpec::Audio(_) => {
+        OpSpec::Image(_) | OpSpec::Audio(_) | OpSpec::Text(_) => {
             return Err(Error::Internal("not a generic op".into()))
         }
         _ => {}
@@ -35,7 +35,7 @@ impl Op for FieldOp {
             OpSpec::Drop { .. } => "drop",
             OpSpec::Rename { .. } => "rename",
             // `build` only makes FieldOps of generic specs.
-            OpSpec::Image(_) | OpSpec::Audio(_) => "?",
+            OpSpec::Image(_) | OpSpec::Audio(_) | OpSpec::Text(_) => "?",
         }
     }
     fn spec(&self) -> serde_json::Value {
@@ -46,7 +46,7 @@ impl Op for FieldOp {
             OpSpec::Noop => (vec![], vec![]),
             OpSpec::Select { fields } | OpSpec::Drop { fields } => (fields.clone(), vec![]),
             OpSpec::Rename { from, to } => (vec![from.clone()], vec![to.clone()]),
-            OpSpec::Image(_) | OpSpec::Audio(_) => (vec![], vec![]),
+            OpSpec::Image(_) | OpSpec::Audio(_) | OpSpec::Text(_) => (vec![], vec![]),
         };
         OpMeta {
             reads,
@@ -58,7 +58,7 @@ impl Op for FieldOp {
     }
     fn apply(&self, mut s: Sample, _cx: &OpContext) -> Result<Emit> {
         match &self.spec {
-            OpSpec::Noop | OpSpec::Image(_) | OpSpec::Audio(_) => {}
+            OpSpec::Noop | OpSpec::Image(_) | OpSpec::Audio(_) | OpSpec::Text(_) => {}
             OpSpec::Select { fields } => {
                 let mut out = Sample::with_capacity(fields.len());
                 for f in fields {

@@ -5,6 +5,7 @@
 pub mod audio;
 pub mod generic;
 pub mod image;
+pub mod text;
 
 use serde::{Deserialize, Serialize};
 use sluice_core::{OpRef, Result};
@@ -33,6 +34,9 @@ pub enum OpSpec {
     /// `sluice.audio` ops (tags `audio.*`).
     #[serde(untagged)]
     Audio(audio::AudioSpec),
+    /// `sluice.text` ops (tags `text.*`).
+    #[serde(untagged)]
+    Text(text::TextSpec),
 }
 
 impl OpSpec {
@@ -41,6 +45,7 @@ impl OpSpec {
         match self {
             OpSpec::Image(spec) => image::build(spec),
             OpSpec::Audio(spec) => audio::build(spec),
+            OpSpec::Text(spec) => text::build(spec),
             other => generic::build(other),
         }
     }

@@ -1,0 +1,324 @@
+//! `sluice.text` ops: tokenization through the `tokenizers` crate (any Hugging Face
+//! `tokenizer.json`, offline), then `truncate`, `add_tokens` and `pad` on id sequences.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use sluice_core::{
+    Emit, Error, Op, OpContext, OpKind, OpMeta, OpRef, Result, Sample, Tensor, TensorData, Value,
+};
+
+fn text_field() -> String {
+    "text".into()
+}
+fn ids_field() -> String {
+    "input_ids".into()
+}
+fn yes() -> bool {
+    true
+}
+fn int64() -> String {
+    "int64".into()
+}
+
+/// The serde form of the `text.*` ops.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op")]
+pub enum TextSpec {
+    /// Encodes `field` with the tokenizer at `tokenizer` (a `tokenizer.json` path).
+    #[serde(rename = "text.tokenize")]
+    Tokenize {
+        tokenizer: String,
+        #[serde(default)]
+        max_length: Option<usize>,
+        #[serde(default = "yes")]
+        add_special_tokens: bool,
+        #[serde(default = "text_field")]
+        field: String,
+        #[serde(default = "ids_field")]
+        out: String,
+        #[serde(default = "int64")]
+        dtype: String,
+        /// Also write the attention mask (1 per token) to this field.
+        #[serde(default)]
+        attention_mask: Option<String>,
+    },
+    /// Keeps the first `length` ids.
+    #[serde(rename = "text.truncate")]
+    Truncate {
+        length: usize,
+        #[serde(default = "ids_field")]
+        field: String,
+    },
+    /// Prepends `bos` and/or appends `eos`.
+    #[serde(rename = "text.add_tokens")]
+    AddTokens {
+        #[serde(default)]
+        bos: Option<i64>,
+        #[serde(default)]
+        eos: Option<i64>,
+        #[serde(default = "ids_field")]
+        field: String,
+    },
+    /// Pads (right) with `pad_id` to `length`; longer sequences are an error (truncate first).
+    #[serde(rename = "text.pad")]
+    Pad {
+        length: usize,
+        #[serde(default)]
+        pad_id: i64,
+        #[serde(default = "ids_field")]
+        field: String,
+        /// Also write a mask (1 for tokens, 0 for padding) to this field.
+        #[serde(default)]
+        mask: Option<String>,
+    },
+}
+
+/// Builds a `text.*` op, loading the tokenizer once.
+pub fn build(spec: &TextSpec) -> Result<OpRef> {
+    let tokenizer = match spec {
+        TextSpec::Tokenize {
+            tokenizer, dtype, ..
+        } => {
+            if dtype != "int64" && dtype != "int32" {
+                return Err(Error::invalid(format!(
+                    "dtype must be 'int64' or 'int32', got '{dtype}'"
+                )));
+            }
+            if !std::path::Path::new(tokenizer).is_file() {
+                return Err(Error::FileNotFound(format!(
+                    "{tokenizer}: tokenizer file not found"
+                )));
+            }
+            let t = tokenizers::Tokenizer::from_file(tokenizer)
+                .map_err(|e| Error::invalid(format!("{tokenizer}: not a valid tokenizer.json: {e}")))?;
+            Some(Arc::new(t))
+        }
+        TextSpec::Truncate { length: 0, .. } | TextSpec::Pad { length: 0, .. } => {
+            return Err(Error::invalid("length must be > 0"))
+        }
+        _ => None,
+    };
+    Ok(Arc::new(TextOp {
+        spec: spec.clone(),
+        tokenizer,
+    }))
+}
+
+struct TextOp {
+    spec: TextSpec,
+    tokenizer: Option<Arc<tokenizers::Tokenizer>>,
+}
+
+impl std::fmt::Debug for TextOp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "TextOp({:?})", self.spec)
+    }
+}
+
+/// The ids of `field` as i64 (accepts int32/int64 tensors).
+fn take_ids(s: &mut Sample, field: &str, op: &str) -> Result<(Vec<i64>, bool)> {
+    match s.take(field, op)? {
+        Value::Tensor(t) if t.shape().len() == 1 => match t.into_parts().1 {
+            TensorData::I64(v) => Ok((v, true)),
+            TensorData::I32(v) => Ok((v.into_iter().map(i64::from).collect(), false)),
+            other => Err(Error::type_error(format!(
+                "field '{field}' must hold int32/int64 ids, got {}",
+                other.dtype().name()
+            ))),
+        },
+        Value::List(items) => items
+            .iter()
+            .map(Value::as_int)
+            .collect::<Option<Vec<i64>>>()
+            .map(|v| (v, true))
+            .ok_or_else(|| Error::type_error(format!("field '{field}' must be a list of ints"))),
+        other => Err(Error::type_error(format!(
+            "field '{field}' must be a 1-d id array (tokenize first), got {}",
+            other.kind()
+        ))),
+    }
+}
+
+fn ids_value(ids: Vec<i64>, wide: bool) -> Result<Value> {
+    let n = ids.len();
+    let data = if wide {
+        TensorData::I64(ids)
+    } else {
+        TensorData::I32(ids.into_iter().map(|x| x as i32).collect())
+    };
+    Ok(Value::Tensor(Tensor::new(vec![n], data)?))
+}
+
+impl TextOp {
+    fn fields(&self) -> (Vec<String>, Vec<String>) {
+        match &self.spec {
+            TextSpec::Tokenize {
+                field,
+                out,
+                attention_mask,
+                ..
+            } => {
+                let mut w = vec![out.clone()];
+                w.extend(attention_mask.clone());
+                (vec![field.clone()], w)
+            }
+            TextSpec::Truncate { field, .. } | TextSpec::AddTokens { field, .. } => {
+                (vec![field.clone()], vec![field.clone()])
+            }
+            TextSpec::Pad { field, mask, .. } => {
+                let mut w = vec![field.clone()];
+                w.extend(mask.clone());
+                (vec![field.clone()], w)
+            }
+        }
+    }
+}
+
+impl Op for TextOp {
+    fn name(&self) -> &str {
+        match self.spec {
+            TextSpec::Tokenize { .. } => "tokenize",
+            TextSpec::Truncate { .. } => "truncate",
+            TextSpec::AddTokens { .. } => "add_tokens",
+            TextSpec::Pad { .. } => "pad",
+        }
+    }
+    fn spec(&self) -> serde_json::Value {
+        serde_json::to_value(&self.spec).unwrap_or_default()
+    }
+    fn meta(&self) -> OpMeta {
+        let (reads, writes) = self.fields();
+        let kind = match self.spec {
+            TextSpec::Tokenize { .. } => OpKind::Decode,
+            TextSpec::Truncate { .. } => OpKind::SizeReducing,
+            _ => OpKind::Opaque,
+        };
+        OpMeta {
+            reads,
+            writes,
+            kind,
+            random: false,
+            python: false,
+        }
+    }
+    fn apply(&self, mut s: Sample, _cx: &OpContext) -> Result<Emit> {
+        let name = self.name();
+        match &self.spec {
+            TextSpec::Tokenize {
+                max_length,
+                add_special_tokens,
+                field,
+                out,
+                dtype,
+                attention_mask,
+                ..
+            } => {
+                let v = s.require(field, name)?;
+                let text = v.as_str().ok_or_else(|| {
+                    Error::type_error(format!("field '{field}' must be str, got {}", v.kind()))
+                })?;
+                let tok = self.tokenizer.as_ref().expect("tokenize has a tokenizer");
+                let enc = tok
+                    .encode(text, *add_special_tokens)
+                    .map_err(|e| Error::data(format!("tokenizer failed: {e}")))?;
+                let mut ids: Vec<i64> = enc.get_ids().iter().map(|&i| i as i64).collect();
+                if let Some(m) = max_length {
+                    ids.truncate(*m);
+                }
+                let n = ids.len();
+                s.set(out.as_str(), ids_value(ids, dtype == "int64")?);
+                if let Some(mask) = attention_mask {
+                    s.set(mask.as_str(), ids_value(vec![1; n], dtype == "int64")?);
+                }
+            }
+            TextSpec::Truncate { length, field } => {
+                let (mut ids, wide) = take_ids(&mut s, field, name)?;
+                ids.truncate(*length);
+                s.set(field.as_str(), ids_value(ids, wide)?);
+            }
+            TextSpec::AddTokens { bos, eos, field } => {
+                let (ids, wide) = take_ids(&mut s, field, name)?;
+                let mut out = Vec::with_capacity(ids.len() + 2);
+                out.extend(bos);
+                out.extend(ids);
+                out.extend(eos);
+                s.set(field.as_str(), ids_value(out, wide)?);
+            }
+            TextSpec::Pad {
+                length,
+                pad_id,
+                field,
+                mask,
+            } => {
+                let (mut ids, wide) = take_ids(&mut s, field, name)?;
+                if ids.len() > *length {
+                    return Err(Error::data(format!(
+                        "sequence of {} ids is longer than pad length {length}; truncate first",
+                        ids.len()
+                    )));
+                }
+                let n = ids.len();
+                ids.resize(*length, *pad_id);
+                s.set(field.as_str(), ids_value(ids, wide)?);
+                if let Some(mask) = mask {
+                    let m: Vec<i64> = (0..*length).map(|i| (i < n) as i64).collect();
+                    s.set(mask.as_str(), ids_value(m, wide)?);
+                }
+            }
+        }
+        Ok(Emit::One(s))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cx() -> OpContext {
+        OpContext { seed: 0, epoch: 0, index: 0, sub: 0, op_id: 0 }
+    }
+
+    fn ids(s: &Sample, f: &str) -> Vec<i64> {
+        match s.get(f) {
+            Some(Value::Tensor(t)) => match t.data() {
+                TensorData::I64(v) => v.clone(),
+                _ => panic!(),
+            },
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn run(spec: &str, s: Sample) -> Result<Sample> {
+        let spec: crate::OpSpec = serde_json::from_str(spec).unwrap();
+        match spec.build()?.apply(s, &cx())? {
+            Emit::One(s) => Ok(s),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn truncate_add_pad() {
+        let t = Tensor::new(vec![5], TensorData::I64(vec![1, 2, 3, 4, 5])).unwrap();
+        let s = Sample::from_pairs([("input_ids", Value::Tensor(t))]);
+        let s = run(r#"{"op":"text.truncate","length":3}"#, s).unwrap();
+        let s = run(r#"{"op":"text.add_tokens","bos":4,"eos":0}"#, s).unwrap();
+        assert_eq!(ids(&s, "input_ids"), [4, 1, 2, 3, 0]);
+        let s = run(r#"{"op":"text.pad","length":7,"pad_id":9,"mask":"m"}"#, s).unwrap();
+        assert_eq!(ids(&s, "input_ids"), [4, 1, 2, 3, 0, 9, 9]);
+        assert_eq!(ids(&s, "m"), [1, 1, 1, 1, 1, 0, 0]);
+        let e = run(r#"{"op":"text.pad","length":2}"#, s).unwrap_err();
+        assert!(e.to_string().contains("truncate first"));
+    }
+
+    #[test]
+    fn bad_specs() {
+        for bad in [
+            r#"{"op":"text.tokenize","tokenizer":"/nonexistent.json"}"#,
+            r#"{"op":"text.truncate","length":0}"#,
+        ] {
+            let spec: crate::OpSpec = serde_json::from_str(bad).unwrap();
+            assert!(spec.build().is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,56 @@
+"""Built-in text ops (Rust, GIL-free): tokenization with any Hugging Face ``tokenizer.json``
+(BPE, WordPiece, Unigram; fully offline) and id-sequence ops. Ids equal the ``tokenizers``
+package's encodings.
+
+>>> import sluice, sluice.text as T
+>>> ds = sluice.from_items([{"input_ids": [5, 6, 7]}])
+>>> ds = ds.map(T.truncate(2)).map(T.add_tokens(bos=1, eos=2)).map(T.pad(6))
+>>> ds.take(1)[0]["input_ids"].tolist()
+[1, 5, 6, 2, 0, 0]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from ._native import Op
+
+
+def _op(name: str, **params: Any) -> Op:
+    return Op(json.dumps({"op": f"text.{name}", **{k: v for k, v in params.items() if v is not None}}))
+
+
+def tokenize(
+    tokenizer_json: str | os.PathLike,
+    max_length: int | None = None,
+    add_special_tokens: bool = True,
+    *,
+    field: str = "text",
+    out: str = "input_ids",
+    dtype: str = "int64",
+    attention_mask: str | None = None,
+) -> Op:
+    """Encodes ``field`` into ids (``dtype`` int64 or int32), keeping at most ``max_length``;
+    ``attention_mask`` names a field to receive a mask of ones. A missing or invalid tokenizer
+    file fails when the op is created."""
+    return _op("tokenize", tokenizer=os.fspath(tokenizer_json), max_length=max_length,
+               add_special_tokens=bool(add_special_tokens), field=field, out=out, dtype=dtype,
+               attention_mask=attention_mask)
+
+
+def truncate(length: int, *, field: str = "input_ids") -> Op:
+    """Keeps the first ``length`` ids."""
+    return _op("truncate", length=int(length), field=field)
+
+
+def add_tokens(bos: int | None = None, eos: int | None = None, *, field: str = "input_ids") -> Op:
+    """Prepends ``bos`` and/or appends ``eos``."""
+    return _op("add_tokens", bos=bos, eos=eos, field=field)
+
+
+def pad(length: int, pad_id: int = 0, *, field: str = "input_ids", mask: str | None = None) -> Op:
+    """Right-pads with ``pad_id`` to ``length`` (longer sequences are an error: truncate
+    first); ``mask`` names a field to receive 1 for tokens and 0 for padding."""
+    return _op("pad", length=int(length), pad_id=int(pad_id), field=field, mask=mask)

@@ -1,0 +1,97 @@
+"""sluice.text vs the Hugging Face `tokenizers` package on real English lines."""
+
+import glob
+
+import numpy as np
+import pytest
+
+tokenizers = pytest.importorskip("tokenizers")
+
+import sluice
+import sluice.text as T
+
+
+def real_lines():
+    lines = []
+    for path in sorted(glob.glob("/usr/share/common-licenses/*")) + ["README.md", "docs/ARCHITECTURE.md"]:
+        try:
+            with open(path, encoding="utf-8") as f:
+                lines += [l.strip() for l in f if l.strip()]
+        except (OSError, UnicodeDecodeError):
+            pass
+    return lines
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    lines = real_lines()
+    assert len(lines) >= 1000
+    d = tmp_path_factory.mktemp("text")
+    (d / "lines.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return d, lines
+
+
+def train(kind, lines, path):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers, processors
+
+    if kind == "bpe":
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(vocab_size=2000, special_tokens=["<EOT>", "<SOS>"])
+    else:
+        tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        trainer = trainers.WordPieceTrainer(vocab_size=2000, special_tokens=["[UNK]", "[CLS]", "[SEP]"])
+    tok.train_from_iterator(lines, trainer)
+    if kind == "wordpiece":
+        tok.post_processor = processors.TemplateProcessing(
+            single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 1), ("[SEP]", 2)]
+        )
+    tok.save(str(path))
+    return tok
+
+
+@pytest.mark.parametrize("kind", ["bpe", "wordpiece"])
+def test_ids_equal_hf_tokenizers(corpus, kind):
+    d, lines = corpus
+    hf = train(kind, lines, d / f"{kind}.json")
+    ds = sluice.read_text(str(d / "lines.txt")).map(T.tokenize(d / f"{kind}.json"))
+    ours = [s["input_ids"].tolist() for s in ds]
+    ref = [e.ids for e in hf.encode_batch(lines)]
+    assert len(ours) == len(ref) >= 1000
+    assert ours == ref
+
+
+def test_nlp_reference_shape(corpus):
+    d, lines = corpus
+    train("bpe", lines, d / "bpe.json")
+    ds = (
+        sluice.read_text(str(d / "lines.txt"))
+        .map(T.tokenize(d / "bpe.json", add_special_tokens=False))
+        .map(T.truncate(254))
+        .map(T.add_tokens(bos=1, eos=0))
+        .map(T.pad(256, pad_id=0, mask="attention_mask"))
+        .map(sluice.ops.select(["input_ids", "attention_mask"]))
+        .batch(128)
+    )
+    b = next(iter(ds))
+    assert b["input_ids"].shape == (128, 256) and b["input_ids"].dtype == np.int64
+    assert (b["input_ids"][:, 0] == 1).all()
+    assert ((b["attention_mask"] == 1).sum(1) >= 2).all()
+
+
+def test_bad_input(tmp_path, corpus):
+    d, lines = corpus
+    with pytest.raises(FileNotFoundError):
+        T.tokenize(tmp_path / "missing.json")
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(ValueError, match="tokenizer"):
+        T.tokenize(tmp_path / "bad.json")
+    with pytest.raises(ValueError):
+        T.tokenize(d / "bpe.json" if (d / "bpe.json").exists() else tmp_path / "bad.json", dtype="float32")
+    with pytest.raises(sluice.PipelineError, match="truncate first"):
+        list(sluice.from_items([{"input_ids": [1, 2, 3]}]).map(T.pad(2)))
+    with pytest.raises(TypeError, match="str"):
+        train("bpe", lines, tmp_path / "t.json")
+        list(sluice.range(2).map(T.tokenize(tmp_path / "t.json", field="id")))

@@ -90,8 +90,9 @@ pub fn build(spec: &TextSpec) -> Result<OpRef> {
                     "{tokenizer}: tokenizer file not found"
                 )));
             }
-            let t = tokenizers::Tokenizer::from_file(tokenizer)
-                .map_err(|e| Error::invalid(format!("{tokenizer}: not a valid tokenizer.json: {e}")))?;
+            let t = tokenizers::Tokenizer::from_file(tokenizer).map_err(|e| {
+                Error::invalid(format!("{tokenizer}: not a valid tokenizer.json: {e}"))
+            })?;
             Some(Arc::new(t))
         }
         TextSpec::Truncate { length: 0, .. } | TextSpec::Pad { length: 0, .. } => {
@@ -276,7 +277,13 @@ mod tests {
     use super::*;
 
     fn cx() -> OpContext {
-        OpContext { seed: 0, epoch: 0, index: 0, sub: 0, op_id: 0 }
+        OpContext {
+            seed: 0,
+            epoch: 0,
+            index: 0,
+            sub: 0,
+            op_id: 0,
+        }
     }
 
     fn ids(s: &Sample, f: &str) -> Vec<i64> {

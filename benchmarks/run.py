@@ -221,6 +221,9 @@ def measure(spec: dict, log_stem: Path, timeout: float) -> dict:
     out_path = log_stem.with_suffix(".out")
     err_path = log_stem.with_suffix(".err")
     env = dict(os.environ, PYTHONUNBUFFERED="1", TF_CPP_MIN_LOG_LEVEL="2")
+    if spec.get("sluice_path"):
+        env["PYTHONPATH"] = os.pathsep.join(
+            [spec["sluice_path"]] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     if spec.get("blas_threads"):
         # Parallelism comes from each system's workers; BLAS/OpenMP pools inside every worker
         # oversubscribe the cores (numpy's OpenBLAS in 2 DataLoader workers made the mel
@@ -445,6 +448,21 @@ def package_versions() -> dict:
     return out
 
 
+def sluice_location() -> dict:
+    """Where the children import sluice from: the venv if it is installed there, else the
+    repository's python/ folder when a built extension sits in it (`maturin develop` or
+    `make` leave python/sluice/_native*.so), else nowhere (the sluice rows then fail)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("sluice")
+    if spec is not None and spec.origin:
+        return {"source": "installed", "path": str(Path(spec.origin).parent)}
+    tree = REPO / "python"
+    if list((tree / "sluice").glob("_native*.so")):
+        return {"source": "repository", "path": str(tree / "sluice"), "pythonpath": str(tree)}
+    return {"source": None}
+
+
 def git_commit() -> str:
     try:
         return subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
@@ -520,11 +538,13 @@ def main(argv=None) -> int:
         print(f"no datasets in {data}: run `python benchmarks/datasets/build.py --out {data}`",
               file=sys.stderr)
         return 2
+    sluice_from = sluice_location()
     out_dir = args.out.resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     exe = os.path.relpath(sys.executable) if sys.executable.startswith(str(REPO)) else sys.executable
     command = shlex.join([exe, os.path.relpath(Path(__file__).resolve())] + argv)
     print(f"command: {command}", flush=True)
+    print(f"sluice: {sluice_from.get('path') or 'not found (sluice rows will fail)'}", flush=True)
     machine = machine_info()
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     meta_common = {
@@ -535,7 +555,7 @@ def main(argv=None) -> int:
         "data": str(data), "data_manifest_seed": json.loads((data / "manifest.json").read_text()).get("seed"),
         "repeats": repeats, "warmup": warmup, "budget": budget, "timeout": timeout,
         "samples": samples, "workers": args.workers, "seed": args.seed,
-        "blas_threads": args.blas_threads,
+        "blas_threads": args.blas_threads, "sluice": sluice_from,
     }
     for w in workloads:
         todo = [s for s in systems if w in load(s).WORKLOADS]
@@ -553,7 +573,7 @@ def main(argv=None) -> int:
                     continue
                 spec = {"system": s, "workload": w, "samples": samples[w], "data": str(data),
                         "seed": args.seed, "workers": args.workers, "budget": budget,
-                        "blas_threads": args.blas_threads}
+                        "blas_threads": args.blas_threads, "sluice": sluice_from, "sluice_path": sluice_from.get("pythonpath")}
                 tag = f"warmup{rnd}" if is_warm else f"round{rnd - warmup}"
                 r = measure(spec, out_dir / "logs" / f"{stamp}-{w}-{s}-{tag}", timeout)
                 r["warmup"] = is_warm

@@ -41,8 +41,10 @@ class _ASR:
     def __init__(self, seed):
         self.seed = seed
 
-    def __call__(self, s):
-        rng = C.asr_rng(self.seed, zlib.crc32(str(s["path"]).encode()))
+    def __call__(self, s, rng=None):
+        # sluice passes a Generator seeded from (seed, epoch, index, op) to a UDF with `rng`
+        if rng is None:
+            rng = C.asr_rng(self.seed, zlib.crc32(str(s["path"]).encode()))
         return {"features": C.asr_features(bytes(s["bytes"]), rng)}
 
 

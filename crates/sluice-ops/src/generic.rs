@@ -85,24 +85,8 @@ impl Op for FieldOp {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::{cx, one};
     use sluice_core::Value;
-
-    fn cx() -> OpContext {
-        OpContext {
-            seed: 0,
-            epoch: 0,
-            index: 0,
-            sub: 0,
-            op_id: 0,
-        }
-    }
-
-    fn one(e: Emit) -> Sample {
-        match e {
-            Emit::One(s) => s,
-            other => panic!("{other:?}"),
-        }
-    }
 
     #[test]
     fn select_drop_rename() {
@@ -112,7 +96,7 @@ mod tests {
         })
         .unwrap();
         assert_eq!(
-            one(sel.apply(s.clone(), &cx()).unwrap())
+            one(sel.apply(s.clone(), &cx(0, 0)).unwrap())
                 .names()
                 .collect::<Vec<_>>(),
             ["b"]
@@ -122,7 +106,7 @@ mod tests {
         })
         .unwrap();
         assert_eq!(
-            one(drop.apply(s.clone(), &cx()).unwrap())
+            one(drop.apply(s.clone(), &cx(0, 0)).unwrap())
                 .names()
                 .collect::<Vec<_>>(),
             ["b"]
@@ -133,12 +117,12 @@ mod tests {
         })
         .unwrap();
         assert_eq!(
-            one(ren.apply(s.clone(), &cx()).unwrap())
+            one(ren.apply(s.clone(), &cx(0, 0)).unwrap())
                 .names()
                 .collect::<Vec<_>>(),
             ["b", "z"]
         );
-        let e = sel.apply(Sample::new(), &cx()).unwrap_err();
+        let e = sel.apply(Sample::new(), &cx(0, 0)).unwrap_err();
         assert!(matches!(e, Error::MissingField { .. }));
     }
 

@@ -549,16 +549,7 @@ impl Op for ImageOp {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn cx(index: u64) -> OpContext {
-        OpContext {
-            seed: 1,
-            epoch: 0,
-            index,
-            sub: 0,
-            op_id: 3,
-        }
-    }
+    use crate::testing::run;
 
     fn gradient(h: usize, w: usize) -> Sample {
         let data: Vec<u8> = (0..h * w * 3).map(|i| (i % 251) as u8).collect();
@@ -569,14 +560,6 @@ mod tests {
     fn shape(s: &Sample, f: &str) -> Vec<usize> {
         match s.get(f) {
             Some(Value::Tensor(t)) => t.shape().to_vec(),
-            other => panic!("{other:?}"),
-        }
-    }
-
-    fn run(spec: &str, s: Sample, index: u64) -> Result<Sample> {
-        let spec: crate::OpSpec = serde_json::from_str(spec).unwrap();
-        match spec.build()?.apply(s, &cx(index))? {
-            Emit::One(s) => Ok(s),
             other => panic!("{other:?}"),
         }
     }

@@ -7,6 +7,9 @@ pub mod generic;
 pub mod image;
 pub mod text;
 
+#[cfg(test)]
+mod testing;
+
 use serde::{Deserialize, Serialize};
 use sluice_core::{OpRef, Result};
 

@@ -275,16 +275,7 @@ impl Op for TextOp {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn cx() -> OpContext {
-        OpContext {
-            seed: 0,
-            epoch: 0,
-            index: 0,
-            sub: 0,
-            op_id: 0,
-        }
-    }
+    use crate::testing::run;
 
     fn ids(s: &Sample, f: &str) -> Vec<i64> {
         match s.get(f) {
@@ -296,25 +287,22 @@ mod tests {
         }
     }
 
-    fn run(spec: &str, s: Sample) -> Result<Sample> {
-        let spec: crate::OpSpec = serde_json::from_str(spec).unwrap();
-        match spec.build()?.apply(s, &cx())? {
-            Emit::One(s) => Ok(s),
-            other => panic!("{other:?}"),
-        }
-    }
-
     #[test]
     fn truncate_add_pad() {
         let t = Tensor::new(vec![5], TensorData::I64(vec![1, 2, 3, 4, 5])).unwrap();
         let s = Sample::from_pairs([("input_ids", Value::Tensor(t))]);
-        let s = run(r#"{"op":"text.truncate","length":3}"#, s).unwrap();
-        let s = run(r#"{"op":"text.add_tokens","bos":4,"eos":0}"#, s).unwrap();
+        let s = run(r#"{"op":"text.truncate","length":3}"#, s, 0).unwrap();
+        let s = run(r#"{"op":"text.add_tokens","bos":4,"eos":0}"#, s, 0).unwrap();
         assert_eq!(ids(&s, "input_ids"), [4, 1, 2, 3, 0]);
-        let s = run(r#"{"op":"text.pad","length":7,"pad_id":9,"mask":"m"}"#, s).unwrap();
+        let s = run(
+            r#"{"op":"text.pad","length":7,"pad_id":9,"mask":"m"}"#,
+            s,
+            0,
+        )
+        .unwrap();
         assert_eq!(ids(&s, "input_ids"), [4, 1, 2, 3, 0, 9, 9]);
         assert_eq!(ids(&s, "m"), [1, 1, 1, 1, 1, 0, 0]);
-        let e = run(r#"{"op":"text.pad","length":2}"#, s).unwrap_err();
+        let e = run(r#"{"op":"text.pad","length":2}"#, s, 0).unwrap_err();
         assert!(e.to_string().contains("truncate first"));
     }
 

@@ -1,4 +1,5 @@
 use super::*;
+use crate::testing::{cx, one};
 use crate::OpSpec;
 use serde_json::json;
 
@@ -6,26 +7,9 @@ const WAV: &[u8] = include_bytes!("../../../sluice-audioproc/tests/fixtures/chir
 const STEREO: &[u8] = include_bytes!("../../../sluice-audioproc/tests/fixtures/stereo_24bit.wav");
 const MP3: &[u8] = include_bytes!("../../../sluice-audioproc/tests/fixtures/speech.mp3");
 
-fn cx(seed: u64, index: u64) -> OpContext {
-    OpContext {
-        seed,
-        epoch: 0,
-        index,
-        sub: 0,
-        op_id: 3,
-    }
-}
-
 fn op(v: serde_json::Value) -> OpRef {
     let spec: OpSpec = serde_json::from_value(v).unwrap();
     spec.build().unwrap()
-}
-
-fn one(e: Emit) -> Sample {
-    match e {
-        Emit::One(s) => s,
-        other => panic!("{other:?}"),
-    }
 }
 
 fn tensor<'a>(s: &'a Sample, f: &str) -> (&'a [usize], &'a [f32]) {

@@ -555,6 +555,26 @@ struct Base {
     name: &'static str,
 }
 
+impl AudioSpec {
+    /// The field an op reads and the field it writes (`out`, defaulting to `field`).
+    fn io(&self) -> (&str, &str) {
+        match self {
+            AudioSpec::Decode { field, out, .. } | AudioSpec::Spectrogram { field, out, .. } => {
+                (field, out)
+            }
+            AudioSpec::Resample { field, out, .. }
+            | AudioSpec::TimeStretch { field, out, .. }
+            | AudioSpec::Mel { field, out, .. }
+            | AudioSpec::Log { field, out, .. }
+            | AudioSpec::PowerToDb { field, out, .. }
+            | AudioSpec::AmplitudeToDb { field, out, .. } => {
+                (field, out.as_deref().unwrap_or(field))
+            }
+            AudioSpec::TimeMask { field, .. } | AudioSpec::FreqMask { field, .. } => (field, field),
+        }
+    }
+}
+
 impl Base {
     fn spec_json(&self) -> serde_json::Value {
         serde_json::to_value(&self.spec).unwrap_or_default()
@@ -880,10 +900,7 @@ struct Resample {
 
 impl Resample {
     fn fields(&self) -> (&str, &str) {
-        let AudioSpec::Resample { field, out, .. } = &self.base.spec else {
-            unreachable!()
-        };
-        (field, out.as_deref().unwrap_or(field))
+        self.base.spec.io()
     }
 }
 
@@ -998,10 +1015,7 @@ struct TimeStretch {
 
 impl TimeStretch {
     fn fields(&self) -> (&str, &str) {
-        let AudioSpec::TimeStretch { field, out, .. } = &self.base.spec else {
-            unreachable!()
-        };
-        (field, out.as_deref().unwrap_or(field))
+        self.base.spec.io()
     }
 }
 
@@ -1178,14 +1192,7 @@ struct Compress {
 
 impl Compress {
     fn fields(&self) -> (&str, &str) {
-        match &self.base.spec {
-            AudioSpec::Log { field, out, .. }
-            | AudioSpec::PowerToDb { field, out, .. }
-            | AudioSpec::AmplitudeToDb { field, out, .. } => {
-                (field, out.as_deref().unwrap_or(field))
-            }
-            _ => unreachable!(),
-        }
+        self.base.spec.io()
     }
 }
 

@@ -898,16 +898,10 @@ struct Resample {
     resamplers: ResamplerPool,
 }
 
-impl Resample {
-    fn fields(&self) -> (&str, &str) {
-        self.base.spec.io()
-    }
-}
-
 impl Op for Resample {
     op_common!();
     fn meta(&self) -> OpMeta {
-        let (field, out) = self.fields();
+        let (field, out) = self.base.spec.io();
         // Opaque: whether it shrinks the data depends on the source rate, unknown statically.
         meta(
             vec![field, SAMPLE_RATE_FIELD],
@@ -917,7 +911,7 @@ impl Op for Resample {
         )
     }
     fn apply(&self, mut s: Sample, _cx: &OpContext) -> Result<Emit> {
-        let (field, out) = self.fields();
+        let (field, out) = self.base.spec.io();
         let from = read_rate(&s, "resample")?;
         let (shape, data) = take_f32(&mut s, field, out, "resample")?;
         let (shape, data) = match shape.as_slice() {
@@ -1013,16 +1007,10 @@ struct TimeStretch {
     power: f32,
 }
 
-impl TimeStretch {
-    fn fields(&self) -> (&str, &str) {
-        self.base.spec.io()
-    }
-}
-
 impl Op for TimeStretch {
     op_common!();
     fn meta(&self) -> OpMeta {
-        let (field, out) = self.fields();
+        let (field, out) = self.base.spec.io();
         // Speeding up (rate > 1) shrinks the spectrogram; slowing down grows it.
         let kind = if self.rate > 1.0 {
             OpKind::SizeReducing
@@ -1032,7 +1020,7 @@ impl Op for TimeStretch {
         meta(vec![field], vec![out], kind, false)
     }
     fn apply(&self, mut s: Sample, _cx: &OpContext) -> Result<Emit> {
-        let (field, out) = self.fields();
+        let (field, out) = self.base.spec.io();
         let (shape, data) = take_f32(&mut s, field, out, "time_stretch")?;
         let (lead, rows, cols) = spec_dims(&shape, field)?;
         let (shape, data) = per_spectrogram(lead, rows, cols, data, |sp| {
@@ -1190,20 +1178,14 @@ struct Compress {
     how: Compression,
 }
 
-impl Compress {
-    fn fields(&self) -> (&str, &str) {
-        self.base.spec.io()
-    }
-}
-
 impl Op for Compress {
     op_common!();
     fn meta(&self) -> OpMeta {
-        let (field, out) = self.fields();
+        let (field, out) = self.base.spec.io();
         meta(vec![field], vec![out], OpKind::PixelWise, false)
     }
     fn apply(&self, mut s: Sample, _cx: &OpContext) -> Result<Emit> {
-        let (field, out) = self.fields();
+        let (field, out) = self.base.spec.io();
         let (shape, mut data) = take_f32(&mut s, field, out, self.base.name)?;
         match self.how {
             Compression::Log(eps) => ap::log(&mut data, eps),

@@ -449,19 +449,12 @@ fn spawn_source(
                     let items: Chunk = (pos..end)
                         .map(|p| {
                             let at = order.position(epoch, p);
-                            Item {
+                            let cursor = Cursor {
                                 epoch,
-                                index: at.index,
-                                sub: 0,
-                                source_index: at.source_index,
-                                rows: 1,
-                                cursor: Cursor {
-                                    epoch,
-                                    pos: p,
-                                    ord: 0,
-                                },
-                                sample: Sample::new(),
-                            }
+                                pos: p,
+                                ord: 0,
+                            };
+                            Item::at(epoch, at.index, at.source_index, cursor)
                         })
                         .collect();
                     if !send_counted(&tx, Ok(items), c) {
@@ -493,19 +486,15 @@ fn spawn_source(
                 }
                 any = true;
                 match res {
-                    Ok(sample) => items.push(Item {
-                        epoch,
-                        index: index as u64,
-                        sub: 0,
-                        source_index: index as u64,
-                        rows: 1,
-                        cursor: Cursor {
+                    Ok(sample) => {
+                        let i = index as u64;
+                        let cursor = Cursor {
                             epoch,
-                            pos: index as u64,
+                            pos: i,
                             ord: 0,
-                        },
-                        sample,
-                    }),
+                        };
+                        items.push(Item::at(epoch, i, i, cursor).with_sample(sample))
+                    }
                     Err(e) => {
                         if !items.is_empty() {
                             send_counted(&tx, Ok(std::mem::take(&mut items)), c);

@@ -31,15 +31,41 @@ pub struct Item {
     /// Where this item stands in the source order (for a batch: its last row), so the
     /// consumer's position travels with the data and resuming needs no worker state.
     pub cursor: Cursor,
+    /// The sample's `path` when it was read, kept to name the sample in errors.
+    pub path: Option<Arc<str>>,
     pub sample: Sample,
 }
 
 impl Item {
-    fn sample_ref(&self, path: Option<String>) -> SampleRef {
+    /// An item at `cursor` in the source order, with no sample read yet.
+    pub(crate) fn at(epoch: u64, index: u64, source_index: u64, cursor: Cursor) -> Item {
+        Item {
+            epoch,
+            index,
+            sub: 0,
+            source_index,
+            rows: 1,
+            cursor,
+            path: None,
+            sample: Sample::new(),
+        }
+    }
+
+    /// Sets the sample and remembers its path.
+    pub(crate) fn with_sample(mut self, sample: Sample) -> Item {
+        self.path = match sample.get("path") {
+            Some(Value::Str(p)) => Some(p.clone()),
+            _ => None,
+        };
+        self.sample = sample;
+        self
+    }
+
+    fn sample_ref(&self) -> SampleRef {
         SampleRef {
             epoch: self.epoch,
             index: self.index,
-            path,
+            path: self.path.as_deref().map(str::to_string),
         }
     }
 }
@@ -149,13 +175,17 @@ impl Chain {
 impl Chain {
     pub(crate) fn run(&self, mut items: Chunk) -> Result<Chunk> {
         if let Some(src) = &self.read {
-            for it in &mut items {
-                it.sample = src.get(it.source_index).map_err(|e| Error::InSample {
-                    op: src.name().to_string(),
-                    sample: it.sample_ref(None),
-                    source: Box::new(e),
-                })?;
-            }
+            items = items
+                .into_iter()
+                .map(|it| match src.get(it.source_index) {
+                    Ok(sample) => Ok(it.with_sample(sample)),
+                    Err(e) => Err(Error::InSample {
+                        op: src.name().to_string(),
+                        sample: it.sample_ref(),
+                        source: Box::new(e),
+                    }),
+                })
+                .collect::<Result<_>>()?;
         }
         for cop in &self.ops {
             items = self.apply(cop, items)?;
@@ -179,13 +209,6 @@ impl Chain {
     }
 
     fn apply(&self, cop: &ChainOp, mut items: Chunk) -> Result<Chunk> {
-        let paths: Vec<Option<Arc<str>>> = items
-            .iter()
-            .map(|it| match it.sample.get("path") {
-                Some(Value::Str(p)) => Some(p.clone()),
-                _ => None,
-            })
-            .collect();
         let inputs = items
             .iter_mut()
             .map(|it| {
@@ -201,7 +224,7 @@ impl Chain {
             .collect();
         let results = cop.op.apply_many(inputs);
         let mut out = Vec::with_capacity(items.len());
-        for ((mut it, res), path) in items.into_iter().zip(results).zip(paths) {
+        for (mut it, res) in items.into_iter().zip(results) {
             match res {
                 Ok(Emit::One(s)) => {
                     it.sample = s;
@@ -227,7 +250,7 @@ impl Chain {
                     OnError::Raise => {
                         return Err(Error::InSample {
                             op: cop.op.name().to_string(),
-                            sample: it.sample_ref(path.map(|p| p.to_string())),
+                            sample: it.sample_ref(),
                             source: Box::new(e),
                         })
                     }
@@ -260,18 +283,12 @@ impl Batch {
             return Ok(());
         }
         let items = std::mem::take(&mut self.pending);
-        let samples: Vec<Sample> = items.iter().map(|i| i.sample.clone()).collect();
-        let first = &items[0];
-        let batch = Item {
-            epoch: first.epoch,
-            index: first.index,
-            sub: first.sub,
-            source_index: first.source_index,
-            rows: items.iter().map(|i| i.rows).sum(),
-            cursor: items[items.len() - 1].cursor,
-            sample: collate(&samples)?,
-        };
-        drop(samples);
+        let (first, last) = (&items[0], &items[items.len() - 1]);
+        let mut batch = Item::at(first.epoch, first.index, first.source_index, last.cursor);
+        batch.sub = first.sub;
+        batch.rows = items.iter().map(|i| i.rows).sum();
+        let samples: Vec<Sample> = items.into_iter().map(|i| i.sample).collect();
+        batch.sample = collate(&samples)?;
         out.push(vec![batch]);
         self.pending = Vec::with_capacity(self.size);
         Ok(())
@@ -304,15 +321,10 @@ impl Transform for Unbatch {
         for it in chunk {
             let rows = uncollate(it.sample)?;
             for (r, sample) in rows.into_iter().enumerate() {
-                rows_out.push(Item {
-                    epoch: it.epoch,
-                    index: it.index + r as u64,
-                    sub: it.sub,
-                    source_index: it.source_index,
-                    rows: 1,
-                    cursor: it.cursor,
-                    sample,
-                });
+                let mut row = Item::at(it.epoch, it.index + r as u64, it.source_index, it.cursor);
+                row.sub = it.sub;
+                row.sample = sample;
+                rows_out.push(row);
             }
         }
         out.push(rows_out);

@@ -115,6 +115,11 @@ pub trait Op: Send + Sync + fmt::Debug {
     fn spec(&self) -> serde_json::Value;
     /// Read/write sets and kind.
     fn meta(&self) -> OpMeta;
+    /// The portable form another process rebuilds the op from (a worker process, a Ray
+    /// actor). Built-in ops ship their spec; Python UDFs add their pickled function.
+    fn ship(&self) -> Result<serde_json::Value> {
+        Ok(self.spec())
+    }
     /// Applies the op to one sample.
     fn apply(&self, sample: Sample, cx: &OpContext) -> Result<Emit>;
     /// Applies the op to many samples at once. Ops with a per-call cost (e.g. taking the

@@ -59,9 +59,15 @@ fn run(plan: &Arc<LogicalPlan>, threads: usize, seed: u64) -> Vec<Result<Sample>
         ..Default::default()
     };
     let phys = lower(plan, &opts).unwrap();
-    Execution::start(&phys, ExecOptions { seed, resume: None })
-        .unwrap()
-        .collect()
+    Execution::start(
+        &phys,
+        ExecOptions {
+            seed,
+            ..Default::default()
+        },
+    )
+    .unwrap()
+    .collect()
 }
 
 fn ids(out: &[Result<Sample>], field: &str) -> Vec<i64> {

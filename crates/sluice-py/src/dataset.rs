@@ -199,6 +199,7 @@ impl PyDataset {
             seed,
             num_threads,
             chunk_size,
+            ..Default::default()
         };
         self.ds.physical_plan(&opts).map(|p| p.to_string()).py()
     }
@@ -214,6 +215,7 @@ impl PyDataset {
             seed,
             num_threads,
             chunk_size,
+            ..Default::default()
         };
         let exec = py.detach(|| self.ds.iter(&opts)).py()?;
         Ok(PyIter::new(exec, self.ds.clone(), opts))

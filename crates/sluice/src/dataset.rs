@@ -45,6 +45,8 @@ pub struct IterOptions {
     pub num_threads: Option<usize>,
     /// Items per chunk handed between stages.
     pub chunk_size: Option<usize>,
+    /// Worker pools (processes, Ray actors) that plan stages may run on besides threads.
+    pub backends: sluice_core::exec::Backends,
 }
 
 impl IterOptions {
@@ -277,6 +279,7 @@ impl Dataset {
             ExecOptions {
                 seed: opts.seed,
                 resume,
+                backends: opts.backends.clone(),
             },
         )
     }
@@ -315,6 +318,7 @@ mod tests {
             seed: 3,
             num_threads: Some(2),
             chunk_size: Some(3),
+            ..Default::default()
         };
         let full = ids(ds.iter(&opts).unwrap());
         assert_eq!(full.iter().map(Vec::len).sum::<usize>(), 32);

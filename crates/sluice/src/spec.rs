@@ -190,6 +190,7 @@ impl PipelineSpec {
             seed: self.seed,
             num_threads: self.num_threads,
             chunk_size: None,
+            ..Default::default()
         };
         Ok((ds, opts))
     }

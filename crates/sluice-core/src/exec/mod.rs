@@ -8,6 +8,7 @@
 //!   fail, it exits and drops its input, and so on up to the source; a cancel flag makes
 //!   workers stop between chunks. Errors travel downstream in order like data.
 
+pub mod backend;
 mod transform;
 
 use std::collections::VecDeque;
@@ -19,7 +20,8 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
 
-use transform::{make_transform, nonempty, Chain, Ready, Transform};
+pub use backend::{Backend, Backends, StageWork, ThreadBackend, Workers};
+use transform::{make_transform, nonempty, Ready, Transform};
 pub use transform::{Chunk, Cursor, Item};
 
 use crate::error::{Error, Result};
@@ -156,12 +158,14 @@ pub enum Next {
 }
 
 /// Options of one run.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct ExecOptions {
     /// The seed every random decision derives from.
     pub seed: u64,
     /// Resume after this output (from a saved [`Execution::position`]).
     pub resume: Option<Cursor>,
+    /// Worker pools beyond threads that stages with [`Variant::Pool`] run on.
+    pub backends: Backends,
 }
 
 /// A running pipeline. Iterate with [`Execution::next_timeout`]; dropping it shuts the
@@ -207,10 +211,7 @@ impl Execution {
             let inline = i >= first_inline;
             infos.push(StageInfo {
                 name: st.kind.label(),
-                threads: match st.variant {
-                    Variant::Threads { threads } if !inline => threads,
-                    _ => 1,
-                },
+                threads: if inline { 1 } else { st.variant.workers() },
                 inline,
                 queue_capacity: st.queue_depth,
             });
@@ -239,21 +240,22 @@ impl Execution {
                 tail.push((slot, t));
                 continue;
             }
-            let threads = match st.variant {
-                Variant::Threads { threads } => threads.max(1),
-                Variant::Inline => 1,
-            };
-            input = match (&st.kind, threads) {
-                (StageKind::Chain { read, ops }, n) if n > 1 => {
-                    let chain = Arc::new(Chain::new(
-                        read.then(|| plan.source.source.clone()),
-                        ops.clone(),
-                        opts.seed,
-                        stats.clone(),
-                        slot,
+            input = match (&st.kind, &st.variant) {
+                (StageKind::Chain { read, ops }, v) if v.workers() > 1 || v.is_pool() => {
+                    let backend = match v {
+                        Variant::Pool { backend, .. } => opts.backends.get(backend)?,
+                        _ => Arc::new(ThreadBackend),
+                    };
+                    let work = StageWork {
+                        read: read.then(|| plan.source.source.clone()),
+                        ops: ops.clone(),
+                        seed: opts.seed,
                         skip,
-                    ));
-                    spawn_parallel(chain, n, st.queue_depth, input, &ctl, &stats, slot)?
+                        slot,
+                        stats: stats.clone(),
+                    };
+                    let workers: Arc<dyn Workers> = backend.start(work, v.workers())?.into();
+                    spawn_parallel(workers, st.queue_depth, input, &ctl, &stats, slot)?
                 }
                 _ => spawn_sequential(t, st.queue_depth, input, &ctl, &stats, slot)?,
             };
@@ -598,19 +600,27 @@ fn spawn_sequential(
 }
 
 fn spawn_parallel(
-    chain: Arc<Chain>,
-    threads: usize,
+    pool: Arc<dyn Workers>,
     depth: usize,
     mut input: Input,
     ctl: &Arc<Control>,
     stats: &Arc<PipelineStats>,
     slot: usize,
 ) -> Result<Input> {
+    let threads = pool.parallelism().max(1);
     let (work_tx, work_rx) = bounded::<(Chunk, Sender<Msg>)>(threads);
     let (slots_tx, slots_rx) = bounded::<Receiver<Msg>>(depth.max(1));
+    // The last thread out stops the pool (remote workers must not outlive the stage).
+    struct Stop(Arc<dyn Workers>);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            self.0.shutdown();
+        }
+    }
+    let stop = Arc::new(Stop(pool));
     for w in 0..threads {
-        let (work_rx, chain, ctl2, stats) =
-            (work_rx.clone(), chain.clone(), ctl.clone(), stats.clone());
+        let (work_rx, stop, ctl2, stats) =
+            (work_rx.clone(), stop.clone(), ctl.clone(), stats.clone());
         ctl.spawn(format!("sluice-stage-{slot}-w{w}"), move || {
             let c = stats.counters(slot);
             loop {
@@ -624,7 +634,7 @@ fn spawn_parallel(
                 }
                 let t1 = Instant::now();
                 let n = chunk.len() as u64;
-                let res = guarded(|| chain.run(chunk).map(|c| vec![c]))
+                let res = guarded(|| stop.0.run(chunk).map(|c| vec![c]))
                     .map(|mut v| v.pop().unwrap_or_default());
                 StageCounters::add(&c.busy_ns, t1.elapsed());
                 c.items_in.fetch_add(n, Relaxed);

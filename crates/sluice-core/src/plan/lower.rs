@@ -85,7 +85,7 @@ pub fn lower(plan: &Arc<LogicalPlan>, opts: &LowerOptions) -> Result<PhysicalPla
     }
 
     // 2. Stages.
-    let threads = Variant::Threads {
+    let threads = || Variant::Threads {
         threads: opts.num_threads,
     };
     let mut stages: Vec<Stage> = Vec::new();
@@ -114,7 +114,7 @@ pub fn lower(plan: &Arc<LogicalPlan>, opts: &LowerOptions) -> Result<PhysicalPla
                 read: std::mem::take(needs_read),
                 ops: vec![op],
             },
-            threads,
+            threads(),
         ));
     };
     for node in &nodes {
@@ -136,7 +136,7 @@ pub fn lower(plan: &Arc<LogicalPlan>, opts: &LowerOptions) -> Result<PhysicalPla
                             read: true,
                             ops: vec![],
                         },
-                        threads,
+                        threads(),
                     ));
                     needs_read = false;
                 }
@@ -168,7 +168,7 @@ pub fn lower(plan: &Arc<LogicalPlan>, opts: &LowerOptions) -> Result<PhysicalPla
                                     op_id: n.op_id,
                                 }],
                             },
-                            threads,
+                            threads(),
                         ));
                         stages.push(stage(StageKind::Unbatch, Variant::Threads { threads: 1 }));
                     }
@@ -200,7 +200,7 @@ pub fn lower(plan: &Arc<LogicalPlan>, opts: &LowerOptions) -> Result<PhysicalPla
                 read: true,
                 ops: vec![],
             },
-            threads,
+            threads(),
         ));
     }
     // A GIL-bound tail (Python chains followed only by cheap sequential steps) runs inline in

@@ -16,13 +16,41 @@ use crate::plan::logical::{ElemMode, OnError};
 use crate::source::SourceRef;
 
 /// Where a stage runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "variant", rename_all = "snake_case")]
 pub enum Variant {
     /// In the consumer's thread, when it pulls (no hand-off; best for GIL-bound UDFs).
     Inline,
     /// A pool of `threads` worker threads; output order is restored by sequence number.
     Threads { threads: usize },
+    /// `workers` workers of a named [`crate::exec::Backend`] (e.g. `processes` for Python
+    /// UDFs, `ray` for remote actors); order is restored the same way as for threads.
+    Pool { backend: String, workers: usize },
+}
+
+impl Variant {
+    /// How many chunks this variant works on at once.
+    pub fn workers(&self) -> usize {
+        match self {
+            Variant::Inline => 1,
+            Variant::Threads { threads } => (*threads).max(1),
+            Variant::Pool { workers, .. } => (*workers).max(1),
+        }
+    }
+    /// Whether the stage runs on a named backend.
+    pub fn is_pool(&self) -> bool {
+        matches!(self, Variant::Pool { .. })
+    }
+}
+
+impl fmt::Display for Variant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Variant::Inline => write!(f, "inline"),
+            Variant::Threads { threads } => write!(f, "threads={threads}"),
+            Variant::Pool { backend, workers } => write!(f, "{backend}={workers}"),
+        }
+    }
 }
 
 /// One op of a fused chain.
@@ -173,14 +201,11 @@ impl fmt::Display for PhysicalPlan {
         }
         writeln!(f, " chunk={}", src.chunk_size)?;
         for (i, st) in self.stages.iter().enumerate() {
-            let variant = match st.variant {
-                Variant::Inline => "inline".to_string(),
-                Variant::Threads { threads } => format!("threads={threads}"),
-            };
             writeln!(
                 f,
-                "stage {i}: {} [{variant}, queue={}]",
+                "stage {i}: {} [{}, queue={}]",
                 st.kind.label(),
+                st.variant,
                 st.queue_depth
             )?;
         }

@@ -14,6 +14,7 @@
 //! # Ok::<(), sluice_core::Error>(())
 //! ```
 
+pub mod cache;
 pub mod collate;
 pub mod error;
 pub mod exec;

@@ -1,0 +1,352 @@
+//! Caching a deterministic prefix: a source wrapper that reads a sample, runs the prefix ops on
+//! it once, and keeps the result in memory (up to a byte budget) for every later epoch and
+//! iteration. Because it is itself a random-access source, shuffling, sharding and exact
+//! resume work unchanged on top of it.
+//!
+//! Caches are process-wide and keyed by content (the source's spec and the prefix ops'
+//! specs), so re-iterating a dataset reuses its cache while a changed pipeline gets a fresh
+//! one and never reads stale samples.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+
+use crate::error::{Error, Result, SampleRef};
+use crate::op::{Emit, OpContext};
+use crate::plan::physical::ChainOp;
+use crate::sample::Sample;
+use crate::source::{Source, SourceRef};
+
+/// Caches kept alive at once (the oldest is dropped beyond this).
+const MAX_CACHES: usize = 8;
+
+/// The samples of one cache.
+#[derive(Debug, Default)]
+pub struct CacheStore {
+    samples: RwLock<HashMap<u64, Sample>>,
+    bytes: AtomicU64,
+    /// Reads answered from memory, and reads that had to compute.
+    pub hits: AtomicU64,
+    pub misses: AtomicU64,
+}
+
+impl CacheStore {
+    /// Bytes held.
+    pub fn bytes(&self) -> u64 {
+        self.bytes.load(Relaxed)
+    }
+    /// Samples held.
+    pub fn len(&self) -> usize {
+        self.samples.read().map_or(0, |m| m.len())
+    }
+    /// Whether nothing is held yet.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+fn registry() -> &'static Mutex<Vec<(String, Arc<CacheStore>)>> {
+    static CACHES: OnceLock<Mutex<Vec<(String, Arc<CacheStore>)>>> = OnceLock::new();
+    CACHES.get_or_init(Default::default)
+}
+
+/// The process-wide store for `key` (created on first use).
+pub fn store_for(key: &str) -> Arc<CacheStore> {
+    let mut caches = registry().lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((_, s)) = caches.iter().find(|(k, _)| k == key) {
+        return s.clone();
+    }
+    if caches.len() >= MAX_CACHES {
+        caches.remove(0);
+    }
+    let s = Arc::new(CacheStore::default());
+    caches.push((key.to_string(), s.clone()));
+    s
+}
+
+/// The content key of `source` followed by `ops`.
+pub fn cache_key(source: &dyn Source, ops: &[ChainOp]) -> String {
+    let specs: Vec<serde_json::Value> = ops.iter().map(|o| o.op.spec()).collect();
+    let text = serde_json::json!({"source": source.spec(), "ops": specs}).to_string();
+    let h = text
+        .bytes()
+        .fold(0xcac4e_u64, |h, b| crate::rng::combine(h, b as u64));
+    format!("{h:016x}")
+}
+
+/// A source whose samples are `ops` applied to `inner`'s, computed once and cached.
+///
+/// ```
+/// use std::sync::Arc;
+/// use sluice_core::*;
+/// use sluice_core::cache::CachedSource;
+/// let src = CachedSource::new(Arc::new(RangeSource::new(4)), vec![], 1 << 20).unwrap();
+/// assert_eq!(src.get(2)?.get("id").unwrap().as_int(), Some(2));
+/// assert_eq!(src.get(2)?.get("id").unwrap().as_int(), Some(2));
+/// assert_eq!(src.store().hits.load(std::sync::atomic::Ordering::Relaxed), 1);
+/// # Ok::<(), sluice_core::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct CachedSource {
+    inner: SourceRef,
+    ops: Vec<ChainOp>,
+    budget: u64,
+    key: String,
+    store: Arc<CacheStore>,
+}
+
+impl fmt::Debug for CachedSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CachedSource")
+            .field("inner", &self.inner.name())
+            .field(
+                "ops",
+                &self.ops.iter().map(|o| o.op.name()).collect::<Vec<_>>(),
+            )
+            .field("budget", &self.budget)
+            .field("key", &self.key)
+            .finish()
+    }
+}
+
+impl CachedSource {
+    /// Caches `ops` over `inner` within `budget` bytes. The ops must be deterministic
+    /// one-to-one maps and the source random-access (checked).
+    pub fn new(inner: SourceRef, ops: Vec<ChainOp>, budget: u64) -> Result<Self> {
+        if !inner.random_access() {
+            return Err(Error::invalid(
+                "cache() needs a random-access source (a stream has no stable sample index)",
+            ));
+        }
+        if let Some(o) = ops.iter().find(|o| {
+            let m = o.op.meta();
+            m.random || o.mode != crate::plan::logical::ElemMode::Map
+        }) {
+            return Err(Error::invalid(format!(
+                "cache() can only follow deterministic maps, but '{}' is random or not a map; \
+                 move cache() before it",
+                o.op.name()
+            )));
+        }
+        let key = cache_key(&*inner, &ops);
+        Ok(CachedSource {
+            store: store_for(&key),
+            inner,
+            ops,
+            budget,
+            key,
+        })
+    }
+    /// The shared store (for stats and tests).
+    pub fn store(&self) -> &Arc<CacheStore> {
+        &self.store
+    }
+    /// The ops computed before caching.
+    pub fn ops(&self) -> &[ChainOp] {
+        &self.ops
+    }
+
+    fn compute(&self, index: u64) -> Result<Sample> {
+        let mut s = self.inner.get(index)?;
+        for o in &self.ops {
+            // Deterministic ops ignore their coordinates except to name the sample.
+            let cx = OpContext {
+                seed: 0,
+                epoch: 0,
+                index,
+                sub: 0,
+                op_id: o.op_id,
+            };
+            let path = s.path();
+            s = match o.op.apply(s, &cx) {
+                Ok(Emit::One(s)) => s,
+                Ok(_) => {
+                    return Err(Error::Internal(format!(
+                        "cached op '{}' did not return exactly one sample",
+                        o.op.name()
+                    )))
+                }
+                Err(e) => {
+                    return Err(Error::InSample {
+                        op: o.op.name().to_string(),
+                        sample: SampleRef {
+                            epoch: 0,
+                            index,
+                            path,
+                        },
+                        source: Box::new(e),
+                    })
+                }
+            };
+        }
+        Ok(s)
+    }
+}
+
+impl Source for CachedSource {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn spec(&self) -> serde_json::Value {
+        let ops: Vec<serde_json::Value> = self.ops.iter().map(|o| o.op.spec()).collect();
+        serde_json::json!({"cache": {"source": self.inner.spec(), "ops": ops, "budget": self.budget}})
+    }
+    fn len(&self) -> Option<u64> {
+        self.inner.len()
+    }
+    fn fields(&self) -> Option<Vec<String>> {
+        None
+    }
+    fn get(&self, index: u64) -> Result<Sample> {
+        if let Some(s) = self
+            .store
+            .samples
+            .read()
+            .ok()
+            .and_then(|m| m.get(&index).cloned())
+        {
+            self.store.hits.fetch_add(1, Relaxed);
+            return Ok(s);
+        }
+        self.store.misses.fetch_add(1, Relaxed);
+        let s = self.compute(index)?;
+        let size = s.nbytes() as u64;
+        // Reserve before inserting so concurrent readers never overshoot the budget.
+        let reserved = self
+            .store
+            .bytes
+            .fetch_update(Relaxed, Relaxed, |b| {
+                (b + size <= self.budget).then_some(b + size)
+            })
+            .is_ok();
+        if reserved {
+            let mut m = self
+                .store
+                .samples
+                .write()
+                .unwrap_or_else(|p| p.into_inner());
+            if m.insert(index, s.clone()).is_some() {
+                self.store.bytes.fetch_sub(size, Relaxed);
+            }
+        }
+        Ok(s)
+    }
+    fn clone_arc(&self) -> SourceRef {
+        Arc::new(self.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::op::{Op, OpMeta};
+    use crate::source::RangeSource;
+    use crate::value::Value;
+    use std::sync::atomic::AtomicUsize;
+
+    #[derive(Debug, Default)]
+    struct Square(AtomicUsize);
+    impl Op for Square {
+        fn name(&self) -> &str {
+            "square"
+        }
+        fn spec(&self) -> serde_json::Value {
+            serde_json::json!({"op": "square"})
+        }
+        fn meta(&self) -> OpMeta {
+            OpMeta::opaque(false)
+        }
+        fn apply(&self, mut s: Sample, _cx: &OpContext) -> Result<Emit> {
+            self.0.fetch_add(1, Relaxed);
+            let v = s.require("id", "square")?.as_int().unwrap_or(0);
+            s.set("id", Value::Int(v * v));
+            Ok(Emit::One(s))
+        }
+    }
+
+    fn cached(n: u64, budget: u64) -> (CachedSource, Arc<Square>) {
+        let op = Arc::new(Square::default());
+        let chain = ChainOp {
+            op: op.clone(),
+            mode: crate::plan::logical::ElemMode::Map,
+            on_error: Default::default(),
+            op_id: 1,
+        };
+        // A range length no other test uses, so the process-wide store is this test's.
+        (
+            CachedSource::new(Arc::new(RangeSource::new(n)), vec![chain], budget).unwrap(),
+            op,
+        )
+    }
+
+    #[test]
+    fn computes_each_sample_once_within_budget() {
+        let (src, op) = cached(1001, 1 << 20);
+        for _ in 0..3 {
+            for i in 0..1001 {
+                assert_eq!(
+                    src.get(i).unwrap().get("id").unwrap().as_int(),
+                    Some((i * i) as i64)
+                );
+            }
+        }
+        assert_eq!(op.0.load(Relaxed), 1001);
+        assert_eq!(src.store().len(), 1001);
+    }
+
+    #[test]
+    fn stops_caching_at_the_budget_but_stays_correct() {
+        // Each sample is 8 bytes: 10 fit in 80.
+        let (src, op) = cached(1002, 80);
+        for _ in 0..2 {
+            for i in 0..20 {
+                assert_eq!(
+                    src.get(i).unwrap().get("id").unwrap().as_int(),
+                    Some((i * i) as i64)
+                );
+            }
+        }
+        assert_eq!(src.store().len(), 10);
+        assert!(src.store().bytes() <= 80);
+        assert_eq!(op.0.load(Relaxed), 30);
+    }
+
+    #[test]
+    fn refuses_random_ops_and_streams() {
+        #[derive(Debug)]
+        struct Rnd;
+        impl Op for Rnd {
+            fn name(&self) -> &str {
+                "rnd"
+            }
+            fn spec(&self) -> serde_json::Value {
+                serde_json::json!({"op": "rnd"})
+            }
+            fn meta(&self) -> OpMeta {
+                OpMeta {
+                    random: true,
+                    ..OpMeta::opaque(false)
+                }
+            }
+            fn apply(&self, s: Sample, _cx: &OpContext) -> Result<Emit> {
+                Ok(Emit::One(s))
+            }
+        }
+        let chain = ChainOp {
+            op: Arc::new(Rnd),
+            mode: crate::plan::logical::ElemMode::Map,
+            on_error: Default::default(),
+            op_id: 1,
+        };
+        let err = CachedSource::new(Arc::new(RangeSource::new(3)), vec![chain], 100).unwrap_err();
+        assert!(err.to_string().contains("rnd"), "{err}");
+    }
+
+    #[test]
+    fn key_changes_with_the_pipeline() {
+        let a = cache_key(&RangeSource::new(3), &[]);
+        let b = cache_key(&RangeSource::new(4), &[]);
+        assert_ne!(a, b);
+    }
+}

@@ -1,0 +1,367 @@
+//! The driver: runs the enabled rules in order on the unfused default plan and checks the
+//! plan's invariants after every rule, so a buggy rule fails loudly instead of silently
+//! changing results.
+//!
+//! Order: reorder (on single-op stages, so any order is expressible) → caching (takes the
+//! deterministic prefix out of the chains) → placement (threads, inline or processes) →
+//! fusion (merges neighbours placed alike) → parallelism (sizes the merged stages) →
+//! prefetch (queue depths for the final shape).
+
+use std::collections::{BTreeSet, HashSet};
+use std::sync::Arc;
+
+use sluice_core::{
+    lower, ElemMode, Error, LogicalPlan, LowerOptions, PhysicalPlan, Result, StageKind, Variant,
+};
+
+use crate::model::{predict, Prediction};
+use crate::options::OptimizerOptions;
+use crate::plan::{CachePoint, Plan};
+use crate::profile::Profile;
+use crate::rules::{self, Draft, Rule};
+
+/// What the optimizer works from.
+#[derive(Debug, Clone)]
+pub struct OptimizeInput {
+    /// The pipeline as written.
+    pub logical: Arc<LogicalPlan>,
+    /// Its default lowering (the optimizer reshapes this).
+    pub default: PhysicalPlan,
+    pub profile: Profile,
+    pub options: OptimizerOptions,
+    /// Cores of this machine (`options.available_local_cpus` overrides).
+    pub cpus: usize,
+    /// Worker pools available besides threads (e.g. `processes`).
+    pub pools: Vec<String>,
+}
+
+impl OptimizeInput {
+    /// An input for tests: default lowering, a quick profile, 2 cores, no pools.
+    #[doc(hidden)]
+    pub fn for_test(logical: &Arc<LogicalPlan>, options: &OptimizerOptions) -> Self {
+        let profile = crate::profile::profile(
+            logical,
+            &crate::ProfileOptions {
+                samples: 64,
+                ..Default::default()
+            },
+        )
+        .expect("profile");
+        OptimizeInput {
+            logical: logical.clone(),
+            default: lower(logical, &LowerOptions::default()).expect("lower"),
+            profile,
+            options: options.clone(),
+            cpus: 2,
+            pools: vec![],
+        }
+    }
+}
+
+/// The optimizer's result.
+#[derive(Debug, Clone)]
+pub struct Optimized {
+    pub plan: PhysicalPlan,
+    pub cache: Option<CachePoint>,
+    pub prediction: Prediction,
+    pub decisions: Vec<String>,
+}
+
+impl Optimized {
+    /// The plan file for this result.
+    pub fn to_plan(&self, options: &OptimizerOptions, cpus: usize) -> Plan {
+        Plan::describe(
+            &self.plan,
+            self.cache.clone(),
+            self.prediction.clone(),
+            self.decisions.clone(),
+            options,
+            cpus,
+        )
+    }
+}
+
+/// Ops the user pinned, and Python ops not marked movable (`keep_position=False`).
+fn pinned_ops(logical: &Arc<LogicalPlan>) -> HashSet<u64> {
+    logical
+        .chain()
+        .iter()
+        .filter_map(|n| match &**n {
+            LogicalPlan::Map(m) => {
+                let python = m.op.meta().python;
+                let pinned = match m.keep_position {
+                    Some(keep) => keep,
+                    None => python,
+                };
+                pinned.then_some(m.op_id)
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// Runs the rules and returns the optimized physical plan.
+pub fn optimize_physical(input: &OptimizeInput) -> Result<Optimized> {
+    let o = &input.options;
+    let cpus = o.cpus(input.cpus);
+    let mut draft = Draft {
+        plan: input.default.clone(),
+        profile: &input.profile,
+        options: o,
+        cpus,
+        pinned: pinned_ops(&input.logical),
+        pools: input.pools.clone(),
+        cache: None,
+        decisions: Vec::new(),
+    };
+    rules::unfuse(&mut draft.plan);
+    let reference = Snapshot::of(&draft);
+    let mut order: Vec<Box<dyn Rule>> = Vec::new();
+    if o.enable_reorder {
+        order.push(Box::new(rules::reorder::Reorder));
+    }
+    if o.enable_caching {
+        order.push(Box::new(rules::caching::Caching));
+    }
+    if o.enable_local_parallelism {
+        order.push(Box::new(rules::placement::Placement));
+    }
+    if o.enable_fusion {
+        order.push(Box::new(rules::fusion::Fusion));
+    }
+    if o.enable_local_parallelism {
+        order.push(Box::new(rules::parallelism::Parallelism));
+    }
+    if o.enable_prefetch {
+        order.push(Box::new(rules::prefetch::Prefetch));
+    }
+    for rule in order {
+        rule.apply(&mut draft)?;
+        reference.check(&draft, input).map_err(|why| {
+            Error::Internal(format!(
+                "optimizer rule '{}' broke the plan: {why}",
+                rule.name()
+            ))
+        })?;
+    }
+    if o.enable_offload {
+        draft.note(
+            "offload",
+            "needs a Ray context (sluice.Context); planned locally",
+        );
+    }
+    let prediction = predict(&draft.plan, &input.profile, cpus, draft.cache.as_ref());
+    Ok(Optimized {
+        plan: draft.plan,
+        cache: draft.cache,
+        prediction,
+        decisions: draft.decisions,
+    })
+}
+
+/// What every rule must preserve, taken from the unfused default plan.
+struct Snapshot {
+    ops: BTreeSet<u64>,
+    others: Vec<String>,
+    /// For each op that must not move relative to others: the ops before it.
+    fixed: Vec<(u64, BTreeSet<u64>)>,
+    reads_source: bool,
+}
+
+fn op_order(d: &Draft<'_>) -> Vec<u64> {
+    let mut ids: Vec<u64> = d.cache.iter().flat_map(|c| c.op_ids.clone()).collect();
+    ids.extend(d.chain_ops().iter().map(|o| o.op_id));
+    ids
+}
+
+impl Snapshot {
+    fn of(d: &Draft<'_>) -> Snapshot {
+        let order = op_order(d);
+        let fixed = d
+            .chain_ops()
+            .iter()
+            .filter(|o| d.pinned.contains(&o.op_id) || o.mode == ElemMode::FlatMap)
+            .map(|o| {
+                let at = order.iter().position(|&x| x == o.op_id).unwrap_or(0);
+                (o.op_id, order[..at].iter().copied().collect())
+            })
+            .collect();
+        Snapshot {
+            ops: order.iter().copied().collect(),
+            others: others(&d.plan),
+            fixed,
+            reads_source: d.plan.source.order.is_some(),
+        }
+    }
+
+    fn check(&self, d: &Draft<'_>, input: &OptimizeInput) -> std::result::Result<(), String> {
+        let order = op_order(d);
+        let set: BTreeSet<u64> = order.iter().copied().collect();
+        if set != self.ops || set.len() != order.len() {
+            return Err(format!("ops changed: {:?} → {order:?}", self.ops));
+        }
+        if others(&d.plan) != self.others {
+            return Err(format!(
+                "stateful stages changed: {:?} → {:?}",
+                self.others,
+                others(&d.plan)
+            ));
+        }
+        for (id, before) in &self.fixed {
+            let at = order.iter().position(|x| x == id).unwrap_or(0);
+            let now: BTreeSet<u64> = order[..at].iter().copied().collect();
+            if &now != before {
+                return Err(format!("pinned op {id} moved"));
+            }
+        }
+        // The source is read exactly once, before any op runs.
+        let reads: Vec<usize> = d
+            .plan
+            .stages
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| matches!(s.kind, StageKind::Chain { read: true, .. }))
+            .map(|(i, _)| i)
+            .collect();
+        if self.reads_source {
+            let first_op =
+                d.plan.stages.iter().position(
+                    |s| matches!(&s.kind, StageKind::Chain { ops, .. } if !ops.is_empty()),
+                );
+            if reads.len() != 1 || first_op.is_some_and(|f| f < reads[0]) {
+                return Err("the source must be read once, before the first op".into());
+            }
+        } else if !reads.is_empty() {
+            return Err("a stream cannot be read by index".into());
+        }
+        // Every op's declared inputs exist when it runs (while fields are known).
+        if let Some(mut fields) = input.logical.source().fields() {
+            let chain = d.chain_ops();
+            let by_id = |id: u64| chain.iter().find(|o| o.op_id == id).map(|o| o.op.meta());
+            let cached: Vec<_> = input
+                .default
+                .stages
+                .iter()
+                .flat_map(|s| match &s.kind {
+                    StageKind::Chain { ops, .. } => ops.clone(),
+                    _ => vec![],
+                })
+                .collect();
+            for id in order {
+                let meta = by_id(id)
+                    .or_else(|| cached.iter().find(|o| o.op_id == id).map(|o| o.op.meta()));
+                let Some(meta) = meta else { continue };
+                if meta.python {
+                    break; // a UDF may add any field
+                }
+                if let Some(r) = meta.reads.iter().find(|r| !fields.contains(r)) {
+                    return Err(format!("op {id} reads '{r}' before it exists"));
+                }
+                fields.extend(meta.writes.iter().cloned());
+            }
+        }
+        // A pool stage must name a backend that exists.
+        for s in &d.plan.stages {
+            if let Variant::Pool { backend, .. } = &s.variant {
+                if !d.pools.contains(backend) {
+                    return Err(format!("stage on unavailable backend {backend}"));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn others(plan: &PhysicalPlan) -> Vec<String> {
+    plan.stages
+        .iter()
+        .filter(|s| !matches!(s.kind, StageKind::Chain { .. }))
+        .map(|s| s.kind.label())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::*;
+    use sluice_core::{ExecOptions, Execution, OpKind, Sample};
+
+    fn run(plan: &PhysicalPlan) -> Vec<Sample> {
+        Execution::start(plan, ExecOptions::default())
+            .unwrap()
+            .collect::<Result<Vec<_>>>()
+            .unwrap()
+    }
+
+    #[test]
+    fn exact_plans_give_the_same_samples_as_the_default() {
+        let plan = pipeline(
+            50,
+            vec![
+                TestOp {
+                    ns_per_byte: 20.0,
+                    ..TestOp::new("jitter", OpKind::PixelWise)
+                },
+                keep_even(),
+                TestOp {
+                    out_len: Some(10),
+                    ..TestOp::new("crop", OpKind::SizeReducing)
+                },
+            ],
+        );
+        let exact = OptimizerOptions {
+            exact: true,
+            ..Default::default()
+        };
+        let input = OptimizeInput::for_test(&plan, &exact);
+        let out = optimize_physical(&input).unwrap();
+        assert!(
+            out.decisions.iter().any(|d| d.starts_with("reorder")),
+            "{:?}",
+            out.decisions
+        );
+        assert_eq!(run(&out.plan), run(&input.default));
+        // The plan file rebuilds the same physical plan from the pipeline's default lowering.
+        let file = out.to_plan(&exact, 2);
+        let back = Plan::from_json(&file.to_json()).unwrap();
+        let rebuilt = back.apply(&input.default).unwrap();
+        assert_eq!(rebuilt.to_string(), out.plan.to_string());
+        assert_eq!(run(&rebuilt), run(&input.default));
+    }
+
+    #[test]
+    fn a_plan_for_another_pipeline_is_refused() {
+        let a = pipeline(10, vec![busy_op("a", 1, OpKind::Opaque)]);
+        let b = pipeline(
+            10,
+            vec![
+                busy_op("a", 1, OpKind::Opaque),
+                busy_op("b", 1, OpKind::Opaque),
+            ],
+        );
+        let pa = optimize_physical(&OptimizeInput::for_test(&a, &Default::default()))
+            .unwrap()
+            .to_plan(&Default::default(), 2);
+        let lowered_b = lower(&b, &LowerOptions::default()).unwrap();
+        let err = pa.apply(&lowered_b).unwrap_err().to_string();
+        assert!(err.contains("different pipeline"), "{err}");
+    }
+
+    #[test]
+    fn baseline_runs_everything_inline() {
+        let plan = pipeline(
+            10,
+            vec![
+                busy_op("a", 1, OpKind::Opaque),
+                busy_op("b", 1, OpKind::Opaque),
+            ],
+        );
+        let out = optimize_physical(&OptimizeInput::for_test(
+            &plan,
+            &OptimizerOptions::baseline(),
+        ))
+        .unwrap();
+        assert_eq!(out.plan.stages.len(), 3);
+        assert!(out.plan.stages.iter().all(|s| s.variant == Variant::Inline));
+    }
+}

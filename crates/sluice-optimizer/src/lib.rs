@@ -1,0 +1,45 @@
+//! The sluice optimizer (cedar's profile → plan → run, Pecan's AutoOrder), done so it is safe
+//! and explainable:
+//!
+//! - [`profile`] runs a sample of the pipeline op by op and measures CPU time, bytes and
+//!   selectivity per op ([`Profile`], JSON).
+//! - [`model`] predicts a physical plan's throughput and bottleneck from a profile.
+//! - [`rules`] rewrite the plan (reorder, caching, placement, fusion, parallelism, prefetch),
+//!   each in its own module with its tests; [`driver`] runs them and checks invariants.
+//! - [`Plan`] is the result as a readable file that a run can load.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use sluice_core::*;
+//! use sluice_optimizer::*;
+//! let src = Arc::new(LogicalPlan::Source(SourceNode::new(Arc::new(RangeSource::new(100)))));
+//! let input = OptimizeInput {
+//!     default: lower(&src, &LowerOptions::default())?,
+//!     profile: profile(&src, &ProfileOptions::default())?,
+//!     logical: src,
+//!     options: OptimizerOptions::default(),
+//!     cpus: 2,
+//!     pools: vec![],
+//! };
+//! let out = optimize_physical(&input)?;
+//! let plan = out.to_plan(&input.options, 2);
+//! assert!(plan.prediction.throughput > 0.0);
+//! assert_eq!(plan.apply(&input.default)?.to_string(), out.plan.to_string());
+//! # Ok::<(), sluice_core::Error>(())
+//! ```
+
+pub mod clock;
+pub mod driver;
+pub mod model;
+pub mod options;
+pub mod plan;
+pub mod profile;
+pub mod rules;
+#[cfg(test)]
+mod testing;
+
+pub use driver::{optimize_physical, OptimizeInput, Optimized};
+pub use model::{predict, Prediction, StagePrediction};
+pub use options::OptimizerOptions;
+pub use plan::{CachePoint, Plan, PlanStage};
+pub use profile::{profile, Machine, OpProfile, Profile, ProfileOptions};

@@ -1,0 +1,284 @@
+//! The cost model: predicts what a physical plan will sustain on this machine from a profile.
+//!
+//! - An op's CPU cost scales with the bytes it receives when it works on pixels/elements
+//!   (pixel-wise, geometric and size-reducing ops); decoders and opaque ops cost what they
+//!   cost. So moving a crop before a colour jitter shrinks the jitter's cost by the crop's
+//!   size ratio — the effect AutoOrder exploits.
+//! - A size-reducing, decoding or opaque op's output size is what the profile saw; pixel-wise
+//!   and geometric ops keep their input/output size ratio.
+//! - A stage of N workers sustains N / (CPU seconds per source sample); stages on threads or
+//!   inline that run Python share one GIL; inline stages share the consumer thread; and all
+//!   CPU work shares the machine's cores. The prediction is the tightest of those bounds.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+use sluice_core::{OpKind, PhysicalPlan, StageKind, Variant};
+
+use crate::plan::CachePoint;
+use crate::profile::{OpProfile, Profile};
+
+/// CPU seconds each executor stage adds per item it hands on (channel, reply slot, wakeup);
+/// measured by `benchmarks/engine_overhead.py` (≈0.05–0.4 µs) and rounded up.
+pub const HANDOFF_S: f64 = 0.5e-6;
+/// Collating costs about one memory copy of the batch.
+pub const COPY_BYTES_PER_S: f64 = 4e9;
+
+/// What the model predicts for one stage.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StagePrediction {
+    pub label: String,
+    pub variant: String,
+    /// CPU seconds per source sample spent in this stage.
+    pub cpu_per_sample: f64,
+    /// Source samples per second this stage alone could sustain with its workers.
+    pub capacity: f64,
+}
+
+/// What the model predicts for a plan.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Prediction {
+    /// Source samples per second.
+    pub throughput: f64,
+    /// What limits it: a stage label, `cores`, `gil` or `consumer`.
+    pub bottleneck: String,
+    pub stages: Vec<StagePrediction>,
+    /// Total CPU seconds per source sample.
+    pub cpu_per_sample: f64,
+}
+
+/// The sizes and costs of ops as they flow, given an order.
+#[derive(Debug, Clone)]
+pub struct Flow<'a> {
+    ops: HashMap<u64, &'a OpProfile>,
+    /// Items per source sample entering the next op.
+    pub items: f64,
+    /// Bytes per item entering the next op.
+    pub bytes: f64,
+}
+
+impl<'a> Flow<'a> {
+    /// The flow right after the source read.
+    pub fn new(profile: &'a Profile) -> Self {
+        Flow {
+            ops: profile
+                .ops
+                .iter()
+                .filter_map(|o| o.op_id.map(|id| (id, o)))
+                .collect(),
+            items: 1.0,
+            bytes: profile.source.bytes_out_per_item(),
+        }
+    }
+    /// Passes op `op_id` over the flow; returns its CPU seconds per source sample (0 for an
+    /// op the profile did not see, e.g. one after a batch).
+    pub fn pass(&mut self, op_id: u64) -> f64 {
+        let Some(p) = self.ops.get(&op_id) else {
+            return 0.0;
+        };
+        let scales = matches!(
+            p.kind,
+            OpKind::PixelWise | OpKind::Geometric | OpKind::SizeReducing
+        );
+        let seen_in = p.bytes_in_per_item();
+        let ratio = if seen_in > 0.0 {
+            self.bytes / seen_in
+        } else {
+            1.0
+        };
+        let cost = if scales {
+            p.cpu_per_item() * ratio
+        } else {
+            p.cpu_per_item()
+        };
+        let cost = cost * self.items;
+        self.bytes = match p.kind {
+            OpKind::PixelWise | OpKind::Geometric if seen_in > 0.0 => {
+                self.bytes * p.bytes_out_per_item() / seen_in
+            }
+            _ => p.bytes_out_per_item(),
+        };
+        self.items *= p.selectivity();
+        cost
+    }
+}
+
+/// CPU seconds per source sample of running `order` after the source.
+pub fn chain_cost(profile: &Profile, order: &[u64]) -> f64 {
+    let mut flow = Flow::new(profile);
+    order.iter().map(|&id| flow.pass(id)).sum()
+}
+
+/// Predicts the steady-state throughput of `plan` on `cores` cores (with a cache: from the
+/// second epoch on, when the cache is warm).
+pub fn predict(
+    plan: &PhysicalPlan,
+    profile: &Profile,
+    cores: usize,
+    cache: Option<&CachePoint>,
+) -> Prediction {
+    let mut flow = Flow::new(profile);
+    let mut read_cpu = profile.source.cpu_per_item();
+    if let Some(c) = cache {
+        let computed: f64 = read_cpu + c.op_ids.iter().map(|&id| flow.pass(id)).sum::<f64>();
+        let share = (c.budget as f64 / c.expected_bytes.max(1) as f64).min(1.0);
+        read_cpu = share * flow.bytes / COPY_BYTES_PER_S + (1.0 - share) * computed;
+    }
+    let cores = cores.max(1) as f64;
+    let first_inline = plan
+        .stages
+        .iter()
+        .rposition(|s| s.variant != Variant::Inline)
+        .map_or(0, |i| i + 1);
+    let mut stages = Vec::new();
+    let (mut gil, mut consumer, mut total) = (0.0, 0.0, 0.0);
+    // The source thread: one position per sample plus the hand-off.
+    let src_cpu = HANDOFF_S;
+    stages.push(StagePrediction {
+        label: format!("source: {}", plan.source.source.name()),
+        variant: "threads=1".into(),
+        cpu_per_sample: src_cpu,
+        capacity: 1.0 / src_cpu,
+    });
+    total += src_cpu;
+    for (i, st) in plan.stages.iter().enumerate() {
+        let inline = i >= first_inline;
+        let mut cpu = HANDOFF_S * flow.items;
+        let mut python = 0.0;
+        match &st.kind {
+            StageKind::Chain { read, ops } => {
+                if *read {
+                    cpu += read_cpu;
+                }
+                for o in ops {
+                    let c = flow.pass(o.op_id);
+                    cpu += c;
+                    if o.op.meta().python {
+                        python += c;
+                    }
+                }
+            }
+            StageKind::Batch { .. } => cpu += flow.bytes * flow.items / COPY_BYTES_PER_S,
+            _ => {}
+        }
+        let workers = if inline { 1 } else { st.variant.workers() } as f64;
+        let off_gil = matches!(&st.variant, Variant::Pool { .. }) && !inline;
+        if !off_gil {
+            gil += python;
+        }
+        if inline {
+            consumer += cpu;
+        }
+        total += cpu;
+        stages.push(StagePrediction {
+            label: st.kind.label(),
+            variant: if inline {
+                "inline".into()
+            } else {
+                st.variant.to_string()
+            },
+            cpu_per_sample: cpu,
+            capacity: workers / cpu.max(1e-12),
+        });
+    }
+    let mut bounds: Vec<(f64, String)> = stages
+        .iter()
+        .map(|s| (s.capacity, s.label.clone()))
+        .collect();
+    bounds.push((cores / total.max(1e-12), "cores".into()));
+    if gil > 0.0 {
+        bounds.push((1.0 / gil, "gil".into()));
+    }
+    if consumer > 0.0 {
+        bounds.push((1.0 / consumer, "consumer".into()));
+    }
+    let (throughput, bottleneck) = bounds
+        .into_iter()
+        .min_by(|a, b| a.0.total_cmp(&b.0))
+        .unwrap_or((f64::INFINITY, "none".into()));
+    Prediction {
+        throughput,
+        bottleneck,
+        stages,
+        cpu_per_sample: total,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profile::{profile, ProfileOptions};
+    use crate::testing::*;
+    use sluice_core::{lower, LowerOptions};
+
+    fn jitter_then_crop() -> std::sync::Arc<sluice_core::LogicalPlan> {
+        pipeline(
+            30,
+            vec![
+                TestOp {
+                    ns_per_byte: 200.0,
+                    ..TestOp::new("jitter", OpKind::PixelWise)
+                },
+                TestOp {
+                    ns_per_byte: 20.0,
+                    out_len: Some(100),
+                    ..TestOp::new("crop", OpKind::SizeReducing)
+                },
+            ],
+        )
+    }
+
+    #[test]
+    fn pixel_ops_cost_less_after_a_size_reducing_op() {
+        let plan = jitter_then_crop();
+        let p = profile(
+            &plan,
+            &ProfileOptions {
+                samples: 30,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let (jitter, crop) = (p.ops[0].op_id.unwrap(), p.ops[1].op_id.unwrap());
+        let as_written = chain_cost(&p, &[jitter, crop]);
+        let crop_first = chain_cost(&p, &[crop, jitter]);
+        // The jitter now sees 100 bytes instead of 1000: ~10x cheaper.
+        assert!(
+            crop_first < 0.3 * as_written,
+            "{crop_first} vs {as_written}"
+        );
+    }
+
+    #[test]
+    fn threads_raise_capacity_until_cores_bind() {
+        let plan = pipeline(20, vec![busy_op("work", 500, OpKind::Opaque)]);
+        let p = profile(
+            &plan,
+            &ProfileOptions {
+                samples: 20,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let one = lower(
+            &plan,
+            &LowerOptions {
+                num_threads: 1,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let four = lower(
+            &plan,
+            &LowerOptions {
+                num_threads: 4,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let (a, b) = (predict(&one, &p, 2, None), predict(&four, &p, 2, None));
+        assert!(a.throughput > 1500.0 && a.throughput < 2100.0, "{a:?}");
+        assert!(b.throughput / a.throughput > 1.8, "{b:?}");
+        assert_eq!(b.bottleneck, "cores");
+    }
+}

@@ -1,0 +1,83 @@
+//! What the optimizer may do: cedar's `OptimizerOptions`, plus `exact` and a memory budget.
+
+use serde::{Deserialize, Serialize};
+
+/// Switches and targets of the optimizer. Every rule can be turned off, which is how the
+/// ablation benchmark measures what each contributes.
+///
+/// ```
+/// use sluice_optimizer::OptimizerOptions;
+/// let o = OptimizerOptions { exact: true, ..Default::default() };
+/// assert!(o.enable_reorder && o.exact);
+/// let none = OptimizerOptions::baseline();
+/// assert!(!none.enable_fusion && !none.enable_local_parallelism);
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct OptimizerOptions {
+    /// Size output and inter-stage queues from the memory budget.
+    pub enable_prefetch: bool,
+    /// Samples/s to meet with the fewest cores (`None`: as fast as possible).
+    pub est_throughput: Option<f64>,
+    /// Cores the plan may use (`None`: all of this machine's).
+    pub available_local_cpus: Option<usize>,
+    /// Place stages on remote (Ray) workers when that pays (needs a Ray context).
+    pub enable_offload: bool,
+    /// AutoOrder: move ops where their declarations make it safe and the model says cheaper.
+    pub enable_reorder: bool,
+    /// Threads per stage from the cost model.
+    pub enable_local_parallelism: bool,
+    /// Put GIL-bound Python stages on a process pool when they dominate.
+    pub enable_processes: bool,
+    /// Fuse adjacent stages with the same variant.
+    pub enable_fusion: bool,
+    /// Cache the deterministic prefix when it is re-read across epochs.
+    pub enable_caching: bool,
+    /// Tune stage parallelism at run time.
+    pub enable_controller: bool,
+    /// Allow only moves that keep outputs byte-identical (no approximate reorderings).
+    pub exact: bool,
+    /// Bytes the plan may hold in queues and caches.
+    pub memory_budget: u64,
+}
+
+impl Default for OptimizerOptions {
+    fn default() -> Self {
+        OptimizerOptions {
+            enable_prefetch: true,
+            est_throughput: None,
+            available_local_cpus: None,
+            enable_offload: false,
+            enable_reorder: true,
+            enable_local_parallelism: true,
+            enable_processes: true,
+            enable_fusion: true,
+            enable_caching: true,
+            enable_controller: false,
+            exact: false,
+            memory_budget: 1 << 30,
+        }
+    }
+}
+
+impl OptimizerOptions {
+    /// Every rule off: each op its own stage, run inline in the consumer (the ablation's
+    /// starting point).
+    pub fn baseline() -> Self {
+        OptimizerOptions {
+            enable_prefetch: false,
+            enable_offload: false,
+            enable_reorder: false,
+            enable_local_parallelism: false,
+            enable_processes: false,
+            enable_fusion: false,
+            enable_caching: false,
+            enable_controller: false,
+            ..Default::default()
+        }
+    }
+    /// The cores the plan may use on a machine with `cores`.
+    pub fn cpus(&self, cores: usize) -> usize {
+        self.available_local_cpus.unwrap_or(cores).max(1)
+    }
+}

@@ -1,0 +1,250 @@
+//! A `Plan`: the optimizer's output as a file a person can read and a run can load — stages
+//! with their op order, variants, parallelism and queue depths, the cache point, the model's
+//! predicted throughput and bottleneck, and why each rule decided what it did.
+//!
+//! A plan names ops by their ids in the pipeline; applying it to another pipeline fails (the
+//! fingerprint differs), and applying it rebuilds the physical plan from the pipeline's own
+//! ops, so no code travels in the file.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use sluice_core::cache::CachedSource;
+use sluice_core::{ChainOp, Error, PhysicalPlan, Result, Stage, StageKind, Variant};
+
+use crate::model::Prediction;
+use crate::options::OptimizerOptions;
+
+/// Where the deterministic prefix is cached.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CachePoint {
+    /// Ops computed once and cached (in pipeline order), by id.
+    pub op_ids: Vec<u64>,
+    /// Bytes the cache may hold.
+    pub budget: u64,
+    /// Expected bytes for the whole source (from the profile).
+    pub expected_bytes: u64,
+}
+
+/// One stage of a plan.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlanStage {
+    /// Readable label (`read+decode+random_resized_crop`, `batch(256)`).
+    pub label: String,
+    /// For a chain: whether it reads the source, and its ops by id in run order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read: Option<bool>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub op_ids: Vec<u64>,
+    #[serde(flatten)]
+    pub variant: Variant,
+    pub queue_depth: usize,
+}
+
+/// An optimized plan for one pipeline.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    pub version: u32,
+    /// Fingerprint of the pipeline it was made for.
+    pub pipeline: String,
+    /// Cores it was planned for.
+    pub cpus: usize,
+    pub chunk_size: usize,
+    pub stages: Vec<PlanStage>,
+    #[serde(default)]
+    pub cache: Option<CachePoint>,
+    /// Tune stage parallelism at run time.
+    #[serde(default)]
+    pub controller: bool,
+    /// What the cost model expects.
+    pub prediction: Prediction,
+    /// Why: one line per decision.
+    pub decisions: Vec<String>,
+    pub options: OptimizerOptions,
+}
+
+impl Plan {
+    /// The current format version.
+    pub const VERSION: u32 = 1;
+
+    /// Describes `phys` (an optimized physical plan) as a plan file.
+    pub fn describe(
+        phys: &PhysicalPlan,
+        cache: Option<CachePoint>,
+        prediction: Prediction,
+        decisions: Vec<String>,
+        options: &OptimizerOptions,
+        cpus: usize,
+    ) -> Plan {
+        let stages = phys
+            .stages
+            .iter()
+            .map(|st| {
+                let (read, op_ids) = match &st.kind {
+                    StageKind::Chain { read, ops } => {
+                        (Some(*read), ops.iter().map(|o| o.op_id).collect())
+                    }
+                    _ => (None, vec![]),
+                };
+                PlanStage {
+                    label: st.kind.label(),
+                    read,
+                    op_ids,
+                    variant: st.variant.clone(),
+                    queue_depth: st.queue_depth,
+                }
+            })
+            .collect();
+        Plan {
+            version: Self::VERSION,
+            pipeline: String::new(),
+            cpus,
+            chunk_size: phys.source.chunk_size,
+            stages,
+            cache,
+            controller: options.enable_controller,
+            prediction,
+            decisions,
+            options: options.clone(),
+        }
+    }
+
+    /// Pretty JSON.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_default()
+    }
+
+    /// Parses a saved plan.
+    pub fn from_json(text: &str) -> Result<Plan> {
+        let p: Plan = serde_json::from_str(text)
+            .map_err(|e| Error::invalid(format!("not a sluice plan: {e}")))?;
+        if p.version != Self::VERSION {
+            return Err(Error::invalid(format!(
+                "plan version {} is not supported (expected {})",
+                p.version,
+                Self::VERSION
+            )));
+        }
+        Ok(p)
+    }
+
+    /// Rebuilds the planned physical plan from `default` (the pipeline's default lowering):
+    /// its ops are looked up by id and its stateful stages must match the plan's, so a plan
+    /// made for another pipeline is refused.
+    pub fn apply(&self, default: &PhysicalPlan) -> Result<PhysicalPlan> {
+        let mismatch = |why: String| {
+            Error::invalid(format!(
+                "this plan was made for a different pipeline ({why}); re-run optimize()"
+            ))
+        };
+        let mut ops: HashMap<u64, ChainOp> = HashMap::new();
+        let mut others = Vec::new();
+        for st in &default.stages {
+            match &st.kind {
+                StageKind::Chain { ops: o, .. } => {
+                    ops.extend(o.iter().map(|c| (c.op_id, c.clone())));
+                }
+                kind => others.push(kind.clone()),
+            }
+        }
+        let mut take = |id: u64| {
+            ops.remove(&id)
+                .ok_or_else(|| mismatch(format!("op {id} is not in this pipeline or used twice")))
+        };
+        let mut plan = PhysicalPlan {
+            source: default.source.clone(),
+            stages: Vec::new(),
+        };
+        plan.source.chunk_size = self.chunk_size.max(1);
+        if let Some(c) = &self.cache {
+            let cached = c
+                .op_ids
+                .iter()
+                .map(|&id| take(id))
+                .collect::<Result<Vec<_>>>()?;
+            plan.source.source = Arc::new(CachedSource::new(
+                default.source.source.clone(),
+                cached,
+                c.budget,
+            )?);
+        }
+        let mut others = others.into_iter();
+        for ps in &self.stages {
+            let kind = match ps.read {
+                Some(read) => StageKind::Chain {
+                    read,
+                    ops: ps
+                        .op_ids
+                        .iter()
+                        .map(|&id| take(id))
+                        .collect::<Result<_>>()?,
+                },
+                None => {
+                    let kind = others
+                        .next()
+                        .ok_or_else(|| mismatch(format!("extra stage {}", ps.label)))?;
+                    if kind.label() != ps.label {
+                        return Err(mismatch(format!(
+                            "stage {} where the plan has {}",
+                            kind.label(),
+                            ps.label
+                        )));
+                    }
+                    kind
+                }
+            };
+            plan.stages.push(Stage {
+                kind,
+                variant: ps.variant.clone(),
+                queue_depth: ps.queue_depth.max(1),
+            });
+        }
+        if let Some(k) = others.next() {
+            return Err(mismatch(format!("stage {} is missing", k.label())));
+        }
+        if let Some(id) = ops.keys().next() {
+            return Err(mismatch(format!("op {id} is missing from the plan")));
+        }
+        Ok(plan)
+    }
+}
+
+impl fmt::Display for Plan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "plan for pipeline {} on {} cores: predicted {:.0} samples/s, bottleneck: {}",
+            self.pipeline, self.cpus, self.prediction.throughput, self.prediction.bottleneck
+        )?;
+        if let Some(c) = &self.cache {
+            writeln!(
+                f,
+                "cache: ops {:?} in memory (≈{:.1} MiB of {} MiB)",
+                c.op_ids,
+                c.expected_bytes as f64 / (1 << 20) as f64,
+                c.budget >> 20
+            )?;
+        }
+        for (i, s) in self.stages.iter().enumerate() {
+            let pred = self.prediction.stages.get(i + 1);
+            writeln!(
+                f,
+                "stage {i}: {:<44} [{}, queue={}]{}",
+                s.label,
+                s.variant,
+                s.queue_depth,
+                pred.map_or(String::new(), |p| format!(
+                    "  {:.1} µs/sample, capacity {:.0}/s",
+                    p.cpu_per_sample * 1e6,
+                    p.capacity
+                ))
+            )?;
+        }
+        for d in &self.decisions {
+            writeln!(f, "  - {d}")?;
+        }
+        Ok(())
+    }
+}

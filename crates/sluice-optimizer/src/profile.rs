@@ -1,0 +1,424 @@
+//! The profiler: runs a sample of the pipeline op by op in one thread and records, per op,
+//! CPU time (thread clock), wall time, bytes in and out and selectivity — what the cost model
+//! and the rules need. Profiles are JSON so they can be saved, inspected and reused.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use sluice_core::{
+    Emit, Error, LogicalPlan, OnError, OpContext, OpKind, OpRef, Result, Sample, SampleRef,
+};
+
+use crate::clock::thread_cpu;
+
+/// How much of the pipeline to run when profiling.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ProfileOptions {
+    /// Source samples to run (spread evenly over a random-access source).
+    pub samples: u64,
+    /// Stop after this much wall time even if fewer samples ran.
+    pub seconds: f64,
+    /// Seed for random ops (their cost may depend on their draws).
+    pub seed: u64,
+}
+
+impl Default for ProfileOptions {
+    fn default() -> Self {
+        ProfileOptions {
+            samples: 200,
+            seconds: 10.0,
+            seed: 0,
+        }
+    }
+}
+
+/// Facts about the machine the profile was taken on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Machine {
+    /// Cores available to this process.
+    pub cores: usize,
+}
+
+impl Machine {
+    /// This machine.
+    pub fn here() -> Self {
+        Machine {
+            cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        }
+    }
+}
+
+/// Measurements of one step (the source read, or one op).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OpProfile {
+    /// The op's id in the pipeline (`None` for the source read).
+    pub op_id: Option<u64>,
+    /// API name (`read_images`, `random_resized_crop`, ...).
+    pub name: String,
+    /// Kind declared by the op (`opaque` for the source).
+    pub kind: OpKind,
+    /// Runs Python code (GIL-bound).
+    pub python: bool,
+    /// Draws randomness.
+    pub random: bool,
+    /// Fields read and written, as declared.
+    pub reads: Vec<String>,
+    pub writes: Vec<String>,
+    /// Items that entered and left.
+    pub items_in: u64,
+    pub items_out: u64,
+    /// Thread CPU time and wall time spent in the step, in seconds.
+    pub cpu_s: f64,
+    pub wall_s: f64,
+    /// Sample bytes entering and leaving the step.
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+}
+
+impl OpProfile {
+    fn new(op_id: Option<u64>, name: &str) -> Self {
+        OpProfile {
+            op_id,
+            name: name.to_string(),
+            kind: OpKind::Opaque,
+            python: false,
+            random: false,
+            reads: vec![],
+            writes: vec![],
+            items_in: 0,
+            items_out: 0,
+            cpu_s: 0.0,
+            wall_s: 0.0,
+            bytes_in: 0,
+            bytes_out: 0,
+        }
+    }
+    fn for_op(op: &OpRef, op_id: u64) -> Self {
+        let meta = op.meta();
+        OpProfile {
+            kind: meta.kind,
+            python: meta.python,
+            random: meta.random,
+            reads: meta.reads,
+            writes: meta.writes,
+            ..OpProfile::new(Some(op_id), op.name())
+        }
+    }
+    /// CPU seconds per input item.
+    pub fn cpu_per_item(&self) -> f64 {
+        self.cpu_s / self.items_in.max(1) as f64
+    }
+    /// Outputs per input (a filter is < 1, a flat_map may be > 1).
+    pub fn selectivity(&self) -> f64 {
+        if self.items_in == 0 {
+            1.0
+        } else {
+            self.items_out as f64 / self.items_in as f64
+        }
+    }
+    /// Mean bytes of an input item.
+    pub fn bytes_in_per_item(&self) -> f64 {
+        self.bytes_in as f64 / self.items_in.max(1) as f64
+    }
+    /// Mean bytes of an output item.
+    pub fn bytes_out_per_item(&self) -> f64 {
+        self.bytes_out as f64 / self.items_out.max(1) as f64
+    }
+    fn record(&mut self, cpu: Duration, wall: Duration) {
+        self.cpu_s += cpu.as_secs_f64();
+        self.wall_s += wall.as_secs_f64();
+    }
+}
+
+/// A profile of a pipeline: the source read and every element-wise op before the first
+/// stateful step (batch, shuffle buffer, take), measured on the same samples.
+///
+/// ```
+/// use std::sync::Arc;
+/// use sluice_core::*;
+/// use sluice_optimizer::{profile, ProfileOptions};
+/// let src = Arc::new(LogicalPlan::Source(SourceNode::new(Arc::new(RangeSource::new(1000)))));
+/// let p = profile(&src, &ProfileOptions { samples: 50, ..Default::default() })?;
+/// assert_eq!(p.source.items_out, 50);
+/// let back: sluice_optimizer::Profile = serde_json::from_str(&p.to_json())?;
+/// assert_eq!(back, p);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Profile {
+    pub version: u32,
+    /// Fingerprint of the pipeline it was taken on (set by the caller; empty if unknown).
+    pub pipeline: String,
+    pub machine: Machine,
+    /// Source samples run.
+    pub samples: u64,
+    /// Wall time of the whole profile run, in seconds.
+    pub elapsed_s: f64,
+    /// The source read.
+    pub source: OpProfile,
+    /// Element-wise ops in pipeline order.
+    pub ops: Vec<OpProfile>,
+}
+
+impl Profile {
+    /// The current format version.
+    pub const VERSION: u32 = 1;
+
+    /// Pretty JSON.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_default()
+    }
+    /// Parses a saved profile.
+    pub fn from_json(text: &str) -> Result<Self> {
+        let p: Profile = serde_json::from_str(text)
+            .map_err(|e| Error::invalid(format!("not a sluice profile: {e}")))?;
+        if p.version != Self::VERSION {
+            return Err(Error::invalid(format!(
+                "profile version {} is not supported (expected {})",
+                p.version,
+                Self::VERSION
+            )));
+        }
+        Ok(p)
+    }
+    /// The op with id `op_id`.
+    pub fn op(&self, op_id: u64) -> Option<&OpProfile> {
+        self.ops.iter().find(|o| o.op_id == Some(op_id))
+    }
+    /// Total CPU seconds per source sample of the profiled part of the pipeline.
+    pub fn cpu_per_sample(&self) -> f64 {
+        (self.source.cpu_s + self.ops.iter().map(|o| o.cpu_s).sum::<f64>())
+            / self.samples.max(1) as f64
+    }
+}
+
+impl std::fmt::Display for Profile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "profile of {} samples on {} cores ({:.2} s)",
+            self.samples, self.machine.cores, self.elapsed_s
+        )?;
+        writeln!(
+            f,
+            "{:<28} {:>12} {:>12} {:>12} {:>12} {:>8}",
+            "step", "cpu µs/item", "wall µs/item", "bytes in", "bytes out", "sel"
+        )?;
+        for o in std::iter::once(&self.source).chain(&self.ops) {
+            writeln!(
+                f,
+                "{:<28} {:>12.1} {:>12.1} {:>12.0} {:>12.0} {:>8.3}",
+                o.name,
+                o.cpu_per_item() * 1e6,
+                o.wall_s / o.items_in.max(1) as f64 * 1e6,
+                o.bytes_in_per_item(),
+                o.bytes_out_per_item(),
+                o.selectivity()
+            )?;
+        }
+        Ok(())
+    }
+}
+
+struct Step {
+    op: OpRef,
+    on_error: OnError,
+    op_id: u64,
+}
+
+/// The element-wise ops the profiler runs: those before the first stateful step.
+fn profiled_steps(plan: &Arc<LogicalPlan>) -> Vec<Step> {
+    let mut steps = Vec::new();
+    for node in plan.chain() {
+        match &*node {
+            LogicalPlan::Map(n) => steps.push(Step {
+                op: n.op.clone(),
+                on_error: n.on_error,
+                op_id: n.op_id,
+            }),
+            LogicalPlan::Batch(_)
+            | LogicalPlan::MapBatches(_)
+            | LogicalPlan::ShuffleBuffer(_)
+            | LogicalPlan::Take(_) => break,
+            _ => {}
+        }
+    }
+    steps
+}
+
+/// Profiles `plan` in the calling thread (so thread CPU time is the steps' own cost).
+pub fn profile(plan: &Arc<LogicalPlan>, opts: &ProfileOptions) -> Result<Profile> {
+    let source = plan.source().clone();
+    let steps = profiled_steps(plan);
+    let mut src_prof = OpProfile::new(None, source.name());
+    let mut ops: Vec<OpProfile> = steps
+        .iter()
+        .map(|s| OpProfile::for_op(&s.op, s.op_id))
+        .collect();
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs_f64(opts.seconds.max(0.0));
+    let want = opts.samples.max(1);
+
+    // Random access: spread the samples over the whole source (files differ in size along
+    // a directory listing); streams: the first ones.
+    let mut stream = if source.random_access() {
+        None
+    } else {
+        Some(source.stream()?)
+    };
+    let len = source.len().unwrap_or(u64::MAX);
+    let mut done = 0u64;
+    while done < want.min(len) && (done == 0 || Instant::now() < deadline) {
+        let (t0, c0) = (Instant::now(), thread_cpu());
+        let (index, got) = match &mut stream {
+            None => {
+                let index = (done as u128 * len as u128 / want.min(len) as u128) as u64;
+                (index, Some(source.get(index)))
+            }
+            Some(s) => (done, s.next()),
+        };
+        let Some(got) = got else { break };
+        let sample = got.map_err(|e| in_sample(source.name(), index, None, e))?;
+        src_prof.record(thread_cpu() - c0, t0.elapsed());
+        src_prof.items_in += 1;
+        src_prof.items_out += 1;
+        src_prof.bytes_out += sample.nbytes() as u64;
+        run_steps(&steps, &mut ops, sample, index, opts.seed)?;
+        done += 1;
+    }
+    src_prof.bytes_in = src_prof.bytes_out;
+    Ok(Profile {
+        version: Profile::VERSION,
+        pipeline: String::new(),
+        machine: Machine::here(),
+        samples: done,
+        elapsed_s: started.elapsed().as_secs_f64(),
+        source: src_prof,
+        ops,
+    })
+}
+
+fn run_steps(
+    steps: &[Step],
+    ops: &mut [OpProfile],
+    sample: Sample,
+    index: u64,
+    seed: u64,
+) -> Result<()> {
+    // (sub-index, sample) pairs alive after each step; a flat_map multiplies them.
+    let mut live = vec![(0u64, sample)];
+    for (step, prof) in steps.iter().zip(ops.iter_mut()) {
+        let mut next = Vec::with_capacity(live.len());
+        for (sub, s) in live {
+            let path = s.path();
+            prof.items_in += 1;
+            prof.bytes_in += s.nbytes() as u64;
+            let cx = OpContext {
+                seed,
+                epoch: 0,
+                index,
+                sub,
+                op_id: step.op_id,
+            };
+            let (t0, c0) = (Instant::now(), thread_cpu());
+            let res = step.op.apply(s, &cx);
+            prof.record(thread_cpu() - c0, t0.elapsed());
+            match res {
+                Ok(Emit::One(s)) => next.push((sub, s)),
+                Ok(Emit::Drop) => {}
+                Ok(Emit::Many(v)) => next.extend(
+                    v.into_iter()
+                        .enumerate()
+                        .map(|(j, s)| (sluice_core::rng::combine(sub, j as u64 + 1), s)),
+                ),
+                Err(_) if step.on_error == OnError::Skip => {}
+                Err(e) => return Err(in_sample(step.op.name(), index, path, e)),
+            }
+        }
+        for (_, s) in &next {
+            prof.items_out += 1;
+            prof.bytes_out += s.nbytes() as u64;
+        }
+        live = next;
+        if live.is_empty() {
+            break;
+        }
+    }
+    Ok(())
+}
+
+fn in_sample(op: &str, index: u64, path: Option<String>, e: Error) -> Error {
+    Error::InSample {
+        op: op.to_string(),
+        sample: SampleRef {
+            epoch: 0,
+            index,
+            path,
+        },
+        source: Box::new(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{busy_op, pipeline};
+
+    #[test]
+    fn measures_cpu_bytes_and_selectivity_per_op() {
+        let plan = pipeline(
+            100,
+            vec![
+                busy_op("slow", 200, OpKind::PixelWise),
+                crate::testing::keep_even(),
+                busy_op("fast", 20, OpKind::PixelWise),
+            ],
+        );
+        let p = profile(
+            &plan,
+            &ProfileOptions {
+                samples: 40,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(p.samples, 40);
+        assert_eq!(p.ops.len(), 3);
+        let (slow, even, fast) = (&p.ops[0], &p.ops[1], &p.ops[2]);
+        assert_eq!((slow.items_in, slow.items_out), (40, 40));
+        assert_eq!(even.selectivity(), 0.5);
+        assert_eq!(fast.items_in, 20);
+        // Busy ops burn their CPU time; the ratio survives a noisy machine.
+        assert!(slow.cpu_per_item() > 150e-6, "{}", slow.cpu_per_item());
+        assert!(slow.cpu_per_item() > 4.0 * fast.cpu_per_item());
+        assert!(slow.bytes_in_per_item() > 0.0);
+        assert!(p.to_string().contains("slow"));
+    }
+
+    #[test]
+    fn stops_at_the_first_stateful_step_and_rejects_bad_json() {
+        let plan = pipeline(10, vec![busy_op("a", 1, OpKind::PixelWise)]);
+        let batched = Arc::new(LogicalPlan::Batch(
+            sluice_core::BatchNode::try_new(plan, 2, false).unwrap(),
+        ));
+        let p = profile(&batched, &ProfileOptions::default()).unwrap();
+        assert_eq!(p.ops.len(), 1);
+        assert_eq!(p.samples, 10);
+        assert!(Profile::from_json("{}").is_err());
+        let mut old = p.clone();
+        old.version = 0;
+        assert!(Profile::from_json(&old.to_json())
+            .unwrap_err()
+            .to_string()
+            .contains("version"));
+    }
+
+    #[test]
+    fn an_op_error_names_op_and_sample() {
+        let plan = pipeline(10, vec![crate::testing::fail_at(3)]);
+        let err = profile(&plan, &ProfileOptions::default()).unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("fail_at") && msg.contains('3'), "{msg}");
+    }
+}

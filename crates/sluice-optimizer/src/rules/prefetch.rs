@@ -1,0 +1,99 @@
+//! Prefetch: queue depths within the memory budget. The output queue holds a few ready
+//! batches so a bursty consumer never waits; inter-stage queues hold enough chunks to keep
+//! every worker busy; all of it must fit the budget.
+
+use sluice_core::{Result, StageKind};
+
+use super::{Draft, Rule};
+use crate::model::Flow;
+
+/// Ready outputs kept at most (more only hides longer consumer stalls at a memory cost).
+pub const MAX_READY: usize = 8;
+
+/// The prefetch rule.
+#[derive(Debug, Default)]
+pub struct Prefetch;
+
+impl Rule for Prefetch {
+    fn name(&self) -> &'static str {
+        "prefetch"
+    }
+    fn apply(&self, d: &mut Draft<'_>) -> Result<()> {
+        let chunk = d.plan.source.chunk_size.max(1) as f64;
+        let budget = d.options.memory_budget as f64;
+        let n = d.plan.stages.len();
+        // Bytes of one queued unit after each stage.
+        let mut flow = Flow::new(d.profile);
+        let mut batch = 1.0;
+        let mut unit = Vec::with_capacity(n);
+        for st in &d.plan.stages {
+            match &st.kind {
+                StageKind::Chain { ops, .. } => {
+                    for o in ops {
+                        flow.pass(o.op_id);
+                    }
+                }
+                StageKind::Batch { size, .. } => batch = *size as f64,
+                StageKind::Unbatch => batch = 1.0,
+                _ => {}
+            }
+            let items = if batch > 1.0 { batch } else { chunk };
+            unit.push((flow.bytes * items).max(1.0));
+        }
+        // Half the budget for inter-stage queues, half for ready outputs.
+        let per_queue = budget / 2.0 / n.max(1) as f64;
+        for (i, st) in d.plan.stages.iter_mut().enumerate() {
+            let want = if i + 1 == n {
+                MAX_READY
+            } else {
+                2 * st.variant.workers() + 2
+            };
+            let fits = if i + 1 == n {
+                (budget / 2.0 / unit[i]) as usize
+            } else {
+                (per_queue / unit[i]) as usize
+            };
+            st.queue_depth = want.min(fits).max(1);
+        }
+        let last = d.plan.stages.last().map_or(0, |s| s.queue_depth);
+        d.note(
+            "prefetch",
+            format!(
+                "{last} outputs ready ahead (≈{:.1} MiB each); queues sized to {} MiB",
+                unit.last().copied().unwrap_or(0.0) / (1 << 20) as f64,
+                d.options.memory_budget >> 20
+            ),
+        );
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::driver::{optimize_physical, OptimizeInput};
+    use crate::options::OptimizerOptions;
+    use crate::testing::*;
+    use sluice_core::{BatchNode, LogicalPlan, OpKind};
+    use std::sync::Arc;
+
+    #[test]
+    fn ready_batches_shrink_to_fit_the_budget() {
+        let plan = pipeline(20, vec![busy_op("a", 1, OpKind::Opaque)]);
+        let plan = Arc::new(LogicalPlan::Batch(
+            BatchNode::try_new(plan, 10, false).unwrap(),
+        ));
+        let roomy =
+            optimize_physical(&OptimizeInput::for_test(&plan, &Default::default())).unwrap();
+        assert_eq!(
+            roomy.plan.stages.last().unwrap().queue_depth,
+            super::MAX_READY
+        );
+        // A batch is ~10 KB and half of a 50 KB budget is for ready batches: 2 fit.
+        let tight = OptimizerOptions {
+            memory_budget: 50_000,
+            ..Default::default()
+        };
+        let tight = optimize_physical(&OptimizeInput::for_test(&plan, &tight)).unwrap();
+        assert_eq!(tight.plan.stages.last().unwrap().queue_depth, 2);
+    }
+}

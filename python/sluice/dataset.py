@@ -15,7 +15,7 @@ import time
 import weakref
 from typing import Any, Callable, Iterable, Sequence, Union
 
-from . import _native
+from . import _native, _recipe
 from ._native import Op
 
 Sample = dict
@@ -74,6 +74,7 @@ class Dataset:
         self._last_stats: Stats | None = None
 
     # Transformations -------------------------------------------------------------------
+    @_recipe.step
     def map(
         self,
         fn_or_op: Callable[..., Sample] | Op,
@@ -92,10 +93,12 @@ class Dataset:
             return Dataset(self._native.map_op(fn_or_op, on_error, keep_position))
         return self._udf(fn_or_op, "map", name, on_error, keep_position)
 
+    @_recipe.step
     def filter(self, pred: Callable[[Sample], bool], *, name: str | None = None) -> "Dataset":
         """Keeps the samples for which ``pred(sample)`` is true."""
         return self._udf(pred, "filter", name, "raise", None)
 
+    @_recipe.step
     def flat_map(self, fn: Callable[[Sample], Iterable[Sample]], *, name: str | None = None) -> "Dataset":
         """Replaces each sample by the samples ``fn(sample)`` yields."""
         return self._udf(fn, "flat_map", name, "raise", None)
@@ -107,42 +110,51 @@ class Dataset:
             self._native.map_udf(fn, name or _name(fn), mode, _wants_rng(fn), on_error, keep_position)
         )
 
+    @_recipe.step
     def map_batches(self, fn: Callable[[dict], dict], batch_size: int, *, name: str | None = None) -> "Dataset":
         """Applies ``fn`` to batches (dicts of arrays/lists); the dataset continues as samples."""
         if not callable(fn):
             raise TypeError("map_batches needs a callable")
         return Dataset(self._native.map_batches_udf(fn, name or _name(fn), _int("batch_size", batch_size, 1)))
 
+    @_recipe.step
     def batch(self, size: int, drop_last: bool = False) -> "Dataset":
         """Stacks ``size`` samples into one batch: arrays gain a leading dimension; strings,
         bytes and ragged arrays become lists."""
         return Dataset(self._native.batch(_int("batch size", size, 1), bool(drop_last)))
 
+    @_recipe.step
     def shuffle(self, seed: int | None = None) -> "Dataset":
         """Global per-epoch shuffle of a random-access pipeline (O(1) memory)."""
         return Dataset(self._native.shuffle(_int("seed", seed, 0, allow_none=True)))
 
+    @_recipe.step
     def shuffle_buffer(self, size: int, seed: int | None = None) -> "Dataset":
         """Seeded shuffle through a bounded buffer of ``size`` samples (for streams)."""
         return Dataset(self._native.shuffle_buffer(_int("size", size, 1), _int("seed", seed, 0, allow_none=True)))
 
+    @_recipe.step
     def shard(self, rank: int, world_size: int, equal: bool = True) -> "Dataset":
         """This rank's share: equal length on every rank, disjoint, covering all but < world_size."""
         return Dataset(self._native.shard(_int("rank", rank, 0), _int("world_size", world_size, 1), bool(equal)))
 
+    @_recipe.step
     def repeat(self, epochs: int | None = None) -> "Dataset":
         """Repeats for ``epochs`` epochs (forever if None); randomness differs per epoch."""
         return Dataset(self._native.repeat(_int("epochs", epochs, 1, allow_none=True)))
 
+    @_recipe.step
     def prefetch(self, n: int) -> "Dataset":
         """Keeps up to ``n`` outputs ready ahead of the consumer."""
         return Dataset(self._native.prefetch(_int("n", n, 1)))
 
+    @_recipe.step
     def limit(self, n: int) -> "Dataset":
         """The first ``n`` outputs, lazily."""
         return Dataset(self._native.limit(_int("n", n, 0)))
 
     # Execution -------------------------------------------------------------------------
+    @_recipe.step
     def iter(
         self,
         seed: int = 0,
@@ -165,6 +177,22 @@ class Dataset:
 
     def __iter__(self) -> "Iterator":
         return self.iter()
+
+    def split(self, n: int, equal: bool = True) -> "list[Dataset]":
+        """``n`` datasets, one per trainer: disjoint shards of equal length (``shard(r, n,
+        equal)`` placed where the pipeline still has random access), each iterated on its own,
+        so a slow consumer never stalls the others. They pickle, e.g. to Ray Train workers.
+
+        >>> import sluice
+        >>> parts = sluice.range(10).shuffle(seed=3).batch(2).split(2)
+        >>> [sorted(i for b in p for i in b["id"].tolist()) for p in parts]
+        [[2, 3, 4, 7, 8], [0, 1, 5, 6, 9]]
+        """
+        return _recipe.split(self, _int("n", n, 1), bool(equal))
+
+    def __reduce__(self) -> tuple:
+        # Pickles the recipe (source call + steps), never native objects: see _recipe.
+        return _recipe.reduce_dataset(self)
 
     def take(self, n: int) -> list:
         """The first ``n`` outputs as a list."""
@@ -285,6 +313,10 @@ class Iterator:
         """Statistics so far."""
         return Stats(json.loads(self._native.stats_json()), self._native.stats_text())
 
+    def __reduce__(self) -> tuple:
+        # (dataset recipe, iter arguments, state_dict()): the copy resumes after the last output.
+        return _recipe.reduce_iterator(self)
+
     def __enter__(self) -> "Iterator":
         return self
 
@@ -299,23 +331,27 @@ class Iterator:
 
 
 # Sources -----------------------------------------------------------------------------------
+@_recipe.source
 def range(n: int) -> Dataset:  # noqa: A001 - the brief's name
     """Samples ``{"id": i}`` for i in 0..n."""
     return Dataset(_native.Dataset.range(_int("n", n, 0)))
 
 
+@_recipe.source
 def from_items(items: Iterable[Any]) -> Dataset:
     """Samples from memory: dicts as they are, anything else as ``{"item": x}``."""
     rows = [x if isinstance(x, dict) else {"item": x} for x in items]
     return Dataset(_native.Dataset.from_items(rows))
 
 
+@_recipe.source
 def read_files(paths: PathLike) -> Dataset:
     """``{path, bytes}`` per file of paths, directories (recursive) or globs, in sorted order.
     Missing paths raise FileNotFoundError here, before iteration."""
     return Dataset(_native.Dataset.read_files(_paths(paths)))
 
 
+@_recipe.source
 def read_images(paths: PathLike, labels: str | None = "parent_dir") -> Dataset:
     """``{path, bytes, label}`` per image file; ``label`` indexes the sorted parent-directory
     names (ImageFolder style). Decoding is a separate op (``sluice.image.decode``)."""
@@ -324,6 +360,7 @@ def read_images(paths: PathLike, labels: str | None = "parent_dir") -> Dataset:
     return Dataset(_native.Dataset.read_images(_paths(paths), labels == "parent_dir"))
 
 
+@_recipe.source
 def read_text(paths: PathLike, errors: str = "strict") -> Dataset:
     """``{text}`` per non-empty line. ``errors="replace"`` substitutes invalid UTF-8."""
     if errors not in ("strict", "replace"):
@@ -331,6 +368,7 @@ def read_text(paths: PathLike, errors: str = "strict") -> Dataset:
     return Dataset(_native.Dataset.read_text(_paths(paths), errors == "replace"))
 
 
+@_recipe.source
 def read_jsonl(paths: PathLike) -> Dataset:
     """One sample per JSON-object line; numeric arrays become numpy arrays."""
     return Dataset(_native.Dataset.read_jsonl(_paths(paths)))

@@ -1,0 +1,200 @@
+"""Pickling datasets and iterators by their recipe.
+
+A native dataset cannot be pickled (it holds Rust objects: sources, ops, Python closures
+behind a Rust pointer). What can travel is *how it was made*: the source call and each
+transformation with its arguments. Built-in ops pickle as their serde JSON (``Op(spec)``),
+Python UDFs by cloudpickle, nested datasets (``mix``) by their own recipes. Unpickling replays
+the calls through the public API, so the copy is built by the same checking constructors and
+gets the same fingerprint — a checkpoint taken from the original loads into the copy.
+
+An iterator pickles as (its dataset's recipe, the ``iter(...)`` arguments, ``state_dict()``):
+the copy continues right after the last output the original delivered.
+
+>>> import pickle, sluice
+>>> ds = sluice.range(6).map(lambda s: {"id": s["id"] * 10}).batch(4)
+>>> [b["id"].tolist() for b in pickle.loads(pickle.dumps(ds))]
+[[0, 10, 20, 30], [40, 50]]
+"""
+
+from __future__ import annotations
+
+import copyreg
+import functools
+import importlib
+import pickle
+from typing import Any, Callable, NamedTuple, TypeVar
+
+from . import _native
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class Step(NamedTuple):
+    """One call of a recipe: ``parent.<call>(*args, **kwargs)``, or, for a source
+    (``parent is None``), the module-level function ``call`` ("module:qualname")."""
+
+    parent: "Step | None"
+    call: str
+    args: tuple
+    kwargs: dict
+
+    def chain(self) -> "list[Step]":
+        """The steps from the source to this one."""
+        steps, s = [], self
+        while s is not None:
+            steps.append(s)
+            s = s.parent
+        return steps[::-1]
+
+    def describe(self) -> str:
+        return " -> ".join(s.call.rsplit(":", 1)[-1] for s in self.chain())
+
+
+class _Unrecorded(NamedTuple):
+    """Marks a dataset whose maker did not record its recipe (so it cannot be pickled)."""
+
+    what: str
+
+
+def source(fn: F) -> F:
+    """Decorates a module-level function returning a new ``Dataset`` from a source, so the
+    dataset remembers the call."""
+    where = f"{fn.__module__}:{fn.__qualname__}"
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        out = fn(*args, **kwargs)
+        out._recipe = Step(None, where, args, kwargs)
+        return out
+
+    return wrapper  # type: ignore[return-value]
+
+
+def step(fn: F) -> F:
+    """Decorates a ``Dataset`` method returning a new ``Dataset`` (or an ``Iterator``, for
+    ``iter``), so the result remembers the call on top of its parent's recipe."""
+
+    @functools.wraps(fn)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        out = fn(self, *args, **kwargs)
+        parent = getattr(self, "_recipe", None) or _Unrecorded(type(self).__name__)
+        try:
+            out._recipe = Step(parent, fn.__name__, args, kwargs)
+        except AttributeError:  # a result type that takes no attributes: nothing to record
+            pass
+        return out
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _check(recipe: Any, what: str) -> Step:
+    s = recipe
+    while isinstance(s, Step):
+        s = s.parent
+    if s is not None or recipe is None:
+        made_by = s.what if isinstance(s, _Unrecorded) else "an unknown source"
+        raise TypeError(
+            f"cannot pickle this {what}: it was made by {made_by}, which does not record how "
+            "it was built (only datasets made by sluice's read_*/range/from_items functions "
+            "and Dataset methods can be rebuilt elsewhere)"
+        )
+    return recipe
+
+
+def _dumps(obj: Any) -> bytes:
+    # cloudpickle pickles lambdas and closures by value; plain pickle suffices otherwise.
+    try:
+        import cloudpickle
+    except ImportError:
+        try:
+            return pickle.dumps(obj)
+        except (pickle.PicklingError, AttributeError, TypeError) as e:
+            raise TypeError(
+                f"pickling this pipeline needs cloudpickle for its Python functions ({e}); "
+                "pip install cloudpickle"
+            ) from e
+    return cloudpickle.dumps(obj)
+
+
+def build(recipe: Step) -> Any:
+    """Replays ``recipe`` through the public API and returns the object it describes."""
+    obj: Any = None
+    for s in recipe.chain():
+        if s.parent is None:
+            module, name = s.call.split(":")
+            fn: Any = importlib.import_module(module)
+            for part in name.split("."):
+                fn = getattr(fn, part)
+            obj = fn(*s.args, **s.kwargs)
+        else:
+            obj = getattr(obj, s.call)(*s.args, **s.kwargs)
+    return obj
+
+
+def _load_dataset(payload: bytes) -> Any:
+    return build(pickle.loads(payload))
+
+
+def reduce_dataset(ds: Any) -> tuple:
+    """``Dataset.__reduce__``: the dataset as its recipe."""
+    recipe = _check(getattr(ds, "_recipe", None), "Dataset")
+    return (_load_dataset, (_dumps(recipe),))
+
+
+def _load_iterator(payload: bytes, state: dict | None) -> Any:
+    it = build(pickle.loads(payload))
+    if state is not None:
+        it.load_state_dict(state)
+    return it
+
+
+def reduce_iterator(it: Any) -> tuple:
+    """``Iterator.__reduce__``: (dataset recipe + ``iter`` arguments, ``state_dict()``).
+
+    The copy starts a pipeline of its own and continues after the last output the original
+    delivered; outputs the original had prefetched but not delivered are recomputed."""
+    recipe = _check(getattr(it, "_recipe", None), "Iterator")
+    # An iterator that has delivered nothing needs no state (and pipelines whose state
+    # cannot be captured, e.g. with shuffle_buffer, can still travel before they start).
+    state = it.state_dict() if getattr(it, "_count", 0) else None
+    return (_load_iterator, (_dumps(recipe), state))
+
+
+def _reduce_op(op: _native.Op) -> tuple:
+    return (_native.Op, (op.spec_json(),))
+
+
+# Built-in ops travel as their serde JSON, the form plans and worker processes use too.
+copyreg.pickle(_native.Op, _reduce_op)
+
+
+def _split_point(steps: list[Step]) -> int:
+    """How many leading steps keep random access (the place a shard can go)."""
+    index_steps = {"shuffle", "shard", "repeat", "prefetch"}
+    n = 1  # the source
+    for s in steps[1:]:
+        if s.call in index_steps:
+            n += 1
+        elif s.call == "map" and s.kwargs.get("on_error", "raise") != "skip":
+            # A 1:1 map keeps positions (a Python UDF or a built-in op alike); one that may
+            # skip samples does not.
+            n += 1
+        else:
+            break
+    return n
+
+
+def split(ds: Any, n: int, equal: bool) -> list:
+    """``Dataset.split``: ``n`` datasets, shard ``r`` of ``n`` each, the shard placed where
+    the pipeline still has random access (so batches and filters run per shard)."""
+    recipe = _check(getattr(ds, "_recipe", None), "Dataset (split rebuilds it per shard)")
+    steps = recipe.chain()
+    cut = _split_point(steps)
+    head = steps[cut - 1]
+    out = []
+    for rank in range(n):
+        s: Step = Step(head, "shard", (rank, n), {"equal": equal})
+        for rest in steps[cut:]:
+            s = Step(s, rest.call, rest.args, rest.kwargs)
+        out.append(build(s))
+    return out

@@ -1,11 +1,28 @@
-//! sluice sources: local files, images with labels, text lines and JSON lines.
+//! sluice sources and sinks: local files, images with labels, text lines, JSON lines, CSV,
+//! Parquet and WebDataset tar shards, on local disks or object stores (`s3://`, `http(s)://`).
 //!
-//! Every source here has random access: files by index; text and JSONL through a line-offset
-//! index built once when the source is created (one fast scan, 8 bytes per line), so global
-//! shuffle and sharding never read ahead.
+//! Every source here except WebDataset has random access: files by index; text, JSONL and CSV
+//! through a record-offset index built once when the source is created (one fast scan, a few
+//! bytes per record); Parquet through its footer's row-group row counts. So global shuffle and
+//! sharding never read ahead. Tar shards have no index and stream.
 
+pub mod arrow_conv;
+pub mod arrow_source;
+pub mod csv;
 pub mod files;
 pub mod lines;
+pub mod parquet;
+pub mod sink;
+pub mod store;
+pub mod webdataset;
 
+pub use crate::csv::{CsvOnError, CsvOptions, CsvSource, CsvType};
+pub use crate::parquet::ParquetSource;
 pub use files::{expand_paths, FilesSource, LabelMode};
 pub use lines::{LinesFormat, LinesSource, Utf8Errors};
+pub use sink::SinkOptions;
+pub use store::Blob;
+pub use webdataset::WebDatasetSource;
+pub use arrow_source::ArrowSource;
+// Re-exported so the facade and the bindings use the same arrow types as this crate.
+pub use {arrow_array, arrow_schema};

@@ -1,0 +1,369 @@
+//! Sinks: `write_parquet` and `write_jsonl` write a stream of samples into a directory (local or
+//! an object-store prefix) as numbered part files, `part-00000.parquet`, `part-00001.parquet`,
+//! ... Names depend only on the order of samples, so a deterministic pipeline writes the same
+//! files byte for byte. Each file appears atomically (temporary name + rename locally; a
+//! single completed upload in a store), so readers never see half a file. Memory is bounded by
+//! one row group (Parquet) or one line (JSONL), plus one file for uploads to a store.
+
+use std::io::Write;
+
+use arrow_schema::SchemaRef;
+use bytes::Bytes;
+use parquet::arrow::ArrowWriter;
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::properties::WriterProperties;
+use sluice_core::{with_tensor_data, Error, Result, Sample, Tensor, Value};
+
+use crate::arrow_conv::{infer_schema, samples_to_batch};
+use crate::store::{is_url, temp_name, write_atomic};
+
+/// How sinks split their output.
+#[derive(Debug, Clone, Copy)]
+pub struct SinkOptions {
+    /// Rows per part file.
+    pub rows_per_file: usize,
+    /// Rows per Parquet row group (also the unit of buffering).
+    pub rows_per_group: usize,
+}
+
+impl Default for SinkOptions {
+    fn default() -> Self {
+        SinkOptions {
+            rows_per_file: 1 << 20,
+            rows_per_group: 1 << 14,
+        }
+    }
+}
+
+impl SinkOptions {
+    fn check(&self) -> Result<()> {
+        if self.rows_per_file == 0 || self.rows_per_group == 0 {
+            return Err(Error::invalid(
+                "rows_per_file and rows_per_group must be > 0",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The name of part `n` in `dir`.
+pub fn part_name(dir: &str, n: usize, ext: &str) -> String {
+    format!("{}/part-{n:05}.{ext}", dir.trim_end_matches('/'))
+}
+
+fn prepare_dir(dir: &str) -> Result<()> {
+    if !is_url(dir) {
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    }
+    Ok(())
+}
+
+/// Removes `part-NNNNN.ext` files numbered `written` or above left by an earlier, longer run
+/// (local directories only), so the directory holds exactly this run's output.
+fn remove_stale(dir: &str, written: usize, ext: &str) -> Result<()> {
+    if is_url(dir) {
+        return Ok(());
+    }
+    let entries = std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let n = name
+            .strip_prefix("part-")
+            .and_then(|r| r.strip_suffix(&format!(".{ext}")))
+            .and_then(|n| n.parse::<usize>().ok());
+        if n.is_some_and(|n| n >= written) {
+            std::fs::remove_file(entry.path()).map_err(|e| Error::io(name, e))?;
+        }
+    }
+    Ok(())
+}
+
+/// Where a part file's bytes go before it is published: a hidden temporary file beside the
+/// destination, or memory for an upload to a store.
+struct Staging {
+    tmp: Option<std::path::PathBuf>,
+    file: Option<std::io::BufWriter<std::fs::File>>,
+    mem: Vec<u8>,
+}
+
+impl Staging {
+    fn new(dest: &str) -> Result<Self> {
+        if is_url(dest) {
+            return Ok(Staging {
+                tmp: None,
+                file: None,
+                mem: Vec::new(),
+            });
+        }
+        let tmp = temp_name(std::path::Path::new(dest));
+        let file = std::fs::File::create(&tmp).map_err(|e| Error::io(tmp.display(), e))?;
+        Ok(Staging {
+            tmp: Some(tmp),
+            file: Some(std::io::BufWriter::with_capacity(1 << 20, file)),
+            mem: Vec::new(),
+        })
+    }
+    fn publish(mut self, dest: &str) -> Result<()> {
+        let Some(file) = self.file.take() else {
+            return write_atomic(dest, Bytes::from(std::mem::take(&mut self.mem)));
+        };
+        let file = file
+            .into_inner()
+            .map_err(|e| Error::io(dest, e.into_error()))?;
+        file.sync_all().map_err(|e| Error::io(dest, e))?;
+        if let Some(tmp) = self.tmp.take() {
+            std::fs::rename(&tmp, dest).map_err(|e| Error::io(dest, e))?;
+        }
+        Ok(())
+    }
+}
+
+impl Write for Staging {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match &mut self.file {
+            Some(f) => f.write(buf),
+            None => self.mem.write(buf),
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        match &mut self.file {
+            Some(f) => f.flush(),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        // An unpublished temporary (an error mid-file) must not stay behind.
+        if let Some(tmp) = &self.tmp {
+            let _ = std::fs::remove_file(tmp);
+        }
+    }
+}
+
+/// Writes `samples` into `dir` as Parquet part files (zstd); returns the files written. The
+/// schema comes from the first row group; later samples must fit it.
+///
+/// ```
+/// use sluice_core::{Sample, Value};
+/// let dir = std::env::temp_dir().join("sluice-doc-sink");
+/// let rows = (0..3).map(|i| Ok(Sample::from_pairs([("id", Value::Int(i))])));
+/// let files = sluice_io::sink::write_parquet(rows, &dir.display().to_string(), &Default::default()).unwrap();
+/// assert!(files[0].ends_with("part-00000.parquet"));
+/// ```
+pub fn write_parquet(
+    samples: impl Iterator<Item = Result<Sample>>,
+    dir: &str,
+    opts: &SinkOptions,
+) -> Result<Vec<String>> {
+    opts.check()?;
+    prepare_dir(dir)?;
+    let props = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(ZstdLevel::default()))
+        .set_max_row_group_row_count(Some(opts.rows_per_group))
+        .build();
+    let mut files = Vec::new();
+    let mut schema: Option<SchemaRef> = None;
+    let mut writer: Option<(String, ArrowWriter<Staging>)> = None;
+    let mut in_file = 0usize;
+    let mut buf: Vec<Sample> = Vec::with_capacity(opts.rows_per_group);
+    let mut rows = 0u64;
+    let mut samples = samples.peekable();
+    while samples.peek().is_some() {
+        buf.clear();
+        let room = opts.rows_per_group.min(opts.rows_per_file - in_file);
+        for s in samples.by_ref().take(room) {
+            buf.push(s?);
+        }
+        let schema = match &schema {
+            Some(s) => s.clone(),
+            None => schema.insert(infer_schema(&buf)?).clone(),
+        };
+        let batch = samples_to_batch(&buf, &schema).map_err(|e| {
+            Error::type_error(format!("rows {rows}..{}: {e}", rows + buf.len() as u64))
+        })?;
+        if writer.is_none() {
+            let dest = part_name(dir, files.len(), "parquet");
+            let w = ArrowWriter::try_new(Staging::new(&dest)?, schema.clone(), Some(props.clone()))
+                .map_err(|e| Error::Internal(e.to_string()))?;
+            writer = Some((dest, w));
+        }
+        let (dest, w) = writer
+            .as_mut()
+            .ok_or_else(|| Error::Internal("no writer".into()))?;
+        w.write(&batch)
+            .map_err(|e| Error::io(&dest, std::io::Error::other(e)))?;
+        in_file += buf.len();
+        rows += buf.len() as u64;
+        if in_file == opts.rows_per_file {
+            files.push(finish_parquet(writer.take())?);
+            in_file = 0;
+        }
+    }
+    if writer.is_some() {
+        files.push(finish_parquet(writer.take())?);
+    }
+    remove_stale(dir, files.len(), "parquet")?;
+    Ok(files)
+}
+
+fn finish_parquet(w: Option<(String, ArrowWriter<Staging>)>) -> Result<String> {
+    let (dest, w) = w.ok_or_else(|| Error::Internal("no writer".into()))?;
+    let staging = w
+        .into_inner()
+        .map_err(|e| Error::io(&dest, std::io::Error::other(e)))?;
+    staging.publish(&dest)?;
+    Ok(dest)
+}
+
+/// Writes `samples` into `dir` as JSON-lines part files; returns the files written.
+pub fn write_jsonl(
+    samples: impl Iterator<Item = Result<Sample>>,
+    dir: &str,
+    opts: &SinkOptions,
+) -> Result<Vec<String>> {
+    opts.check()?;
+    prepare_dir(dir)?;
+    let mut files = Vec::new();
+    let mut current: Option<(String, Staging)> = None;
+    let mut in_file = 0usize;
+    for (row, s) in samples.enumerate() {
+        let s = s?;
+        if current.is_none() {
+            let dest = part_name(dir, files.len(), "jsonl");
+            current = Some((dest.clone(), Staging::new(&dest)?));
+        }
+        let (dest, out) = current
+            .as_mut()
+            .ok_or_else(|| Error::Internal("no file".into()))?;
+        let mut obj = serde_json::Map::with_capacity(s.len());
+        for (k, v) in s.iter() {
+            let j = value_to_json(v)
+                .map_err(|e| Error::type_error(format!("row {row}, field '{k}': {e}")))?;
+            obj.insert(k.to_string(), j);
+        }
+        serde_json::to_writer(&mut *out, &obj).map_err(|e| Error::io(&dest, e.into()))?;
+        out.write_all(b"\n").map_err(|e| Error::io(&dest, e))?;
+        in_file += 1;
+        if in_file == opts.rows_per_file {
+            let (dest, out) = current
+                .take()
+                .ok_or_else(|| Error::Internal("no file".into()))?;
+            out.publish(&dest)?;
+            files.push(dest);
+            in_file = 0;
+        }
+    }
+    if let Some((dest, out)) = current.take() {
+        out.publish(&dest)?;
+        files.push(dest);
+    }
+    remove_stale(dir, files.len(), "jsonl")?;
+    Ok(files)
+}
+
+fn tensor_json(t: &Tensor) -> serde_json::Value {
+    let flat: Vec<serde_json::Value> =
+        with_tensor_data!(t.data(), v => v.iter().map(|x| serde_json::json!(x)).collect());
+    // Nest innermost dimension first: [2, 3] → 2 arrays of 3.
+    let mut level = flat;
+    for &d in t.shape().iter().skip(1).rev() {
+        let mut it = level.into_iter();
+        let mut out = Vec::new();
+        loop {
+            let chunk: Vec<_> = it.by_ref().take(d.max(1)).collect();
+            if chunk.is_empty() {
+                break;
+            }
+            out.push(serde_json::Value::Array(chunk));
+        }
+        level = out;
+    }
+    serde_json::Value::Array(level)
+}
+
+/// A value as JSON; bytes have no JSON form and are an error.
+pub fn value_to_json(v: &Value) -> Result<serde_json::Value> {
+    use serde_json::Value as J;
+    Ok(match v {
+        Value::Null => J::Null,
+        Value::Bool(b) => J::Bool(*b),
+        Value::Int(i) => J::from(*i),
+        Value::Float(f) => serde_json::Number::from_f64(*f).map_or(J::Null, J::Number),
+        Value::Str(s) => J::String(s.to_string()),
+        Value::Bytes(_) => {
+            return Err(Error::type_error(
+                "bytes have no JSON form; decode them or drop the field first",
+            ))
+        }
+        Value::Tensor(t) => tensor_json(t),
+        Value::List(l) => J::Array(l.iter().map(value_to_json).collect::<Result<_>>()?),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ParquetSource;
+    use sluice_core::{Source, TensorData};
+
+    fn rows(n: i64) -> impl Iterator<Item = Result<Sample>> {
+        (0..n).map(|i| {
+            Ok(Sample::from_pairs([
+                ("id", Value::Int(i)),
+                ("name", Value::from(format!("n{i}"))),
+            ]))
+        })
+    }
+
+    #[test]
+    fn parquet_parts_round_trip_and_stale_parts_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().display().to_string();
+        std::fs::write(dir.path().join("part-00009.parquet"), b"old").unwrap();
+        let opts = SinkOptions {
+            rows_per_file: 40,
+            rows_per_group: 16,
+        };
+        let files = write_parquet(rows(100), &d, &opts).unwrap();
+        assert_eq!(files.len(), 3);
+        let mut names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(
+            names,
+            [
+                "part-00000.parquet",
+                "part-00001.parquet",
+                "part-00002.parquet"
+            ]
+        );
+        let src = ParquetSource::open(&[d], None).unwrap();
+        assert_eq!(src.len(), Some(100));
+        assert_eq!(
+            src.get(77).unwrap().get("name").unwrap().as_str(),
+            Some("n77")
+        );
+    }
+
+    #[test]
+    fn a_failing_stream_leaves_no_part_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let bad = rows(5).chain(std::iter::once(Err(Error::data("boom"))));
+        assert!(write_jsonl(bad, &dir.path().display().to_string(), &Default::default()).is_err());
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn jsonl_nests_tensors_and_rejects_bytes() {
+        let t = Tensor::new(vec![2, 2], TensorData::I32(vec![1, 2, 3, 4])).unwrap();
+        assert_eq!(
+            value_to_json(&Value::Tensor(t)).unwrap(),
+            serde_json::json!([[1, 2], [3, 4]])
+        );
+        assert!(value_to_json(&Value::Bytes(vec![1u8].into())).is_err());
+    }
+}

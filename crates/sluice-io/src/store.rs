@@ -1,0 +1,462 @@
+//! Where bytes live: local files or object stores (`s3://`, `http(s)://`), behind one [`Blob`]
+//! type with positional reads, so every format reads local disks and buckets the same way.
+//!
+//! Object stores are reached through the `object_store` crate on one small shared tokio runtime:
+//! requests are ranged, at most [`MAX_REQUESTS`] are in flight per store, and transient failures
+//! are retried with exponential backoff. S3 credentials come from the usual environment
+//! variables (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, `AWS_ENDPOINT_URL`,
+//! `AWS_ALLOW_HTTP`); without them sluice fails up front instead of probing instance metadata.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::Read;
+use std::ops::Range;
+use std::os::unix::fs::FileExt;
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::TryStreamExt;
+use object_store::aws::AmazonS3Builder;
+use object_store::http::HttpBuilder;
+use object_store::limit::LimitStore;
+use object_store::path::Path as ObjPath;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload, RetryConfig};
+use sluice_core::{Error, Result};
+
+use crate::files::expand_paths;
+
+/// Requests in flight per object store (bounded so a wide pipeline cannot flood a bucket).
+pub const MAX_REQUESTS: usize = 16;
+/// Bytes fetched per request when a remote object is read sequentially.
+const STREAM_CHUNK: usize = 8 << 20;
+
+static RUNTIME: LazyLock<std::result::Result<tokio::runtime::Runtime, String>> =
+    LazyLock::new(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("sluice-io")
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())
+    });
+
+static STORES: LazyLock<Mutex<HashMap<String, Arc<dyn ObjectStore>>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+
+/// Runs an object-store future to completion from synchronous code.
+fn block_on<F: std::future::Future>(fut: F) -> Result<F::Output> {
+    match &*RUNTIME {
+        Ok(rt) => Ok(rt.block_on(fut)),
+        Err(e) => Err(Error::Internal(format!(
+            "cannot start the I/O runtime: {e}"
+        ))),
+    }
+}
+
+/// Whether `entry` names an object in a store rather than a local path.
+///
+/// ```
+/// assert!(sluice_io::store::is_url("s3://bucket/key.parquet"));
+/// assert!(!sluice_io::store::is_url("data/key.parquet"));
+/// ```
+pub fn is_url(entry: &str) -> bool {
+    ["s3://", "s3a://", "http://", "https://"]
+        .iter()
+        .any(|p| entry.starts_with(p))
+}
+
+/// Splits a URL into (store key, object path): `s3://b/k/x` → (`s3://b`, `k/x`).
+fn split_url(url: &str) -> Result<(String, String)> {
+    let parsed =
+        url::Url::parse(url).map_err(|e| Error::invalid(format!("bad URL '{url}': {e}")))?;
+    let host = parsed
+        .host_str()
+        .ok_or_else(|| Error::invalid(format!("bad URL '{url}': no bucket or host")))?;
+    let base = match parsed.port() {
+        Some(p) => format!("{}://{host}:{p}", parsed.scheme()),
+        None => format!("{}://{host}", parsed.scheme()),
+    };
+    let path = parsed.path().trim_start_matches('/');
+    // Globs are matched by us, not by the URL parser: undo its percent-encoding.
+    let path = path
+        .replace("%5B", "[")
+        .replace("%5D", "]")
+        .replace("%2A", "*")
+        .replace("%3F", "?");
+    Ok((base, path))
+}
+
+fn env_set(name: &str) -> bool {
+    std::env::var(name).is_ok_and(|v| !v.is_empty())
+}
+
+fn retry() -> RetryConfig {
+    RetryConfig {
+        max_retries: 4,
+        retry_timeout: Duration::from_secs(60),
+        ..RetryConfig::default()
+    }
+}
+
+fn build_store(base: &str) -> Result<Arc<dyn ObjectStore>> {
+    let store: Arc<dyn ObjectStore> = if base.starts_with("s3") {
+        let skip_signature = std::env::var("AWS_SKIP_SIGNATURE").is_ok_and(|v| v == "true");
+        if !skip_signature && !(env_set("AWS_ACCESS_KEY_ID") && env_set("AWS_SECRET_ACCESS_KEY")) {
+            return Err(Error::invalid(format!(
+                "{base}: no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY \
+                 (plus AWS_ENDPOINT_URL and AWS_ALLOW_HTTP=true for an S3-compatible server on \
+                 http), or AWS_SKIP_SIGNATURE=true for a public bucket"
+            )));
+        }
+        let bucket = base.split("://").nth(1).unwrap_or_default();
+        let mut b = AmazonS3Builder::from_env()
+            .with_bucket_name(bucket)
+            .with_retry(retry());
+        if !env_set("AWS_REGION") && !env_set("AWS_DEFAULT_REGION") {
+            b = b.with_region("us-east-1");
+        }
+        let s3 = b
+            .build()
+            .map_err(|e| Error::invalid(format!("{base}: {e}")))?;
+        Arc::new(LimitStore::new(s3, MAX_REQUESTS))
+    } else {
+        let http = HttpBuilder::new()
+            .with_url(base)
+            .with_retry(retry())
+            .build()
+            .map_err(|e| Error::invalid(format!("{base}: {e}")))?;
+        Arc::new(LimitStore::new(http, MAX_REQUESTS))
+    };
+    Ok(store)
+}
+
+/// The (cached) store serving `url`, and the object path inside it.
+fn store_for(url: &str) -> Result<(Arc<dyn ObjectStore>, String)> {
+    let (base, path) = split_url(url)?;
+    let mut stores = STORES.lock().unwrap_or_else(|p| p.into_inner());
+    let store = match stores.get(&base) {
+        Some(s) => s.clone(),
+        None => {
+            let s = build_store(&base)?;
+            stores.insert(base, s.clone());
+            s
+        }
+    };
+    Ok((store, path))
+}
+
+/// Converts an object-store error on `url` into a sluice error that says what to do.
+fn store_error(url: &str, e: object_store::Error) -> Error {
+    use object_store::Error as E;
+    match e {
+        E::NotFound { .. } => Error::FileNotFound(format!("{url}: no such object")),
+        E::PermissionDenied { .. } | E::Unauthenticated { .. } => Error::Io {
+            path: url.to_string(),
+            message: format!(
+                "access denied; check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY ({e})"
+            ),
+        },
+        e => {
+            let text = e.to_string();
+            let denied = [
+                "InvalidAccessKeyId",
+                "SignatureDoesNotMatch",
+                "AccessDenied",
+                "403",
+            ]
+            .iter()
+            .any(|k| text.contains(k));
+            let message = if denied {
+                format!("access denied; check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY ({text})")
+            } else {
+                text
+            };
+            Error::Io {
+                path: url.to_string(),
+                message,
+            }
+        }
+    }
+}
+
+#[derive(Debug)]
+enum Inner {
+    Local(File),
+    Remote {
+        store: Arc<dyn ObjectStore>,
+        path: ObjPath,
+    },
+}
+
+/// One readable object: a local file or an object in a store, with its size known.
+///
+/// ```
+/// let p = std::env::temp_dir().join("sluice-doc-blob.bin");
+/// std::fs::write(&p, b"hello world").unwrap();
+/// let blob = sluice_io::Blob::open(&p.display().to_string()).unwrap();
+/// assert_eq!(blob.size(), 11);
+/// assert_eq!(&blob.read_at(6, 5).unwrap()[..], b"world");
+/// ```
+#[derive(Debug)]
+pub struct Blob {
+    name: String,
+    size: u64,
+    inner: Inner,
+}
+
+impl Blob {
+    /// Opens a local path or a URL (one HEAD request for URLs).
+    pub fn open(entry: &str) -> Result<Blob> {
+        if !is_url(entry) {
+            let file = File::open(entry).map_err(|e| Error::io(entry, e))?;
+            let size = file.metadata().map_err(|e| Error::io(entry, e))?.len();
+            return Ok(Blob {
+                name: entry.to_string(),
+                size,
+                inner: Inner::Local(file),
+            });
+        }
+        let (store, path) = store_for(entry)?;
+        let path = ObjPath::from(path);
+        let meta = block_on(store.head(&path))?.map_err(|e| store_error(entry, e))?;
+        Ok(Blob {
+            name: entry.to_string(),
+            size: meta.size,
+            inner: Inner::Remote { store, path },
+        })
+    }
+
+    /// The path or URL it was opened with (used in error messages).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Size in bytes.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// `len` bytes at `offset` (one ranged request for remote objects).
+    pub fn read_at(&self, offset: u64, len: usize) -> Result<Bytes> {
+        self.read_ranges(&[offset..offset + len as u64])
+            .map(|mut v| v.pop().unwrap_or_default())
+    }
+
+    /// Several ranges at once; a store coalesces nearby ranges and fetches them concurrently.
+    pub fn read_ranges(&self, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
+        for r in ranges {
+            if r.end > self.size || r.start > r.end {
+                return Err(Error::data(format!(
+                    "{}: read of bytes {}..{} past the end ({} bytes); truncated file?",
+                    self.name, r.start, r.end, self.size
+                )));
+            }
+        }
+        match &self.inner {
+            Inner::Local(file) => ranges
+                .iter()
+                .map(|r| {
+                    let mut buf = vec![0u8; (r.end - r.start) as usize];
+                    file.read_exact_at(&mut buf, r.start)
+                        .map_err(|e| Error::io(&self.name, e))?;
+                    Ok(Bytes::from(buf))
+                })
+                .collect(),
+            Inner::Remote { store, path } => {
+                block_on(store.get_ranges(path, ranges))?.map_err(|e| store_error(&self.name, e))
+            }
+        }
+    }
+
+    /// The whole object as a sequential reader; remote objects are fetched in 8 MiB ranges,
+    /// so memory stays bounded whatever the object's size.
+    pub fn reader(self: &Arc<Self>) -> Result<Box<dyn Read + Send>> {
+        match &self.inner {
+            Inner::Local(file) => Ok(Box::new(std::io::BufReader::with_capacity(
+                1 << 20,
+                file.try_clone().map_err(|e| Error::io(&self.name, e))?,
+            ))),
+            Inner::Remote { .. } => Ok(Box::new(ChunkedReader {
+                blob: self.clone(),
+                pos: 0,
+                buf: Bytes::new(),
+            })),
+        }
+    }
+}
+
+/// Sequential reads over ranged requests.
+struct ChunkedReader {
+    blob: Arc<Blob>,
+    pos: u64,
+    buf: Bytes,
+}
+
+impl Read for ChunkedReader {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        if self.buf.is_empty() {
+            let left = self.blob.size - self.pos;
+            if left == 0 {
+                return Ok(0);
+            }
+            let n = left.min(STREAM_CHUNK as u64) as usize;
+            self.buf = self
+                .blob
+                .read_at(self.pos, n)
+                .map_err(|e| std::io::Error::other(e.to_string()))?;
+            self.pos += n as u64;
+        }
+        let n = out.len().min(self.buf.len());
+        out[..n].copy_from_slice(&self.buf[..n]);
+        self.buf = self.buf.slice(n..);
+        Ok(n)
+    }
+}
+
+/// Expands local paths, directories and globs (see [`expand_paths`]) and URLs: a URL ending in
+/// `/` lists everything under that prefix, a URL with `*`, `?` or `[` lists its prefix and keeps
+/// the matches, any other URL is taken as one object. `extensions` filters directory and
+/// prefix listings. The result is sorted per entry, so file order (and thus sample indices)
+/// is deterministic.
+pub fn expand(entries: &[String], extensions: Option<&[&str]>) -> Result<Vec<String>> {
+    if entries.is_empty() {
+        return Err(Error::invalid("no paths given"));
+    }
+    let mut out = Vec::new();
+    for entry in entries {
+        if !is_url(entry) {
+            out.extend(expand_paths(std::slice::from_ref(entry), extensions)?);
+            continue;
+        }
+        let is_glob = entry.contains(['*', '?', '[']);
+        if !is_glob && !entry.ends_with('/') {
+            out.push(entry.clone());
+            continue;
+        }
+        let (store, path) = store_for(entry)?;
+        let (base, _) = split_url(entry)?;
+        let literal_end = path.find(['*', '?', '[']).unwrap_or(path.len());
+        let prefix = match path[..literal_end].rfind('/') {
+            Some(i) => &path[..i],
+            None => "",
+        };
+        let pattern = if is_glob {
+            Some(
+                glob::Pattern::new(&path)
+                    .map_err(|e| Error::invalid(format!("bad glob '{entry}': {e}")))?,
+            )
+        } else {
+            None
+        };
+        let prefix_path = (!prefix.is_empty()).then(|| ObjPath::from(prefix));
+        let metas: Vec<object_store::ObjectMeta> =
+            block_on(store.list(prefix_path.as_ref()).try_collect())?
+                .map_err(|e| store_error(entry, e))?;
+        let mut found: Vec<String> = metas
+            .into_iter()
+            .map(|m| m.location.to_string())
+            .filter(|key| match &pattern {
+                Some(p) => p.matches_with(
+                    key,
+                    glob::MatchOptions {
+                        require_literal_separator: true,
+                        ..Default::default()
+                    },
+                ),
+                None => extensions.is_none_or(|exts| {
+                    key.rsplit_once('.')
+                        .is_some_and(|(_, e)| exts.contains(&e.to_ascii_lowercase().as_str()))
+                }),
+            })
+            .map(|key| format!("{base}/{key}"))
+            .collect();
+        if found.is_empty() {
+            return Err(Error::FileNotFound(format!("{entry}: matched no objects")));
+        }
+        found.sort();
+        out.extend(found);
+    }
+    Ok(out)
+}
+
+/// Writes `data` to `dest` (a local path or a URL) atomically: local files go to a hidden
+/// temporary name beside `dest` and are renamed; object stores make an object visible only
+/// when its upload completes.
+pub fn write_atomic(dest: &str, data: Bytes) -> Result<()> {
+    if is_url(dest) {
+        let (store, path) = store_for(dest)?;
+        block_on(store.put(&ObjPath::from(path), PutPayload::from_bytes(data)))?
+            .map_err(|e| store_error(dest, e))?;
+        return Ok(());
+    }
+    let dest_path = std::path::Path::new(dest);
+    let tmp = temp_name(dest_path);
+    std::fs::write(&tmp, &data).map_err(|e| Error::io(tmp.display(), e))?;
+    std::fs::rename(&tmp, dest_path).map_err(|e| Error::io(dest, e))
+}
+
+/// The hidden temporary name a local file is written under before its rename.
+pub fn temp_name(dest: &std::path::Path) -> std::path::PathBuf {
+    let name = dest
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    dest.with_file_name(format!(".{name}.tmp-{}", std::process::id()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_split_into_store_and_key() {
+        let (b, p) = split_url("s3://bucket/a/b/*.parquet").unwrap();
+        assert_eq!((b.as_str(), p.as_str()), ("s3://bucket", "a/b/*.parquet"));
+        let (b, p) = split_url("http://127.0.0.1:9000/x/y.tar").unwrap();
+        assert_eq!(
+            (b.as_str(), p.as_str()),
+            ("http://127.0.0.1:9000", "x/y.tar")
+        );
+    }
+
+    #[test]
+    fn missing_s3_credentials_fail_clearly() {
+        // Built directly (no env mutation): the check reads the environment only.
+        if env_set("AWS_ACCESS_KEY_ID") || env_set("AWS_SKIP_SIGNATURE") {
+            return;
+        }
+        let e = build_store("s3://nobucket").unwrap_err().to_string();
+        assert!(e.contains("AWS_ACCESS_KEY_ID"), "{e}");
+    }
+
+    #[test]
+    fn local_blob_reads_ranges_and_streams() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("x.bin");
+        std::fs::write(&p, b"0123456789").unwrap();
+        let blob = Arc::new(Blob::open(&p.display().to_string()).unwrap());
+        let parts = blob.read_ranges(&[0..2, 8..10]).unwrap();
+        assert_eq!((&parts[0][..], &parts[1][..]), (&b"01"[..], &b"89"[..]));
+        assert!(blob
+            .read_at(8, 5)
+            .unwrap_err()
+            .to_string()
+            .contains("truncated"));
+        let mut all = Vec::new();
+        blob.reader().unwrap().read_to_end(&mut all).unwrap();
+        assert_eq!(all, b"0123456789");
+    }
+
+    #[test]
+    fn atomic_write_leaves_no_temp_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let dest = dir.path().join("part-00000.jsonl");
+        write_atomic(&dest.display().to_string(), Bytes::from_static(b"{}\n")).unwrap();
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["part-00000.jsonl"]);
+    }
+}

@@ -344,6 +344,46 @@ mod tests {
     }
 
     #[test]
+    fn a_cache_node_computes_the_prefix_once_over_epochs_and_iterations() {
+        use crate::exec::{ExecOptions, Execution};
+        use crate::plan::logical::*;
+        use crate::plan::lower::{lower, LowerOptions};
+        let op = Arc::new(Square::default());
+        let src = Arc::new(LogicalPlan::Source(SourceNode::new(Arc::new(
+            RangeSource::new(1003),
+        ))));
+        let mapped = Arc::new(LogicalPlan::Map(
+            MapNode::try_new(src, op.clone(), ElemMode::Map, OnError::Raise, None).unwrap(),
+        ));
+        let cached = Arc::new(LogicalPlan::Cache(
+            CacheNode::try_new(mapped, 1 << 20).unwrap(),
+        ));
+        let shuffled = Arc::new(LogicalPlan::Shuffle(
+            ShuffleNode::try_new(cached, Some(1)).unwrap(),
+        ));
+        let plan = Arc::new(LogicalPlan::Repeat(
+            RepeatNode::try_new(shuffled, Some(3)).unwrap(),
+        ));
+        let phys = lower(&plan, &LowerOptions::default()).unwrap();
+        for _ in 0..2 {
+            let mut ids: Vec<i64> = Execution::start(&phys, ExecOptions::default())
+                .unwrap()
+                .map(|s| s.unwrap().get("id").unwrap().as_int().unwrap())
+                .collect();
+            assert_eq!(ids.len(), 3 * 1003);
+            ids.sort();
+            ids.dedup();
+            assert_eq!(ids, (0..1003i64).map(|i| i * i).collect::<Vec<_>>());
+        }
+        assert_eq!(op.0.load(Relaxed), 1003);
+        // Random ops and batches cannot be cached.
+        let batched = Arc::new(LogicalPlan::Batch(
+            BatchNode::try_new(plan, 2, false).unwrap(),
+        ));
+        assert!(CacheNode::try_new(batched, 10).is_err());
+    }
+
+    #[test]
     fn key_changes_with_the_pipeline() {
         let a = cache_key(&RangeSource::new(3), &[]);
         let b = cache_key(&RangeSource::new(4), &[]);

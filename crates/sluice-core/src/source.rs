@@ -45,6 +45,12 @@ pub trait Source: Send + Sync + fmt::Debug {
     }
     /// A shared handle to this source (for streaming over `get`).
     fn clone_arc(&self) -> SourceRef;
+    /// The form another process reopens this source from (a worker process or a Ray actor
+    /// then reads samples itself and items travel as indices), in the pipeline-file source
+    /// syntax; `None` when the data lives only here (e.g. `from_items`) and must be sent.
+    fn ship(&self) -> Option<serde_json::Value> {
+        None
+    }
 }
 
 /// A shared source.
@@ -75,6 +81,9 @@ impl Source for RangeSource {
     }
     fn fields(&self) -> Option<Vec<String>> {
         Some(vec!["id".into()])
+    }
+    fn ship(&self) -> Option<serde_json::Value> {
+        Some(self.spec())
     }
     fn get(&self, index: u64) -> Result<Sample> {
         crate::field_names!(ID = "id");

@@ -19,6 +19,8 @@ pub struct StageCounters {
     pub wait_out_ns: AtomicU64,
     pub occupancy_sum: AtomicU64,
     pub occupancy_samples: AtomicU64,
+    /// Workers allowed to run now when the controller tunes this stage (0: not tuned).
+    pub active: AtomicU64,
 }
 
 impl StageCounters {
@@ -53,10 +55,17 @@ pub struct PipelineStats {
     started: Instant,
     pub(crate) stages: Vec<(StageInfo, StageCounters)>,
     consumer: Mutex<ConsumerStats>,
+    /// Nanoseconds the consumer spent waiting for outputs (for the controller).
+    pub(crate) consumer_wait_ns: AtomicU64,
+    pub(crate) consumer_samples: AtomicU64,
+    /// The runtime controller's decisions, in order.
+    pub(crate) decisions: Mutex<Vec<crate::exec::controller::Decision>>,
 }
 
 impl PipelineStats {
-    pub(crate) fn new(stages: Vec<StageInfo>) -> Self {
+    /// Counters for `stages` (the executor makes one per run; a worker process running one
+    /// stage away from its pipeline makes its own and reports the differences back).
+    pub fn new(stages: Vec<StageInfo>) -> Self {
         PipelineStats {
             started: Instant::now(),
             stages: stages
@@ -64,9 +73,13 @@ impl PipelineStats {
                 .map(|i| (i, StageCounters::default()))
                 .collect(),
             consumer: Mutex::new(ConsumerStats::default()),
+            consumer_wait_ns: AtomicU64::new(0),
+            consumer_samples: AtomicU64::new(0),
+            decisions: Mutex::new(Vec::new()),
         }
     }
-    pub(crate) fn counters(&self, i: usize) -> &StageCounters {
+    /// The live counters of stage `i` (0 is the source).
+    pub fn counters(&self, i: usize) -> &StageCounters {
         &self.stages[i].1
     }
     pub(crate) fn record_output(&self, delay: Duration, samples: u64) {
@@ -76,6 +89,13 @@ impl PipelineStats {
         }
         c.delays_ns.push(delay.as_nanos() as u64);
         c.samples += samples;
+        self.consumer_wait_ns
+            .fetch_add(delay.as_nanos() as u64, Relaxed);
+        self.consumer_samples.fetch_add(samples, Relaxed);
+    }
+    /// Time since the iteration started.
+    pub fn elapsed(&self) -> Duration {
+        self.started.elapsed()
     }
     /// A snapshot report.
     pub fn report(&self) -> StatsReport {
@@ -87,12 +107,18 @@ impl PipelineStats {
                 let out = c.items_out.load(Relaxed);
                 let busy = c.busy_ns.load(Relaxed) as f64 * 1e-9;
                 let occ_n = c.occupancy_samples.load(Relaxed);
+                let active = c.active.load(Relaxed) as usize;
+                let threads = if active > 0 {
+                    active
+                } else {
+                    info.threads.max(1)
+                };
                 StageReport {
                     name: info.name.clone(),
                     variant: if info.inline {
                         "inline".into()
                     } else {
-                        format!("threads={}", info.threads)
+                        format!("threads={threads}")
                     },
                     samples_in: c.items_in.load(Relaxed),
                     samples_out: out,
@@ -101,7 +127,7 @@ impl PipelineStats {
                     wait_in_s: c.wait_in_ns.load(Relaxed) as f64 * 1e-9,
                     wait_out_s: c.wait_out_ns.load(Relaxed) as f64 * 1e-9,
                     throughput: out as f64 / elapsed,
-                    utilisation: busy / (elapsed * info.threads.max(1) as f64),
+                    utilisation: busy / (elapsed * threads as f64),
                     queue_capacity: info.queue_capacity,
                     queue_occupancy: if occ_n == 0 {
                         0.0
@@ -123,6 +149,7 @@ impl PipelineStats {
         };
         StatsReport {
             elapsed_s: elapsed,
+            controller: self.decisions.lock().map(|d| d.clone()).unwrap_or_default(),
             stages,
             consumer: ConsumerReport {
                 outputs: d.len() as u64,
@@ -179,6 +206,9 @@ pub struct ConsumerReport {
 pub struct StatsReport {
     pub elapsed_s: f64,
     pub stages: Vec<StageReport>,
+    /// Decisions of the runtime controller (empty when it is off).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub controller: Vec<crate::exec::controller::Decision>,
     pub consumer: ConsumerReport,
 }
 
@@ -216,6 +246,13 @@ impl fmt::Display for StatsReport {
             c.first_output_s
                 .map_or("-".to_string(), |t| format!("{:.3} s", t))
         )?;
+        for d in &self.controller {
+            writeln!(
+                f,
+                "controller at {:.2} s: stage {} → {} workers ({})",
+                d.at_s, d.slot, d.workers, d.why
+            )?;
+        }
         write!(
             f,
             "batch delay: P50 {:.3} ms, P95 {:.3} ms, max {:.3} ms",

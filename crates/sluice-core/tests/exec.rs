@@ -254,3 +254,65 @@ fn build_time_errors() {
     let e = ShuffleNode::try_new(filtered, None).unwrap_err();
     assert!(e.to_string().contains("shuffle_buffer"));
 }
+
+/// Sleeps 1 ms per sample: a stage that needs more workers, whatever the machine's load.
+#[derive(Debug)]
+struct Slow;
+
+impl Op for Slow {
+    fn name(&self) -> &str {
+        "slow"
+    }
+    fn spec(&self) -> serde_json::Value {
+        serde_json::json!({"op": "slow"})
+    }
+    fn meta(&self) -> OpMeta {
+        OpMeta::opaque(false)
+    }
+    fn apply(&self, s: Sample, _cx: &OpContext) -> Result<Emit> {
+        std::thread::sleep(Duration::from_millis(1));
+        Ok(Emit::One(s))
+    }
+}
+
+#[test]
+fn controller_adds_workers_to_a_starved_stage_without_changing_output() {
+    let plan = map(source(1500), Arc::new(Slow), OnError::Raise);
+    let opts = LowerOptions {
+        num_threads: 1,
+        chunk_size: 4,
+        ..Default::default()
+    };
+    let mut phys = lower(&plan, &opts).unwrap();
+    // A one-worker pool the controller may grow to four.
+    phys.stages[0].variant = Variant::Pool {
+        backend: "threads".into(),
+        workers: 1,
+    };
+    let ctl = exec::controller::ControllerOptions {
+        interval: Duration::from_millis(50),
+        max_workers: 4,
+        patience: 1,
+        cooldown: 1,
+        target: None,
+    };
+    let mut ex = Execution::start(
+        &phys,
+        ExecOptions {
+            controller: Some(ctl),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let ids: Vec<i64> = ex
+        .by_ref()
+        .map(|s| s.unwrap().get("id").unwrap().as_int().unwrap())
+        .collect();
+    assert_eq!(ids, (0..1500).collect::<Vec<_>>());
+    let report = ex.stats();
+    assert!(!report.controller.is_empty(), "no decision: {report}");
+    let last = report.controller.last().unwrap();
+    assert!(last.workers >= 3, "{:?}", report.controller);
+    assert!(report.to_string().contains("controller at"));
+    assert!(ex.close(Duration::from_secs(5)));
+}

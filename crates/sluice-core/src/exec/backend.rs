@@ -174,6 +174,10 @@ impl Backends {
         self.by_name.insert(backend.name().to_string(), backend);
         self
     }
+    /// Names of the registered backends (threads are implicit).
+    pub fn names(&self) -> Vec<String> {
+        self.by_name.keys().cloned().collect()
+    }
     /// The backend called `name`.
     pub fn get(&self, name: &str) -> Result<Arc<dyn Backend>> {
         if name == "threads" {

@@ -9,11 +9,12 @@
 //!   workers stop between chunks. Errors travel downstream in order like data.
 
 pub mod backend;
+pub mod controller;
 mod transform;
 
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -166,6 +167,8 @@ pub struct ExecOptions {
     pub resume: Option<Cursor>,
     /// Worker pools beyond threads that stages with [`Variant::Pool`] run on.
     pub backends: Backends,
+    /// Tune the workers of parallel stages at run time.
+    pub controller: Option<controller::ControllerOptions>,
 }
 
 /// A running pipeline. Iterate with [`Execution::next_timeout`]; dropping it shuts the
@@ -225,6 +228,7 @@ impl Execution {
             .iter()
             .rposition(|s| matches!(s.kind, StageKind::Chain { .. }));
         let mut tail = Vec::new();
+        let mut tuned: Vec<(usize, Arc<AtomicUsize>)> = Vec::new();
         for (i, st) in plan.stages.iter().enumerate() {
             let slot = i + 1;
             let skip = opts.resume.filter(|_| Some(i) == last_chain);
@@ -255,10 +259,31 @@ impl Execution {
                         stats: stats.clone(),
                     };
                     let workers: Arc<dyn Workers> = backend.start(work, v.workers())?.into();
-                    spawn_parallel(workers, st.queue_depth, input, &ctl, &stats, slot)?
+                    let planned = workers.parallelism().max(1);
+                    // Under the controller, threads up to its maximum exist but only
+                    // `active` of them take work.
+                    let (threads, active) = match &opts.controller {
+                        Some(c) => {
+                            let active = Arc::new(AtomicUsize::new(planned));
+                            stats.counters(slot).active.store(planned as u64, Relaxed);
+                            tuned.push((slot, active.clone()));
+                            (planned.max(c.max_workers), Some(active))
+                        }
+                        None => (planned, None),
+                    };
+                    let par = Parallel {
+                        threads,
+                        active,
+                        depth: st.queue_depth,
+                        slot,
+                    };
+                    spawn_parallel(workers, par, input, &ctl, &stats)?
                 }
                 _ => spawn_sequential(t, st.queue_depth, input, &ctl, &stats, slot)?,
             };
+        }
+        if let (Some(c), false) = (&opts.controller, tuned.is_empty()) {
+            spawn_controller(c.clone(), tuned, &ctl, &stats)?;
         }
         Ok(Execution {
             input: Some(input),
@@ -599,15 +624,29 @@ fn spawn_sequential(
     Ok(Input::Direct(rx))
 }
 
+/// How a parallel stage is run.
+struct Parallel {
+    /// Executor threads calling the pool.
+    threads: usize,
+    /// Under the controller: how many of them may take work.
+    active: Option<Arc<AtomicUsize>>,
+    depth: usize,
+    slot: usize,
+}
+
 fn spawn_parallel(
     pool: Arc<dyn Workers>,
-    depth: usize,
+    par: Parallel,
     mut input: Input,
     ctl: &Arc<Control>,
     stats: &Arc<PipelineStats>,
-    slot: usize,
 ) -> Result<Input> {
-    let threads = pool.parallelism().max(1);
+    let Parallel {
+        threads,
+        active,
+        depth,
+        slot,
+    } = par;
     let (work_tx, work_rx) = bounded::<(Chunk, Sender<Msg>)>(threads);
     let (slots_tx, slots_rx) = bounded::<Receiver<Msg>>(depth.max(1));
     // The last thread out stops the pool (remote workers must not outlive the stage).
@@ -619,11 +658,23 @@ fn spawn_parallel(
     }
     let stop = Arc::new(Stop(pool));
     for w in 0..threads {
-        let (work_rx, stop, ctl2, stats) =
-            (work_rx.clone(), stop.clone(), ctl.clone(), stats.clone());
+        let (work_rx, stop, ctl2, stats, active) = (
+            work_rx.clone(),
+            stop.clone(),
+            ctl.clone(),
+            stats.clone(),
+            active.clone(),
+        );
         ctl.spawn(format!("sluice-stage-{slot}-w{w}"), move || {
             let c = stats.counters(slot);
             loop {
+                // A worker beyond the controller's current count sits out.
+                while active.as_ref().is_some_and(|a| w >= a.load(Relaxed)) {
+                    if ctl2.cancelled() {
+                        return;
+                    }
+                    thread::sleep(Duration::from_millis(2));
+                }
                 let t0 = Instant::now();
                 let Ok((chunk, reply)) = work_rx.recv() else {
                     return;
@@ -672,6 +723,71 @@ fn spawn_parallel(
     Ok(Input::Ordered {
         slots: slots_rx,
         waiting: None,
+    })
+}
+
+/// Runs the controller every interval until the execution is cancelled.
+fn spawn_controller(
+    opts: controller::ControllerOptions,
+    tuned: Vec<(usize, Arc<AtomicUsize>)>,
+    ctl: &Arc<Control>,
+    stats: &Arc<PipelineStats>,
+) -> Result<()> {
+    let (ctl2, stats) = (ctl.clone(), stats.clone());
+    ctl.spawn("sluice-controller".into(), move || {
+        let interval = opts.interval;
+        let mut c = controller::Controller::new(opts);
+        let busy = |slot: usize| stats.counters(slot).busy_ns.load(Relaxed);
+        let mut last: Vec<u64> = tuned.iter().map(|(s, _)| busy(*s)).collect();
+        let mut last_wait = stats.consumer_wait_ns.load(Relaxed);
+        let mut last_samples = stats.consumer_samples.load(Relaxed);
+        let mut t_last = Instant::now();
+        loop {
+            while t_last.elapsed() < interval {
+                if ctl2.cancelled() {
+                    return;
+                }
+                thread::sleep(Duration::from_millis(10).min(interval));
+            }
+            let dt = t_last.elapsed().as_secs_f64();
+            t_last = Instant::now();
+            let wait = stats.consumer_wait_ns.load(Relaxed);
+            let samples = stats.consumer_samples.load(Relaxed);
+            let mut stages = Vec::with_capacity(tuned.len());
+            for (k, (slot, active)) in tuned.iter().enumerate() {
+                let b = busy(*slot);
+                let n = active.load(Relaxed).max(1);
+                stages.push(controller::StageObs {
+                    slot: *slot,
+                    active: n,
+                    busy: (b - last[k]) as f64 * 1e-9 / (dt * n as f64),
+                });
+                last[k] = b;
+            }
+            let obs = controller::Observation {
+                consumer_wait: ((wait - last_wait) as f64 * 1e-9 / dt).min(1.0),
+                throughput: (samples - last_samples) as f64 / dt,
+                stages,
+            };
+            (last_wait, last_samples) = (wait, samples);
+            if let Some((slot, workers, why)) = c.decide(&obs) {
+                if let Some((_, a)) = tuned.iter().find(|(s, _)| *s == slot) {
+                    a.store(workers, Relaxed);
+                    stats.counters(slot).active.store(workers as u64, Relaxed);
+                    let d = controller::Decision {
+                        at_s: stats.elapsed().as_secs_f64(),
+                        slot,
+                        workers,
+                        why,
+                    };
+                    stats
+                        .decisions
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(d);
+                }
+            }
+        }
     })
 }
 

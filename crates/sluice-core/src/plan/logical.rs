@@ -135,6 +135,54 @@ pub struct TakeNode {
     pub n: u64,
 }
 
+/// `cache(budget)`: compute the steps before it once per source sample and keep the results
+/// in memory (up to `budget` bytes) for later epochs and iterations.
+#[derive(Debug, Clone)]
+pub struct CacheNode {
+    pub input: Arc<LogicalPlan>,
+    pub budget: u64,
+}
+
+impl CacheNode {
+    /// Checks that everything before the cache is a random-access source followed by
+    /// deterministic one-to-one maps (and index-level steps), so a cached sample depends on
+    /// its source index alone.
+    pub fn try_new(input: Arc<LogicalPlan>, budget: u64) -> Result<Self> {
+        if !input.source().random_access() {
+            return Err(Error::invalid(
+                "cache() needs a random-access source; a stream has no stable sample index",
+            ));
+        }
+        for node in input.chain() {
+            match &*node {
+                LogicalPlan::Map(n) if n.mode == ElemMode::Map && !n.op.meta().random => {}
+                LogicalPlan::Map(n) => {
+                    return Err(Error::invalid(format!(
+                        "cache() can only follow deterministic maps, but '{}' is random, a \
+                         filter or a flat_map; put cache() before it",
+                        n.op.name()
+                    )))
+                }
+                LogicalPlan::Source(_)
+                | LogicalPlan::Shuffle(_)
+                | LogicalPlan::Shard(_)
+                | LogicalPlan::Repeat(_)
+                | LogicalPlan::Prefetch(_) => {}
+                other => {
+                    return Err(Error::invalid(format!(
+                        "cache() must come before {}",
+                        other.describe()
+                    )))
+                }
+            }
+        }
+        if input.find(|n| matches!(n, LogicalPlan::Cache(_))) {
+            return Err(Error::invalid("cache() may appear once in a pipeline"));
+        }
+        Ok(CacheNode { input, budget })
+    }
+}
+
 /// A pipeline, from its last step back to its source.
 #[derive(Debug, Clone)]
 pub enum LogicalPlan {
@@ -148,6 +196,7 @@ pub enum LogicalPlan {
     Repeat(RepeatNode),
     Prefetch(PrefetchNode),
     Take(TakeNode),
+    Cache(CacheNode),
 }
 
 impl SourceNode {
@@ -326,6 +375,7 @@ impl LogicalPlan {
             LogicalPlan::Repeat(n) => Some(&n.input),
             LogicalPlan::Prefetch(n) => Some(&n.input),
             LogicalPlan::Take(n) => Some(&n.input),
+            LogicalPlan::Cache(n) => Some(&n.input),
         }
     }
     /// Number of nodes below this one (the source has depth 0).
@@ -361,6 +411,7 @@ impl LogicalPlan {
             LogicalPlan::Shard(n) => n.input.random_access(),
             LogicalPlan::Repeat(n) => n.input.random_access(),
             LogicalPlan::Prefetch(n) => n.input.random_access(),
+            LogicalPlan::Cache(n) => n.input.random_access(),
             _ => false,
         }
     }
@@ -409,6 +460,7 @@ impl LogicalPlan {
             LogicalPlan::Repeat(n) => format!("repeat({:?})", n.epochs),
             LogicalPlan::Prefetch(n) => format!("prefetch({})", n.depth),
             LogicalPlan::Take(n) => format!("take({})", n.n),
+            LogicalPlan::Cache(n) => format!("cache(budget={})", n.budget),
         }
     }
 }

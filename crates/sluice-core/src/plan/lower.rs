@@ -43,7 +43,7 @@ pub fn lower(plan: &Arc<LogicalPlan>, opts: &LowerOptions) -> Result<PhysicalPla
         return Err(Error::invalid("num_threads must be > 0"));
     }
     let nodes = plan.chain();
-    let source = nodes[0].source().clone();
+    let mut source = nodes[0].source().clone();
 
     // 1. Fold index-level steps into the source order.
     let mut order = source
@@ -180,6 +180,23 @@ pub fn lower(plan: &Arc<LogicalPlan>, opts: &LowerOptions) -> Result<PhysicalPla
                         },
                         Variant::Threads { threads: 1 },
                     )),
+                    LogicalPlan::Cache(n) => {
+                        // Everything so far is maps over the source (checked when the node
+                        // was built): they move into the cached source.
+                        let ops: Vec<ChainOp> = stages
+                            .drain(..)
+                            .flat_map(|s| match s.kind {
+                                StageKind::Chain { ops, .. } => ops,
+                                _ => vec![],
+                            })
+                            .collect();
+                        source = Arc::new(crate::cache::CachedSource::new(
+                            source.clone(),
+                            ops,
+                            n.budget,
+                        )?);
+                        needs_read = true;
+                    }
                     LogicalPlan::Take(n) => stages.push(stage(
                         StageKind::Take { n: n.n },
                         Variant::Threads { threads: 1 },

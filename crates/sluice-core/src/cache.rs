@@ -46,8 +46,11 @@ impl CacheStore {
     }
 }
 
-fn registry() -> &'static Mutex<Vec<(String, Arc<CacheStore>)>> {
-    static CACHES: OnceLock<Mutex<Vec<(String, Arc<CacheStore>)>>> = OnceLock::new();
+/// Live caches by content key, oldest first.
+type Registry = Mutex<Vec<(String, Arc<CacheStore>)>>;
+
+fn registry() -> &'static Registry {
+    static CACHES: OnceLock<Registry> = OnceLock::new();
     CACHES.get_or_init(Default::default)
 }
 

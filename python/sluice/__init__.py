@@ -20,6 +20,7 @@ from .dataset import (
 )
 from . import audio, image, ops, text
 from .ingest import check_ingest
+from .formats import from_arrow, from_pandas, read_csv, read_parquet, read_webdataset
 
 __all__ = [
     "Dataset",
@@ -30,13 +31,18 @@ __all__ = [
     "__version__",
     "audio",
     "check_ingest",
+    "from_arrow",
     "from_items",
+    "from_pandas",
     "image",
     "ops",
     "range",
+    "read_csv",
     "read_files",
     "read_images",
     "read_jsonl",
+    "read_parquet",
     "read_text",
+    "read_webdataset",
     "text",
 ]

@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterable, Sequence, Union
 
 from . import _native, _recipe
 from ._native import Op
+from .formats import FormatsMixin
 
 Sample = dict
 PathLike = Union[str, Sequence[str]]
@@ -58,7 +59,7 @@ def _wants_rng(fn: Callable) -> bool:
         return False
 
 
-class Dataset:
+class Dataset(FormatsMixin):  # FormatsMixin: write_parquet/jsonl, to_arrow/pandas
     """A lazy pipeline. Each transformation returns a new ``Dataset``; nothing runs until you
     iterate.
 

@@ -4,6 +4,7 @@
 mod convert;
 mod dataset;
 mod errors;
+mod formats;
 mod iter;
 mod udf;
 
@@ -14,6 +15,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<dataset::PyDataset>()?;
     m.add_class::<dataset::PyOp>()?;
     m.add_class::<iter::PyIter>()?;
+    formats::register(m)?;
     m.add("SluiceError", m.py().get_type::<errors::SluiceError>())?;
     m.add("PipelineError", m.py().get_type::<errors::PipelineError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -10,10 +10,14 @@
 //! ```
 
 mod dataset;
+mod formats;
 mod spec;
 
 pub use dataset::{Dataset, IterOptions, IterState};
 pub use sluice_core::*;
+pub use sluice_io::{
+    arrow_array, arrow_conv::SampleBatches, CsvOnError, CsvOptions, CsvSource, CsvType, SinkOptions,
+};
 pub use sluice_io::{LabelMode, LinesFormat, Utf8Errors};
 pub use sluice_ops::OpSpec;
-pub use spec::{PipelineSpec, SourceSpec, StepSpec};
+pub use spec::{csv_options, PipelineSpec, SourceSpec, StepSpec};

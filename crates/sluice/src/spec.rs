@@ -17,7 +17,7 @@
 
 use serde::{Deserialize, Serialize};
 use sluice_core::{Error, OnError, Result};
-use sluice_io::{LabelMode, Utf8Errors};
+use sluice_io::{CsvOnError, CsvOptions, LabelMode, Utf8Errors};
 use sluice_ops::OpSpec;
 
 use crate::dataset::{Dataset, IterOptions};
@@ -43,6 +43,26 @@ pub enum SourceSpec {
         errors: Option<String>,
     },
     ReadJsonl {
+        paths: Vec<String>,
+    },
+    ReadParquet {
+        paths: Vec<String>,
+        #[serde(default)]
+        columns: Option<Vec<String>>,
+    },
+    ReadCsv {
+        paths: Vec<String>,
+        /// Column name → `int`, `float`, `bool` or `str`; others are inferred.
+        #[serde(default)]
+        schema: std::collections::BTreeMap<String, String>,
+        #[serde(default)]
+        delimiter: Option<char>,
+        #[serde(default = "yes")]
+        has_header: bool,
+        #[serde(default)]
+        on_error: OnError,
+    },
+    ReadWebdataset {
         paths: Vec<String>,
     },
 }
@@ -91,6 +111,36 @@ pub enum StepSpec {
 
 fn yes() -> bool {
     true
+}
+
+/// The CSV reader options a pipeline file (or a binding) describes.
+pub fn csv_options(
+    schema: &std::collections::BTreeMap<String, String>,
+    delimiter: Option<char>,
+    has_header: bool,
+    on_error: OnError,
+) -> Result<CsvOptions> {
+    let delimiter = match delimiter {
+        None => b',',
+        Some(c) if c.is_ascii() => c as u8,
+        Some(c) => {
+            return Err(Error::invalid(format!(
+                "CSV delimiter must be ASCII, got '{c}'"
+            )))
+        }
+    };
+    Ok(CsvOptions {
+        schema: schema
+            .iter()
+            .map(|(k, v)| Ok((k.clone(), v.parse()?)))
+            .collect::<Result<_>>()?,
+        delimiter,
+        has_header,
+        on_error: match on_error {
+            OnError::Skip => CsvOnError::Skip,
+            OnError::Raise => CsvOnError::Raise,
+        },
+    })
 }
 
 /// A whole pipeline file.
@@ -169,6 +219,20 @@ impl PipelineSpec {
                 Dataset::read_text(paths, errors)?
             }
             SourceSpec::ReadJsonl { paths } => Dataset::read_jsonl(paths)?,
+            SourceSpec::ReadParquet { paths, columns } => {
+                Dataset::read_parquet(paths, columns.as_deref())?
+            }
+            SourceSpec::ReadCsv {
+                paths,
+                schema,
+                delimiter,
+                has_header,
+                on_error,
+            } => Dataset::read_csv(
+                paths,
+                &csv_options(schema, *delimiter, *has_header, *on_error)?,
+            )?,
+            SourceSpec::ReadWebdataset { paths } => Dataset::read_webdataset(paths, None)?,
         };
         for step in &self.steps {
             ds = match step {

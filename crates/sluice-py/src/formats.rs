@@ -1,0 +1,189 @@
+//! Bindings of the data-at-rest API: Parquet / CSV / WebDataset readers, Arrow import and
+//! export (the Arrow C stream interface, as PyCapsules), and the Parquet / JSONL sinks.
+//! Translation only; every long call runs with the GIL released.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use pyo3::prelude::*;
+use pyo3::types::PyCapsule;
+use sluice::arrow_array::ffi_stream::{ArrowArrayStreamReader, FFI_ArrowArrayStream};
+use sluice::arrow_array::{RecordBatch, RecordBatchReader};
+use sluice::{csv_options, CsvSource, Dataset, Error, IterOptions, SampleBatches, SinkOptions};
+
+use crate::dataset::PyDataset;
+use crate::errors::IntoPy;
+
+const STREAM: &std::ffi::CStr = c"arrow_array_stream";
+
+fn py_ds(
+    py: Python<'_>,
+    f: impl FnOnce() -> sluice::Result<Dataset> + Send,
+) -> PyResult<PyDataset> {
+    py.detach(f).py().map(|ds| PyDataset { ds })
+}
+
+#[pyfunction]
+#[pyo3(signature = (paths, columns=None))]
+fn read_parquet(
+    py: Python<'_>,
+    paths: Vec<String>,
+    columns: Option<Vec<String>>,
+) -> PyResult<PyDataset> {
+    py_ds(py, || Dataset::read_parquet(&paths, columns.as_deref()))
+}
+
+/// Returns the dataset and the number of malformed records skipped.
+#[pyfunction]
+#[pyo3(signature = (paths, schema, delimiter=None, has_header=true, on_error="raise"))]
+fn read_csv(
+    py: Python<'_>,
+    paths: Vec<String>,
+    schema: BTreeMap<String, String>,
+    delimiter: Option<char>,
+    has_header: bool,
+    on_error: &str,
+) -> PyResult<(PyDataset, u64)> {
+    let opts = csv_options(&schema, delimiter, has_header, on_error.parse().py()?).py()?;
+    let src = py.detach(|| CsvSource::open(&paths, &opts)).py()?;
+    let skipped = src.skipped();
+    Ok((
+        PyDataset {
+            ds: Dataset::from_source(Arc::new(src)),
+        },
+        skipped,
+    ))
+}
+
+#[pyfunction]
+#[pyo3(signature = (paths, rank=None, world_size=None))]
+fn read_webdataset(
+    py: Python<'_>,
+    paths: Vec<String>,
+    rank: Option<u64>,
+    world_size: Option<u64>,
+) -> PyResult<PyDataset> {
+    let ranks = match (rank, world_size) {
+        (Some(r), Some(n)) => Some((r, n)),
+        (None, None) => None,
+        _ => {
+            return Err(pyo3::exceptions::PyValueError::new_err(
+                "give both rank and world_size, or neither",
+            ))
+        }
+    };
+    py_ds(py, || Dataset::read_webdataset(&paths, ranks))
+}
+
+/// A dataset over the batches of an Arrow C stream capsule (`obj.__arrow_c_stream__()`).
+#[pyfunction]
+fn from_arrow_stream(py: Python<'_>, capsule: &Bound<'_, PyCapsule>) -> PyResult<PyDataset> {
+    let ptr = capsule.pointer_checked(Some(STREAM))?;
+    // SAFETY: the capsule is named `arrow_array_stream`, so by the Arrow PyCapsule protocol it
+    // holds an `ArrowArrayStream`; `from_raw` moves it out and leaves a released stream behind.
+    let reader = unsafe { ArrowArrayStreamReader::from_raw(ptr.as_ptr().cast()) }
+        .map_err(|e| Error::invalid(format!("not an Arrow stream: {e}")))
+        .py()?;
+    py_ds(py, move || {
+        let batches = reader
+            .collect::<Result<Vec<RecordBatch>, _>>()
+            .map_err(|e| Error::data(e.to_string()))?;
+        Dataset::from_arrow(batches)
+    })
+}
+
+fn iter_opts(seed: u64, num_threads: Option<usize>) -> IterOptions {
+    IterOptions {
+        seed,
+        num_threads,
+        ..Default::default()
+    }
+}
+
+#[pyfunction]
+#[pyo3(signature = (ds, dir, rows_per_file, rows_per_group, seed=0, num_threads=None))]
+fn write_parquet(
+    py: Python<'_>,
+    ds: &PyDataset,
+    dir: String,
+    rows_per_file: usize,
+    rows_per_group: usize,
+    seed: u64,
+    num_threads: Option<usize>,
+) -> PyResult<Vec<String>> {
+    let sink = SinkOptions {
+        rows_per_file,
+        rows_per_group,
+    };
+    py.detach(|| {
+        ds.ds
+            .write_parquet(&dir, &sink, &iter_opts(seed, num_threads))
+    })
+    .py()
+}
+
+#[pyfunction]
+#[pyo3(signature = (ds, dir, rows_per_file, seed=0, num_threads=None))]
+fn write_jsonl(
+    py: Python<'_>,
+    ds: &PyDataset,
+    dir: String,
+    rows_per_file: usize,
+    seed: u64,
+    num_threads: Option<usize>,
+) -> PyResult<Vec<String>> {
+    let sink = SinkOptions {
+        rows_per_file,
+        ..Default::default()
+    };
+    py.detach(|| {
+        ds.ds
+            .write_jsonl(&dir, &sink, &iter_opts(seed, num_threads))
+    })
+    .py()
+}
+
+/// Pulls each batch with the GIL released: the consumer (pyarrow) may hold it while Python
+/// UDFs in the pipeline need it.
+struct Detached<R>(R);
+
+impl<R: RecordBatchReader + Send> Iterator for Detached<R> {
+    type Item = <R as Iterator>::Item;
+    fn next(&mut self) -> Option<Self::Item> {
+        Python::attach(|py| py.detach(|| self.0.next()))
+    }
+}
+
+impl<R: RecordBatchReader + Send> RecordBatchReader for Detached<R> {
+    fn schema(&self) -> sluice::arrow_schema::SchemaRef {
+        self.0.schema()
+    }
+}
+
+/// The dataset's outputs as an Arrow C stream capsule of record batches of `batch_rows` rows.
+#[pyfunction]
+#[pyo3(signature = (ds, batch_rows, seed=0, num_threads=None))]
+fn to_arrow_stream<'py>(
+    py: Python<'py>,
+    ds: &PyDataset,
+    batch_rows: usize,
+    seed: u64,
+    num_threads: Option<usize>,
+) -> PyResult<Bound<'py, PyCapsule>> {
+    let batches = py
+        .detach(|| SampleBatches::new(ds.ds.iter(&iter_opts(seed, num_threads))?, batch_rows))
+        .py()?;
+    let stream = FFI_ArrowArrayStream::new(Box::new(Detached(batches)));
+    PyCapsule::new_with_value(py, stream, STREAM)
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(read_parquet, m)?)?;
+    m.add_function(wrap_pyfunction!(read_csv, m)?)?;
+    m.add_function(wrap_pyfunction!(read_webdataset, m)?)?;
+    m.add_function(wrap_pyfunction!(from_arrow_stream, m)?)?;
+    m.add_function(wrap_pyfunction!(write_parquet, m)?)?;
+    m.add_function(wrap_pyfunction!(write_jsonl, m)?)?;
+    m.add_function(wrap_pyfunction!(to_arrow_stream, m)?)?;
+    Ok(())
+}

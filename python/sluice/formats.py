@@ -1,0 +1,146 @@
+"""Data at rest: Parquet, CSV and WebDataset sources; Arrow and pandas interop; Parquet and
+JSONL sinks. Paths may be local paths, directories, globs, or ``s3://`` / ``http(s)://`` URLs.
+
+>>> import sluice, tempfile
+>>> out = tempfile.mkdtemp()
+>>> len(sluice.range(5).write_parquet(out))
+1
+>>> [s["id"] for s in sluice.read_parquet(out).take(3)]
+[0, 1, 2]
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from . import _native, _recipe
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .dataset import Dataset, PathLike
+
+
+def _wrap(native: Any) -> "Dataset":
+    from .dataset import Dataset
+
+    return Dataset(native)
+
+
+def _paths(p: "PathLike") -> list[str]:
+    from .dataset import _paths as paths
+
+    return paths(p)
+
+
+@_recipe.source
+def read_parquet(paths: "PathLike", columns: Sequence[str] | None = None) -> "Dataset":
+    """One sample per row of Parquet files; ``columns`` reads only those (projection).
+
+    Random access by row (index → file, row group, row) from the file footers alone, so
+    ``shuffle()`` and ``shard()`` never scan the data. Lists of numbers arrive as numpy arrays.
+    """
+    if isinstance(columns, str):
+        raise TypeError("columns must be a list of names, not a string")
+    return _wrap(_native.read_parquet(_paths(paths), None if columns is None else list(columns)))
+
+
+@_recipe.source
+def read_csv(
+    paths: "PathLike",
+    schema: Mapping[str, str] | None = None,
+    *,
+    delimiter: str = ",",
+    has_header: bool = True,
+    on_error: str = "raise",
+) -> "Dataset":
+    """One sample per CSV record, with random access through a record-offset index.
+
+    ``schema`` maps column names to ``"int"``, ``"float"``, ``"bool"`` or ``"str"``; other
+    columns are inferred from the first 1000 records. Quoted fields may hold delimiters and
+    newlines. A record with the wrong number of fields raises naming file and line, or with
+    ``on_error="skip"`` is left out (a warning reports how many).
+    """
+    native, skipped = _native.read_csv(
+        _paths(paths), dict(schema or {}), delimiter, bool(has_header), on_error
+    )
+    if skipped:
+        warnings.warn(f"read_csv skipped {skipped} malformed record(s)", stacklevel=2)
+    return _wrap(native)
+
+
+@_recipe.source
+def read_webdataset(
+    shards: "PathLike", *, rank: int | None = None, world_size: int | None = None
+) -> "Dataset":
+    """Samples ``{__key__, __url__, <ext>: bytes}`` from WebDataset tar shards, streamed.
+
+    Tar has no index, so use ``shuffle_buffer`` (not ``shuffle``). With ``rank`` and
+    ``world_size`` each rank reads every ``world_size``-th shard (shard-level sharding).
+    """
+    return _wrap(_native.read_webdataset(_paths(shards), rank, world_size))
+
+
+def from_arrow(data: Any) -> "Dataset":
+    """A dataset over an Arrow table (or anything exporting ``__arrow_c_stream__``: pyarrow
+    tables and readers, polars DataFrames, ...). The batches are held in memory."""
+    if not hasattr(data, "__arrow_c_stream__"):
+        raise TypeError(f"from_arrow needs an Arrow table or stream, got {type(data).__name__}")
+    return _wrap(_native.from_arrow_stream(data.__arrow_c_stream__()))
+
+
+def from_pandas(df: Any) -> "Dataset":
+    """A dataset over a pandas DataFrame's rows (its index is dropped)."""
+    import pyarrow as pa
+
+    return from_arrow(pa.Table.from_pandas(df, preserve_index=False))
+
+
+class FormatsMixin:
+    """``Dataset`` methods that write data out or hand it to Arrow/pandas. Each runs the
+    pipeline once, from the start (``seed``/``num_threads`` as in ``iter``)."""
+
+    _native: Any
+
+    def write_parquet(
+        self,
+        path: str,
+        *,
+        rows_per_file: int = 1 << 20,
+        rows_per_group: int = 1 << 14,
+        seed: int = 0,
+        num_threads: int | None = None,
+    ) -> list[str]:
+        """Writes the outputs into directory ``path`` as ``part-00000.parquet``, ... (zstd),
+        each file appearing atomically; returns the file names. Stale part files of an
+        earlier run are removed."""
+        return _native.write_parquet(
+            self._native, str(path), rows_per_file, rows_per_group, seed, num_threads
+        )
+
+    def write_jsonl(
+        self,
+        path: str,
+        *,
+        rows_per_file: int = 1 << 20,
+        seed: int = 0,
+        num_threads: int | None = None,
+    ) -> list[str]:
+        """Writes the outputs into directory ``path`` as ``part-00000.jsonl``, ...; arrays
+        become (nested) lists; bytes fields are an error."""
+        return _native.write_jsonl(self._native, str(path), rows_per_file, seed, num_threads)
+
+    def __arrow_c_stream__(self, requested_schema: Any = None) -> Any:
+        """The Arrow PyCapsule stream protocol: ``pyarrow.table(ds)``, ``polars.DataFrame(ds)``
+        and DuckDB read a dataset directly (each read runs the pipeline)."""
+        return _native.to_arrow_stream(self._native, 1 << 16)
+
+    def to_arrow(self, *, seed: int = 0, num_threads: int | None = None, batch_rows: int = 1 << 16) -> Any:
+        """Runs the pipeline and returns its outputs as a ``pyarrow.Table``."""
+        import pyarrow as pa
+
+        capsule = _native.to_arrow_stream(self._native, batch_rows, seed, num_threads)
+        return pa.RecordBatchReader._import_from_c_capsule(capsule).read_all()
+
+    def to_pandas(self, *, seed: int = 0, num_threads: int | None = None) -> Any:
+        """Runs the pipeline and returns its outputs as a ``pandas.DataFrame``."""
+        return self.to_arrow(seed=seed, num_threads=num_threads).to_pandas()

@@ -1,0 +1,208 @@
+"""Data at rest: Parquet, CSV, JSONL, WebDataset readers; sinks; Arrow/pandas interop; bad input.
+
+Fixtures are real files written in the test's tmp dir with pyarrow and tarfile.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+
+import numpy as np
+import pytest
+
+import sluice
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    """Three Parquet files, 40 rows, row groups of 7 rows, several column types."""
+    d = tmp_path / "corpus"
+    d.mkdir()
+    start = 0
+    for i, n in enumerate([15, 10, 15]):
+        ids = list(range(start, start + n))
+        table = pa.table(
+            {
+                "id": pa.array(ids, pa.int64()),
+                "text": [f"line {j}" for j in ids],
+                "vec": pa.array([[float(j), float(j) / 2] for j in ids], pa.list_(pa.float32())),
+                "tag": pa.array(["a" if j % 2 else "b" for j in ids]).dictionary_encode(),
+                "score": pa.array([None if j % 5 == 0 else j * 0.5 for j in ids]),
+            }
+        )
+        pq.write_table(table, d / f"part-{i}.parquet", row_group_size=7)
+        start += n
+    return d
+
+
+def ids(ds):
+    return [s["id"] for s in ds]
+
+
+def test_parquet_rows_types_and_projection(corpus):
+    ds = sluice.read_parquet(str(corpus))
+    rows = ds.take(40)
+    assert [r["id"] for r in rows] == list(range(40))
+    r = rows[11]
+    assert r["text"] == "line 11" and r["tag"] == "a" and r["score"] == 5.5
+    assert r["vec"].dtype == np.float32 and r["vec"].tolist() == [11.0, 5.5]
+    assert rows[10]["score"] is None
+    only = sluice.read_parquet(str(corpus / "*.parquet"), columns=["text", "id"]).take(2)
+    assert list(only[0]) == ["text", "id"]
+
+
+def test_parquet_shuffle_and_shard_use_random_access(corpus):
+    ds = sluice.read_parquet(corpus, columns=["id"])
+    shuffled = ids(ds.shuffle(seed=3))
+    assert sorted(shuffled) == list(range(40)) and shuffled != list(range(40))
+    assert shuffled == ids(ds.shuffle(seed=3))
+    shards = [ids(ds.shard(r, 3)) for r in range(3)]
+    assert all(len(s) == 13 for s in shards)
+    assert not set(shards[0]) & set(shards[1])
+
+
+def test_parquet_batches_match_pyarrow(corpus):
+    ds = sluice.read_parquet(corpus, columns=["id", "vec"]).batch(8)
+    want = pq.read_table(corpus, columns=["id"]).column("id").to_pylist()
+    got = np.concatenate([b["id"] for b in ds]).tolist()
+    assert got == sorted(want)
+
+
+def test_parquet_bad_input_names_the_file(tmp_path, corpus):
+    whole = (corpus / "part-0.parquet").read_bytes()
+    (tmp_path / "cut.parquet").write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(sluice.SluiceError, match="cut.parquet"):
+        sluice.read_parquet(tmp_path / "cut.parquet")
+    (tmp_path / "junk.parquet").write_bytes(b"not parquet at all" * 10)
+    with pytest.raises(sluice.SluiceError, match="junk.parquet.*Parquet"):
+        sluice.read_parquet(tmp_path / "junk.parquet")
+    with pytest.raises(ValueError, match="no column 'nope'"):
+        sluice.read_parquet(corpus, columns=["nope"])
+    with pytest.raises(FileNotFoundError):
+        sluice.read_parquet(tmp_path / "missing" / "*.parquet")
+
+
+def test_parquet_corrupt_row_group_fails_when_read(tmp_path):
+    p = tmp_path / "x.parquet"
+    pq.write_table(pa.table({"t": [f"value {i}" * 20 for i in range(200)]}), p, compression="snappy")
+    raw = bytearray(p.read_bytes())
+    for i in range(40, 400):  # inside the first column chunk's data pages
+        raw[i] ^= 0xFF
+    p.write_bytes(bytes(raw))
+    ds = sluice.read_parquet(p)  # the footer is intact
+    with pytest.raises(sluice.SluiceError, match="x.parquet"):
+        ds.take(1)
+
+
+CSV = 'id,name,score\n1,"Smith, J",0.5\n2,"two\nlines",\n3,plain,2\n'
+
+
+def test_csv_quotes_types_and_random_access(tmp_path):
+    p = tmp_path / "a.csv"
+    p.write_text(CSV)
+    ds = sluice.read_csv(p)
+    rows = ds.take(3)
+    assert rows[0] == {"id": 1, "name": "Smith, J", "score": 0.5}
+    assert rows[1]["name"] == "two\nlines" and rows[1]["score"] is None
+    assert ids(ds.shuffle(seed=1)) != [] and sorted(ids(ds.shuffle(seed=1))) == [1, 2, 3]
+    typed = sluice.read_csv(p, schema={"id": "str"}).take(1)[0]
+    assert typed["id"] == "1"
+
+
+def test_csv_malformed_rows_raise_or_skip(tmp_path):
+    p = tmp_path / "bad.csv"
+    p.write_text("a,b\n1,2\n3\n4,5\n")
+    with pytest.raises(sluice.SluiceError, match=r"bad.csv:3:.*expected 2 fields"):
+        sluice.read_csv(p)
+    with pytest.warns(UserWarning, match="skipped 1"):
+        ds = sluice.read_csv(p, on_error="skip")
+    assert [s["a"] for s in ds] == [1, 4]
+    p.write_text("a,b\n1,x\n")
+    with pytest.raises(sluice.SluiceError, match=r"bad.csv:2: column 'b': cannot parse 'x' as int"):
+        sluice.read_csv(p, schema={"b": "int"}).take(1)
+
+
+def test_jsonl_invalid_line_names_file_and_line(tmp_path):
+    p = tmp_path / "x.jsonl"
+    p.write_text('{"a": 1}\n{"a": \n')
+    ds = sluice.read_jsonl(p)
+    with pytest.raises(sluice.PipelineError, match=r"x.jsonl:2: invalid JSON"):
+        ds.take(2)
+
+
+def _shard(path, members):
+    with tarfile.open(path, "w") as tf:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+
+
+def test_webdataset_groups_by_key_and_streams(tmp_path):
+    for s in range(2):
+        _shard(
+            tmp_path / f"shard-{s}.tar",
+            [m for k in range(3) for m in [(f"s{s}/{k:03d}.jpg", b"J%d" % k), (f"s{s}/{k:03d}.cls", b"%d" % k)]],
+        )
+    ds = sluice.read_webdataset(str(tmp_path / "shard-*.tar"))
+    rows = list(ds)
+    assert [r["__key__"] for r in rows] == [f"s{s}/{k:03d}" for s in range(2) for k in range(3)]
+    assert rows[4]["jpg"] == b"J1" and rows[4]["cls"] == b"1" and rows[4]["__url__"].endswith("shard-1.tar")
+    assert len(list(ds.shuffle_buffer(4, seed=0))) == 6
+    rank1 = sluice.read_webdataset(str(tmp_path), rank=1, world_size=2)
+    assert {r["__key__"][:2] for r in rank1} == {"s1"}
+
+
+def test_webdataset_rejects_path_traversal(tmp_path):
+    _shard(tmp_path / "evil.tar", [("ok.txt", b"x"), ("../../escape.txt", b"y")])
+    with pytest.raises(sluice.SluiceError, match=r"evil.tar.*'\.\.\/\.\.\/escape.txt'.*absolute or '\.\.'"):
+        list(sluice.read_webdataset(tmp_path / "evil.tar"))
+    _shard(tmp_path / "abs.tar", [("/etc/x.txt", b"y")])
+    with pytest.raises(sluice.SluiceError, match="abs.tar"):
+        list(sluice.read_webdataset(tmp_path / "abs.tar"))
+    assert not (tmp_path.parent / "escape.txt").exists()
+
+
+def test_write_parquet_and_jsonl_round_trip(tmp_path, corpus):
+    ds = sluice.read_parquet(corpus, columns=["id", "text", "vec"]).map(lambda s: {**s, "n": len(s["text"])})
+    files = ds.write_parquet(tmp_path / "out", rows_per_file=16, rows_per_group=5)
+    assert [f.rsplit("/", 1)[1] for f in files] == ["part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]
+    table = pq.read_table(tmp_path / "out")
+    assert table.num_rows == 40 and table.column("id").to_pylist() == list(range(40))
+    assert table.column("vec").type == pa.list_(pa.float32())
+    again = ds.write_parquet(tmp_path / "out2", rows_per_file=16, rows_per_group=5)
+    assert [open(a, "rb").read() == open(b, "rb").read() for a, b in zip(files, again)] == [True] * 3
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [f.rsplit("/", 1)[1] for f in files]
+
+    jfiles = sluice.read_parquet(corpus, columns=["id", "vec"]).write_jsonl(tmp_path / "j", rows_per_file=25)
+    lines = [json.loads(line) for f in jfiles for line in open(f)]
+    assert len(jfiles) == 2 and lines[3] == {"id": 3, "vec": [3.0, 1.5]}
+    with pytest.raises(TypeError, match="bytes"):
+        sluice.from_items([{"b": b"x"}]).write_jsonl(tmp_path / "k")
+
+
+def test_arrow_and_pandas_interop(corpus):
+    ds = sluice.read_parquet(corpus, columns=["id", "text", "vec", "score"])
+    table = ds.to_arrow()
+    want = pq.read_table(corpus, columns=["id", "text", "score"])
+    assert table.column("id").to_pylist() == want.column("id").to_pylist()
+    assert table.column("score").to_pylist() == want.column("score").to_pylist()
+    assert pa.table(ds).num_rows == 40  # the PyCapsule stream protocol
+    back = sluice.from_arrow(table)
+    assert back.take(1)[0]["text"] == "line 0" and len(back.take(100)) == 40
+    pd = pytest.importorskip("pandas")
+    df = pd.DataFrame({"x": [1, 2, 3], "s": ["a", "b", "c"]})
+    assert sluice.from_pandas(df).map(lambda r: {**r, "x": r["x"] * 10}).to_pandas()["x"].tolist() == [10, 20, 30]
+    with pytest.raises(TypeError):
+        sluice.from_arrow([1, 2])
+
+
+def test_to_arrow_runs_python_udfs_without_deadlock():
+    ds = sluice.range(5000).map(lambda s: {"id": s["id"], "sq": s["id"] ** 2})
+    t = ds.to_arrow(num_threads=2, batch_rows=512)
+    assert t.num_rows == 5000 and t.column("sq").to_pylist()[-1] == 4999**2

@@ -20,11 +20,15 @@ from .dataset import (
 )
 from . import audio, image, ops, text
 from .ingest import check_ingest
+from .optimizer import OptimizerOptions, Plan, Profile
 from .formats import from_arrow, from_pandas, read_csv, read_parquet, read_webdataset
 
 __all__ = [
     "Dataset",
     "Iterator",
+    "OptimizerOptions",
+    "Plan",
+    "Profile",
     "PipelineError",
     "SluiceError",
     "Stats",

@@ -13,11 +13,14 @@ import json
 import sys
 import time
 import weakref
-from typing import Any, Callable, Iterable, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence, Union
 
 from . import _native, _recipe
 from ._native import Op
 from .formats import FormatsMixin
+
+if TYPE_CHECKING:
+    from .optimizer import OptimizerOptions, Plan, Profile
 
 Sample = dict
 PathLike = Union[str, Sequence[str]]
@@ -156,6 +159,36 @@ class Dataset(FormatsMixin):  # FormatsMixin: write_parquet/jsonl, to_arrow/pand
 
     # Execution -------------------------------------------------------------------------
     @_recipe.step
+    def cache(self, budget_bytes: int = 1 << 30) -> "Dataset":
+        """Computes the steps so far once per source sample and keeps the results in memory
+        (up to ``budget_bytes``) for later epochs and iterations. Only deterministic maps may
+        come before it (put random augmentations after it).
+
+        >>> import sluice
+        >>> ds = sluice.range(4).map(lambda s: {"id": s["id"] + 1}).cache().repeat(2)
+        >>> [s["id"] for s in ds]
+        [1, 2, 3, 4, 1, 2, 3, 4]
+        """
+        return Dataset(_native.cache(self._native, _int("budget_bytes", budget_bytes, 0)))
+
+    # Optimizer ---------------------------------------------------------------------------
+    def profile(self, samples: int = 200, seconds: float = 10.0, seed: int = 0) -> "Profile":
+        """Runs up to ``samples`` source samples (at most ``seconds``) op by op in this thread
+        and measures each op: CPU time (thread clock), wall time, bytes in/out, selectivity."""
+        from .optimizer import Profile
+
+        return Profile(_native.profile(self._native, _int("samples", samples, 1), float(seconds), _int("seed", seed, 0)))
+
+    def optimize(self, profile: "Profile | None" = None, options: "OptimizerOptions | None" = None, seed: int = 0) -> "Plan":
+        """A ``Plan`` for this pipeline from ``profile`` (taken now if None): op order,
+        stages, variants, parallelism, cache point and the predicted throughput."""
+        from .optimizer import OptimizerOptions, Plan
+
+        profile = profile if profile is not None else self.profile()
+        options = options if options is not None else OptimizerOptions()
+        return Plan(_native.optimize(self._native, profile.to_json(), options.to_json(), _int("seed", seed, 0)))
+
+    @_recipe.step
     def iter(
         self,
         seed: int = 0,
@@ -163,15 +196,26 @@ class Dataset(FormatsMixin):  # FormatsMixin: write_parquet/jsonl, to_arrow/pand
         *,
         progress: bool | None = None,
         chunk_size: int | None = None,
+        plan: "Plan | None" = None,
+        optimize: "bool | OptimizerOptions" = False,
     ) -> "Iterator":
         """Starts an iteration. ``num_threads`` is per parallel stage (default: all cores);
-        results do not depend on it. ``progress=None`` shows a progress bar on a terminal."""
+        results do not depend on it. ``progress=None`` shows a progress bar on a terminal.
+        ``plan=`` runs an optimizer plan; ``optimize=True`` (or ``OptimizerOptions``) profiles,
+        plans and runs in one step — the plan is then ``it.plan``."""
+        if optimize and plan is None:
+            from .optimizer import OptimizerOptions
+
+            options = optimize if isinstance(optimize, OptimizerOptions) else OptimizerOptions()
+            plan = self.optimize(self.profile(samples=100, seconds=5.0, seed=seed), options, seed)
         native = self._native.iter(
             _int("seed", seed, 0),
             _int("num_threads", num_threads, 1, allow_none=True),
             _int("chunk_size", chunk_size, 1, allow_none=True),
+            plan.to_json() if plan is not None else None,
         )
         it = Iterator(native, progress)
+        it.plan = plan
         self._last = weakref.ref(it)
         it._owner = self
         return it
@@ -205,13 +249,13 @@ class Dataset(FormatsMixin):  # FormatsMixin: write_parquet/jsonl, to_arrow/pand
         it = self._last() if self._last is not None else None
         return it.stats() if it is not None else self._last_stats
 
-    def explain(self, seed: int = 0, num_threads: int | None = None) -> str:
-        """The logical plan and the physical plan this dataset runs with."""
+    def explain(self, seed: int = 0, num_threads: int | None = None, plan: "Plan | None" = None) -> str:
+        """The logical plan and the physical plan this dataset runs with (under ``plan``)."""
         return (
             "logical plan:\n"
             + self._native.logical_plan()
             + "\n\nphysical plan:\n"
-            + self._native.physical_plan(seed, num_threads)
+            + self._native.physical_plan(seed, num_threads, None, plan.to_json() if plan is not None else None)
         )
 
     def __repr__(self) -> str:
@@ -251,6 +295,8 @@ class Iterator:
     def __init__(self, native: _native.Iterator, progress: bool | None):
         self._native = native
         self._owner: Dataset | None = None
+        #: The optimizer plan this iteration runs (``iter(plan=...)`` / ``optimize=True``).
+        self.plan: "Plan | None" = None
         self._progress = sys.stderr.isatty() if progress is None else progress
         self._count = 0
         self._t0 = time.monotonic()

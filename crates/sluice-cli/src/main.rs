@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
-use sluice::{Next, PipelineSpec};
+use sluice::{Next, OptimizerOptions, PipelineSpec, Plan, Profile, ProfileOptions};
 
 /// sluice — a fast, reproducible ML input pipeline engine.
 ///
@@ -48,15 +48,64 @@ enum Command {
         /// Print the stats report as JSON.
         #[arg(long)]
         json: bool,
+        /// Run this optimizer plan (from `sluice plan --optimize --out`).
+        #[arg(long)]
+        plan: Option<String>,
     },
-    /// Print the physical plan (stages, variants, queue depths) without running it.
+    /// Print the physical plan (stages, variants, queue depths) without running it; with
+    /// --optimize, profile the pipeline (or load --profile) and print the optimized plan.
     Plan {
         /// Pipeline file (.toml or .json).
         pipeline: String,
         /// Print the plan as JSON.
         #[arg(long)]
         json: bool,
+        /// Optimize: profile → rules → plan with the model's predicted throughput.
+        #[arg(long)]
+        optimize: bool,
+        /// Use this saved profile instead of profiling now.
+        #[arg(long)]
+        profile: Option<String>,
+        /// Only moves that keep outputs byte-identical.
+        #[arg(long)]
+        exact: bool,
+        /// Cores the plan may use.
+        #[arg(long)]
+        cpus: Option<usize>,
+        /// Samples/s to meet with the fewest cores.
+        #[arg(long)]
+        est_throughput: Option<f64>,
+        /// Write the plan (JSON) here.
+        #[arg(long)]
+        out: Option<String>,
     },
+    /// Profile a pipeline op by op: CPU time per sample, bytes in/out, selectivity.
+    Profile {
+        /// Pipeline file (.toml or .json).
+        pipeline: String,
+        /// Source samples to run.
+        #[arg(long, default_value_t = 200)]
+        samples: u64,
+        /// Stop after this many seconds.
+        #[arg(long, default_value_t = 10.0)]
+        seconds: f64,
+        /// Write the profile (JSON) here.
+        #[arg(long)]
+        out: Option<String>,
+        /// Print the profile as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn read(path: &str) -> Result<String, sluice::Error> {
+    std::fs::read_to_string(path)
+        .map_err(|e| sluice::Error::invalid(format!("cannot read {path}: {e}")))
+}
+
+fn write(path: &str, text: &str) -> Result<(), sluice::Error> {
+    std::fs::write(path, text)
+        .map_err(|e| sluice::Error::invalid(format!("cannot write {path}: {e}")))
 }
 
 fn main() -> ExitCode {
@@ -71,7 +120,57 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<(), sluice::Error> {
     match cli.command {
-        Command::Plan { pipeline, json } => {
+        Command::Profile {
+            pipeline,
+            samples,
+            seconds,
+            out,
+            json,
+        } => {
+            let (ds, opts) = PipelineSpec::load(&pipeline)?.build()?;
+            let p = ds.profile(&ProfileOptions {
+                samples,
+                seconds,
+                seed: opts.seed,
+            })?;
+            if let Some(path) = out {
+                write(&path, &p.to_json())?;
+            }
+            println!("{}", if json { p.to_json() } else { p.to_string() });
+            Ok(())
+        }
+        Command::Plan {
+            pipeline,
+            json,
+            optimize: true,
+            profile,
+            exact,
+            cpus,
+            est_throughput,
+            out,
+        } => {
+            let (ds, opts) = PipelineSpec::load(&pipeline)?.build()?;
+            let prof = match profile {
+                Some(path) => Profile::from_json(&read(&path)?)?,
+                None => ds.profile(&ProfileOptions {
+                    seed: opts.seed,
+                    ..Default::default()
+                })?,
+            };
+            let options = OptimizerOptions {
+                exact,
+                available_local_cpus: cpus,
+                est_throughput,
+                ..Default::default()
+            };
+            let plan = ds.optimize(&prof, &options, &opts)?;
+            if let Some(path) = out {
+                write(&path, &plan.to_json())?;
+            }
+            println!("{}", if json { plan.to_json() } else { plan.to_string() });
+            Ok(())
+        }
+        Command::Plan { pipeline, json, .. } => {
             let (ds, opts) = PipelineSpec::load(&pipeline)?.build()?;
             let plan = ds.physical_plan(&opts)?;
             println!(
@@ -90,16 +189,23 @@ fn run(cli: Cli) -> Result<(), sluice::Error> {
             seed,
             threads,
             json,
+            plan,
         } => {
             let (mut ds, mut opts) = PipelineSpec::load(&pipeline)?.build()?;
+            if let Some(path) = plan {
+                opts.plan = Some(Plan::from_json(&read(&path)?)?.into());
+            }
             if let Some(s) = seed {
                 opts.seed = s;
             }
             if threads.is_some() {
                 opts.num_threads = threads;
             }
-            if let Some(n) = limit {
-                ds = ds.take(n);
+            // A plan is tied to the pipeline as written, so a limit with a plan stops the
+            // loop instead of adding a step.
+            match limit {
+                Some(n) if opts.plan.is_none() => ds = ds.take(n),
+                _ => {}
             }
             let mut exec = ds.iter(&opts)?;
             let progress = std::io::stderr().is_terminal();
@@ -107,6 +213,9 @@ fn run(cli: Cli) -> Result<(), sluice::Error> {
             let mut last = t0;
             let mut outputs = 0u64;
             loop {
+                if limit.is_some_and(|n| outputs >= n) {
+                    break;
+                }
                 match exec.next_timeout(Duration::from_millis(200)) {
                     Next::Item(_) => outputs += 1,
                     Next::Err(e) => return Err(e),

@@ -188,33 +188,37 @@ impl PyDataset {
     fn logical_plan(&self) -> String {
         self.ds.plan().to_string()
     }
-    #[pyo3(signature = (seed=0, num_threads=None, chunk_size=None))]
+    #[pyo3(signature = (seed=0, num_threads=None, chunk_size=None, plan_json=None))]
     fn physical_plan(
         &self,
         seed: u64,
         num_threads: Option<usize>,
         chunk_size: Option<usize>,
+        plan_json: Option<&str>,
     ) -> PyResult<String> {
         let opts = IterOptions {
             seed,
             num_threads,
             chunk_size,
+            plan: crate::optimizer::parse_plan(plan_json)?,
             ..Default::default()
         };
         self.ds.physical_plan(&opts).map(|p| p.to_string()).py()
     }
-    #[pyo3(signature = (seed=0, num_threads=None, chunk_size=None))]
+    #[pyo3(signature = (seed=0, num_threads=None, chunk_size=None, plan_json=None))]
     fn iter(
         &self,
         py: Python<'_>,
         seed: u64,
         num_threads: Option<usize>,
         chunk_size: Option<usize>,
+        plan_json: Option<&str>,
     ) -> PyResult<PyIter> {
         let opts = IterOptions {
             seed,
             num_threads,
             chunk_size,
+            plan: crate::optimizer::parse_plan(plan_json)?,
             ..Default::default()
         };
         let exec = py.detach(|| self.ds.iter(&opts)).py()?;

@@ -6,6 +6,7 @@ mod dataset;
 mod errors;
 mod formats;
 mod iter;
+mod optimizer;
 mod udf;
 
 use pyo3::prelude::*;
@@ -16,6 +17,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<dataset::PyOp>()?;
     m.add_class::<iter::PyIter>()?;
     formats::register(m)?;
+    optimizer::register(m)?;
     m.add("SluiceError", m.py().get_type::<errors::SluiceError>())?;
     m.add("PipelineError", m.py().get_type::<errors::PipelineError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

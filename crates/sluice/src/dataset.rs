@@ -47,6 +47,8 @@ pub struct IterOptions {
     pub chunk_size: Option<usize>,
     /// Worker pools (processes, Ray actors) that plan stages may run on besides threads.
     pub backends: sluice_core::exec::Backends,
+    /// Run this optimizer plan instead of the default lowering.
+    pub plan: Option<Arc<sluice_optimizer::Plan>>,
 }
 
 impl IterOptions {
@@ -66,6 +68,9 @@ impl IterOptions {
 }
 
 impl Dataset {
+    pub(crate) fn from_plan(plan: Arc<LogicalPlan>) -> Self {
+        Dataset { plan }
+    }
     fn wrap(plan: LogicalPlan) -> Self {
         Dataset {
             plan: Arc::new(plan),
@@ -200,9 +205,23 @@ impl Dataset {
     pub fn plan(&self) -> &Arc<LogicalPlan> {
         &self.plan
     }
-    /// The physical plan the default lowering gives.
+    /// The physical plan the run will use: the default lowering, or the given optimizer
+    /// plan applied to it.
     pub fn physical_plan(&self, opts: &IterOptions) -> Result<PhysicalPlan> {
-        lower(&self.plan, &opts.lower_options())
+        let default = lower(&self.plan, &opts.lower_options())?;
+        match &opts.plan {
+            None => Ok(default),
+            Some(plan) => {
+                if plan.pipeline != self.fingerprint() {
+                    return Err(Error::invalid(format!(
+                        "this plan was made for pipeline {}, not this one ({}); re-run optimize()",
+                        plan.pipeline,
+                        self.fingerprint()
+                    )));
+                }
+                plan.apply(&default)
+            }
+        }
     }
     /// Starts an iteration.
     pub fn iter(&self, opts: &IterOptions) -> Result<Execution> {
@@ -280,6 +299,13 @@ impl Dataset {
                 seed: opts.seed,
                 resume,
                 backends: opts.backends.clone(),
+                controller: opts.plan.as_ref().filter(|p| p.controller).map(|p| {
+                    sluice_core::exec::controller::ControllerOptions {
+                        max_workers: p.cpus.max(1),
+                        target: p.options.est_throughput,
+                        ..Default::default()
+                    }
+                }),
             },
         )
     }

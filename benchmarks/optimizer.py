@@ -1,0 +1,152 @@
+"""Optimizer ablation (cedar-style) and cost-model accuracy, per workload.
+
+For each workload the same pipeline runs under plans made with more and more rules on:
+baseline (every op its own stage, all inline in the consumer: one core) → +parallelism →
++reorder → +fusion → +caching → +controller. Each configuration is measured in steady state
+(the first epoch is skipped, so a cache is warm and the consumer is past start-up) and
+compared with the throughput the cost model predicted for that plan.
+
+The pipelines are written the way a user might (augmentations before the crop), so AutoOrder
+has work to do; the data are the benchmark datasets (``benchmarks/datasets/build.py``).
+
+Usage: python benchmarks/optimizer.py [--workloads cv,nlp,asr] [--rounds 3] [--out results.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import sluice  # noqa: E402
+import sluice.audio as A  # noqa: E402
+import sluice.image as I  # noqa: E402
+import sluice.text as T  # noqa: E402
+from peers import common as C  # noqa: E402
+from sluice import OptimizerOptions  # noqa: E402
+
+EPOCHS = 3
+
+
+def cv(data: Path, n: int):
+    paths = [p for p, _ in C.image_files(data)][:n]
+    return (
+        sluice.read_images(paths, labels="parent_dir")
+        .shuffle(seed=0)
+        .repeat(EPOCHS)
+        .map(I.decode())
+        .map(I.color_jitter(*C.CV_JITTER, p=C.CV_JITTER_P))
+        .map(I.gaussian_blur(C.CV_BLUR_KERNEL, sigma=C.CV_BLUR_SIGMA, p=C.CV_BLUR_P))
+        .map(I.random_resized_crop(C.CV_SIZE, scale=C.CV_SCALE, ratio=C.CV_RATIO))
+        .map(I.horizontal_flip(C.CV_FLIP_P))
+        .map(I.normalize(C.MEAN, C.STD))
+        .batch(C.CV_BATCH)
+    )
+
+
+def nlp(data: Path, n: int):
+    lines = C.text_file(data).read_text(encoding="utf-8").splitlines()[:n]
+    return (
+        sluice.from_items([{"text": line} for line in lines])
+        .repeat(EPOCHS)
+        .map(T.tokenize(str(C.tokenizer_file(data)), add_special_tokens=False))
+        .map(T.truncate(C.NLP_LEN - 2))
+        .map(T.add_tokens(bos=C.NLP_BOS, eos=C.NLP_EOS))
+        .map(T.pad(C.NLP_LEN, pad_id=C.NLP_PAD))
+        .batch(C.NLP_BATCH)
+    )
+
+
+def asr(data: Path, n: int):
+    return (
+        sluice.read_files(C.audio_files(data)[:n])
+        .repeat(EPOCHS)
+        .map(A.decode(C.ASR_RATE))
+        .map(A.spectrogram(C.ASR_NFFT, C.ASR_HOP, power=2.0, out="features"))
+        .map(A.time_stretch(C.ASR_STRETCH, field="features"))
+        .map(A.time_mask(C.ASR_TIME_MASK, field="features"))
+        .map(A.freq_mask(C.ASR_FREQ_MASK, field="features"))
+        .map(A.mel(C.ASR_MELS, C.ASR_RATE, field="features"))
+        .map(A.log(C.ASR_LOG_EPS, field="features"))
+        .batch(C.ASR_BATCH)
+    )
+
+
+WORKLOADS = {"cv": (cv, 256), "nlp": (nlp, 20000), "asr": (asr, 160)}
+
+STEPS = [
+    ("baseline", {}),
+    ("+parallelism", {"enable_local_parallelism": True}),
+    ("+reorder", {"enable_reorder": True}),
+    ("+fusion", {"enable_fusion": True}),
+    ("+caching", {"enable_caching": True, "enable_prefetch": True}),
+    ("+controller", {"enable_controller": True}),
+]
+
+
+def measure(ds, plan, n: int) -> float:
+    """Samples/s over epochs 2..EPOCHS (epoch 1 warms caches and threads up)."""
+    seen = 0
+    t0 = None
+    for b in ds.iter(seed=0, plan=plan, progress=False):
+        rows = len(next(iter(b.values())))
+        seen += rows
+        if t0 is None and seen >= n:
+            t0, base = time.perf_counter(), seen
+    return (seen - base) / (time.perf_counter() - t0)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--workloads", default="cv,nlp,asr")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--data", default=str(C.default_data_dir()))
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    data = Path(args.data)
+    results = {"machine": {"cores": os.cpu_count(), "python": platform.python_version()}, "workloads": {}}
+    for w in args.workloads.split(","):
+        build, n = WORKLOADS[w]
+        ds = build(data, n)
+        n = min(n, ds._native.source_len() or n)
+        prof = ds.profile(samples=100, seconds=20)
+        opts = OptimizerOptions.baseline()
+        plans = []
+        for name, change in STEPS:
+            for k, v in change.items():
+                setattr(opts, k, v)
+            plans.append((name, ds.optimize(prof, OptimizerOptions(**vars(opts)))))
+        measured: dict[str, list[float]] = {name: [] for name, _ in plans}
+        for r in range(args.rounds):  # interleaved: A B C ... A B C ...
+            for name, plan in plans:
+                measured[name].append(measure(ds, plan, n))
+                print(f"{w} round {r} {name}: {measured[name][-1]:.1f}/s", file=sys.stderr)
+        rows = []
+        for name, plan in plans:
+            m = statistics.median(measured[name])
+            p = plan.predicted_throughput
+            rows.append({"step": name, "measured": m, "predicted": p, "error": p / m - 1,
+                         "bottleneck": plan.bottleneck, "stages": [s["label"] + f" [{s.get('variant')}"
+                         + (f"={s.get('threads') or s.get('workers')}" if s.get("variant") != "inline" else "") + "]"
+                         for s in plan.stages]})
+        results["workloads"][w] = {"samples_per_epoch": n, "steps": rows, "profile": prof.data}
+        base = rows[0]["measured"]
+        print(f"\n### {w} ({n} samples/epoch, steady state over epochs 2-{EPOCHS})\n")
+        print("| plan | samples/s | × baseline | predicted | model error | bottleneck |")
+        print("|---|---:|---:|---:|---:|---|")
+        for r in rows:
+            print(f"| {r['step']} | {r['measured']:.1f} | {r['measured'] / base:.2f} | {r['predicted']:.1f} "
+                  f"| {100 * r['error']:+.0f}% | {r['bottleneck']} |")
+    if args.out:
+        Path(args.out).write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+//! Caching, profiling and planning, as module functions taking a dataset. Profiles, options
+//! and plans cross as JSON; the Python side (`sluice.optimizer`) wraps them.
+
+use std::sync::Arc;
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use sluice::{IterOptions, OptimizerOptions, Plan, Profile, ProfileOptions};
+
+use crate::dataset::PyDataset;
+use crate::errors::IntoPy;
+
+/// Parses an optional plan for `IterOptions::plan`.
+pub fn parse_plan(json: Option<&str>) -> PyResult<Option<Arc<Plan>>> {
+    json.map(|j| Plan::from_json(j).map(Arc::new))
+        .transpose()
+        .py()
+}
+
+fn parse_options(json: &str) -> PyResult<OptimizerOptions> {
+    serde_json::from_str(json)
+        .map_err(|e| PyValueError::new_err(format!("invalid optimizer options: {e}")))
+}
+
+#[pyfunction]
+fn cache(ds: &PyDataset, budget: u64) -> PyResult<PyDataset> {
+    Ok(PyDataset {
+        ds: ds.ds.cache(budget).py()?,
+    })
+}
+
+#[pyfunction]
+#[pyo3(signature = (ds, samples, seconds, seed=0))]
+fn profile(
+    py: Python<'_>,
+    ds: &PyDataset,
+    samples: u64,
+    seconds: f64,
+    seed: u64,
+) -> PyResult<String> {
+    let opts = ProfileOptions {
+        samples,
+        seconds,
+        seed,
+    };
+    // Python UDFs take the GIL per call; the rest runs without it.
+    let p = py.detach(|| ds.ds.profile(&opts)).py()?;
+    Ok(p.to_json())
+}
+
+#[pyfunction]
+fn profile_text(json: &str) -> PyResult<String> {
+    Ok(Profile::from_json(json).py()?.to_string())
+}
+
+#[pyfunction]
+#[pyo3(signature = (ds, profile_json, options_json, seed=0))]
+fn optimize(ds: &PyDataset, profile_json: &str, options_json: &str, seed: u64) -> PyResult<String> {
+    let profile = Profile::from_json(profile_json).py()?;
+    let options = parse_options(options_json)?;
+    let iter = IterOptions {
+        seed,
+        ..Default::default()
+    };
+    Ok(ds.ds.optimize(&profile, &options, &iter).py()?.to_json())
+}
+
+#[pyfunction]
+fn plan_text(json: &str) -> PyResult<String> {
+    Ok(Plan::from_json(json).py()?.to_string())
+}
+
+#[pyfunction]
+fn default_optimizer_options() -> String {
+    serde_json::to_string(&OptimizerOptions::default()).unwrap_or_default()
+}
+
+/// Adds the functions to the module.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(cache, m)?)?;
+    m.add_function(wrap_pyfunction!(profile, m)?)?;
+    m.add_function(wrap_pyfunction!(profile_text, m)?)?;
+    m.add_function(wrap_pyfunction!(optimize, m)?)?;
+    m.add_function(wrap_pyfunction!(plan_text, m)?)?;
+    m.add_function(wrap_pyfunction!(default_optimizer_options, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,84 @@
+//! Caching, profiling and optimizing a [`Dataset`]: profile → plan → run.
+
+use std::sync::Arc;
+
+use sluice_core::{CacheNode, LogicalPlan, Result};
+use sluice_optimizer::{
+    optimize_physical, OptimizeInput, OptimizerOptions, Plan, Profile, ProfileOptions,
+};
+
+use crate::dataset::{Dataset, IterOptions};
+
+impl Dataset {
+    /// Computes the steps so far once per source sample and keeps the results in memory (up
+    /// to `budget` bytes) for later epochs and iterations. Only deterministic maps over a
+    /// random-access source may come before it.
+    ///
+    /// ```
+    /// use sluice::{Dataset, IterOptions};
+    /// let ds = Dataset::range(100).cache(1 << 20)?.repeat(Some(3))?;
+    /// assert_eq!(ds.iter(&IterOptions::default())?.count(), 300);
+    /// # Ok::<(), sluice::Error>(())
+    /// ```
+    pub fn cache(&self, budget: u64) -> Result<Self> {
+        Ok(Dataset::from_plan(Arc::new(LogicalPlan::Cache(
+            CacheNode::try_new(self.plan().clone(), budget)?,
+        ))))
+    }
+
+    /// Runs a sample of the pipeline op by op in this thread and measures each op.
+    ///
+    /// ```
+    /// use sluice::{Dataset, OpSpec, OnError};
+    /// use sluice_optimizer::ProfileOptions;
+    /// let ds = Dataset::range(100).map(OpSpec::Noop.build()?, OnError::Raise, None)?;
+    /// let p = ds.profile(&ProfileOptions { samples: 10, ..Default::default() })?;
+    /// assert_eq!((p.samples, p.ops.len()), (10, 1));
+    /// assert_eq!(p.pipeline, ds.fingerprint());
+    /// # Ok::<(), sluice::Error>(())
+    /// ```
+    pub fn profile(&self, opts: &ProfileOptions) -> Result<Profile> {
+        let mut p = sluice_optimizer::profile(self.plan(), opts)?;
+        p.pipeline = self.fingerprint();
+        Ok(p)
+    }
+
+    /// Plans how to run this pipeline from `profile` (taken on this pipeline). `iter` is the
+    /// run's options (seed, backends available for pools).
+    ///
+    /// ```
+    /// use sluice::{Dataset, IterOptions};
+    /// use sluice_optimizer::{OptimizerOptions, ProfileOptions};
+    /// let ds = Dataset::range(100).batch(10, false)?;
+    /// let prof = ds.profile(&ProfileOptions::default())?;
+    /// let plan = ds.optimize(&prof, &OptimizerOptions::default(), &IterOptions::default())?;
+    /// let opts = IterOptions { plan: Some(plan.into()), ..Default::default() };
+    /// assert_eq!(ds.iter(&opts)?.count(), 10);
+    /// # Ok::<(), sluice::Error>(())
+    /// ```
+    pub fn optimize(
+        &self,
+        profile: &Profile,
+        options: &OptimizerOptions,
+        iter: &IterOptions,
+    ) -> Result<Plan> {
+        if !profile.pipeline.is_empty() && profile.pipeline != self.fingerprint() {
+            return Err(sluice_core::Error::invalid(
+                "this profile was taken on a different pipeline; profile this one",
+            ));
+        }
+        let lower = iter.lower_options();
+        let input = OptimizeInput {
+            logical: self.plan().clone(),
+            default: sluice_core::lower(self.plan(), &lower)?,
+            profile: profile.clone(),
+            options: options.clone(),
+            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            pools: iter.backends.names(),
+        };
+        let out = optimize_physical(&input)?;
+        let mut plan = out.to_plan(options, options.cpus(input.cpus));
+        plan.pipeline = self.fingerprint();
+        Ok(plan)
+    }
+}

@@ -1,0 +1,141 @@
+"""The optimizer's Python face: ``Profile``, ``OptimizerOptions`` and ``Plan``.
+
+``ds.profile()`` measures each op (CPU time per sample, bytes in/out, selectivity);
+``ds.optimize(profile, OptimizerOptions(...))`` returns a ``Plan`` (stages, op order, variants,
+parallelism, cache point, predicted throughput and bottleneck, and why); ``ds.iter(plan=plan)``
+runs it and ``ds.iter(optimize=True)`` does all three. Profiles and plans are JSON files.
+
+>>> import sluice
+>>> ds = sluice.range(1000).map(lambda s: {"id": s["id"] * 2}).batch(100)
+>>> plan = ds.optimize(ds.profile(samples=50))
+>>> plan.predicted_throughput > 0
+True
+>>> sum(len(b["id"]) for b in ds.iter(plan=plan))
+1000
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any, Optional
+
+from . import _native
+
+
+@dataclasses.dataclass
+class OptimizerOptions:
+    """What the optimizer may do (cedar's options, plus ``exact`` and a memory budget).
+
+    ``exact=True`` allows only moves that keep outputs byte-identical; by default the reorder
+    rule may also move a size-reducing op (crop) ahead of pixel-wise ones (colour jitter),
+    which gives samples from the same distribution, not the same bytes.
+    """
+
+    enable_prefetch: bool = True
+    est_throughput: Optional[float] = None
+    available_local_cpus: Optional[int] = None
+    enable_offload: bool = False
+    enable_reorder: bool = True
+    enable_local_parallelism: bool = True
+    enable_processes: bool = True
+    enable_fusion: bool = True
+    enable_caching: bool = True
+    enable_controller: bool = False
+    exact: bool = False
+    memory_budget: int = 1 << 30
+
+    @classmethod
+    def baseline(cls) -> "OptimizerOptions":
+        """Every rule off: each op its own stage, all inline (the ablation's start)."""
+        return cls(
+            enable_prefetch=False,
+            enable_reorder=False,
+            enable_local_parallelism=False,
+            enable_processes=False,
+            enable_fusion=False,
+            enable_caching=False,
+        )
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
+
+
+class _JsonDoc:
+    """A JSON document with save/load and a readable ``str``."""
+
+    _text_fn: Any = None
+
+    def __init__(self, text: str):
+        self._json = text
+        self.data: dict = json.loads(text)
+
+    def to_json(self) -> str:
+        return self._json
+
+    def save(self, path: "str | os.PathLike[str]") -> None:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(self._json)
+
+    @classmethod
+    def load(cls, path: "str | os.PathLike[str]") -> Any:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        doc = cls(text)
+        str(doc)  # validates (version, shape) with a clear error now rather than at use
+        return doc
+
+    def __getitem__(self, key: str) -> Any:
+        return self.data[key]
+
+    def __str__(self) -> str:
+        return type(self)._text_fn(self._json)
+
+    __repr__ = __str__
+
+
+class Profile(_JsonDoc):
+    """Per-op measurements of a pipeline: ``profile.ops`` (list of dicts with ``name``,
+    ``cpu_s``, ``items_in``, ``bytes_in``/``bytes_out``…), ``profile.machine`` (cores)."""
+
+    _text_fn = staticmethod(_native.profile_text)
+
+    @property
+    def ops(self) -> list[dict]:
+        return self.data["ops"]
+
+    @property
+    def machine(self) -> dict:
+        return self.data["machine"]
+
+    def cpu_per_sample(self, name: str) -> float:
+        """CPU seconds per input item of the op called ``name``."""
+        for o in [self.data["source"], *self.ops]:
+            if o["name"] == name:
+                return o["cpu_s"] / max(o["items_in"], 1)
+        raise KeyError(name)
+
+
+class Plan(_JsonDoc):
+    """An optimized plan: ``str(plan)`` shows stages, variants, parallelism, the cache point,
+    the predicted throughput and bottleneck and the decisions that led there."""
+
+    _text_fn = staticmethod(_native.plan_text)
+
+    @property
+    def predicted_throughput(self) -> float:
+        """Source samples per second the cost model expects (steady state)."""
+        return float(self.data["prediction"]["throughput"])
+
+    @property
+    def bottleneck(self) -> str:
+        return self.data["prediction"]["bottleneck"]
+
+    @property
+    def stages(self) -> list[dict]:
+        return self.data["stages"]
+
+    @property
+    def decisions(self) -> list[str]:
+        return self.data["decisions"]

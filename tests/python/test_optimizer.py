@@ -1,0 +1,210 @@
+"""The optimizer end to end: profile → plan → run, plan files, safety on the three workloads,
+caching and the runtime controller."""
+
+import json
+import pathlib
+
+import numpy as np
+import pytest
+
+import sluice
+import sluice.audio as A
+import sluice.image as I
+import sluice.text as T
+from sluice import OptimizerOptions, Plan, Profile
+
+FIX = pathlib.Path(__file__).resolve().parent / "fixtures" / "audio"
+IMAGES = pathlib.Path(__file__).resolve().parents[2] / "examples" / "fixtures" / "images"
+
+
+def cv(epochs=1):
+    return (
+        sluice.read_images(str(IMAGES), labels="parent_dir")
+        .repeat(epochs)
+        .map(I.decode())
+        .map(I.color_jitter(0.4, 0.4, 0.4, 0.1))
+        .map(I.random_resized_crop(48))
+        .map(I.horizontal_flip())
+        .map(I.normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225]))
+        .batch(4)
+    )
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    lines = [l.strip() for l in pathlib.Path("README.md").read_text().splitlines() if l.strip()]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(lines, trainers.BpeTrainer(vocab_size=500, special_tokens=["<EOT>"]))
+    d = tmp_path_factory.mktemp("tok")
+    tok.save(str(d / "tok.json"))
+    (d / "lines.txt").write_text("\n".join(lines) + "\n")
+    return d
+
+
+def nlp(d):
+    return (
+        sluice.read_text(str(d / "lines.txt"))
+        .map(T.tokenize(str(d / "tok.json")))
+        .map(T.truncate(32))
+        .map(T.pad(32))
+        .batch(8)
+    )
+
+
+def asr():
+    files = [str(FIX / n) for n in ("chirp_16k_mono.wav", "chirp_16k_mono.flac", "speech.mp3")]
+    return (
+        sluice.read_files(files)
+        .repeat(2)
+        .map(A.decode(sample_rate=16000))
+        .map(A.spectrogram(n_fft=400, hop_length=160))
+        .map(A.time_mask(20))
+        .map(A.mel(n_mels=40, sample_rate=16000))
+        .map(A.freq_mask(8))
+        .map(A.log())
+    )
+
+
+def outputs(it):
+    out = []
+    for b in it:
+        out.append({k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in b.items()})
+    return out
+
+
+def same(a, b):
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert x.keys() == y.keys()
+        for k in x:
+            assert x[k] == y[k], k
+
+
+def test_profile_measures_each_op_and_round_trips(tmp_path):
+    ds = cv()
+    p = ds.profile(samples=8)
+    names = [o["name"] for o in p.ops]
+    assert names == ["decode", "color_jitter", "random_resized_crop", "horizontal_flip", "normalize"]
+    assert p.data["samples"] == 8 and p.machine["cores"] >= 1
+    dec = p.ops[0]
+    assert dec["cpu_s"] > 0 and dec["bytes_out"] > dec["bytes_in"]  # JPEG → pixels
+    rrc = p.ops[2]
+    assert rrc["bytes_out"] < rrc["bytes_in"]  # size-reducing
+    assert p.cpu_per_sample("decode") > 0
+    p.save(tmp_path / "p.json")
+    back = Profile.load(tmp_path / "p.json")
+    assert back.data == p.data
+    assert "color_jitter" in str(back)
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(ValueError, match="not a sluice profile"):
+        Profile.load(tmp_path / "bad.json")
+
+
+def test_autoorder_moves_the_crop_before_the_jitter_unless_exact():
+    ds = cv()
+    prof = ds.profile(samples=8)
+    plan = ds.optimize(prof)
+    text = str(plan)
+    assert "random_resized_crop" in text and "predicted" in text
+    order = [s["label"] for s in plan.stages if "read" in s["label"]][0]
+    assert order.index("random_resized_crop") < order.index("color_jitter"), order
+    assert any(d.startswith("reorder") for d in plan.decisions)
+    exact = ds.optimize(prof, OptimizerOptions(exact=True))
+    order = [s["label"] for s in exact.stages if "read" in s["label"]][0]
+    assert order.index("color_jitter") < order.index("random_resized_crop"), order
+    assert not any(d.startswith("reorder") for d in exact.decisions)
+
+
+@pytest.mark.parametrize("workload", ["cv", "nlp", "asr"])
+def test_exact_plans_are_byte_identical_on_every_workload(workload, tokenizer):
+    ds = {"cv": cv, "nlp": lambda: nlp(tokenizer), "asr": asr}[workload]()
+    reference = outputs(ds.iter(seed=5))
+    prof = ds.profile(samples=10)
+    for opts in [OptimizerOptions(exact=True), OptimizerOptions(enable_reorder=False), OptimizerOptions.baseline()]:
+        plan = ds.optimize(prof, opts, seed=5)
+        same(outputs(ds.iter(seed=5, plan=plan)), reference)
+
+
+def test_reordered_plan_differs_only_where_ops_moved():
+    ds = cv()
+    plan = ds.optimize(ds.profile(samples=8))
+    got = outputs(ds.iter(seed=1, plan=plan))
+    ref = outputs(ds.iter(seed=1))
+    # Same labels and shapes; pixels differ because the jitter now sees the crop.
+    assert [b["label"] for b in got] == [b["label"] for b in ref]
+    assert [np.shape(b["image"]) for b in got] == [np.shape(b["image"]) for b in ref]
+
+
+def test_plan_files_load_and_refuse_other_pipelines(tmp_path):
+    ds = cv()
+    plan = ds.optimize(ds.profile(samples=4))
+    plan.save(tmp_path / "plan.json")
+    loaded = Plan.load(tmp_path / "plan.json")
+    assert loaded.data == plan.data
+    assert loaded.predicted_throughput > 0 and loaded.bottleneck
+    assert sum(len(b["label"]) for b in ds.iter(plan=loaded)) == 8
+    assert "physical plan" in ds.explain(plan=loaded)
+    other = cv(epochs=2)
+    with pytest.raises(ValueError, match="different pipeline|re-run optimize"):
+        other.iter(plan=loaded)
+    with pytest.raises(ValueError, match="different pipeline"):
+        other.optimize(ds.profile(samples=2))
+    data = json.loads((tmp_path / "plan.json").read_text())
+    data["version"] = 99
+    (tmp_path / "old.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="version"):
+        Plan.load(tmp_path / "old.json")
+
+
+def test_iter_optimize_true_profiles_plans_and_runs():
+    ds = cv()
+    it = ds.iter(seed=2, optimize=True)
+    n = sum(len(b["label"]) for b in it)
+    assert n == 8
+    assert isinstance(it.plan, Plan) and it.plan.stages
+    it = ds.iter(seed=2, optimize=OptimizerOptions(exact=True))
+    same(outputs(it), outputs(ds.iter(seed=2)))
+
+
+def test_cache_computes_the_prefix_once():
+    calls = []
+
+    def expensive(s):
+        calls.append(s["id"])
+        return {"id": s["id"], "sq": s["id"] ** 2}
+
+    ds = sluice.range(50).map(expensive).cache().repeat(3).batch(10)
+    total = [int(x) for b in ds for x in b["sq"]]
+    assert total == [i * i for i in range(50)] * 3
+    assert sorted(calls) == list(range(50))
+    # A second iteration of the same pipeline reuses the cache.
+    assert sum(len(b["id"]) for b in ds) == 150
+    assert len(calls) == 50
+    with pytest.raises(ValueError, match="deterministic|random"):
+        sluice.range(5).map(lambda s, rng: s).cache()
+    with pytest.raises(ValueError, match="before"):
+        sluice.range(5).batch(2).cache()
+
+
+def test_caching_rule_caches_decode_when_epochs_repeat():
+    ds = cv(epochs=3)
+    plan = ds.optimize(ds.profile(samples=8))
+    assert plan["cache"] is not None, plan
+    assert any(d.startswith("caching") and "cached" in d for d in plan.decisions)
+    same(outputs(ds.iter(seed=4, plan=ds.optimize(ds.profile(samples=8), OptimizerOptions(exact=True)))),
+         outputs(ds.iter(seed=4)))
+
+
+def test_controller_plan_runs_unchanged_output():
+    # The controller only changes how many workers take chunks, never what comes out.
+    ds = cv(epochs=4)
+    plan = ds.optimize(ds.profile(samples=4), OptimizerOptions(enable_controller=True, exact=True))
+    assert plan["controller"] is True
+    it = ds.iter(seed=3, plan=plan)
+    same(outputs(it), outputs(ds.iter(seed=3)))
+    for d in it.stats().data.get("controller", []):
+        assert d["workers"] >= 1 and d["why"]

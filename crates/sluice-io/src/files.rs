@@ -168,6 +168,14 @@ impl Source for FilesSource {
         }
         Some(f)
     }
+    fn ship(&self) -> Option<serde_json::Value> {
+        // The expanded list, so a worker reopens exactly these files in this order.
+        let mut spec = serde_json::json!({"source": self.name, "paths": *self.paths});
+        if self.name == "read_images" {
+            spec["labels"] = self.labels.as_ref().map(|_| "parent_dir").into();
+        }
+        Some(spec)
+    }
     fn get(&self, index: u64) -> Result<Sample> {
         let path = &self.paths[index as usize];
         let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;

@@ -134,6 +134,18 @@ impl Source for LinesSource {
     fn len(&self) -> Option<u64> {
         Some(self.index.lines.len() as u64)
     }
+    fn ship(&self) -> Option<serde_json::Value> {
+        let paths: Vec<&str> = self.index.files.iter().map(|(p, _)| p.as_str()).collect();
+        let mut spec = serde_json::json!({"source": self.name(), "paths": paths});
+        if self.format == LinesFormat::Text {
+            let errors = match self.errors {
+                Utf8Errors::Strict => "strict",
+                Utf8Errors::Replace => "replace",
+            };
+            spec["errors"] = errors.into();
+        }
+        Some(spec)
+    }
     fn fields(&self) -> Option<Vec<String>> {
         match self.format {
             LinesFormat::Text => Some(vec!["text".into()]),

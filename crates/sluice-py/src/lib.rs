@@ -8,6 +8,7 @@ mod formats;
 mod iter;
 mod optimizer;
 mod udf;
+mod worker;
 
 use pyo3::prelude::*;
 
@@ -16,6 +17,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<dataset::PyDataset>()?;
     m.add_class::<dataset::PyOp>()?;
     m.add_class::<iter::PyIter>()?;
+    worker::register(m)?;
     formats::register(m)?;
     optimizer::register(m)?;
     m.add("SluiceError", m.py().get_type::<errors::SluiceError>())?;

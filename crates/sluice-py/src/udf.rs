@@ -2,7 +2,7 @@
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use sluice::{ElemMode, Emit, Op, OpContext, OpMeta, Result, Sample};
+use sluice::{ElemMode, Emit, Error, Op, OpContext, OpMeta, Result, Sample};
 
 use crate::convert::{py_to_sample, sample_to_py};
 use crate::errors::from_py;
@@ -72,6 +72,30 @@ impl Op for PyUdf {
             random: self.wants_rng,
             ..OpMeta::opaque(true)
         }
+    }
+    /// The function pickled with cloudpickle (so lambdas and closures travel too), for a
+    /// worker process or a Ray actor to rebuild the op.
+    fn ship(&self) -> Result<serde_json::Value> {
+        let pickled: String = Python::attach(|py| {
+            py.import("sluice._worker")?
+                .call_method1("dumps", (self.func.bind(py),))?
+                .extract()
+        })
+        .map_err(|e| {
+            Error::invalid(format!(
+                "the function '{}' cannot be sent to worker processes (it must be picklable \
+                 by cloudpickle): {}",
+                self.name,
+                from_py(e)
+            ))
+        })?;
+        Ok(serde_json::json!({
+            "op": "python",
+            "name": self.name,
+            "mode": self.mode,
+            "wants_rng": self.wants_rng,
+            "pickle": pickled,
+        }))
     }
     fn apply(&self, s: Sample, cx: &OpContext) -> Result<Emit> {
         Python::attach(|py| self.call(py, s, cx))

@@ -1,0 +1,457 @@
+//! Portable stages: a [`StageWork`] as JSON another process rebuilds and runs.
+//!
+//! The main process makes a [`RemoteStage`] (the stage's init JSON, and the conversion of
+//! chunks to request frames and of reply frames back to chunks); a worker — a process of
+//! the pool, a Ray actor — makes a [`StageRunner`] from that JSON and answers frames. Both
+//! sides run the same [`StageWork::run_here`], with randomness derived from (seed, epoch,
+//! index, op id), so where a chunk runs never changes its output.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use sluice_core::exec::StageWork;
+//! use sluice_core::*;
+//! use sluice_remote::{RemoteStage, StageRunner};
+//! let stats = Arc::new(PipelineStats::new(vec![]));
+//! let op = sluice_ops::OpSpec::Select { fields: vec!["id".into()] }.build()?;
+//! let work = StageWork {
+//!     read: Some(Arc::new(RangeSource::new(10))),
+//!     ops: vec![ChainOp { op, mode: ElemMode::Map, on_error: OnError::Raise, op_id: 1 }],
+//!     seed: 0, skip: None, slot: 0, stats,
+//! };
+//! let main = RemoteStage::new(&work, None)?;
+//! let worker = StageRunner::new(main.init(), &|_| Ok(None), None)?; // in another process
+//! let items: Vec<Item> = (0..3).map(|i| {
+//!     let c = Cursor { epoch: 0, pos: i, ord: 0 };
+//!     Item { epoch: 0, index: i, sub: 0, source_index: i, rows: 1, cursor: c, path: None,
+//!            sample: Sample::new() }
+//! }).collect();
+//! let out = main.reply(&worker.run(&main.request(items, None)?), None)?;
+//! assert_eq!(out[2].sample.get("id"), Some(&Value::Int(2)));
+//! # Ok::<(), sluice_core::Error>(())
+//! ```
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use sluice_core::exec::{Chunk, StageWork};
+use sluice_core::stats::StageInfo;
+use sluice_core::{
+    ChainOp, Cursor, ElemMode, Error, OnError, OpRef, PipelineStats, RangeSource, Result, SourceRef,
+};
+use sluice_io::{FilesSource, LabelMode, LinesFormat, LinesSource, Utf8Errors};
+
+use crate::shm::{ShmConfig, ShmWriter};
+use crate::wire::{self, ExternalCodec, Output};
+
+/// Version of the init JSON; a worker refuses another.
+pub const PACKAGE_VERSION: u32 = 1;
+
+/// One op in portable form.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ShippedOp {
+    /// [`sluice_core::Op::ship`]: a built-in op's spec, or e.g. `{"op": "python", ...}`.
+    pub op: serde_json::Value,
+    pub mode: ElemMode,
+    pub on_error: OnError,
+    pub op_id: u64,
+}
+
+/// A stage in portable form (the init message of a worker).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StagePackage {
+    pub version: u32,
+    /// The source to read samples from ([`sluice_core::Source::ship`]); `None` when items
+    /// arrive with their samples.
+    pub source: Option<serde_json::Value>,
+    pub ops: Vec<ShippedOp>,
+    pub seed: u64,
+    /// When resuming: outputs at or before this cursor were already delivered.
+    pub skip: Option<Cursor>,
+    /// Where the worker puts big reply buffers (same host only); `None`: inline.
+    #[serde(default)]
+    pub shm: Option<ShmConfig>,
+    /// The stage's name in plans, for messages.
+    #[serde(default)]
+    pub label: String,
+}
+
+/// Rebuilds ops that are not built-in (e.g. Python UDFs); `Ok(None)` means "not mine".
+pub type OpLoader<'a> = dyn Fn(&serde_json::Value) -> Result<Option<OpRef>> + 'a;
+
+/// The stage's name as plans print it (`read+decode+my_udf`).
+pub fn stage_label(work: &StageWork) -> String {
+    let mut names: Vec<String> = Vec::new();
+    if work.read.is_some() {
+        names.push("read".into());
+    }
+    names.extend(work.ops.iter().map(|o| match o.mode {
+        ElemMode::Map => o.op.name().to_string(),
+        ElemMode::Filter => format!("filter({})", o.op.name()),
+        ElemMode::FlatMap => format!("flat_map({})", o.op.name()),
+    }));
+    names.join("+")
+}
+
+impl StagePackage {
+    /// The portable form of `work`. Sources that cannot be reopened elsewhere are left out
+    /// (the caller reads samples before sending items; see [`RemoteStage`]).
+    pub fn of(work: &StageWork) -> Result<StagePackage> {
+        let ops = work
+            .ops
+            .iter()
+            .map(|c| {
+                Ok(ShippedOp {
+                    op: c.op.ship()?,
+                    mode: c.mode,
+                    on_error: c.on_error,
+                    op_id: c.op_id,
+                })
+            })
+            .collect::<Result<_>>()?;
+        Ok(StagePackage {
+            version: PACKAGE_VERSION,
+            source: work.read.as_ref().and_then(|s| s.ship()),
+            ops,
+            seed: work.seed,
+            skip: work.skip,
+            shm: None,
+            label: stage_label(work),
+        })
+    }
+
+    /// Parses an init message.
+    pub fn from_json(text: &str) -> Result<StagePackage> {
+        let p: StagePackage = serde_json::from_str(text)
+            .map_err(|e| Error::Internal(format!("bad stage package: {e}")))?;
+        if p.version != PACKAGE_VERSION {
+            return Err(Error::Internal(format!(
+                "stage package version {} (this worker speaks {PACKAGE_VERSION}): \
+                 the worker runs another sluice version",
+                p.version
+            )));
+        }
+        Ok(p)
+    }
+
+    /// Rebuilds the stage in this process, with its own statistics (stage slot 0).
+    pub fn open(&self, load_op: &OpLoader) -> Result<StageWork> {
+        let read = self.source.as_ref().map(open_source).transpose()?;
+        let ops = self
+            .ops
+            .iter()
+            .map(|s| {
+                Ok(ChainOp {
+                    op: open_op(&s.op, load_op)?,
+                    mode: s.mode,
+                    on_error: s.on_error,
+                    op_id: s.op_id,
+                })
+            })
+            .collect::<Result<_>>()?;
+        Ok(StageWork {
+            read,
+            ops,
+            seed: self.seed,
+            skip: self.skip,
+            slot: 0,
+            stats: Arc::new(stage_stats(&self.label)),
+        })
+    }
+}
+
+fn stage_stats(label: &str) -> PipelineStats {
+    PipelineStats::new(vec![StageInfo {
+        name: label.to_string(),
+        threads: 1,
+        inline: true,
+        queue_capacity: 0,
+    }])
+}
+
+/// Rebuilds an op: by `load_op` if it claims it, else as a built-in [`sluice_ops::OpSpec`].
+pub fn open_op(shipped: &serde_json::Value, load_op: &OpLoader) -> Result<OpRef> {
+    if let Some(op) = load_op(shipped)? {
+        return Ok(op);
+    }
+    let spec: sluice_ops::OpSpec = serde_json::from_value(shipped.clone())
+        .map_err(|e| Error::invalid(format!("cannot rebuild op {shipped}: {e}")))?;
+    spec.build()
+}
+
+/// Reopens a source from [`sluice_core::Source::ship`]'s form (the pipeline-file syntax).
+pub fn open_source(spec: &serde_json::Value) -> Result<SourceRef> {
+    #[derive(Deserialize)]
+    #[serde(tag = "source", rename_all = "snake_case")]
+    enum Shipped {
+        Range {
+            n: u64,
+        },
+        ReadFiles {
+            paths: Vec<String>,
+        },
+        ReadImages {
+            paths: Vec<String>,
+            labels: Option<String>,
+        },
+        ReadText {
+            paths: Vec<String>,
+            errors: Option<String>,
+        },
+        ReadJsonl {
+            paths: Vec<String>,
+        },
+    }
+    let shipped: Shipped = serde_json::from_value(spec.clone())
+        .map_err(|e| Error::invalid(format!("cannot reopen source {spec}: {e}")))?;
+    Ok(match shipped {
+        Shipped::Range { n } => Arc::new(RangeSource::new(n)),
+        Shipped::ReadFiles { paths } => Arc::new(FilesSource::files(&paths)?),
+        Shipped::ReadImages { paths, labels } => {
+            let mode = match labels.as_deref() {
+                Some("parent_dir") => LabelMode::ParentDir,
+                _ => LabelMode::None,
+            };
+            Arc::new(FilesSource::images(&paths, mode)?)
+        }
+        Shipped::ReadText { paths, errors } => {
+            let errors = match errors.as_deref() {
+                Some("replace") => Utf8Errors::Replace,
+                _ => Utf8Errors::Strict,
+            };
+            Arc::new(LinesSource::open(&paths, LinesFormat::Text, errors)?)
+        }
+        Shipped::ReadJsonl { paths } => Arc::new(LinesSource::open(
+            &paths,
+            LinesFormat::Jsonl,
+            Utf8Errors::Strict,
+        )?),
+    })
+}
+
+/// The main process's side of a stage that runs elsewhere: the init JSON for its workers,
+/// and chunks to request frames and reply frames back to chunks (with the stage's skip
+/// counts added to the pipeline's statistics).
+pub struct RemoteStage {
+    package: StagePackage,
+    init: String,
+    /// Reads samples here first when the source cannot be reopened by workers.
+    local_read: Option<StageWork>,
+    work: StageWork,
+}
+
+impl RemoteStage {
+    /// Prepares `work` for remote workers; with `shm`, workers put big reply buffers in
+    /// shared memory under that prefix (each worker adds its own pid).
+    pub fn new(work: &StageWork, shm: Option<ShmConfig>) -> Result<RemoteStage> {
+        let mut package = StagePackage::of(work)?;
+        package.shm = shm;
+        let local_read = match (&work.read, &package.source) {
+            (Some(_), None) => Some(StageWork {
+                ops: vec![],
+                skip: None,
+                ..work.clone()
+            }),
+            _ => None,
+        };
+        let init = serde_json::to_string(&package)
+            .map_err(|e| Error::Internal(format!("cannot serialise the stage: {e}")))?;
+        Ok(RemoteStage {
+            package,
+            init,
+            local_read,
+            work: work.clone(),
+        })
+    }
+    /// The init message every worker of the stage receives.
+    pub fn init(&self) -> &str {
+        &self.init
+    }
+    /// The stage's name, for messages.
+    pub fn label(&self) -> &str {
+        &self.package.label
+    }
+    /// The request frame for `chunk` (reading its samples here when workers cannot).
+    pub fn request(&self, chunk: Chunk, shm: Option<&ShmWriter>) -> Result<Vec<u8>> {
+        let chunk = match &self.local_read {
+            Some(read) => read.run_here(chunk)?,
+            None => chunk,
+        };
+        Ok(wire::encode_chunk(&chunk, shm)?)
+    }
+    /// The chunk (or the stage's typed error) in a reply frame.
+    pub fn reply(&self, frame: &[u8], codec: Option<&dyn ExternalCodec>) -> Result<Chunk> {
+        let out = wire::decode_reply(frame, codec)??;
+        if out.skipped > 0 {
+            self.work
+                .stats
+                .counters(self.work.slot)
+                .skipped
+                .fetch_add(out.skipped, Relaxed);
+        }
+        Ok(out.chunk)
+    }
+}
+
+/// A worker's side: rebuilds the stage from its init message and answers request frames.
+pub struct StageRunner {
+    work: StageWork,
+    shm: Option<ShmWriter>,
+    codec: Option<Arc<dyn ExternalCodec>>,
+}
+
+impl StageRunner {
+    /// Rebuilds the stage described by `init` ([`RemoteStage::init`]).
+    pub fn new(
+        init: &str,
+        load_op: &OpLoader,
+        codec: Option<Arc<dyn ExternalCodec>>,
+    ) -> Result<StageRunner> {
+        let package = StagePackage::from_json(init)?;
+        let work = package.open(load_op)?;
+        let shm = package.shm.as_ref().map(|c| {
+            ShmWriter::new(c.with_prefix(format!("{}w{}-", c.prefix, std::process::id())))
+        });
+        Ok(StageRunner { work, shm, codec })
+    }
+    /// Runs the stage on a request frame; the reply frame carries the output chunk or the
+    /// typed error (never fails itself, so the main process always gets an answer).
+    pub fn run(&self, frame: &[u8]) -> Vec<u8> {
+        let reply = wire::decode_chunk(frame)
+            .map_err(Error::from)
+            .and_then(|chunk| {
+                // Fresh counters per chunk, so concurrent calls report their own skips.
+                let stats = Arc::new(stage_stats(""));
+                let work = StageWork {
+                    stats: stats.clone(),
+                    ..self.work.clone()
+                };
+                let chunk = work.run_here(chunk)?;
+                Ok(Output {
+                    chunk,
+                    skipped: stats.counters(0).skipped.load(Relaxed),
+                })
+            });
+        wire::encode_reply(&reply, self.shm.as_ref(), self.codec.as_deref())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_core::{Item, Sample, Value};
+    use sluice_ops::OpSpec;
+
+    fn items(range: std::ops::Range<u64>) -> Chunk {
+        range
+            .map(|i| Item {
+                epoch: 0,
+                index: i,
+                sub: 0,
+                source_index: i,
+                rows: 1,
+                cursor: Cursor {
+                    epoch: 0,
+                    pos: i,
+                    ord: 0,
+                },
+                path: None,
+                sample: Sample::new(),
+            })
+            .collect()
+    }
+
+    fn work(read: SourceRef, ops: Vec<OpSpec>) -> StageWork {
+        StageWork {
+            read: Some(read),
+            ops: ops
+                .into_iter()
+                .enumerate()
+                .map(|(i, s)| ChainOp {
+                    op: s.build().unwrap(),
+                    mode: ElemMode::Map,
+                    on_error: OnError::Raise,
+                    op_id: i as u64,
+                })
+                .collect(),
+            seed: 5,
+            skip: None,
+            slot: 1,
+            stats: Arc::new(stage_stats_n(2)),
+        }
+    }
+
+    fn stage_stats_n(n: usize) -> PipelineStats {
+        let info = || StageInfo {
+            name: "s".into(),
+            threads: 1,
+            inline: false,
+            queue_capacity: 1,
+        };
+        PipelineStats::new((0..n).map(|_| info()).collect())
+    }
+
+    #[test]
+    fn remote_run_equals_local_run() {
+        let w = work(Arc::new(RangeSource::new(20)), vec![OpSpec::Noop]);
+        let local = w.run_here(items(0..20)).unwrap();
+        let main = RemoteStage::new(&w, None).unwrap();
+        assert!(main.init().contains("\"range\""), "range reopens remotely");
+        let runner = StageRunner::new(main.init(), &|_| Ok(None), None).unwrap();
+        let frame = main.request(items(0..20), None).unwrap();
+        assert!(frame.len() < 20 * 80, "items travel as indices");
+        let remote = main.reply(&runner.run(&frame), None).unwrap();
+        assert_eq!(
+            local.iter().map(|i| &i.sample).collect::<Vec<_>>(),
+            remote.iter().map(|i| &i.sample).collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn unshippable_sources_are_read_in_the_main_process() {
+        let samples = (0..4)
+            .map(|i| Sample::from_pairs([("x", Value::Int(i * 10))]))
+            .collect();
+        let w = work(Arc::new(sluice_core::ItemsSource::new(samples)), vec![]);
+        let main = RemoteStage::new(&w, None).unwrap();
+        let runner = StageRunner::new(main.init(), &|_| Ok(None), None).unwrap();
+        let out = main
+            .reply(&runner.run(&main.request(items(0..4), None).unwrap()), None)
+            .unwrap();
+        assert_eq!(out[3].sample.get("x"), Some(&Value::Int(30)));
+    }
+
+    #[test]
+    fn errors_come_back_typed_with_op_and_sample() {
+        let w = work(
+            Arc::new(RangeSource::new(3)),
+            vec![OpSpec::Select {
+                fields: vec!["nope".into()],
+            }],
+        );
+        let main = RemoteStage::new(&w, None).unwrap();
+        let runner = StageRunner::new(main.init(), &|_| Ok(None), None).unwrap();
+        let local = w.run_here(items(0..3)).unwrap_err();
+        let remote = main
+            .reply(&runner.run(&main.request(items(0..3), None).unwrap()), None)
+            .unwrap_err();
+        assert_eq!(local.to_string(), remote.to_string());
+        assert!(matches!(remote, Error::InSample { .. }));
+        assert!(matches!(remote.root(), Error::MissingField { .. }));
+    }
+
+    #[test]
+    fn bad_init_is_a_clear_error() {
+        assert!(StageRunner::new("{}", &|_| Ok(None), None).is_err());
+        let mut p = StagePackage::of(&work(Arc::new(RangeSource::new(1)), vec![])).unwrap();
+        p.ops.push(ShippedOp {
+            op: serde_json::json!({"op": "python", "name": "f"}),
+            mode: ElemMode::Map,
+            on_error: OnError::Raise,
+            op_id: 0,
+        });
+        let text = serde_json::to_string(&p).unwrap();
+        let err = StageRunner::new(&text, &|_| Ok(None), None).err().unwrap();
+        assert!(err.to_string().contains("python"), "{err}");
+    }
+}

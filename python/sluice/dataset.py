@@ -198,11 +198,14 @@ class Dataset(FormatsMixin):  # FormatsMixin: write_parquet/jsonl, to_arrow/pand
         chunk_size: int | None = None,
         plan: "Plan | None" = None,
         optimize: "bool | OptimizerOptions" = False,
+        processes: int | None = None,
     ) -> "Iterator":
         """Starts an iteration. ``num_threads`` is per parallel stage (default: all cores);
         results do not depend on it. ``progress=None`` shows a progress bar on a terminal.
         ``plan=`` runs an optimizer plan; ``optimize=True`` (or ``OptimizerOptions``) profiles,
-        plans and runs in one step — the plan is then ``it.plan``."""
+        plans and runs in one step — the plan is then ``it.plan``.
+        ``processes=N`` runs every stage of Python functions in N worker processes (spawned,
+        so each has its own GIL; big arrays cross in shared memory); outputs are the same."""
         if optimize and plan is None:
             from .optimizer import OptimizerOptions
 
@@ -213,6 +216,7 @@ class Dataset(FormatsMixin):  # FormatsMixin: write_parquet/jsonl, to_arrow/pand
             _int("num_threads", num_threads, 1, allow_none=True),
             _int("chunk_size", chunk_size, 1, allow_none=True),
             plan.to_json() if plan is not None else None,
+            **({} if processes is None else {"processes": _int("processes", processes, 1)}),
         )
         it = Iterator(native, progress)
         it.plan = plan
@@ -249,13 +253,18 @@ class Dataset(FormatsMixin):  # FormatsMixin: write_parquet/jsonl, to_arrow/pand
         it = self._last() if self._last is not None else None
         return it.stats() if it is not None else self._last_stats
 
-    def explain(self, seed: int = 0, num_threads: int | None = None, plan: "Plan | None" = None) -> str:
-        """The logical plan and the physical plan this dataset runs with (under ``plan``)."""
+    def explain(
+        self, seed: int = 0, num_threads: int | None = None, plan: "Plan | None" = None, processes: int | None = None
+    ) -> str:
+        """The logical plan and the physical plan this dataset runs with (under ``plan``,
+        with ``processes`` worker processes for Python stages)."""
         return (
             "logical plan:\n"
             + self._native.logical_plan()
             + "\n\nphysical plan:\n"
-            + self._native.physical_plan(seed, num_threads, None, plan.to_json() if plan is not None else None)
+            + self._native.physical_plan(
+                seed, num_threads, None, plan.to_json() if plan is not None else None, processes=processes
+            )
         )
 
     def __repr__(self) -> str:

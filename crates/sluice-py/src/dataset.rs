@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use pyo3::prelude::*;
 use pyo3::types::PyList;
+use sluice::exec::Backends;
 use sluice::{Dataset, ElemMode, IterOptions, LabelMode, OnError, OpRef, OpSpec, Utf8Errors};
 
 use crate::convert::py_to_sample;
@@ -188,24 +189,26 @@ impl PyDataset {
     fn logical_plan(&self) -> String {
         self.ds.plan().to_string()
     }
-    #[pyo3(signature = (seed=0, num_threads=None, chunk_size=None, plan_json=None))]
+    #[pyo3(signature = (seed=0, num_threads=None, chunk_size=None, plan_json=None, processes=None))]
     fn physical_plan(
         &self,
         seed: u64,
         num_threads: Option<usize>,
         chunk_size: Option<usize>,
         plan_json: Option<&str>,
+        processes: Option<usize>,
     ) -> PyResult<String> {
         let opts = IterOptions {
             seed,
             num_threads,
             chunk_size,
             plan: crate::optimizer::parse_plan(plan_json)?,
+            processes,
             ..Default::default()
         };
         self.ds.physical_plan(&opts).map(|p| p.to_string()).py()
     }
-    #[pyo3(signature = (seed=0, num_threads=None, chunk_size=None, plan_json=None))]
+    #[pyo3(signature = (seed=0, num_threads=None, chunk_size=None, plan_json=None, processes=None))]
     fn iter(
         &self,
         py: Python<'_>,
@@ -213,12 +216,15 @@ impl PyDataset {
         num_threads: Option<usize>,
         chunk_size: Option<usize>,
         plan_json: Option<&str>,
+        processes: Option<usize>,
     ) -> PyResult<PyIter> {
         let opts = IterOptions {
             seed,
             num_threads,
             chunk_size,
             plan: crate::optimizer::parse_plan(plan_json)?,
+            processes,
+            backends: Backends::default().with(crate::worker::process_backend(py)?),
             ..Default::default()
         };
         let exec = py.detach(|| self.ds.iter(&opts)).py()?;

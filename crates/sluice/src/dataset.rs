@@ -49,6 +49,10 @@ pub struct IterOptions {
     pub backends: sluice_core::exec::Backends,
     /// Run this optimizer plan instead of the default lowering.
     pub plan: Option<Arc<sluice_optimizer::Plan>>,
+    /// Run every stage of Python code on the `processes` backend with this many worker
+    /// processes ([`sluice_remote::place_python_on_processes`]); `backends` must hold a
+    /// [`sluice_remote::ProcessBackend`] (the Python bindings register one).
+    pub processes: Option<usize>,
 }
 
 impl IterOptions {
@@ -208,6 +212,13 @@ impl Dataset {
     /// The physical plan the run will use: the default lowering, or the given optimizer
     /// plan applied to it.
     pub fn physical_plan(&self, opts: &IterOptions) -> Result<PhysicalPlan> {
+        let mut plan = self.planned(opts)?;
+        if let Some(workers) = opts.processes {
+            sluice_remote::place_python_on_processes(&mut plan, workers);
+        }
+        Ok(plan)
+    }
+    fn planned(&self, opts: &IterOptions) -> Result<PhysicalPlan> {
         let default = lower(&self.plan, &opts.lower_options())?;
         match &opts.plan {
             None => Ok(default),

@@ -57,8 +57,34 @@ class Dataset:
     def limit(self, n: int) -> Dataset: ...
     def source_len(self) -> int | None: ...
     def logical_plan(self) -> str: ...
-    def physical_plan(self, seed: int = 0, num_threads: int | None = None, chunk_size: int | None = None) -> str: ...
-    def iter(self, seed: int = 0, num_threads: int | None = None, chunk_size: int | None = None) -> Iterator: ...
+    def physical_plan(
+        self,
+        seed: int = 0,
+        num_threads: int | None = None,
+        chunk_size: int | None = None,
+        plan_json: str | None = None,
+        processes: int | None = None,
+    ) -> str: ...
+    def iter(
+        self,
+        seed: int = 0,
+        num_threads: int | None = None,
+        chunk_size: int | None = None,
+        plan_json: str | None = None,
+        processes: int | None = None,
+    ) -> Iterator: ...
+
+# Stages in other processes (crates/sluice-py/src/worker.rs, crates/sluice-remote).
+class ChainWorker:
+    """Runs one stage of a pipeline on chunks sent by another process (a pool worker, a Ray
+    actor). ``init`` is the stage's JSON the main process made; ``run`` takes a request frame
+    and returns the reply frame (the output chunk, or the stage's typed error)."""
+
+    def __init__(self, init: str) -> None: ...
+    def run(self, chunk: bytes) -> bytes: ...
+
+def _serve_worker(fd_in: int, fd_out: int) -> None:
+    """The loop of ``python -m sluice._worker``: init frame, then request/reply frames."""
 
 # Data at rest (crates/sluice-py/src/formats.rs).
 def read_parquet(paths: list[str], columns: list[str] | None = None) -> Dataset: ...

@@ -185,3 +185,63 @@ def test_chain_worker_runs_frames():
 def test_plan_shows_the_pool():
     ds = sluice.range(10).map(lambda s: s).batch(2)
     assert "processes=3" in ds.explain(processes=3)
+
+
+def test_workers_die_with_a_killed_parent():
+    import signal
+    import subprocess
+    import sys
+
+    code = (
+        "import os, sys, time, sluice\n"
+        "it = iter(sluice.range(10**6).map(lambda s: s).iter(processes=2))\n"
+        "next(it)\n"
+        "import psutil\n"
+        "print(' '.join(str(c.pid) for c in psutil.Process().children()), flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        pids = [int(p) for p in parent.stdout.readline().split()]
+        assert len(pids) == 2
+    finally:
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+
+    def alive(pid):
+        try:
+            return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    deadline = time.time() + 5
+    while any(alive(p) for p in pids) and time.time() < deadline:
+        time.sleep(0.05)
+    assert not any(alive(p) for p in pids)
+
+
+def test_keyboard_interrupt_stops_the_workers():
+    import signal
+    import subprocess
+    import sys
+
+    code = (
+        "import gc, time, psutil, sluice\n"
+        "slow = lambda s: (time.sleep(0.01), s)[1]\n"
+        "try:\n"
+        "    for i, s in enumerate(sluice.range(10**6).map(slow).iter(processes=2)):\n"
+        "        if i == 0: print('started', flush=True)\n"
+        "except KeyboardInterrupt:\n"
+        "    gc.collect()\n"
+        "    deadline = time.time() + 5\n"
+        "    while psutil.Process().children() and time.time() < deadline: time.sleep(0.05)\n"
+        "    print('left', len(psutil.Process().children()), flush=True)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout.readline().strip() == "started"
+        parent.send_signal(signal.SIGINT)
+        assert parent.stdout.readline().strip() == "left 0"
+    finally:
+        parent.kill()
+        parent.wait()

@@ -167,7 +167,14 @@ fn run(cli: Cli) -> Result<(), sluice::Error> {
             if let Some(path) = out {
                 write(&path, &plan.to_json())?;
             }
-            println!("{}", if json { plan.to_json() } else { plan.to_string() });
+            println!(
+                "{}",
+                if json {
+                    plan.to_json()
+                } else {
+                    plan.to_string()
+                }
+            );
             Ok(())
         }
         Command::Plan { pipeline, json, .. } => {

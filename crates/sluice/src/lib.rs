@@ -10,14 +10,15 @@
 //! ```
 
 mod dataset;
-mod optimize;
 mod formats;
+mod optimize;
 mod spec;
 
 pub use dataset::{Dataset, IterOptions, IterState};
 pub use sluice_core::*;
 pub use sluice_io::{
-    arrow_array, arrow_conv::SampleBatches, arrow_schema, CsvOnError, CsvOptions, CsvSource, CsvType, SinkOptions,
+    arrow_array, arrow_conv::SampleBatches, arrow_schema, CsvOnError, CsvOptions, CsvSource,
+    CsvType, SinkOptions,
 };
 pub use sluice_io::{LabelMode, LinesFormat, Utf8Errors};
 pub use sluice_ops::OpSpec;

@@ -44,7 +44,7 @@ fi
 "$VENV/bin/python" - <<'PY'
 import importlib
 mods = ["numpy", "PIL", "skimage", "pyarrow", "torch", "torchvision", "tokenizers", "librosa",
-        "soundfile", "grain", "ray.data", "matplotlib", "psutil"]
+        "soundfile", "grain", "ray.data", "matplotlib", "psutil", "webdataset", "moto.server"]
 for m in mods:
     importlib.import_module(m)
 import soundfile

@@ -64,7 +64,7 @@ def read_csv(
         _paths(paths), dict(schema or {}), delimiter, bool(has_header), on_error
     )
     if skipped:
-        warnings.warn(f"read_csv skipped {skipped} malformed record(s)", stacklevel=2)
+        warnings.warn(f"read_csv skipped {skipped} malformed record(s)", stacklevel=3)
     return _wrap(native)
 
 

@@ -29,6 +29,18 @@ pub enum CsvType {
     Str,
 }
 
+impl CsvType {
+    /// The name [`CsvType::from_str`] parses.
+    pub fn name(self) -> &'static str {
+        match self {
+            CsvType::Int => "int",
+            CsvType::Float => "float",
+            CsvType::Bool => "bool",
+            CsvType::Str => "str",
+        }
+    }
+}
+
 impl FromStr for CsvType {
     type Err = Error;
     fn from_str(s: &str) -> Result<Self> {
@@ -85,6 +97,8 @@ struct Index {
     names: Vec<Arc<str>>,
     types: Vec<CsvType>,
     delimiter: u8,
+    has_header: bool,
+    on_error: CsvOnError,
     skipped: u64,
 }
 
@@ -224,6 +238,8 @@ impl CsvSource {
                 names: names.into_iter().map(Into::into).collect(),
                 types,
                 delimiter: opts.delimiter,
+                has_header: opts.has_header,
+                on_error: opts.on_error,
                 skipped,
             }),
         })
@@ -281,6 +297,25 @@ impl Source for CsvSource {
     }
     fn len(&self) -> Option<u64> {
         Some(self.index.records.len() as u64)
+    }
+    fn ship(&self) -> Option<serde_json::Value> {
+        // Types resolved here travel explicitly, so a worker never re-infers them differently.
+        let ix = &self.index;
+        let paths: Vec<&str> = ix.files.iter().map(|f| f.name()).collect();
+        let schema: serde_json::Map<String, serde_json::Value> = ix
+            .names
+            .iter()
+            .zip(&ix.types)
+            .map(|(n, t)| (n.to_string(), t.name().into()))
+            .collect();
+        Some(serde_json::json!({
+            "source": "read_csv",
+            "paths": paths,
+            "schema": schema,
+            "delimiter": (ix.delimiter as char).to_string(),
+            "has_header": ix.has_header,
+            "on_error": match ix.on_error { CsvOnError::Raise => "raise", CsvOnError::Skip => "skip" },
+        }))
     }
     fn fields(&self) -> Option<Vec<String>> {
         Some(self.index.names.iter().map(|n| n.to_string()).collect())

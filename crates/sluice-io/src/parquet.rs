@@ -353,6 +353,13 @@ impl Source for ParquetSource {
     fn fields(&self) -> Option<Vec<String>> {
         Some(self.inner.names.iter().map(|n| n.to_string()).collect())
     }
+    fn ship(&self) -> Option<serde_json::Value> {
+        // The expanded list, so a worker reopens exactly these files in this order.
+        let paths: Vec<&str> = self.inner.files.iter().map(|f| f.blob.name()).collect();
+        Some(
+            serde_json::json!({"source": "read_parquet", "paths": paths, "columns": self.inner.columns}),
+        )
+    }
     fn get(&self, index: u64) -> Result<Sample> {
         let fi = locate(&self.inner.file_starts, index);
         let file = &self.inner.files[fi];

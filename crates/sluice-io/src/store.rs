@@ -102,7 +102,8 @@ fn retry() -> RetryConfig {
 fn build_store(base: &str) -> Result<Arc<dyn ObjectStore>> {
     let store: Arc<dyn ObjectStore> = if base.starts_with("s3") {
         let skip_signature = std::env::var("AWS_SKIP_SIGNATURE").is_ok_and(|v| v == "true");
-        if !skip_signature && !(env_set("AWS_ACCESS_KEY_ID") && env_set("AWS_SECRET_ACCESS_KEY")) {
+        let has_keys = env_set("AWS_ACCESS_KEY_ID") && env_set("AWS_SECRET_ACCESS_KEY");
+        if !(skip_signature || has_keys) {
             return Err(Error::invalid(format!(
                 "{base}: no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY \
                  (plus AWS_ENDPOINT_URL and AWS_ALLOW_HTTP=true for an S3-compatible server on \
@@ -239,7 +240,8 @@ impl Blob {
 
     /// `len` bytes at `offset` (one ranged request for remote objects).
     pub fn read_at(&self, offset: u64, len: usize) -> Result<Bytes> {
-        self.read_ranges(&[offset..offset + len as u64])
+        let range = offset..offset + len as u64;
+        self.read_ranges(std::slice::from_ref(&range))
             .map(|mut v| v.pop().unwrap_or_default())
     }
 

@@ -202,6 +202,9 @@ impl Source for WebDatasetSource {
     fn len(&self) -> Option<u64> {
         None
     }
+    fn ship(&self) -> Option<serde_json::Value> {
+        Some(serde_json::json!({"source": "read_webdataset", "paths": *self.shards}))
+    }
     fn random_access(&self) -> bool {
         false
     }

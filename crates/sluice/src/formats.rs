@@ -64,3 +64,38 @@ impl Dataset {
         sink::write_jsonl(self.iter(opts)?, dir, sink)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::{IterOptions, PipelineSpec};
+    use sluice_core::{Sample, Value};
+
+    fn rows(ds: &crate::Dataset) -> Vec<Sample> {
+        ds.iter(&IterOptions::default())
+            .unwrap()
+            .collect::<sluice_core::Result<_>>()
+            .unwrap()
+    }
+
+    /// A source's shipped form is a pipeline-file source that reopens the same samples.
+    #[test]
+    fn shipped_sources_reopen_the_same_samples() {
+        let dir = std::env::temp_dir().join(format!("sluice-ship-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let d = dir.display().to_string();
+        std::fs::write(dir.join("a.csv"), "x,y\n1,\"p,q\"\n2,r\n").unwrap();
+        let items = (0..5).map(|i| Ok(Sample::from_pairs([("id", Value::Int(i))])));
+        sluice_io::sink::write_parquet(items, &format!("{d}/pq"), &Default::default()).unwrap();
+        let sources = [
+            crate::Dataset::read_csv(&[format!("{d}/a.csv")], &Default::default()).unwrap(),
+            crate::Dataset::read_parquet(&[format!("{d}/pq")], Some(&["id".into()])).unwrap(),
+        ];
+        for ds in sources {
+            let shipped = ds.plan().source().ship().expect("ships");
+            let file = serde_json::json!({ "source": shipped }).to_string();
+            let (copy, _) = PipelineSpec::parse(&file, "json").unwrap().build().unwrap();
+            assert_eq!(rows(&copy), rows(&ds));
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -18,11 +18,11 @@ pub mod webdataset;
 
 pub use crate::csv::{CsvOnError, CsvOptions, CsvSource, CsvType};
 pub use crate::parquet::ParquetSource;
+pub use arrow_source::ArrowSource;
 pub use files::{expand_paths, FilesSource, LabelMode};
 pub use lines::{LinesFormat, LinesSource, Utf8Errors};
 pub use sink::SinkOptions;
 pub use store::Blob;
 pub use webdataset::WebDatasetSource;
-pub use arrow_source::ArrowSource;
 // Re-exported so the facade and the bindings use the same arrow types as this crate.
 pub use {arrow_array, arrow_schema};

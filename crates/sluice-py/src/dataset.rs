@@ -225,7 +225,6 @@ impl PyDataset {
             plan: crate::optimizer::parse_plan(plan_json)?,
             processes,
             backends: Backends::default().with(crate::worker::process_backend(py)?),
-            ..Default::default()
         };
         let exec = py.detach(|| self.ds.iter(&opts)).py()?;
         Ok(PyIter::new(exec, self.ds.clone(), opts))

@@ -765,7 +765,7 @@ mod tests {
                 pos: i,
                 ord: 1,
             },
-            path: (i % 2 == 0).then(|| Arc::from(format!("/data/{i}.jpg").as_str())),
+            path: i.is_multiple_of(2).then(|| Arc::from(format!("/data/{i}.jpg").as_str())),
             sample,
         }
     }

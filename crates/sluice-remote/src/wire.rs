@@ -765,7 +765,9 @@ mod tests {
                 pos: i,
                 ord: 1,
             },
-            path: i.is_multiple_of(2).then(|| Arc::from(format!("/data/{i}.jpg").as_str())),
+            path: i
+                .is_multiple_of(2)
+                .then(|| Arc::from(format!("/data/{i}.jpg").as_str())),
             sample,
         }
     }

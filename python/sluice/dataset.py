@@ -394,6 +394,34 @@ def range(n: int) -> Dataset:  # noqa: A001 - the brief's name
 
 
 @_recipe.source
+def mix(
+    datasets: Sequence[Dataset],
+    weights: Sequence[float] | None = None,
+    seed: int | None = None,
+    stop: str = "first_exhausted",
+) -> Dataset:
+    """Interleaves ``datasets`` in proportion to ``weights`` (equal by default):
+    deterministic, and tightly balanced — after any n samples each dataset has contributed
+    within about one sample of ``n × weight`` (smooth weighted round-robin, not coin flips);
+    ``seed`` picks the phase. ``stop``: ``"first_exhausted"`` ends when one dataset runs out,
+    ``"all_exhausted"`` keeps going with the rest, ``"restart"`` starts exhausted ones over
+    until every dataset was used up once. The mix has random access, so ``shuffle``,
+    ``shard``, ``repeat`` and ``state_dict`` work on it; each input must be a source plus
+    deterministic maps (augment after mixing).
+
+    >>> import sluice
+    >>> a = sluice.from_items([{"src": "a"}] * 6)
+    >>> b = sluice.from_items([{"src": "b"}] * 3)
+    >>> "".join(s["src"] for s in sluice.mix([a, b], weights=[2, 1], stop="all_exhausted"))
+    'abaabaaba'
+    """
+    if isinstance(datasets, Dataset) or not all(isinstance(d, Dataset) for d in datasets):
+        raise TypeError("mix needs a list of sluice Datasets")
+    w = None if weights is None else [float(x) for x in weights]
+    return Dataset(_native.mix([d._native for d in datasets], w, _int("seed", seed, 0, allow_none=True) or 0, str(stop)))
+
+
+@_recipe.source
 def from_items(items: Iterable[Any]) -> Dataset:
     """Samples from memory: dicts as they are, anything else as ``{"item": x}``."""
     rows = [x if isinstance(x, dict) else {"item": x} for x in items]

@@ -12,8 +12,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
-use crate::error::{Error, Result, SampleRef};
-use crate::op::{Emit, OpContext};
+use crate::error::{Error, Result};
 use crate::plan::physical::ChainOp;
 use crate::sample::Sample;
 use crate::source::{Source, SourceRef};
@@ -151,39 +150,7 @@ impl CachedSource {
     }
 
     fn compute(&self, index: u64) -> Result<Sample> {
-        let mut s = self.inner.get(index)?;
-        for o in &self.ops {
-            // Deterministic ops ignore their coordinates except to name the sample.
-            let cx = OpContext {
-                seed: 0,
-                epoch: 0,
-                index,
-                sub: 0,
-                op_id: o.op_id,
-            };
-            let path = s.path();
-            s = match o.op.apply(s, &cx) {
-                Ok(Emit::One(s)) => s,
-                Ok(_) => {
-                    return Err(Error::Internal(format!(
-                        "cached op '{}' did not return exactly one sample",
-                        o.op.name()
-                    )))
-                }
-                Err(e) => {
-                    return Err(Error::InSample {
-                        op: o.op.name().to_string(),
-                        sample: SampleRef {
-                            epoch: 0,
-                            index,
-                            path,
-                        },
-                        source: Box::new(e),
-                    })
-                }
-            };
-        }
-        Ok(s)
+        crate::mix::read_mapped(&self.inner, &self.ops, index)
     }
 }
 
@@ -243,7 +210,7 @@ impl Source for CachedSource {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::op::{Op, OpMeta};
+    use crate::op::{Emit, Op, OpContext, OpMeta};
     use crate::source::RangeSource;
     use crate::value::Value;
     use std::sync::atomic::AtomicUsize;

@@ -6,6 +6,7 @@ mod dataset;
 mod errors;
 mod formats;
 mod iter;
+mod mix;
 mod optimizer;
 mod udf;
 mod worker;
@@ -20,6 +21,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     worker::register(m)?;
     formats::register(m)?;
     optimizer::register(m)?;
+    mix::register(m)?;
     m.add("SluiceError", m.py().get_type::<errors::SluiceError>())?;
     m.add("PipelineError", m.py().get_type::<errors::PipelineError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

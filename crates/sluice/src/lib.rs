@@ -11,10 +11,12 @@
 
 mod dataset;
 mod formats;
+mod mixing;
 mod optimize;
 mod spec;
 
 pub use dataset::{Dataset, IterOptions, IterState};
+pub use sluice_core::mix::StopPolicy;
 pub use sluice_core::*;
 pub use sluice_io::{
     arrow_array, arrow_conv::SampleBatches, arrow_schema, CsvOnError, CsvOptions, CsvSource,

@@ -20,6 +20,7 @@ from ._native import Op
 from .formats import FormatsMixin
 
 if TYPE_CHECKING:
+    from .context import Context
     from .optimizer import OptimizerOptions, Plan, Profile
 
 Sample = dict
@@ -198,12 +199,14 @@ class Dataset(FormatsMixin):  # FormatsMixin: write_parquet/jsonl, to_arrow/pand
         chunk_size: int | None = None,
         plan: "Plan | None" = None,
         optimize: "bool | OptimizerOptions" = False,
+        context: "Context | None" = None,
         processes: int | None = None,
     ) -> "Iterator":
         """Starts an iteration. ``num_threads`` is per parallel stage (default: all cores);
         results do not depend on it. ``progress=None`` shows a progress bar on a terminal.
         ``plan=`` runs an optimizer plan; ``optimize=True`` (or ``OptimizerOptions``) profiles,
-        plans and runs in one step — the plan is then ``it.plan``.
+        plans and runs in one step — the plan is then ``it.plan``. ``context=`` says where
+        to run (``sluice.Context(ray_address=...)`` puts element-wise stages on Ray actors).
         ``processes=N`` runs every stage of Python functions in N worker processes (spawned,
         so each has its own GIL; big arrays cross in shared memory); outputs are the same."""
         if optimize and plan is None:
@@ -211,7 +214,8 @@ class Dataset(FormatsMixin):  # FormatsMixin: write_parquet/jsonl, to_arrow/pand
 
             options = optimize if isinstance(optimize, OptimizerOptions) else OptimizerOptions()
             plan = self.optimize(self.profile(samples=100, seconds=5.0, seed=seed), options, seed)
-        native = self._native.iter(
+        start = self._native.iter if context is None else context.starter(self._native)
+        native = start(
             _int("seed", seed, 0),
             _int("num_threads", num_threads, 1, allow_none=True),
             _int("chunk_size", chunk_size, 1, allow_none=True),
@@ -220,6 +224,7 @@ class Dataset(FormatsMixin):  # FormatsMixin: write_parquet/jsonl, to_arrow/pand
         )
         it = Iterator(native, progress)
         it.plan = plan
+        it._context = context
         self._last = weakref.ref(it)
         it._owner = self
         return it
@@ -366,8 +371,11 @@ class Iterator:
         self._native.load_state_dict_json(json.dumps(state))
 
     def stats(self) -> Stats:
-        """Statistics so far."""
-        return Stats(json.loads(self._native.stats_json()), self._native.stats_text())
+        """Statistics so far (with a Ray context: ``stats["remote"]``, per actor and decisions)."""
+        data, text = json.loads(self._native.stats_json()), self._native.stats_text()
+        if getattr(self, "_context", None) is not None:
+            data, text = self._context.add_stats(data, text)
+        return Stats(data, text)
 
     def __reduce__(self) -> tuple:
         # (dataset recipe, iter arguments, state_dict()): the copy resumes after the last output.

@@ -8,6 +8,7 @@ mod formats;
 mod iter;
 mod mix;
 mod optimizer;
+mod remote;
 mod udf;
 mod worker;
 
@@ -21,6 +22,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     worker::register(m)?;
     formats::register(m)?;
     optimizer::register(m)?;
+    remote::register(m)?;
     mix::register(m)?;
     m.add("SluiceError", m.py().get_type::<errors::SluiceError>())?;
     m.add("PipelineError", m.py().get_type::<errors::PipelineError>())?;

@@ -12,6 +12,7 @@
 mod dataset;
 mod formats;
 mod mixing;
+mod offload;
 mod optimize;
 mod spec;
 

@@ -66,7 +66,10 @@ impl fmt::Debug for MixChild {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MixChild")
             .field("source", &self.source.name())
-            .field("ops", &self.ops.iter().map(|o| o.op.name()).collect::<Vec<_>>())
+            .field(
+                "ops",
+                &self.ops.iter().map(|o| o.op.name()).collect::<Vec<_>>(),
+            )
             .finish()
     }
 }
@@ -224,7 +227,7 @@ impl MixSource {
         let mut saved = Vec::new();
         let mut n = 0u64;
         loop {
-            if n % CHECKPOINT_EVERY == 0 {
+            if n.is_multiple_of(CHECKPOINT_EVERY) {
                 saved.push(s.clone());
             }
             if self.step(&mut s).is_none() {
@@ -333,7 +336,9 @@ mod tests {
     }
 
     fn picks(m: &MixSource) -> Vec<(usize, u64)> {
-        (0..m.len().unwrap()).map(|p| m.locate(p).unwrap()).collect()
+        (0..m.len().unwrap())
+            .map(|p| m.locate(p).unwrap())
+            .collect()
     }
 
     #[test]
@@ -345,7 +350,10 @@ mod tests {
             counts[k] += 1.0;
             for i in 0..3 {
                 let ideal = (n + 1) as f64 * w[i];
-                assert!((counts[i] - ideal).abs() <= 1.5, "n={n} child {i}: {counts:?}");
+                assert!(
+                    (counts[i] - ideal).abs() <= 1.5,
+                    "n={n} child {i}: {counts:?}"
+                );
             }
         }
     }
@@ -354,7 +362,11 @@ mod tests {
     fn each_child_index_is_used_once_in_order_and_lengths_follow_the_policy() {
         let kids = || vec![child(30), child(10)];
         let first = MixSource::new(kids(), &[1.0, 1.0], 1, StopPolicy::FirstExhausted).unwrap();
-        assert!((19..=21).contains(&first.len().unwrap()), "{}", first.len().unwrap());
+        assert!(
+            (19..=21).contains(&first.len().unwrap()),
+            "{}",
+            first.len().unwrap()
+        );
         let all = MixSource::new(kids(), &[1.0, 1.0], 1, StopPolicy::AllExhausted).unwrap();
         assert_eq!(all.len(), Some(40));
         let mut seen: Vec<(usize, u64)> = picks(&all);
@@ -372,8 +384,13 @@ mod tests {
     #[test]
     fn seeds_change_the_order_but_not_the_balance() {
         let mk = |seed| {
-            MixSource::new(vec![child(500); 3], &[0.5, 0.3, 0.2], seed, StopPolicy::AllExhausted)
-                .unwrap()
+            MixSource::new(
+                vec![child(500); 3],
+                &[0.5, 0.3, 0.2],
+                seed,
+                StopPolicy::AllExhausted,
+            )
+            .unwrap()
         };
         let (a, b) = (mk(1), mk(2));
         assert_eq!(picks(&a), picks(&mk(1)));

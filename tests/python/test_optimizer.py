@@ -208,3 +208,24 @@ def test_controller_plan_runs_unchanged_output():
     same(outputs(it), outputs(ds.iter(seed=3)))
     for d in it.stats().data.get("controller", []):
         assert d["workers"] >= 1 and d["why"]
+
+
+def _busy(s):
+    # Pure-Python work that holds the GIL (~0.5 ms).
+    x = 0
+    for i in range(20000):
+        x += i * i
+    return {"id": s["id"], "x": x % 1000 + s["id"]}
+
+
+def test_placement_puts_a_dominant_python_stage_on_the_process_pool():
+    import psutil
+
+    ds = sluice.range(64).map(_busy).batch(8)
+    plan = ds.optimize(ds.profile(samples=16))
+    if plan["cpus"] < 2:
+        pytest.skip("one core: no process pool")
+    assert any(s.get("variant") == "pool" and s.get("backend") == "processes" for s in plan.stages), str(plan)
+    assert any("process pool" in d for d in plan.decisions)
+    same(outputs(ds.iter(plan=plan)), outputs(ds.iter()))
+    assert not [c for c in psutil.Process().children(recursive=True) if c.is_running() and c.status() != "zombie"]

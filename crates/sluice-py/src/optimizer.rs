@@ -55,11 +55,19 @@ fn profile_text(json: &str) -> PyResult<String> {
 
 #[pyfunction]
 #[pyo3(signature = (ds, profile_json, options_json, seed=0))]
-fn optimize(ds: &PyDataset, profile_json: &str, options_json: &str, seed: u64) -> PyResult<String> {
+fn optimize(
+    py: Python<'_>,
+    ds: &PyDataset,
+    profile_json: &str,
+    options_json: &str,
+    seed: u64,
+) -> PyResult<String> {
     let profile = Profile::from_json(profile_json).py()?;
     let options = parse_options(options_json)?;
+    // Python runs can always use the process pool, so the placement rule may choose it.
     let iter = IterOptions {
         seed,
+        backends: sluice::exec::Backends::default().with(crate::worker::process_backend(py)?),
         ..Default::default()
     };
     Ok(ds.ds.optimize(&profile, &options, &iter).py()?.to_json())

@@ -4,17 +4,18 @@
 //! count; a global row index then maps to (file, row group, row) by binary search, so
 //! `shuffle()` and `shard()` work on indices without scanning the data. `get` fetches the
 //! projected column chunks of one row group (ranged reads, concurrent for object stores),
-//! decodes them, and keeps the decoded row group in a small per-thread cache: consecutive
-//! indices (a sequential scan, a shard, a batch) decode each row group once.
+//! decodes them, and keeps the decoded row group in a small cache shared by the reader
+//! threads: consecutive indices (a sequential scan, a shard, a batch) decode each row group
+//! once.
 //!
-//! Memory: at most [`CACHED_ROW_GROUPS`] decoded row groups per reader thread. Files written
-//! with row groups of ~10k–100k rows suit random access; a global `shuffle()` over files with
-//! huge row groups decodes a row group per sample and is slow (use `shuffle_buffer` there).
+//! Memory: at most [`CACHED_ROW_GROUPS`] decoded row groups, plus one being decoded per
+//! thread. Files written with row groups of ~10k-100k rows suit random access; a global
+//! `shuffle()` over files with huge row groups decodes a row group per sample and is slow (use
+//! `shuffle_buffer` there).
 
-use std::cell::RefCell;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
@@ -29,15 +30,17 @@ use sluice_core::{Error, Result, Sample, Source, SourceRef};
 use crate::arrow_conv::{normalize, row_to_sample, supported};
 use crate::store::{expand, Blob};
 
-/// Decoded row groups each reader thread keeps.
-pub const CACHED_ROW_GROUPS: usize = 2;
+/// Decoded row groups kept (over all Parquet sources and threads).
+pub const CACHED_ROW_GROUPS: usize = 4;
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 
 type CacheKey = (u64, usize, usize);
-thread_local! {
-    static CACHE: RefCell<Vec<(CacheKey, Arc<RecordBatch>)>> = const { RefCell::new(Vec::new()) };
-}
+/// Recently decoded row groups, shared by all reader threads (most recent last). Shared rather
+/// than per thread because the executor hands consecutive chunks of indices to different
+/// threads (and may resize its pools): a per-thread cache would decode each row group once per
+/// thread that touches it.
+static CACHE: Mutex<Vec<(CacheKey, Arc<RecordBatch>)>> = Mutex::new(Vec::new());
 
 /// Parquet reads through [`Blob`]: `get_bytes` is one ranged read (enough for the footer).
 struct BlobChunks<'a>(&'a Blob);
@@ -312,25 +315,28 @@ impl ParquetSource {
             .map_err(|e| Error::Internal(e.to_string()))
     }
 
-    /// The decoded row group, from this thread's cache when it is there.
+    /// The decoded row group, from the cache when it is there.
     fn row_group(&self, fi: usize, rg: usize) -> Result<Arc<RecordBatch>> {
         let key = (self.inner.id, fi, rg);
-        if let Some(hit) = CACHE.with(|c| {
-            c.borrow()
-                .iter()
-                .find(|(k, _)| *k == key)
-                .map(|(_, b)| b.clone())
-        }) {
-            return Ok(hit);
-        }
-        let batch = Arc::new(self.decode(fi, rg)?);
-        CACHE.with(|c| {
-            let mut c = c.borrow_mut();
-            if c.len() >= CACHED_ROW_GROUPS {
-                c.remove(0);
+        let lock = || CACHE.lock().unwrap_or_else(|p| p.into_inner());
+        {
+            let mut cache = lock();
+            if let Some(i) = cache.iter().position(|(k, _)| *k == key) {
+                let hit = cache.remove(i);
+                let batch = hit.1.clone();
+                cache.push(hit);
+                return Ok(batch);
             }
-            c.push((key, batch.clone()));
-        });
+        }
+        // Decoded outside the lock: other threads keep reading cached row groups meanwhile.
+        let batch = Arc::new(self.decode(fi, rg)?);
+        let mut cache = lock();
+        if !cache.iter().any(|(k, _)| *k == key) {
+            if cache.len() >= CACHED_ROW_GROUPS {
+                cache.remove(0);
+            }
+            cache.push((key, batch.clone()));
+        }
         Ok(batch)
     }
 }

@@ -123,10 +123,20 @@ class Dataset(FormatsMixin):  # FormatsMixin: write_parquet/jsonl, to_arrow/pand
         return Dataset(self._native.map_batches_udf(fn, name or _name(fn), _int("batch_size", batch_size, 1)))
 
     @_recipe.step
-    def batch(self, size: int, drop_last: bool = False) -> "Dataset":
+    def batch(self, size: int, drop_last: bool = False, *, pad: "dict[str, float] | None" = None) -> "Dataset":
         """Stacks ``size`` samples into one batch: arrays gain a leading dimension; strings,
-        bytes and ragged arrays become lists."""
-        return Dataset(self._native.batch(_int("batch size", size, 1), bool(drop_last)))
+        bytes and ragged arrays become lists. ``pad={"input_ids": 0, "attention_mask": 0}``
+        first pads those fields along their first axis to the longest in the batch.
+
+        >>> import sluice, numpy as np
+        >>> ds = sluice.from_items([{"ids": np.arange(n)} for n in (1, 3, 2)])
+        >>> next(iter(ds.batch(3, pad={"ids": -1})))["ids"].tolist()
+        [[0, -1, -1], [0, 1, 2], [0, 1, -1]]
+        """
+        if pad is not None and not isinstance(pad, dict):
+            raise TypeError("pad must be a dict {field: pad value}")
+        pairs = None if not pad else [(str(k), float(v)) for k, v in pad.items()]
+        return Dataset(self._native.batch(_int("batch size", size, 1), bool(drop_last), pairs))
 
     @_recipe.step
     def shuffle(self, seed: int | None = None) -> "Dataset":

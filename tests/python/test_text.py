@@ -95,3 +95,21 @@ def test_bad_input(tmp_path, corpus):
     with pytest.raises(TypeError, match="str"):
         train("bpe", lines, tmp_path / "t.json")
         list(sluice.range(2).map(T.tokenize(tmp_path / "t.json", field="id")))
+
+
+def test_batch_pads_token_ids_and_masks_to_the_longest(corpus, tmp_path):
+    d, lines = corpus
+    train("bpe", lines, tmp_path / "bpe.json")
+    ds = sluice.read_text(str(d / "lines.txt")).map(T.tokenize(str(tmp_path / "bpe.json"), attention_mask="attention_mask")).limit(16)
+    samples = list(ds)
+    b = next(iter(ds.batch(16, pad={"input_ids": 0, "attention_mask": 0})))
+    longest = max(len(s["input_ids"]) for s in samples)
+    assert b["input_ids"].shape == (16, longest) and b["attention_mask"].shape == (16, longest)
+    for row, mask, s in zip(b["input_ids"], b["attention_mask"], samples):
+        n = len(s["input_ids"])
+        assert row[:n].tolist() == list(s["input_ids"]) and not row[n:].any()
+        assert mask.sum() == n
+    with pytest.raises(TypeError, match="array"):
+        next(iter(sluice.from_items([{"t": "a"}]).batch(1, pad={"t": 0})))
+    with pytest.raises(TypeError, match="dict"):
+        sluice.range(3).batch(2, pad=0)

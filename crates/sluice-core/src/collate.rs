@@ -39,6 +39,73 @@ pub fn collate(samples: &[Sample]) -> Result<Sample> {
     Ok(out)
 }
 
+/// Pads each `(field, value)` along its first axis to the longest in `samples`, so ragged
+/// sequences (token ids, masks) stack into one array. Other axes must agree.
+///
+/// ```
+/// use sluice_core::{collate::pad_to_longest, Sample, Tensor, TensorData, Value};
+/// let ids = |v: Vec<i64>| Sample::from_pairs([("ids", Value::Tensor(Tensor::new(vec![v.len()], TensorData::I64(v)).unwrap()))]);
+/// let mut batch = vec![ids(vec![1, 2, 3]), ids(vec![4])];
+/// pad_to_longest(&mut batch, &[("ids".into(), 0.0)])?;
+/// let b = sluice_core::collate(&batch)?;
+/// match b.get("ids") { Some(Value::Tensor(t)) => assert_eq!(t.shape(), &[2, 3]), _ => unreachable!() }
+/// # Ok::<(), sluice_core::Error>(())
+/// ```
+pub fn pad_to_longest(samples: &mut [Sample], pads: &[(String, f64)]) -> Result<()> {
+    for (field, value) in pads {
+        let mut longest = 0;
+        for s in samples.iter() {
+            match s.get(field) {
+                Some(Value::Tensor(t)) if !t.shape().is_empty() => {
+                    longest = longest.max(t.shape()[0])
+                }
+                Some(other) => {
+                    return Err(Error::type_error(format!(
+                        "batch(pad=...): field '{field}' must be an array with at least one \
+                         dimension, got {}",
+                        other.kind()
+                    )))
+                }
+                None => {
+                    return Err(Error::data(format!(
+                        "batch(pad=...): field '{field}' is missing from some samples"
+                    )))
+                }
+            }
+        }
+        for s in samples.iter_mut() {
+            let Some(Value::Tensor(t)) = s.get_mut(field) else {
+                continue;
+            };
+            let len = t.shape()[0];
+            if len == longest {
+                continue;
+            }
+            let row: usize = t.shape()[1..].iter().product();
+            let extra = (longest - len) * row;
+            let mut shape = t.shape().to_vec();
+            shape[0] = longest;
+            let mut data = t.data().clone();
+            let v = *value;
+            match &mut data {
+                TensorData::Bool(d) => d.extend(std::iter::repeat_n(v != 0.0, extra)),
+                TensorData::U8(d) => d.extend(std::iter::repeat_n(v as u8, extra)),
+                TensorData::I8(d) => d.extend(std::iter::repeat_n(v as i8, extra)),
+                TensorData::U16(d) => d.extend(std::iter::repeat_n(v as u16, extra)),
+                TensorData::I16(d) => d.extend(std::iter::repeat_n(v as i16, extra)),
+                TensorData::U32(d) => d.extend(std::iter::repeat_n(v as u32, extra)),
+                TensorData::I32(d) => d.extend(std::iter::repeat_n(v as i32, extra)),
+                TensorData::U64(d) => d.extend(std::iter::repeat_n(v as u64, extra)),
+                TensorData::I64(d) => d.extend(std::iter::repeat_n(v as i64, extra)),
+                TensorData::F32(d) => d.extend(std::iter::repeat_n(v as f32, extra)),
+                TensorData::F64(d) => d.extend(std::iter::repeat_n(v, extra)),
+            }
+            *t = Tensor::new(shape, data)?;
+        }
+    }
+    Ok(())
+}
+
 fn stack_column(column: &[&Value]) -> Result<Value> {
     let n = column.len();
     let all = |f: fn(&Value) -> bool| column.iter().all(|v| f(v));

@@ -157,8 +157,17 @@ impl PyDataset {
         });
         wrap(self.ds.map_batches(op, batch_size))
     }
-    fn batch(&self, size: usize, drop_last: bool) -> PyResult<PyDataset> {
-        wrap(self.ds.batch(size, drop_last))
+    #[pyo3(signature = (size, drop_last, pad=None))]
+    fn batch(
+        &self,
+        size: usize,
+        drop_last: bool,
+        pad: Option<Vec<(String, f64)>>,
+    ) -> PyResult<PyDataset> {
+        match pad {
+            Some(pad) if !pad.is_empty() => wrap(self.ds.batch_padded(size, drop_last, pad)),
+            _ => wrap(self.ds.batch(size, drop_last)),
+        }
     }
     #[pyo3(signature = (seed=None))]
     fn shuffle(&self, seed: Option<u64>) -> PyResult<PyDataset> {

@@ -162,6 +162,18 @@ impl Dataset {
             drop_last,
         )?)))
     }
+    /// Like [`Dataset::batch`], first padding each `(field, value)` along its first axis to
+    /// the longest in the batch (ragged token ids and masks stack into one array).
+    pub fn batch_padded(
+        &self,
+        size: usize,
+        drop_last: bool,
+        pad: Vec<(String, f64)>,
+    ) -> Result<Self> {
+        Ok(Dataset::wrap(LogicalPlan::Batch(
+            BatchNode::try_new(self.input(), size, drop_last)?.with_pad(pad),
+        )))
+    }
     /// Global per-epoch shuffle of a random-access pipeline.
     pub fn shuffle(&self, seed: Option<u64>) -> Result<Self> {
         Ok(Dataset::wrap(LogicalPlan::Shuffle(ShuffleNode::try_new(

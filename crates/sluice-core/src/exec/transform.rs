@@ -117,10 +117,12 @@ pub(crate) fn make_transform(
             size,
             drop_last,
             per_epoch,
+            pad,
         } => Box::new(Batch {
             size: *size,
             drop_last: *drop_last,
             per_epoch: *per_epoch,
+            pad: pad.clone(),
             pending: Vec::with_capacity(*size),
         }),
         StageKind::Unbatch => Box::new(Unbatch),
@@ -272,6 +274,7 @@ struct Batch {
     size: usize,
     drop_last: bool,
     per_epoch: bool,
+    pad: Vec<(String, f64)>,
     pending: Vec<Item>,
 }
 
@@ -287,7 +290,10 @@ impl Batch {
         let mut batch = Item::at(first.epoch, first.index, first.source_index, last.cursor);
         batch.sub = first.sub;
         batch.rows = items.iter().map(|i| i.rows).sum();
-        let samples: Vec<Sample> = items.into_iter().map(|i| i.sample).collect();
+        let mut samples: Vec<Sample> = items.into_iter().map(|i| i.sample).collect();
+        if !self.pad.is_empty() {
+            crate::collate::pad_to_longest(&mut samples, &self.pad)?;
+        }
         batch.sample = collate(&samples)?;
         out.push(vec![batch]);
         self.pending = Vec::with_capacity(self.size);

@@ -87,6 +87,8 @@ pub struct BatchNode {
     pub input: Arc<LogicalPlan>,
     pub size: usize,
     pub drop_last: bool,
+    /// Fields padded along their first axis to the longest in the batch, with a value.
+    pub pad: Vec<(String, f64)>,
     pub schema: Schema,
 }
 
@@ -278,8 +280,14 @@ impl BatchNode {
             input,
             size,
             drop_last,
+            pad: Vec::new(),
             schema,
         })
+    }
+    /// Pads `fields` (name, value) to the longest in each batch before stacking.
+    pub fn with_pad(mut self, pad: Vec<(String, f64)>) -> Self {
+        self.pad = pad;
+        self
     }
 }
 
@@ -450,7 +458,13 @@ impl LogicalPlan {
             LogicalPlan::MapBatches(n) => {
                 format!("map_batches({}, batch_size={})", n.op.name(), n.batch_size)
             }
-            LogicalPlan::Batch(n) => format!("batch({}, drop_last={})", n.size, n.drop_last),
+            LogicalPlan::Batch(n) if n.pad.is_empty() => {
+                format!("batch({}, drop_last={})", n.size, n.drop_last)
+            }
+            LogicalPlan::Batch(n) => format!(
+                "batch({}, drop_last={}, pad={:?})",
+                n.size, n.drop_last, n.pad
+            ),
             LogicalPlan::Shuffle(n) => format!("shuffle(seed={:?})", n.seed),
             LogicalPlan::ShuffleBuffer(n) => format!("shuffle_buffer({})", n.size),
             LogicalPlan::Shard(n) => format!(

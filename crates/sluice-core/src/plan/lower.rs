@@ -146,6 +146,7 @@ pub fn lower(plan: &Arc<LogicalPlan>, opts: &LowerOptions) -> Result<PhysicalPla
                             size: n.size,
                             drop_last: n.drop_last,
                             per_epoch: repeat_after_batch,
+                            pad: n.pad.clone(),
                         },
                         Variant::Threads { threads: 1 },
                     )),
@@ -155,6 +156,7 @@ pub fn lower(plan: &Arc<LogicalPlan>, opts: &LowerOptions) -> Result<PhysicalPla
                                 size: n.batch_size,
                                 drop_last: false,
                                 per_epoch: true,
+                                pad: Vec::new(),
                             },
                             Variant::Threads { threads: 1 },
                         ));

@@ -85,6 +85,9 @@ pub enum StageKind {
         size: usize,
         drop_last: bool,
         per_epoch: bool,
+        /// Fields padded to the longest in the batch (name, pad value).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        pad: Vec<(String, f64)>,
     },
     /// Split batches back into samples.
     Unbatch,

@@ -207,6 +207,7 @@ def main() -> None:
     out = HERE / "results"
     out.mkdir(exist_ok=True)
     meta = {"rounds": args.rounds, "threads": args.threads, "cpu_count": os.cpu_count(),
+            "load_avg_at_end": os.getloadavg(),
             "pyarrow": pa.__version__, "command": " ".join([Path(sys.executable).name] + sys.argv)}
     (out / "formats.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     lines = ["| case | samples | median s | samples/s | MiB/s | ratio | vs |", "|---|---|---|---|---|---|---|"]

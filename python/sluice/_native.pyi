@@ -109,3 +109,24 @@ def default_optimizer_options() -> str: ...
 
 # Weighted interleave (crates/sluice-py/src/mix.rs).
 def mix(datasets: list[Dataset], weights: list[float] | None, seed: int, stop: str) -> Dataset: ...
+
+# Ray / Python-implemented pools (crates/sluice-py/src/remote.rs)
+def offload_plan(
+    ds: Dataset,
+    seed: int,
+    num_threads: int | None,
+    chunk_size: int | None,
+    backend: str,
+    workers: int,
+    plan_json: str | None = None,
+) -> str: ...
+def iter_offloaded(
+    ds: Dataset,
+    seed: int,
+    num_threads: int | None,
+    chunk_size: int | None,
+    backend: str,
+    factory: Callable[[str, int, str], Any],
+    workers: int,
+    plan_json: str | None = None,
+) -> Iterator: ...

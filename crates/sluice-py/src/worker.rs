@@ -3,15 +3,13 @@
 //! Translation only: the protocol, the pool and the stage rebuild live in `sluice-remote`;
 //! here are the Python pieces they need (unpickling UDFs, carrying exceptions).
 
-use std::io::{Read, Write};
 use std::os::fd::FromRawFd;
 use std::sync::Arc;
 
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use sluice::{ElemMode, Error, ExternalError, OpRef, Result};
-use sluice_remote::pool::{read_frame, write_frame};
-use sluice_remote::wire::{encode_reply, Output};
+use sluice_remote::pool::serve;
 use sluice_remote::{ExternalCodec, ProcessBackend, StageRunner};
 
 use crate::errors::{from_py, IntoPy, PyErrBox};
@@ -127,33 +125,8 @@ fn _serve_worker(py: Python<'_>, fd_in: i32, fd_out: i32) -> PyResult<()> {
             std::fs::File::from_raw_fd(fd_out),
         )
     };
-    py.detach(|| serve(&mut input, &mut output))
+    py.detach(|| serve(&mut input, &mut output, &load_udf, Some(codec())))
         .map_err(|e| pyo3::exceptions::PyOSError::new_err(e.to_string()))
-}
-
-fn serve(input: &mut impl Read, output: &mut impl Write) -> std::io::Result<()> {
-    let Some(init) = read_frame(input)? else {
-        return Ok(());
-    };
-    let runner = std::str::from_utf8(&init)
-        .map_err(|e| Error::Internal(format!("init is not UTF-8: {e}")))
-        .and_then(|init| StageRunner::new(init, &load_udf, Some(codec())));
-    let runner = match runner {
-        Ok(r) => {
-            write_frame(output, &encode_reply(&Ok(Output::default()), None, None))?;
-            r
-        }
-        Err(e) => {
-            // Report why, then stop: the main process raises it.
-            let codec = codec();
-            write_frame(output, &encode_reply(&Err(e), None, Some(&*codec)))?;
-            return Ok(());
-        }
-    };
-    while let Some(frame) = read_frame(input)? {
-        write_frame(output, &runner.run(&frame))?;
-    }
-    Ok(())
 }
 
 /// The `processes` backend: each worker runs `sys.executable -m sluice._worker`, seeing

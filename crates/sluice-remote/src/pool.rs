@@ -24,8 +24,8 @@ use sluice_core::exec::{Backend, Chunk, StageWork, Workers};
 use sluice_core::{Error, Result};
 
 use crate::shm::{ShmConfig, ShmWriter};
-use crate::stage::RemoteStage;
-use crate::wire::{self, ExternalCodec};
+use crate::stage::{OpLoader, RemoteStage, StageRunner};
+use crate::wire::{self, ExternalCodec, Output};
 
 /// Frames larger than this are refused (a corrupt length must not allocate gigabytes).
 pub const MAX_FRAME: u64 = 1 << 32;
@@ -70,6 +70,41 @@ pub fn read_frame(r: &mut impl Read) -> io::Result<Option<Vec<u8>>> {
     let mut buf = vec![0u8; len as usize];
     r.read_exact(&mut buf)?;
     Ok(Some(buf))
+}
+
+/// A worker's loop: the first frame is the stage's init JSON (answered with an empty reply
+/// or the error that stopped the rebuild), then request frames until end of input, each
+/// answered with a reply frame. `load_op` and `codec` are the runtime's hooks (Python UDFs).
+pub fn serve(
+    input: &mut impl Read,
+    output: &mut impl Write,
+    load_op: &OpLoader,
+    codec: Option<Arc<dyn ExternalCodec>>,
+) -> io::Result<()> {
+    let Some(init) = read_frame(input)? else {
+        return Ok(());
+    };
+    let runner = std::str::from_utf8(&init)
+        .map_err(|e| Error::Internal(format!("init is not UTF-8: {e}")))
+        .and_then(|init| StageRunner::new(init, load_op, codec.clone()));
+    let runner = match runner {
+        Ok(r) => {
+            write_frame(
+                output,
+                &wire::encode_reply(&Ok(Output::default()), None, None),
+            )?;
+            r
+        }
+        Err(e) => {
+            // Report why, then stop: the main process raises it.
+            write_frame(output, &wire::encode_reply(&Err(e), None, codec.as_deref()))?;
+            return Ok(());
+        }
+    };
+    while let Some(frame) = read_frame(input)? {
+        write_frame(output, &runner.run(&frame))?;
+    }
+    Ok(())
 }
 
 type SpawnRequest = (Command, Sender<io::Result<Child>>);

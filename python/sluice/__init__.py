@@ -22,8 +22,8 @@ from .dataset import (
 from . import audio, image, ops, text
 from .ingest import check_ingest
 from .context import Context
-from .optimizer import OptimizerOptions, Plan, Profile
 from .formats import from_arrow, from_pandas, read_csv, read_parquet, read_webdataset
+from .optimizer import OptimizerOptions, Plan, Profile
 
 __all__ = [
     "Context",

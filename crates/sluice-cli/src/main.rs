@@ -79,6 +79,27 @@ enum Command {
         #[arg(long)]
         out: Option<String>,
     },
+    /// The ingest checker (Ray AIR's DummyTrainer): read like a training loop that spends
+    /// --consumer-delay-ms per batch and report how long it waited for each batch.
+    Bench {
+        /// Pipeline file (.toml or .json).
+        pipeline: String,
+        /// Passes over the pipeline (each with seed + epoch).
+        #[arg(long, default_value_t = 1)]
+        epochs: u64,
+        /// Outputs to read per epoch (default: all).
+        #[arg(long)]
+        batches: Option<u64>,
+        /// Milliseconds the dummy trainer spends on each batch.
+        #[arg(long, default_value_t = 0.0)]
+        consumer_delay_ms: f64,
+        /// Run this optimizer plan.
+        #[arg(long)]
+        plan: Option<String>,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Profile a pipeline op by op: CPU time per sample, bytes in/out, selectivity.
     Profile {
         /// Pipeline file (.toml or .json).
@@ -120,6 +141,45 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<(), sluice::Error> {
     match cli.command {
+        Command::Bench {
+            pipeline,
+            epochs,
+            batches,
+            consumer_delay_ms,
+            plan,
+            json,
+        } => {
+            if epochs == 0 || batches == Some(0) || consumer_delay_ms < 0.0 {
+                return Err(sluice::Error::invalid(
+                    "epochs and batches must be >= 1 and the delay >= 0",
+                ));
+            }
+            let (ds, mut opts) = PipelineSpec::load(&pipeline)?.build()?;
+            if let Some(path) = plan {
+                opts.plan = Some(Plan::from_json(&read(&path)?)?.into());
+            }
+            let report = bench(&ds, &opts, epochs, batches, consumer_delay_ms)?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&report).unwrap_or_default()
+                );
+            } else {
+                println!(
+                    "{} epochs, {} batches, {} samples, {:.1} MiB in {:.2} s: {:.0} samples/s, \
+                     {:.1} MiB/s\nbatch wait: P50 {:.3} ms, P95 {:.3} ms, max {:.3} ms; peak RSS {:.0} MiB",
+                    report["epochs"], report["batches"], report["samples"],
+                    report["mib"].as_f64().unwrap_or(0.0), report["seconds"].as_f64().unwrap_or(0.0),
+                    report["samples_per_s"].as_f64().unwrap_or(0.0),
+                    report["mib_per_s"].as_f64().unwrap_or(0.0),
+                    report["wait_p50_ms"].as_f64().unwrap_or(0.0),
+                    report["wait_p95_ms"].as_f64().unwrap_or(0.0),
+                    report["wait_max_ms"].as_f64().unwrap_or(0.0),
+                    report["peak_rss_mib"].as_f64().unwrap_or(0.0),
+                );
+            }
+            Ok(())
+        }
         Command::Profile {
             pipeline,
             samples,
@@ -254,4 +314,75 @@ fn run(cli: Cli) -> Result<(), sluice::Error> {
             Ok(())
         }
     }
+}
+
+/// Reads `epochs` passes like a training loop and measures its waits.
+fn bench(
+    ds: &sluice::Dataset,
+    opts: &sluice::IterOptions,
+    epochs: u64,
+    batches: Option<u64>,
+    delay_ms: f64,
+) -> Result<serde_json::Value, sluice::Error> {
+    let mut waits: Vec<f64> = Vec::new();
+    let (mut samples, mut bytes) = (0u64, 0u64);
+    let t0 = Instant::now();
+    for epoch in 0..epochs {
+        let mut o = opts.clone();
+        o.seed = opts.seed + epoch;
+        let mut exec = ds.iter(&o)?;
+        let mut n = 0;
+        while batches.is_none_or(|b| n < b) {
+            let t = Instant::now();
+            let Some(out) = exec.next() else { break };
+            let out = out?;
+            waits.push(t.elapsed().as_secs_f64() * 1e3);
+            bytes += out.nbytes() as u64;
+            samples += out.iter().next().map_or(1, |(_, v)| match v {
+                sluice::Value::Tensor(t) if !t.shape().is_empty() => t.shape()[0] as u64,
+                sluice::Value::List(l) => l.len() as u64,
+                _ => 1,
+            });
+            n += 1;
+            if delay_ms > 0.0 {
+                std::thread::sleep(Duration::from_secs_f64(delay_ms / 1e3));
+            }
+        }
+        exec.close(Duration::from_secs(5));
+    }
+    let secs = t0.elapsed().as_secs_f64().max(1e-9);
+    let mut sorted = waits.clone();
+    sorted.sort_by(f64::total_cmp);
+    let pct = |p: f64| {
+        sorted
+            .get(((sorted.len().max(1) - 1) as f64 * p).round() as usize)
+            .copied()
+            .unwrap_or(0.0)
+    };
+    let mib = bytes as f64 / (1 << 20) as f64;
+    Ok(serde_json::json!({
+        "epochs": epochs,
+        "batches": waits.len(),
+        "samples": samples,
+        "mib": mib,
+        "seconds": secs,
+        "samples_per_s": samples as f64 / secs,
+        "mib_per_s": mib / secs,
+        "wait_p50_ms": pct(0.5),
+        "wait_p95_ms": pct(0.95),
+        "wait_max_ms": sorted.last().copied().unwrap_or(0.0),
+        "peak_rss_mib": peak_rss_mib(),
+    }))
+}
+
+/// Peak resident memory of this process (Linux: VmHWM), in MiB.
+fn peak_rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kib| kib / 1024.0)
 }

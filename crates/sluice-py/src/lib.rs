@@ -22,8 +22,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     worker::register(m)?;
     formats::register(m)?;
     optimizer::register(m)?;
-    remote::register(m)?;
     mix::register(m)?;
+    remote::register(m)?;
     m.add("SluiceError", m.py().get_type::<errors::SluiceError>())?;
     m.add("PipelineError", m.py().get_type::<errors::PipelineError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -71,9 +71,10 @@ mod tests {
         input.cpus = 4;
         let full = optimize_physical(&input).unwrap();
         assert_eq!(full.plan.stages[0].variant, Variant::Threads { threads: 4 });
-        // ~2500 samples/s per worker: 2000/s needs one.
+        // ~2500 samples/s per worker: 1000/s needs one, with room for a loaded machine
+        // measuring up to twice the CPU per sample.
         let opts = OptimizerOptions {
-            est_throughput: Some(2000.0),
+            est_throughput: Some(1000.0),
             ..Default::default()
         };
         let mut input = OptimizeInput::for_test(&plan, &opts);
@@ -81,7 +82,7 @@ mod tests {
         let lean = optimize_physical(&input).unwrap();
         assert_eq!(lean.plan.stages[0].variant, Variant::Threads { threads: 1 });
         assert!(
-            lean.prediction.throughput >= 2000.0,
+            lean.prediction.throughput >= 1000.0,
             "{:?}",
             lean.prediction
         );

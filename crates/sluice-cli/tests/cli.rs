@@ -1,0 +1,79 @@
+//! The `sluice` binary end to end on the example pipeline and images.
+
+use std::process::Command;
+
+fn sluice(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(args)
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+        .output()
+        .expect("run sluice");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn profile_plan_run_and_bench_a_pipeline_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let (prof, plan) = (
+        dir.path().join("p.json").display().to_string(),
+        dir.path().join("plan.json").display().to_string(),
+    );
+    let (ok, out, err) = sluice(&[
+        "profile",
+        "examples/pipeline.toml",
+        "--samples",
+        "8",
+        "--out",
+        &prof,
+    ]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("read_images") && out.contains("select"),
+        "{out}"
+    );
+    let (ok, out, err) = sluice(&[
+        "plan",
+        "examples/pipeline.toml",
+        "--optimize",
+        "--profile",
+        &prof,
+        "--out",
+        &plan,
+    ]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("predicted") && out.contains("bottleneck"),
+        "{out}"
+    );
+    let (ok, out, err) = sluice(&[
+        "run",
+        "examples/pipeline.toml",
+        "--plan",
+        &plan,
+        "--limit",
+        "3",
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.contains("consumer: 3 outputs"), "{out}");
+    let (ok, out, err) = sluice(&[
+        "bench",
+        "examples/pipeline.toml",
+        "--batches",
+        "4",
+        "--epochs",
+        "2",
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(report["batches"], 8);
+    assert!(report["wait_p95_ms"].as_f64().unwrap() >= 0.0);
+    let (ok, _, err) = sluice(&["bench", "examples/pipeline.toml", "--epochs", "0"]);
+    assert!(!ok && err.contains("epochs"), "{err}");
+    let (ok, _, err) = sluice(&["run", "examples/pipeline.toml", "--plan", &prof]);
+    assert!(!ok && err.contains("not a sluice plan"), "{err}");
+}

@@ -7,10 +7,10 @@
 //! specs), so re-iterating a dataset reuses its cache while a changed pipeline gets a fresh
 //! one and never reads stale samples.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, RwLock};
 
 use crate::error::{Error, Result};
 use crate::plan::physical::ChainOp;
@@ -25,6 +25,10 @@ const MAX_CACHES: usize = 8;
 pub struct CacheStore {
     samples: RwLock<HashMap<u64, Sample>>,
     bytes: AtomicU64,
+    /// Indices some thread is computing now: a second reader waits for that result instead
+    /// of computing it again (epochs overlap in a parallel read stage).
+    computing: Mutex<HashSet<u64>>,
+    computed: Condvar,
     /// Reads answered from memory, and reads that had to compute.
     pub hits: AtomicU64,
     pub misses: AtomicU64,
@@ -169,16 +173,46 @@ impl Source for CachedSource {
         None
     }
     fn get(&self, index: u64) -> Result<Sample> {
-        if let Some(s) = self
-            .store
-            .samples
-            .read()
-            .ok()
-            .and_then(|m| m.get(&index).cloned())
-        {
+        let cached = || {
+            self.store
+                .samples
+                .read()
+                .ok()
+                .and_then(|m| m.get(&index).cloned())
+        };
+        if let Some(s) = cached() {
             self.store.hits.fetch_add(1, Relaxed);
             return Ok(s);
         }
+        {
+            let mut busy = self
+                .store
+                .computing
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            while busy.contains(&index) {
+                busy = self
+                    .store
+                    .computed
+                    .wait(busy)
+                    .unwrap_or_else(|p| p.into_inner());
+            }
+            if let Some(s) = cached() {
+                self.store.hits.fetch_add(1, Relaxed);
+                return Ok(s);
+            }
+            busy.insert(index);
+        }
+        // Whatever happens below (an error, a full budget), the waiters are released.
+        struct Done<'a>(&'a CacheStore, u64);
+        impl Drop for Done<'_> {
+            fn drop(&mut self) {
+                let mut busy = self.0.computing.lock().unwrap_or_else(|p| p.into_inner());
+                busy.remove(&self.1);
+                self.0.computed.notify_all();
+            }
+        }
+        let _done = Done(&self.store, index);
         self.store.misses.fetch_add(1, Relaxed);
         let s = self.compute(index)?;
         let size = s.nbytes() as u64;

@@ -149,6 +149,19 @@ def test_keyboard_interrupt_reaches_consumer():
     assert "interrupted" in r.stdout, r.stderr
 
 
+def test_keyboard_interrupt_in_a_udf_is_never_skipped_or_wrapped():
+    # Raised inside the function (as Ctrl-C does) with on_error="skip": the run stops with
+    # the KeyboardInterrupt itself, not a PipelineError and not a counted skip.
+    def udf(s):
+        if s["id"] == 5:
+            raise KeyboardInterrupt
+        return s
+
+    for threads in (1, 2):
+        with pytest.raises(KeyboardInterrupt):
+            list(sluice.range(100).map(udf, on_error="skip").iter(num_threads=threads))
+
+
 def test_worker_error_shuts_down_cleanly():
     r = run_py(
         """

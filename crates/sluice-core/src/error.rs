@@ -80,6 +80,13 @@ pub enum Error {
     /// The iteration was cancelled (the consumer went away).
     #[error("cancelled")]
     Cancelled,
+    /// User code was interrupted (Python: `KeyboardInterrupt`, `SystemExit`): not a failure
+    /// of the sample, so it is never skipped nor wrapped, and the original is re-raised.
+    #[error("{message}")]
+    Interrupted {
+        message: String,
+        source: ExternalError,
+    },
     /// A bug in sluice.
     #[error("internal error (a sluice bug, please report): {0}")]
     Internal(String),

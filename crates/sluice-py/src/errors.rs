@@ -46,19 +46,23 @@ impl fmt::Display for PyErrBox {
 
 impl std::error::Error for PyErrBox {}
 
-/// Wraps a Python exception raised by user code.
+/// Wraps a Python exception raised by user code; `KeyboardInterrupt` and the other
+/// `BaseException`s that are not `Exception`s become [`Error::Interrupted`].
 pub fn from_py(err: PyErr) -> Error {
+    let interrupt = Python::attach(|py| !err.is_instance_of::<pyo3::exceptions::PyException>(py));
     let boxed = PyErrBox(err);
-    Error::External {
-        message: boxed.to_string(),
-        source: Arc::new(boxed),
+    let (message, source) = (boxed.to_string(), Arc::new(boxed));
+    if interrupt {
+        Error::Interrupted { message, source }
+    } else {
+        Error::External { message, source }
     }
 }
 
 /// The original Python exception inside an error, if any.
 fn original(py: Python<'_>, e: &Error) -> Option<PyErr> {
     match e.root() {
-        Error::External { source, .. } => {
+        Error::External { source, .. } | Error::Interrupted { source, .. } => {
             source.downcast_ref::<PyErrBox>().map(|b| b.0.clone_ref(py))
         }
         _ => None,
@@ -70,6 +74,12 @@ pub fn to_py(e: Error) -> PyErr {
     Python::attach(|py| {
         let msg = e.to_string();
         let err = match (&e, e.root()) {
+            (_, Error::Interrupted { .. }) => {
+                if let Some(orig) = original(py, &e) {
+                    return orig;
+                }
+                pyo3::exceptions::PyKeyboardInterrupt::new_err(msg)
+            }
             (_, Error::InvalidArgument(_)) => PyValueError::new_err(msg),
             (_, Error::Type(_)) => PyTypeError::new_err(msg),
             (_, Error::FileNotFound(_)) => PyFileNotFoundError::new_err(msg),

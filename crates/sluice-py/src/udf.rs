@@ -102,9 +102,18 @@ impl Op for PyUdf {
     }
     fn apply_many(&self, inputs: Vec<(Sample, OpContext)>) -> Vec<Result<Emit>> {
         Python::attach(|py| {
+            let mut interrupted = false;
             inputs
                 .into_iter()
-                .map(|(s, cx)| self.call(py, s, &cx))
+                .map(|(s, cx)| {
+                    // After Ctrl-C the rest of the chunk is not run.
+                    if interrupted {
+                        return Err(Error::Cancelled);
+                    }
+                    let r = self.call(py, s, &cx);
+                    interrupted = matches!(r, Err(Error::Interrupted { .. }));
+                    r
+                })
                 .collect()
         })
     }

@@ -256,8 +256,12 @@ impl<'a> Enc<'a> {
                 self.u8(5);
                 self.str(m);
             }
-            Error::External { message, source } => {
-                self.u8(6);
+            Error::External { message, source } | Error::Interrupted { message, source } => {
+                self.u8(if matches!(e, Error::Interrupted { .. }) {
+                    10
+                } else {
+                    6
+                });
                 self.str(message);
                 match codec.and_then(|c| c.encode(source)) {
                     Some(p) => {
@@ -671,7 +675,7 @@ impl<'a> Dec<'a> {
                 message: self.str()?.into(),
             },
             5 => Error::Data(self.str()?.into()),
-            6 => {
+            tag @ (6 | 10) => {
                 let message = self.str()?.to_string();
                 let payload = match self.u8()? {
                     0 => None,
@@ -681,7 +685,11 @@ impl<'a> Dec<'a> {
                 let source = payload
                     .and_then(|p| codec.and_then(|c| c.decode(&message, p)))
                     .unwrap_or_else(|| Arc::new(RemoteError(message.clone())));
-                Error::External { message, source }
+                if tag == 10 {
+                    Error::Interrupted { message, source }
+                } else {
+                    Error::External { message, source }
+                }
             }
             7 => {
                 if depth >= MAX_DEPTH {

@@ -207,6 +207,11 @@ impl Chain {
                 !(c.epoch == skip.epoch && c.pos == skip.pos && c.ord <= skip.ord)
             });
         }
+        let bytes: usize = items.iter().map(|it| it.sample.nbytes()).sum();
+        self.stats
+            .counters(self.stage)
+            .bytes_out
+            .fetch_add(bytes as u64, Relaxed);
         Ok(items)
     }
 
@@ -242,6 +247,7 @@ impl Chain {
                         });
                     }
                 }
+                Err(e @ Error::Interrupted { .. }) => return Err(e),
                 Err(e) => match cop.on_error {
                     OnError::Skip => {
                         self.stats

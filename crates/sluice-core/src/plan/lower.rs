@@ -15,8 +15,10 @@ use crate::plan::physical::{ChainOp, PhysicalPlan, SourceStage, Stage, StageKind
 pub struct LowerOptions {
     /// Threads per parallel stage.
     pub num_threads: usize,
-    /// Items per chunk from the source.
+    /// Items per chunk from the source (the first chunks).
     pub chunk_size: usize,
+    /// Chunks may grow to this many items when items are cheap (see [`SourceStage`]).
+    pub max_chunk: usize,
     /// Queue depth (in chunks) between stages.
     pub queue_depth: usize,
     /// Batches kept ready for the consumer (overridden by `prefetch(n)`).
@@ -30,6 +32,7 @@ impl Default for LowerOptions {
         LowerOptions {
             num_threads: 2,
             chunk_size: 16,
+            max_chunk: 1024,
             queue_depth: 4,
             prefetch: 2,
             seed: 0,
@@ -108,6 +111,17 @@ pub fn lower(plan: &Arc<LogicalPlan>, opts: &LowerOptions) -> Result<PhysicalPla
                 ops.push(op);
                 return;
             }
+        }
+        // Reading needs no GIL: it gets its own stage so the thread holding the GIL spends
+        // it on Python only.
+        if python && *needs_read {
+            stages.push(stage(
+                StageKind::Chain {
+                    read: std::mem::take(needs_read),
+                    ops: vec![],
+                },
+                threads(),
+            ));
         }
         stages.push(stage(
             StageKind::Chain {
@@ -222,26 +236,14 @@ pub fn lower(plan: &Arc<LogicalPlan>, opts: &LowerOptions) -> Result<PhysicalPla
             threads(),
         ));
     }
-    // A GIL-bound tail (Python chains followed only by cheap sequential steps) runs inline in
-    // the consumer: the consumer holds the GIL anyway, and handing items to a thread that must
-    // then wait for the GIL only adds hand-off latency.
-    let mut tail_start = None;
-    for (i, st) in stages.iter().enumerate().rev() {
-        match &st.kind {
-            StageKind::Chain { read: false, ops }
-                if !ops.is_empty() && ops.iter().all(|o| o.op.meta().python) =>
-            {
-                tail_start = Some(i)
-            }
-            StageKind::Batch { .. } | StageKind::Unbatch | StageKind::Take { .. } => {}
-            _ => break,
-        }
-    }
-    let n_stages = stages.len();
-    let inline_from = tail_start.unwrap_or(stages.len());
-    for (i, st) in stages.iter_mut().enumerate() {
-        if i >= inline_from || (i + 1 == n_stages && matches!(st.kind, StageKind::Take { .. })) {
-            st.variant = Variant::Inline;
+    // Python stages run on a background thread like the rest, not inline in the consumer:
+    // a training step releases the GIL while the accelerator works, and that is when a
+    // background thread prepares the next batch. With chunks sized to the work (see
+    // `ChunkSizer`), handing a chunk to that thread costs about what running it inline does.
+    // A final `take` is counted where outputs are delivered.
+    if let Some(last) = stages.last_mut() {
+        if matches!(last.kind, StageKind::Take { .. }) {
+            last.variant = Variant::Inline;
         }
     }
     let explicit_prefetch = nodes
@@ -258,6 +260,7 @@ pub fn lower(plan: &Arc<LogicalPlan>, opts: &LowerOptions) -> Result<PhysicalPla
             order,
             stream_epochs,
             chunk_size: opts.chunk_size,
+            max_chunk: opts.max_chunk.max(opts.chunk_size),
             queue_depth: opts.queue_depth,
         },
         stages,

@@ -1,9 +1,10 @@
 //! Fusion: adjacent chain stages with the same variant become one stage, so a sample passes
-//! through all their ops in one hand-off (cedar's fusion).
+//! through all their ops in one hand-off (cedar's fusion). GIL-bound Python ops and GIL-free
+//! Rust ops stay apart: fused, the Rust ops would wait for the GIL with the Python ones.
 
 use sluice_core::{Result, StageKind};
 
-use super::{Draft, Rule};
+use super::{is_python, Draft, Rule};
 
 /// The fusion rule.
 #[derive(Debug, Default)]
@@ -18,7 +19,7 @@ impl Rule for Fusion {
         let mut out: Vec<sluice_core::Stage> = Vec::with_capacity(before);
         for st in d.plan.stages.drain(..) {
             if let Some(prev) = out.last_mut() {
-                if prev.variant == st.variant {
+                if prev.variant == st.variant && is_python(prev) == is_python(&st) {
                     if let (StageKind::Chain { ops: a, .. }, StageKind::Chain { read, ops: b }) =
                         (&mut prev.kind, &st.kind)
                     {

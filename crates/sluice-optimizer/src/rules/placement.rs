@@ -1,7 +1,8 @@
 //! Placement: where each stage runs. GIL-bound Python stages go to a process pool when they
-//! dominate the work and a pool is available; otherwise they run inline at the end of the
-//! pipeline (the consumer holds the GIL anyway) or on one thread. Rust stages go on threads
-//! (the parallelism rule sizes them).
+//! dominate the work and a pool is available; otherwise they run on one background thread
+//! (more threads only contend for the GIL; a background thread still works while a training
+//! step has released the GIL, which inline execution in the consumer would not). Rust stages
+//! go on threads (the parallelism rule sizes them).
 
 use sluice_core::{Result, StageKind, Variant};
 
@@ -24,8 +25,6 @@ impl Rule for Placement {
             d.options.enable_processes && d.cpus > 1 && d.pools.iter().any(|p| p == "processes");
         let mut notes = Vec::new();
         let n = d.plan.stages.len();
-        // From the end: a Python stage followed only by sequential steps can run inline.
-        let mut tail = true;
         for i in (0..n).rev() {
             let st = &d.plan.stages[i];
             let python = is_python(st);
@@ -47,14 +46,8 @@ impl Rule for Placement {
                     backend: "processes".into(),
                     workers: d.cpus,
                 }
-            } else if python && tail {
-                Variant::Inline
             } else {
                 Variant::Threads { threads: 1 }
-            };
-            tail &= match &st.kind {
-                StageKind::Chain { .. } => python && variant == Variant::Inline,
-                _ => true,
             };
             let last = i + 1 == n && matches!(st.kind, StageKind::Take { .. });
             d.plan.stages[i].variant = if last { Variant::Inline } else { variant };
@@ -86,8 +79,12 @@ mod tests {
         );
         let mut input = OptimizeInput::for_test(&plan, &Default::default());
         input.cpus = 2;
-        let inline = optimize_physical(&input).unwrap();
-        assert_eq!(inline.plan.stages.last().unwrap().variant, Variant::Inline);
+        let local = optimize_physical(&input).unwrap();
+        assert_eq!(
+            local.plan.stages.last().unwrap().variant,
+            Variant::Threads { threads: 1 },
+            "without a pool: one background thread"
+        );
         input.pools = vec!["processes".into()];
         let pooled = optimize_physical(&input).unwrap();
         assert!(matches!(

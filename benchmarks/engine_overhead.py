@@ -3,8 +3,9 @@
 Measures, interleaved over several rounds (medians):
   * built-in no-op map: samples/s of range(N) -> map(noop) -> batch(256) on 1 and 2 threads,
     and the per-sample cost per built-in op (difference between 2 and 1 no-op maps);
-  * a Python identity UDF through sluice vs a plain Python loop calling the same function on
-    the same dicts;
+  * a Python identity UDF through sluice vs plain Python doing the same work: a generator
+    yielding ``identity({"id": i})`` (per-sample outputs) and a loop stacking the results into
+    numpy batches of 256 (batched outputs); the bare call loop is reported too;
   * time to first batch;
   * torch DataLoader over the same range (only if torch is importable: the bench venv).
 
@@ -45,7 +46,7 @@ def t_udf(n, threads):
     ds = sluice.range(n).map(identity)
     t0 = time.perf_counter()
     c = 0
-    for _ in ds.iter(num_threads=threads, progress=False, chunk_size=256):
+    for _ in ds.iter(num_threads=threads, progress=False, ):
         c += 1
     assert c == n
     return n / (time.perf_counter() - t0)
@@ -55,7 +56,7 @@ def t_udf_batched(n, threads):
     ds = sluice.range(n).map(identity).batch(256)
     t0 = time.perf_counter()
     rows = 0
-    for b in ds.iter(num_threads=threads, progress=False, chunk_size=256):
+    for b in ds.iter(num_threads=threads, progress=False, ):
         rows += len(b["id"])
     assert rows == n
     return n / (time.perf_counter() - t0)
@@ -67,6 +68,33 @@ def t_loop(n):
     for i in range(n):
         identity({"id": i})
         c += 1
+    return n / (time.perf_counter() - t0)
+
+
+def t_generator(n):
+    def gen():
+        for i in range(n):
+            yield identity({"id": i})
+
+    t0 = time.perf_counter()
+    c = 0
+    for _ in gen():
+        c += 1
+    return n / (time.perf_counter() - t0)
+
+
+def t_batched_loop(n):
+    import numpy as np
+
+    t0 = time.perf_counter()
+    rows, buf = 0, []
+    for i in range(n):
+        buf.append(identity({"id": i}))
+        if len(buf) == 256 or i == n - 1:
+            b = {k: np.array([s[k] for s in buf]) for k in buf[0]}
+            rows += len(b["id"])
+            buf = []
+    assert rows == n
     return n / (time.perf_counter() - t0)
 
 
@@ -118,6 +146,8 @@ def main():
         "udf_identity_2t": lambda: t_udf(a.udf_n, 2),
         "udf_identity_batched_1t": lambda: t_udf_batched(a.udf_n, 1),
         "python_loop": lambda: t_loop(a.udf_n),
+        "python_generator": lambda: t_generator(a.udf_n),
+        "python_batched_loop": lambda: t_batched_loop(a.udf_n),
         "first_batch_s": t_first_batch,
     }
     if have_torch:
@@ -140,6 +170,10 @@ def main():
         "udf_vs_loop_slowdown_1t": med["python_loop"] / med["udf_identity_1t"],
         "udf_vs_loop_slowdown_2t": med["python_loop"] / med["udf_identity_2t"],
         "udf_batched_vs_loop_slowdown_1t": med["python_loop"] / med["udf_identity_batched_1t"],
+        # The target's comparison: plain Python producing the same outputs.
+        "udf_vs_generator_slowdown_1t": med["python_generator"] / med["udf_identity_1t"],
+        "udf_batched_vs_batched_loop_slowdown_1t": med["python_batched_loop"]
+        / med["udf_identity_batched_1t"],
     }
     print(json.dumps(out, indent=2))
     if a.out:

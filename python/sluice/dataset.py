@@ -26,7 +26,8 @@ if TYPE_CHECKING:
 Sample = dict
 PathLike = Union[str, Sequence[str]]
 
-_LIVE: "weakref.WeakSet[Iterator]" = weakref.WeakSet()
+# Native iterators still running (a ``for`` loop may hold one after its wrapper is gone).
+_LIVE: "weakref.WeakSet[_native.Iterator]" = weakref.WeakSet()
 
 
 @atexit.register
@@ -75,8 +76,9 @@ class Dataset(FormatsMixin):  # FormatsMixin: write_parquet/jsonl, to_arrow/pand
 
     def __init__(self, native: _native.Dataset):
         self._native = native
-        self._last: weakref.ReferenceType[Iterator] | None = None
-        self._last_stats: Stats | None = None
+        # The latest iteration's statistics (a handle that outlives its iterator) and context.
+        self._last_stats: "_native.Stats | None" = None
+        self._last_context: "Context | None" = None
 
     # Transformations -------------------------------------------------------------------
     @_recipe.step
@@ -235,7 +237,7 @@ class Dataset(FormatsMixin):  # FormatsMixin: write_parquet/jsonl, to_arrow/pand
         it = Iterator(native, progress)
         it.plan = plan
         it._context = context
-        self._last = weakref.ref(it)
+        self._last_stats, self._last_context = native.stats_handle(), context
         it._owner = self
         return it
 
@@ -265,8 +267,9 @@ class Dataset(FormatsMixin):  # FormatsMixin: write_parquet/jsonl, to_arrow/pand
 
     def stats(self) -> "Stats | None":
         """Statistics of the latest iteration of this dataset (None before any)."""
-        it = self._last() if self._last is not None else None
-        return it.stats() if it is not None else self._last_stats
+        if self._last_stats is None:
+            return None
+        return Stats.of(self._last_stats, self._last_context)
 
     def explain(
         self, seed: int = 0, num_threads: int | None = None, plan: "Plan | None" = None, processes: int | None = None
@@ -295,6 +298,13 @@ class Stats:
         self.data = data
         self._text = text
 
+    @staticmethod
+    def of(handle: "_native.Stats", context: "Context | None" = None) -> "Stats":
+        data, text = json.loads(handle.stats_json()), handle.stats_text()
+        if context is not None:
+            data, text = context.add_stats(data, text)
+        return Stats(data, text)
+
     @property
     def stages(self) -> list[dict]:
         return self.data["stages"]
@@ -322,24 +332,25 @@ class Iterator:
         #: The optimizer plan this iteration runs (``iter(plan=...)`` / ``optimize=True``).
         self.plan: "Plan | None" = None
         self._progress = sys.stderr.isatty() if progress is None else progress
-        self._count = 0
         self._t0 = time.monotonic()
         self._shown = self._t0
-        _LIVE.add(self)
+        _LIVE.add(native)
+
+    @property
+    def _count(self) -> int:
+        return self._native.count
 
     def __iter__(self) -> "Iterator":
-        return self
+        # Without a progress bar a ``for`` loop drives the native iterator directly: no
+        # Python frame per output (it closes itself at the end, on error and when dropped).
+        return self if self._progress else self._native
 
     def __next__(self) -> dict:
         try:
-            out = self._native.__next__()
+            out = next(self._native)
         except BaseException:
             self._finish()
             raise
-        if out is None:
-            self._finish()
-            raise StopIteration
-        self._count += 1
         if self._progress:
             now = time.monotonic()
             if now - self._shown > 0.2:
@@ -358,8 +369,6 @@ class Iterator:
     def close(self) -> None:
         """Stops the pipeline and waits for its threads."""
         self._native.close()
-        if self._owner is not None:
-            self._owner._last_stats = self.stats()
 
     def state_dict(self) -> dict:
         """A small JSON-able checkpoint of the position after the last output delivered.
@@ -379,13 +388,12 @@ class Iterator:
         if not isinstance(state, dict):
             raise TypeError(f"state must be a dict, got {type(state).__name__}")
         self._native.load_state_dict_json(json.dumps(state))
+        if self._owner is not None:
+            self._owner._last_stats = self._native.stats_handle()
 
     def stats(self) -> Stats:
         """Statistics so far (with a Ray context: ``stats["remote"]``, per actor and decisions)."""
-        data, text = json.loads(self._native.stats_json()), self._native.stats_text()
-        if getattr(self, "_context", None) is not None:
-            data, text = self._context.add_stats(data, text)
-        return Stats(data, text)
+        return Stats.of(self._native.stats_handle(), getattr(self, "_context", None))
 
     def __reduce__(self) -> tuple:
         # (dataset recipe, iter arguments, state_dict()): the copy resumes after the last output.
@@ -397,11 +405,6 @@ class Iterator:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def __del__(self) -> None:
-        try:
-            self._native.close()
-        except Exception:
-            pass
 
 
 # Sources -----------------------------------------------------------------------------------

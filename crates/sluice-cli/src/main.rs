@@ -129,6 +129,10 @@ fn write(path: &str, text: &str) -> Result<(), sluice::Error> {
         .map_err(|e| sluice::Error::invalid(format!("cannot write {path}: {e}")))
 }
 
+// Samples are built on worker threads and freed on others, which glibc malloc handles slowly.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     match run(Cli::parse()) {
         Ok(()) => ExitCode::SUCCESS,

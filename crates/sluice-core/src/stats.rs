@@ -3,7 +3,7 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -14,6 +14,8 @@ pub struct StageCounters {
     pub items_in: AtomicU64,
     pub items_out: AtomicU64,
     pub skipped: AtomicU64,
+    /// Bytes of the items a chain stage produced (sizes the source's chunks).
+    pub bytes_out: AtomicU64,
     pub busy_ns: AtomicU64,
     pub wait_in_ns: AtomicU64,
     pub wait_out_ns: AtomicU64,
@@ -42,11 +44,91 @@ pub struct StageInfo {
     pub queue_capacity: usize,
 }
 
-#[derive(Debug, Default)]
-struct ConsumerStats {
-    delays_ns: Vec<u64>,
-    first_output: Option<Duration>,
-    samples: u64,
+/// Sub-buckets per power of two of [`DelayHistogram`]: percentiles within 1/16 (6%).
+const SUB_BITS: u32 = 4;
+const BUCKETS: usize = (64 - SUB_BITS as usize + 1) << SUB_BITS;
+
+/// The consumer's waits in a fixed-size log-linear histogram: memory and the cost of a
+/// record do not grow with the number of outputs (a 10⁹-sample epoch keeps 8 KiB).
+#[derive(Debug)]
+pub struct DelayHistogram {
+    counts: Box<[AtomicU64]>,
+    n: AtomicU64,
+    max_ns: AtomicU64,
+}
+
+impl Default for DelayHistogram {
+    fn default() -> Self {
+        DelayHistogram {
+            counts: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect(),
+            n: AtomicU64::new(0),
+            max_ns: AtomicU64::new(0),
+        }
+    }
+}
+
+impl DelayHistogram {
+    fn bucket(ns: u64) -> usize {
+        if ns < (1 << SUB_BITS) {
+            return ns as usize;
+        }
+        let exp = 63 - ns.leading_zeros() - SUB_BITS;
+        let sub = (ns >> exp) as usize & ((1 << SUB_BITS) - 1);
+        (((exp + 1) as usize) << SUB_BITS) | sub
+    }
+    /// The smallest value of bucket `b` (its lower edge).
+    fn value(b: usize) -> u64 {
+        let (hi, sub) = (b >> SUB_BITS, (b & ((1 << SUB_BITS) - 1)) as u64);
+        if hi == 0 {
+            sub
+        } else {
+            ((1 << SUB_BITS) | sub) << (hi - 1)
+        }
+    }
+    /// Records one wait.
+    pub fn record(&self, ns: u64) {
+        self.counts[Self::bucket(ns)].fetch_add(1, Relaxed);
+        self.n.fetch_add(1, Relaxed);
+        self.max_ns.fetch_max(ns, Relaxed);
+    }
+    /// Waits recorded.
+    pub fn len(&self) -> u64 {
+        self.n.load(Relaxed)
+    }
+    /// Whether nothing was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// The longest wait.
+    pub fn max(&self) -> u64 {
+        self.max_ns.load(Relaxed)
+    }
+    /// The `p`-quantile (0..=1) in nanoseconds, to within one bucket (≤ 6%), never above the
+    /// maximum.
+    ///
+    /// ```
+    /// use sluice_core::stats::DelayHistogram;
+    /// let h = DelayHistogram::default();
+    /// for ns in 1..=1000 { h.record(ns * 1000); }
+    /// let p50 = h.quantile(0.5) as f64;
+    /// assert!((p50 - 500_000.0).abs() / 500_000.0 < 0.07);
+    /// assert_eq!(h.max(), 1_000_000);
+    /// ```
+    pub fn quantile(&self, p: f64) -> u64 {
+        let n = self.len();
+        if n == 0 {
+            return 0;
+        }
+        let rank = ((n - 1) as f64 * p.clamp(0.0, 1.0)).round() as u64;
+        let mut seen = 0;
+        for (b, c) in self.counts.iter().enumerate() {
+            seen += c.load(Relaxed);
+            if seen > rank {
+                return Self::value(b).min(self.max());
+            }
+        }
+        self.max()
+    }
 }
 
 /// All counters of one iteration.
@@ -54,7 +136,8 @@ struct ConsumerStats {
 pub struct PipelineStats {
     started: Instant,
     pub(crate) stages: Vec<(StageInfo, StageCounters)>,
-    consumer: Mutex<ConsumerStats>,
+    delays: DelayHistogram,
+    first_output: OnceLock<Duration>,
     /// Nanoseconds the consumer spent waiting for outputs (for the controller).
     pub(crate) consumer_wait_ns: AtomicU64,
     pub(crate) consumer_samples: AtomicU64,
@@ -72,7 +155,8 @@ impl PipelineStats {
                 .into_iter()
                 .map(|i| (i, StageCounters::default()))
                 .collect(),
-            consumer: Mutex::new(ConsumerStats::default()),
+            delays: DelayHistogram::default(),
+            first_output: OnceLock::new(),
             consumer_wait_ns: AtomicU64::new(0),
             consumer_samples: AtomicU64::new(0),
             decisions: Mutex::new(Vec::new()),
@@ -83,14 +167,12 @@ impl PipelineStats {
         &self.stages[i].1
     }
     pub(crate) fn record_output(&self, delay: Duration, samples: u64) {
-        let mut c = self.consumer.lock().unwrap_or_else(|p| p.into_inner());
-        if c.first_output.is_none() {
-            c.first_output = Some(self.started.elapsed());
+        self.first_output.get_or_init(|| self.started.elapsed());
+        let ns = delay.as_nanos() as u64;
+        self.delays.record(ns);
+        if ns > 0 {
+            self.consumer_wait_ns.fetch_add(ns, Relaxed);
         }
-        c.delays_ns.push(delay.as_nanos() as u64);
-        c.samples += samples;
-        self.consumer_wait_ns
-            .fetch_add(delay.as_nanos() as u64, Relaxed);
         self.consumer_samples.fetch_add(samples, Relaxed);
     }
     /// Time since the iteration started.
@@ -137,28 +219,20 @@ impl PipelineStats {
                 }
             })
             .collect();
-        let c = self.consumer.lock().unwrap_or_else(|p| p.into_inner());
-        let mut d = c.delays_ns.clone();
-        d.sort_unstable();
-        let pct = |p: f64| -> f64 {
-            if d.is_empty() {
-                return 0.0;
-            }
-            let i = ((d.len() - 1) as f64 * p).round() as usize;
-            d[i] as f64 * 1e-6
-        };
+        let d = &self.delays;
+        let samples = self.consumer_samples.load(Relaxed);
         StatsReport {
             elapsed_s: elapsed,
             controller: self.decisions.lock().map(|d| d.clone()).unwrap_or_default(),
             stages,
             consumer: ConsumerReport {
-                outputs: d.len() as u64,
-                samples: c.samples,
-                delay_p50_ms: pct(0.5),
-                delay_p95_ms: pct(0.95),
-                delay_max_ms: d.last().map_or(0.0, |&x| x as f64 * 1e-6),
-                first_output_s: c.first_output.map(|t| t.as_secs_f64()),
-                throughput: c.samples as f64 / elapsed,
+                outputs: d.len(),
+                samples,
+                delay_p50_ms: d.quantile(0.5) as f64 * 1e-6,
+                delay_p95_ms: d.quantile(0.95) as f64 * 1e-6,
+                delay_max_ms: d.max() as f64 * 1e-6,
+                first_output_s: self.first_output.get().map(|t| t.as_secs_f64()),
+                throughput: samples as f64 / elapsed,
             },
         }
     }
@@ -258,5 +332,44 @@ impl fmt::Display for StatsReport {
             "batch delay: P50 {:.3} ms, P95 {:.3} ms, max {:.3} ms",
             c.delay_p50_ms, c.delay_p95_ms, c.delay_max_ms
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_buckets_are_ordered_and_tight() {
+        let mut last = 0;
+        for ns in (0..5000u64).chain([1 << 20, 123_456_789, u64::MAX / 3]) {
+            let b = DelayHistogram::bucket(ns);
+            assert!(b >= last || ns > 5000, "bucket order at {ns}");
+            last = b;
+            let lo = DelayHistogram::value(b);
+            assert!(lo <= ns, "{ns}: lower edge {lo}");
+            assert!(
+                (ns - lo) as f64 <= ns as f64 / 16.0 + 1.0,
+                "{ns}: edge {lo}"
+            );
+        }
+        assert!(DelayHistogram::bucket(u64::MAX) < BUCKETS);
+    }
+
+    #[test]
+    fn quantiles_of_a_skewed_distribution() {
+        let h = DelayHistogram::default();
+        assert_eq!(h.quantile(0.5), 0);
+        for _ in 0..900 {
+            h.record(1_000);
+        }
+        for _ in 0..100 {
+            h.record(80_000_000);
+        }
+        assert_eq!(h.len(), 1000);
+        assert!((940..=1000).contains(&h.quantile(0.5)));
+        let p95 = h.quantile(0.95) as f64;
+        assert!((p95 - 8e7).abs() / 8e7 < 0.07, "{p95}");
+        assert_eq!(h.max(), 80_000_000);
     }
 }

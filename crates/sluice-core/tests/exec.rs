@@ -53,9 +53,11 @@ fn map(input: Arc<LogicalPlan>, op: OpRef, on_error: OnError) -> Arc<LogicalPlan
 }
 
 fn run(plan: &Arc<LogicalPlan>, threads: usize, seed: u64) -> Vec<Result<Sample>> {
+    // Fixed small chunks: errors fail their whole chunk, so the test fixes where chunks end.
     let opts = LowerOptions {
         num_threads: threads,
         chunk_size: 3,
+        max_chunk: 3,
         ..Default::default()
     };
     let phys = lower(plan, &opts).unwrap();

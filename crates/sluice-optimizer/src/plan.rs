@@ -158,6 +158,7 @@ impl Plan {
             stages: Vec::new(),
         };
         plan.source.chunk_size = self.chunk_size.max(1);
+        plan.source.max_chunk = plan.source.max_chunk.max(plan.source.chunk_size);
         if let Some(c) = &self.cache {
             let cached = c
                 .op_ids

@@ -1,6 +1,8 @@
 //! Values to and from Python. Tensors leave Rust without a copy: numpy takes ownership of
 //! the buffer (copy-on-write buffers are copied only when still shared).
 
+use std::mem::ManuallyDrop;
+
 use numpy::ndarray::{ArrayD, IxDyn};
 use numpy::{IntoPyArray, PyArrayDyn, PyArrayMethods, PyUntypedArray};
 use pyo3::prelude::*;
@@ -52,11 +54,63 @@ pub fn value_to_py(py: Python<'_>, v: Value) -> PyResult<Bound<'_, PyAny>> {
     })
 }
 
+/// A field name and its interned Python string.
+type KeyEntry = (std::sync::Arc<str>, ManuallyDrop<Py<PyString>>);
+
+thread_local! {
+    /// Field names already turned into interned Python strings. Samples share their names
+    /// (`Arc<str>`), so this is a handful of entries; the strings stay alive for good, like
+    /// every interned name.
+    // `ManuallyDrop`: never decref'd, since a thread-local may be dropped after the
+    // interpreter is gone.
+    static KEYS: std::cell::RefCell<Vec<KeyEntry>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+const MAX_KEYS: usize = 256;
+
+/// The interned Python string for a field name (looked up instead of built per sample).
+fn key<'py>(py: Python<'py>, k: &std::sync::Arc<str>) -> Bound<'py, PyString> {
+    KEYS.with_borrow_mut(|keys| {
+        if let Some((_, s)) = keys
+            .iter()
+            .find(|(c, _)| std::sync::Arc::ptr_eq(c, k) || **c == **k)
+        {
+            return s.bind(py).clone();
+        }
+        let s = PyString::intern(py, k);
+        if keys.len() < MAX_KEYS {
+            keys.push((k.clone(), ManuallyDrop::new(s.clone().unbind())));
+        }
+        s
+    })
+}
+
+/// The shared name for a Python field name: the cached one when Python hands back a name
+/// sluice gave it (the usual case: a UDF returns the dict it got), a new one otherwise.
+fn field_name(k: &Bound<'_, PyString>) -> sluice::Result<std::sync::Arc<str>> {
+    let cached = KEYS.with_borrow(|keys| {
+        keys.iter()
+            .find(|(_, s)| s.as_ptr() == k.as_ptr())
+            .map(|(c, _)| c.clone())
+    });
+    if let Some(c) = cached {
+        return Ok(c);
+    }
+    let text = k.to_cow().map_err(|e| Error::type_error(e.to_string()))?;
+    Ok(KEYS
+        .with_borrow(|keys| {
+            keys.iter()
+                .find(|(c, _)| **c == *text)
+                .map(|(c, _)| c.clone())
+        })
+        .unwrap_or_else(|| text.as_ref().into()))
+}
+
 /// A sample as a `dict`.
 pub fn sample_to_py(py: Python<'_>, s: Sample) -> PyResult<Bound<'_, PyDict>> {
     let d = PyDict::new(py);
     for (k, v) in s {
-        d.set_item(PyString::intern(py, &k), value_to_py(py, v)?)?;
+        d.set_item(key(py, &k), value_to_py(py, v)?)?;
     }
     Ok(d)
 }
@@ -167,12 +221,10 @@ pub fn py_to_sample(obj: &Bound<'_, PyAny>, what: &str) -> sluice::Result<Sample
     })?;
     let mut s = Sample::with_capacity(d.len());
     for (k, v) in d.iter() {
-        let key = k
-            .cast::<PyString>()
-            .map_err(|_| Error::type_error(format!("{what}: field names must be str")))?
-            .to_cow()
-            .map_err(|e| Error::type_error(e.to_string()))?
-            .into_owned();
+        let key = field_name(
+            k.cast::<PyString>()
+                .map_err(|_| Error::type_error(format!("{what}: field names must be str")))?,
+        )?;
         let value = py_to_value(&v)
             .map_err(|e| Error::type_error(format!("{what}: field '{key}': {e}")))?;
         s.set(key, value);

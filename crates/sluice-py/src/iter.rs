@@ -12,7 +12,7 @@ use crate::errors::{to_py, IntoPy};
 const POLL: Duration = Duration::from_millis(50);
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
 
-#[pyclass(name = "Iterator", module = "sluice._native")]
+#[pyclass(name = "Iterator", module = "sluice._native", weakref)]
 pub struct PyIter {
     exec: Option<Execution>,
     stats: Arc<PipelineStats>,
@@ -20,6 +20,8 @@ pub struct PyIter {
     opts: IterOptions,
     /// The checkpoint when the execution ended (so `state_dict` works after exhaustion).
     last_state: Option<IterState>,
+    /// Outputs delivered so far.
+    count: u64,
 }
 
 impl PyIter {
@@ -31,6 +33,7 @@ impl PyIter {
             ds,
             opts,
             last_state: None,
+            count: 0,
         }
     }
 }
@@ -46,8 +49,16 @@ impl PyIter {
             let Some(exec) = self.exec.as_mut() else {
                 return Ok(None);
             };
+            // Outputs already computed need no wait: skip releasing and retaking the GIL.
+            if let Some(s) = exec.try_ready() {
+                self.count += 1;
+                return Ok(Some(sample_to_py(py, s)?.into_any()));
+            }
             match py.detach(|| exec.next_timeout(POLL)) {
-                Next::Item(s) => return Ok(Some(sample_to_py(py, s)?.into_any())),
+                Next::Item(s) => {
+                    self.count += 1;
+                    return Ok(Some(sample_to_py(py, s)?.into_any()));
+                }
                 Next::Timeout => {
                     if let Err(e) = py.check_signals() {
                         self.close(py);
@@ -64,6 +75,19 @@ impl PyIter {
                 }
             }
         }
+    }
+
+    /// A handle on this iteration's statistics that outlives the iterator.
+    fn stats_handle(&self) -> PyStats {
+        PyStats {
+            stats: self.stats.clone(),
+        }
+    }
+
+    /// Outputs delivered so far.
+    #[getter]
+    fn count(&self) -> u64 {
+        self.count
     }
 
     /// Stops the pipeline's threads and waits for them (with the GIL released).
@@ -101,21 +125,39 @@ impl PyIter {
         Ok(())
     }
 
-    /// Per-stage and consumer statistics, as JSON text.
-    fn stats_json(&self) -> String {
-        serde_json::to_string(&self.stats.report()).unwrap_or_default()
-    }
-
-    /// The statistics as a printable table.
-    fn stats_text(&self) -> String {
-        self.stats.report().to_string()
-    }
-
     fn __enter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
         slf
     }
 
     fn __exit__(&mut self, py: Python<'_>, _a: Py<PyAny>, _b: Py<PyAny>, _c: Py<PyAny>) {
         self.close(py);
+    }
+}
+
+impl Drop for PyIter {
+    /// A dropped iterator (a `for` loop left with `break`) stops and joins its threads, with
+    /// the GIL released so a worker waiting for it can finish.
+    fn drop(&mut self) {
+        if let Some(mut exec) = self.exec.take() {
+            Python::attach(|py| py.detach(|| exec.close(CLOSE_TIMEOUT)));
+        }
+    }
+}
+
+/// An iteration's statistics, kept by its dataset after the iterator is gone.
+#[pyclass(name = "Stats", module = "sluice._native", frozen)]
+pub struct PyStats {
+    stats: Arc<PipelineStats>,
+}
+
+#[pymethods]
+impl PyStats {
+    /// Per-stage and consumer statistics, as JSON text.
+    fn stats_json(&self) -> String {
+        serde_json::to_string(&self.stats.report()).unwrap_or_default()
+    }
+    /// The statistics as a printable table.
+    fn stats_text(&self) -> String {
+        self.stats.report().to_string()
     }
 }

@@ -14,11 +14,15 @@ mod worker;
 
 use pyo3::prelude::*;
 
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<dataset::PyDataset>()?;
     m.add_class::<dataset::PyOp>()?;
     m.add_class::<iter::PyIter>()?;
+    m.add_class::<iter::PyStats>()?;
     worker::register(m)?;
     formats::register(m)?;
     optimizer::register(m)?;

@@ -66,6 +66,7 @@ impl IterOptions {
         };
         if let Some(c) = self.chunk_size {
             o.chunk_size = c.max(1);
+            o.max_chunk = o.chunk_size;
         }
         o
     }

@@ -321,8 +321,12 @@ impl Execution {
     pub fn try_ready(&mut self) -> Option<Sample> {
         let item = self.ready.pop_front()?;
         self.position = Some(item.cursor);
-        let started = self.wait_started.take().unwrap_or_else(Instant::now);
-        self.stats.record_output(started.elapsed(), item.rows);
+        // A ready output cost the consumer no wait (unless an earlier call timed out).
+        let waited = self
+            .wait_started
+            .take()
+            .map_or(Duration::ZERO, |t| t.elapsed());
+        self.stats.record_output(waited, item.rows);
         Some(item.sample)
     }
 
@@ -461,7 +465,7 @@ fn spawn_source(
     let (ctl2, stats) = (ctl.clone(), stats.clone());
     ctl.spawn("sluice-source".into(), move || {
         let c = stats.counters(0);
-        let chunk = src.chunk_size.max(1) as u64;
+        let mut sizer = ChunkSizer::new(&src);
         if let Some(order) = &src.order {
             let n = order.epoch_len();
             let mut epoch = resume.map_or(0, |r| r.epoch);
@@ -472,7 +476,7 @@ fn spawn_source(
                     if ctl2.cancelled() {
                         return;
                     }
-                    let end = (pos + chunk).min(n);
+                    let end = (pos + sizer.next(&stats)).min(n);
                     let items: Chunk = (pos..end)
                         .map(|p| {
                             let at = order.position(epoch, p);
@@ -504,6 +508,7 @@ fn spawn_source(
                     return;
                 }
             };
+            let mut chunk = sizer.next(&stats);
             let mut items = Vec::with_capacity(chunk as usize);
             let mut any = false;
             let skip = std::mem::take(&mut skip_to) as usize;
@@ -530,10 +535,11 @@ fn spawn_source(
                         return;
                     }
                 }
-                if items.len() as u64 == chunk
-                    && !send_counted(&tx, Ok(std::mem::take(&mut items)), c)
-                {
-                    return;
+                if items.len() as u64 >= chunk {
+                    if !send_counted(&tx, Ok(std::mem::take(&mut items)), c) {
+                        return;
+                    }
+                    chunk = sizer.next(&stats);
                 }
             }
             if !items.is_empty() && !send_counted(&tx, Ok(items), c) {
@@ -546,6 +552,60 @@ fn spawn_source(
         }
     })?;
     Ok(Input::Direct(rx))
+}
+
+/// Downstream CPU each chunk should carry: hand-offs (a few µs each) then cost ≤ ~2%.
+const CHUNK_WORK_NS: f64 = 250_000.0;
+/// Chunks grow only while their largest items stay under this many bytes per chunk.
+const CHUNK_BYTES: f64 = 8.0 * 1024.0 * 1024.0;
+
+/// Sizes the source's chunks from the measured cost and size per item of the stages after
+/// it, between `chunk_size` and `max_chunk`, at most doubling per chunk, and only once every
+/// stage has measured a chunk's worth of items. Outputs never depend on chunking (order,
+/// randomness and batches follow item positions), only hand-off overhead, latency and memory
+/// do: costly items stay in small chunks, and big ones too (≤ 8 MiB a chunk).
+struct ChunkSizer {
+    size: u64,
+    max: u64,
+}
+
+impl ChunkSizer {
+    fn new(src: &SourceStage) -> Self {
+        let size = src.chunk_size.max(1) as u64;
+        ChunkSizer {
+            size,
+            max: (src.max_chunk as u64).max(size),
+        }
+    }
+    fn next(&mut self, stats: &PipelineStats) -> u64 {
+        if self.size >= self.max {
+            return self.size;
+        }
+        // Measured once the first stage has seen a chunk's worth and every later stage
+        // something (after a batch, a stage counts batches).
+        let stages = &stats.stages[1..];
+        let seen = |i: usize, (_, c): &(StageInfo, StageCounters)| {
+            c.items_in.load(Relaxed) >= if i == 0 { self.size } else { 1 }
+        };
+        if !stages.iter().enumerate().all(|(i, st)| seen(i, st)) {
+            return self.size; // Not measured yet (or a filter starves a stage): stay put.
+        }
+        // CPU per item summed over stages (each stage's busy time over what it received),
+        // and the largest item size any stage produced.
+        let (mut cpu, mut bytes) = (0.0f64, 0.0f64);
+        for (_, c) in stages {
+            cpu += c.busy_ns.load(Relaxed) as f64 / c.items_in.load(Relaxed) as f64;
+            let out = c.items_out.load(Relaxed);
+            if out > 0 {
+                bytes = bytes.max(c.bytes_out.load(Relaxed) as f64 / out as f64);
+            }
+        }
+        let want = (CHUNK_WORK_NS / cpu.max(1.0)).min(CHUNK_BYTES / bytes.max(1.0)) as u64;
+        if want > self.size {
+            self.size = want.min(self.size * 2).min(self.max);
+        }
+        self.size
+    }
 }
 
 /// Runs `f`, turning a panic into an internal error so it never crosses into the consumer.
@@ -795,4 +855,89 @@ fn spawn_controller(
 #[doc(hidden)]
 pub fn queued(exec: &Execution) -> usize {
     exec.input.as_ref().map_or(0, Input::len)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::RangeSource;
+
+    fn source(chunk: usize, max: usize) -> SourceStage {
+        SourceStage {
+            source: Arc::new(RangeSource::new(10)),
+            order: None,
+            stream_epochs: Some(1),
+            chunk_size: chunk,
+            max_chunk: max,
+            queue_depth: 1,
+        }
+    }
+
+    fn stats_after(items: u64, busy_ns_per_item: u64) -> PipelineStats {
+        sized_stats(items, busy_ns_per_item, 100)
+    }
+
+    fn sized_stats(items: u64, busy_ns_per_item: u64, bytes_per_item: u64) -> PipelineStats {
+        let info = |name: &str| StageInfo {
+            name: name.into(),
+            threads: 1,
+            inline: false,
+            queue_capacity: 1,
+        };
+        let stats = PipelineStats::new(vec![info("source"), info("stage")]);
+        stats.counters(1).items_in.store(items, Relaxed);
+        stats.counters(1).items_out.store(items, Relaxed);
+        stats
+            .counters(1)
+            .bytes_out
+            .store(items * bytes_per_item, Relaxed);
+        stats
+            .counters(1)
+            .busy_ns
+            .store(items * busy_ns_per_item, Relaxed);
+        stats
+    }
+
+    #[test]
+    fn cheap_items_grow_chunks_to_the_cap_by_doubling() {
+        let mut s = ChunkSizer::new(&source(16, 1024));
+        assert_eq!(s.next(&stats_after(0, 0)), 16, "no measurement yet");
+        let cheap = stats_after(10_000, 100);
+        let sizes: Vec<u64> = (0..8).map(|_| s.next(&cheap)).collect();
+        assert_eq!(sizes, [32, 64, 128, 256, 512, 1024, 1024, 1024]);
+    }
+
+    #[test]
+    fn costly_items_and_fixed_sizes_keep_their_chunks() {
+        // 1 ms per item: 250 µs of work is already under one item.
+        let mut s = ChunkSizer::new(&source(16, 1024));
+        assert_eq!(s.next(&stats_after(10_000, 1_000_000)), 16);
+        // 20 µs per item: about 12 items carry the target, fewer than the first size.
+        assert_eq!(s.next(&stats_after(10_000, 20_000)), 16);
+        // 2 µs per item: 125 items, reached by doubling.
+        let mid = stats_after(10_000, 2_000);
+        assert_eq!((s.next(&mid), s.next(&mid), s.next(&mid)), (32, 64, 125));
+        let mut fixed = ChunkSizer::new(&source(8, 8));
+        assert_eq!(fixed.next(&stats_after(10_000, 1)), 8);
+    }
+
+    #[test]
+    fn big_items_keep_chunks_small_and_every_stage_must_be_measured() {
+        // Cheap 1 MiB items: 8 per chunk at most.
+        let mut s = ChunkSizer::new(&source(4, 1024));
+        let big = sized_stats(10_000, 100, 1 << 20);
+        assert_eq!((s.next(&big), s.next(&big), s.next(&big)), (8, 8, 8));
+        // A later stage that has not measured anything yet holds growth back.
+        let info = |name: &str| StageInfo {
+            name: name.into(),
+            threads: 1,
+            inline: false,
+            queue_capacity: 1,
+        };
+        let stats = PipelineStats::new(vec![info("source"), info("read"), info("udf")]);
+        stats.counters(1).items_in.store(10_000, Relaxed);
+        assert_eq!(ChunkSizer::new(&source(16, 1024)).next(&stats), 16);
+        stats.counters(2).items_in.store(3, Relaxed);
+        assert_eq!(ChunkSizer::new(&source(16, 1024)).next(&stats), 32);
+    }
 }

@@ -146,18 +146,24 @@ pub struct SourceStage {
     pub order: Option<IndexOrder>,
     /// For a streaming source: how many epochs (`None` = forever).
     pub stream_epochs: Option<u64>,
-    /// Items per chunk handed to the next stage (amortises hand-off cost).
+    /// Items per chunk handed to the next stage (amortises hand-off cost): the first chunks'
+    /// size.
     pub chunk_size: usize,
+    /// Chunks grow up to this many items while each carries little downstream CPU work
+    /// (cheap items travel in big chunks, costly ones in small chunks); equal to
+    /// `chunk_size`, chunks have a fixed size.
+    pub max_chunk: usize,
     pub queue_depth: usize,
 }
 
 impl Serialize for SourceStage {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut st = s.serialize_struct("SourceStage", 5)?;
+        let mut st = s.serialize_struct("SourceStage", 6)?;
         st.serialize_field("spec", &self.source.spec())?;
         st.serialize_field("order", &self.order)?;
         st.serialize_field("stream_epochs", &self.stream_epochs)?;
         st.serialize_field("chunk_size", &self.chunk_size)?;
+        st.serialize_field("max_chunk", &self.max_chunk)?;
         st.serialize_field("queue_depth", &self.queue_depth)?;
         st.end()
     }
@@ -202,7 +208,11 @@ impl fmt::Display for PhysicalPlan {
         } else {
             write!(f, " (streaming) epochs={:?}", src.stream_epochs)?;
         }
-        writeln!(f, " chunk={}", src.chunk_size)?;
+        if src.max_chunk > src.chunk_size {
+            writeln!(f, " chunk={}..{}", src.chunk_size, src.max_chunk)?;
+        } else {
+            writeln!(f, " chunk={}", src.chunk_size)?;
+        }
         for (i, st) in self.stages.iter().enumerate() {
             writeln!(
                 f,

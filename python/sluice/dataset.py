@@ -407,6 +407,29 @@ class Iterator:
 
 
 
+def elastic_state(states: Sequence[dict]) -> dict:
+    """Merges the ``state_dict()`` of every rank of a sharded run into one checkpoint that
+    each rank of a *new* world size loads: the epoch in progress continues from where every
+    old rank stood, and what none of them delivered yet (including the tail an equal split
+    had left out) is split equally among the new ranks, in the same global order. Later
+    epochs shard normally over the new world size.
+
+    >>> import sluice
+    >>> ds = lambda rank, world: sluice.range(10).shuffle(seed=0).shard(rank, world)
+    >>> old = [ds(r, 2).iter() for r in (0, 1)]
+    >>> seen = [next(it)["id"] for it in old for _ in (0, 1)]
+    >>> merged = sluice.elastic_state([it.state_dict() for it in old])
+    >>> rest = []
+    >>> for r in (0, 1, 2):
+    ...     it = ds(r, 3).iter(); it.load_state_dict(merged); rest += [s["id"] for s in it]
+    >>> sorted(seen + rest)  # every sample once: 4 before, 6 on the new ranks
+    [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
+    """
+    if isinstance(states, dict) or not all(isinstance(s, dict) for s in states):
+        raise TypeError("elastic_state takes a list of state_dict() results, one per rank")
+    return json.loads(_native.elastic_state_json([json.dumps(s) for s in states]))
+
+
 # Sources -----------------------------------------------------------------------------------
 @_recipe.source
 def range(n: int) -> Dataset:  # noqa: A001 - the brief's name

@@ -109,6 +109,9 @@ pub struct IndexOrder {
     pub shard: Option<ShardSpec>,
     /// Number of epochs; `None` = forever.
     pub epochs: Option<u64>,
+    /// One epoch finished on this world size after another began it (elastic resume).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub elastic: Option<ElasticEpoch>,
 }
 
 /// One position of the order: where a sample sits and which source sample it is.
@@ -130,13 +133,26 @@ impl IndexOrder {
             None => self.len,
         }
     }
-    /// The `pos`-th position (< [`IndexOrder::epoch_len`]) of `epoch` on this rank.
+    /// Samples of `epoch` for this rank (differs from [`IndexOrder::epoch_len`] only in an
+    /// elastic epoch).
+    pub fn epoch_len_of(&self, epoch: u64) -> u64 {
+        match &self.elastic {
+            Some(e) if e.epoch == epoch => e.len(self.len),
+            _ => self.epoch_len(),
+        }
+    }
+    /// The `pos`-th position (< [`IndexOrder::epoch_len`]) of `epoch` on this rank (outside
+    /// an elastic epoch, whose positions come from [`ElasticEpoch::positions`]).
     pub fn position(&self, epoch: u64, pos: u64) -> Position {
         let index = match self.shard {
             // Strided sharding keeps every rank's slice spread over the whole (shuffled) order.
             Some(s) => pos * s.world_size + s.rank,
             None => pos,
         };
+        self.at_global(epoch, index)
+    }
+    /// The position at global index `index` of `epoch`.
+    pub fn at_global(&self, epoch: u64, index: u64) -> Position {
         let source_index = match self.shuffle {
             Some(seed) => Permutation::new(self.len, combine(seed, epoch)).apply(index),
             None => index,
@@ -177,7 +193,8 @@ mod tests {
             let mut lens = vec![];
             for rank in 0..world {
                 let order = IndexOrder { len: n, shuffle: Some(seed),
-                    shard: Some(ShardSpec::try_new(rank, world, true).unwrap()), epochs: Some(1) };
+                    shard: Some(ShardSpec::try_new(rank, world, true).unwrap()), epochs: Some(1),
+                    elastic: None };
                 lens.push(order.epoch_len());
                 all.extend((0..order.epoch_len()).map(|p| order.position(0, p).source_index));
             }
@@ -205,6 +222,7 @@ mod tests {
             shuffle: Some(1),
             shard: None,
             epochs: None,
+            elastic: None,
         };
         let e0: Vec<u64> = (0..100).map(|p| o.position(0, p).source_index).collect();
         let e1: Vec<u64> = (0..100).map(|p| o.position(1, p).source_index).collect();
@@ -215,5 +233,200 @@ mod tests {
     fn bad_shard_arguments() {
         assert!(ShardSpec::try_new(3, 2, true).is_err());
         assert!(ShardSpec::try_new(0, 0, true).is_err());
+    }
+}
+
+/// The rest of one epoch of a sharded run, re-split over a new world size (elastic resume).
+///
+/// The old run had `old_world` ranks; old rank `r` read global positions `r, r + W, r + 2W, …`
+/// and had delivered up to `old[r]` = (local position, ordinal among that position's
+/// outputs). Global positions no old rank finished — including the tail an equal split had
+/// dropped — are split, in order, over the new ranks: the `k`-th remaining position goes to
+/// rank `k mod world`. Without flat_maps (`whole`), a position's one output is all of it;
+/// with them, the position an old rank stopped in may have more outputs to come: it goes to
+/// a new rank that drops the outputs already delivered (so new ranks may deliver a few
+/// outputs fewer than others, but nothing twice and nothing lost).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ElasticEpoch {
+    pub epoch: u64,
+    pub old_world: u64,
+    /// Each old rank's last delivered (position, ordinal) in `epoch`, if any.
+    pub old: Vec<Option<(u64, u64)>>,
+    pub rank: u64,
+    pub world: u64,
+    pub equal: bool,
+    /// Every position has at most one output (no flat_map): the last delivered position
+    /// is finished.
+    #[serde(default)]
+    pub whole: bool,
+}
+
+impl ElasticEpoch {
+    /// Local positions old rank `r` finished.
+    fn done(&self, r: u64) -> u64 {
+        self.old
+            .get(r as usize)
+            .copied()
+            .flatten()
+            .map_or(0, |(pos, _)| pos + u64::from(self.whole))
+    }
+    /// Whether global position `g` still has outputs to deliver.
+    pub fn remains(&self, g: u64) -> bool {
+        let w = self.old_world.max(1);
+        g / w >= self.done(g % w)
+    }
+    /// The ordinals already delivered at global position `g` (it was in progress).
+    pub fn delivered_ord(&self, g: u64) -> Option<u64> {
+        if self.whole {
+            return None;
+        }
+        let w = self.old_world.max(1);
+        match self.old.get((g % w) as usize).copied().flatten() {
+            Some((pos, ord)) if pos == g / w => Some(ord),
+            _ => None,
+        }
+    }
+    /// Remaining positions below `n`.
+    fn remaining_below(&self, n: u64) -> u64 {
+        let w = self.old_world.max(1);
+        (0..w)
+            .map(|r| {
+                let total = if n > r { (n - r).div_ceil(w) } else { 0 };
+                total.saturating_sub(self.done(r))
+            })
+            .sum()
+    }
+    /// This rank's positions in the epoch, of a source of `n` samples.
+    pub fn len(&self, n: u64) -> u64 {
+        let rest = self.remaining_below(n);
+        let base = rest / self.world;
+        if self.equal || self.rank >= rest % self.world {
+            base
+        } else {
+            base + 1
+        }
+    }
+    /// Whether this rank has nothing left in the epoch.
+    pub fn is_empty(&self, n: u64) -> bool {
+        self.len(n) == 0
+    }
+    /// This rank's global positions from local position `start` on (O(n) to reach `start`,
+    /// then O(world / density) per position; nothing is materialised).
+    pub fn positions(&self, n: u64, start: u64) -> impl Iterator<Item = u64> + '_ {
+        let len = self.len(n);
+        let mut k = 0u64; // remaining positions seen so far
+        let mut g = 0u64;
+        let mut local = 0u64;
+        std::iter::from_fn(move || {
+            while local < len && g < n {
+                let here = g;
+                g += 1;
+                if !self.remains(here) {
+                    continue;
+                }
+                let mine = k % self.world == self.rank;
+                k += 1;
+                if mine {
+                    local += 1;
+                    if local > start {
+                        return Some(here);
+                    }
+                }
+            }
+            None
+        })
+    }
+    /// Local positions of this rank holding an old rank's in-progress position, with the
+    /// ordinal delivered there: the outputs to drop again.
+    pub fn partial_positions(&self, n: u64) -> Vec<(u64, u64)> {
+        if self.whole {
+            return Vec::new();
+        }
+        let w = self.old_world.max(1);
+        let len = self.len(n);
+        let mut out = Vec::new();
+        for (r, c) in self.old.iter().enumerate() {
+            let Some((pos, ord)) = *c else { continue };
+            let g = pos * w + r as u64;
+            if g >= n || !self.remains(g) {
+                continue;
+            }
+            let k = self.remaining_below(g);
+            if k % self.world == self.rank && k / self.world < len {
+                out.push((k / self.world, ord));
+            }
+        }
+        out.sort_unstable();
+        out
+    }
+}
+
+#[cfg(test)]
+mod elastic_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Old ranks stop anywhere; the new world's ranks cover what is left exactly once
+        /// (all of it with equal=False; all but < world with equal=True), in equal parts.
+        #[test]
+        fn remainder_is_split_exactly_once(n in 0u64..400, old_world in 1u64..6, world in 1u64..6,
+                                           stops in proptest::collection::vec(0u64..100, 6),
+                                           equal in any::<bool>()) {
+            let old: Vec<Option<(u64, u64)>> = (0..old_world)
+                .map(|r| {
+                    let len = ShardSpec::try_new(r, old_world, true).unwrap().len(n);
+                    (len > 0).then(|| (stops[r as usize] % len, 0))
+                })
+                .collect();
+            let e = |rank| ElasticEpoch { epoch: 0, old_world, old: old.clone(), rank, world, equal,
+                                          whole: stops[5] % 2 == 0 };
+            let remaining: Vec<u64> = (0..n).filter(|&g| e(0).remains(g)).collect();
+            let mut got: Vec<u64> = vec![];
+            let mut lens = vec![];
+            for rank in 0..world {
+                let ee = e(rank);
+                let mine: Vec<u64> = ee.positions(n, 0).collect();
+                prop_assert_eq!(mine.len() as u64, ee.len(n));
+                // Resuming the new rank mid-way gives the same suffix.
+                let half = mine.len() as u64 / 2;
+                prop_assert_eq!(ee.positions(n, half).collect::<Vec<_>>(), mine[half as usize..].to_vec());
+                lens.push(mine.len());
+                got.extend(mine);
+            }
+            if equal {
+                prop_assert!(lens.iter().all(|&l| l == lens[0]));
+                prop_assert!(remaining.len() - got.len() < world as usize);
+            } else {
+                prop_assert_eq!(got.len(), remaining.len());
+            }
+            got.sort_unstable();
+            got.dedup();
+            prop_assert_eq!(got.len(), lens.iter().sum::<usize>());
+            prop_assert!(got.iter().all(|g| remaining.contains(g)));
+        }
+    }
+
+    #[test]
+    fn in_progress_positions_are_found_where_they_land() {
+        // 2 old ranks over 10 samples: rank 0 read 0,2,4,6,8 and stopped in position 2 (g=4);
+        // rank 1 read 1,3,5,7,9 and finished position 0 (g=1) only.
+        let e = |rank| ElasticEpoch {
+            epoch: 0,
+            old_world: 2,
+            old: vec![Some((2, 1)), Some((1, 0))],
+            rank,
+            world: 3,
+            equal: false,
+            whole: false,
+        };
+        let rem: Vec<u64> = (0..10).filter(|&g| e(0).remains(g)).collect();
+        assert_eq!(rem, [3, 4, 5, 6, 7, 8, 9]);
+        assert_eq!(e(0).delivered_ord(4), Some(1));
+        // g=4 is the 2nd remaining (k=1) → rank 1, local 0; g=3 (rank 1's position 1) was
+        // in progress too → k=0 → rank 0, local 0.
+        assert_eq!(e(1).partial_positions(10), [(0, 1)]);
+        assert_eq!(e(0).partial_positions(10), [(0, 0)]);
+        assert_eq!(e(2).partial_positions(10), []);
     }
 }

@@ -134,6 +134,19 @@ impl PyIter {
     }
 }
 
+/// Merges every rank's checkpoint (JSON texts) into one elastic checkpoint (JSON text).
+#[pyfunction]
+pub fn elastic_state_json(states: Vec<String>) -> PyResult<String> {
+    let states = states
+        .iter()
+        .map(|s| serde_json::from_str::<IterState>(s))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("invalid state: {e}")))?;
+    let merged = sluice::elastic_state(&states).py()?;
+    serde_json::to_string(&merged)
+        .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))
+}
+
 impl Drop for PyIter {
     /// A dropped iterator (a `for` loop left with `break`) stops and joins its threads, with
     /// the GIL released so a worker waiting for it can finish.

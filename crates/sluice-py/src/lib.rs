@@ -23,6 +23,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<dataset::PyOp>()?;
     m.add_class::<iter::PyIter>()?;
     m.add_class::<iter::PyStats>()?;
+    m.add_function(wrap_pyfunction!(iter::elastic_state_json, m)?)?;
     worker::register(m)?;
     formats::register(m)?;
     optimizer::register(m)?;

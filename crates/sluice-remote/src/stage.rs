@@ -16,14 +16,14 @@
 //! let work = StageWork {
 //!     read: Some(Arc::new(RangeSource::new(10))),
 //!     ops: vec![ChainOp { op, mode: ElemMode::Map, on_error: OnError::Raise, op_id: 1 }],
-//!     seed: 0, skip: None, slot: 0, stats,
+//!     seed: 0, skip: Default::default(), slot: 0, stats,
 //! };
 //! let main = RemoteStage::new(&work, None)?;
 //! let worker = StageRunner::new(main.init(), &|_| Ok(None), None)?; // in another process
 //! let items: Vec<Item> = (0..3).map(|i| {
 //!     let c = Cursor { epoch: 0, pos: i, ord: 0 };
-//!     Item { epoch: 0, index: i, sub: 0, source_index: i, rows: 1, cursor: c, path: None,
-//!            sample: Sample::new() }
+//!     Item { epoch: 0, index: i, sub: 0, source_index: i, rows: 1, cursor: c,
+//!            ..Default::default() }
 //! }).collect();
 //! let out = main.reply(&worker.run(&main.request(items, None)?), None)?;
 //! assert_eq!(out[2].sample.get("id"), Some(&Value::Int(2)));
@@ -34,10 +34,10 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use sluice_core::exec::{Chunk, StageWork};
+use sluice_core::exec::{Chunk, Skip, StageWork};
 use sluice_core::stats::StageInfo;
 use sluice_core::{
-    ChainOp, Cursor, ElemMode, Error, OnError, OpRef, PipelineStats, RangeSource, Result, SourceRef,
+    ChainOp, ElemMode, Error, OnError, OpRef, PipelineStats, RangeSource, Result, SourceRef,
 };
 use sluice_io::{FilesSource, LabelMode, LinesFormat, LinesSource, Utf8Errors};
 
@@ -66,8 +66,9 @@ pub struct StagePackage {
     pub source: Option<serde_json::Value>,
     pub ops: Vec<ShippedOp>,
     pub seed: u64,
-    /// When resuming: outputs at or before this cursor were already delivered.
-    pub skip: Option<Cursor>,
+    /// When resuming: outputs already delivered, dropped by the worker.
+    #[serde(default)]
+    pub skip: Skip,
     /// Where the worker puts big reply buffers (same host only); `None`: inline.
     #[serde(default)]
     pub shm: Option<ShmConfig>,
@@ -114,7 +115,7 @@ impl StagePackage {
             source: work.read.as_ref().and_then(|s| s.ship()),
             ops,
             seed: work.seed,
-            skip: work.skip,
+            skip: work.skip.clone(),
             shm: None,
             label: stage_label(work),
         })
@@ -153,7 +154,7 @@ impl StagePackage {
             read,
             ops,
             seed: self.seed,
-            skip: self.skip,
+            skip: self.skip.clone(),
             slot: 0,
             stats: Arc::new(stage_stats(&self.label)),
         })
@@ -249,7 +250,7 @@ impl RemoteStage {
         let local_read = match (&work.read, &package.source) {
             (Some(_), None) => Some(StageWork {
                 ops: vec![],
-                skip: None,
+                skip: Default::default(),
                 ..work.clone()
             }),
             _ => None,
@@ -350,13 +351,12 @@ mod tests {
                 sub: 0,
                 source_index: i,
                 rows: 1,
-                cursor: Cursor {
+                cursor: sluice_core::Cursor {
                     epoch: 0,
                     pos: i,
                     ord: 0,
                 },
-                path: None,
-                sample: Sample::new(),
+                ..Default::default()
             })
             .collect()
     }
@@ -375,7 +375,7 @@ mod tests {
                 })
                 .collect(),
             seed: 5,
-            skip: None,
+            skip: Default::default(),
             slot: 1,
             stats: Arc::new(stage_stats_n(2)),
         }

@@ -13,7 +13,7 @@
 //! let mut s = Sample::new();
 //! s.set("id", Value::Int(7));
 //! let item = Item { epoch: 0, index: 7, sub: 0, source_index: 7, rows: 1,
-//!     cursor: Cursor { epoch: 0, pos: 7, ord: 0 }, path: None, sample: s };
+//!     cursor: Cursor { epoch: 0, pos: 7, ord: 0 }, sample: s, ..Default::default() };
 //! let frame = wire::encode_chunk(&[item], None).unwrap();
 //! let back = wire::decode_chunk(&frame).unwrap();
 //! assert_eq!(back[0].sample.get("id"), Some(&Value::Int(7)));
@@ -22,7 +22,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use sluice_core::exec::Chunk;
+use sluice_core::exec::{Chunk, Outer, Restart};
 use sluice_core::{
     Cursor, DType, Error, ExternalError, Item, Sample, SampleRef, Tensor, TensorData, Value,
 };
@@ -211,11 +211,25 @@ impl<'a> Enc<'a> {
         for v in [it.epoch, it.index, it.sub, it.source_index, it.rows] {
             self.u64(v);
         }
-        self.u64(it.cursor.epoch);
-        self.u64(it.cursor.pos);
-        self.u64(it.cursor.ord);
+        self.cursor(&it.cursor);
+        self.outer(&it.outer);
         self.opt_str(it.path.as_deref());
         self.sample(&it.sample);
+    }
+    fn cursor(&mut self, c: &Cursor) {
+        self.u64(c.epoch);
+        self.u64(c.pos);
+        self.u64(c.ord);
+    }
+    fn outer(&mut self, outer: &Outer) {
+        let records = outer.as_deref().unwrap_or_default();
+        self.u64(records.len() as u64);
+        for r in records {
+            self.u64(r.slot as u64);
+            self.cursor(&r.input);
+            self.u64(r.input_index);
+            self.u64(r.counter);
+        }
     }
     fn chunk(&mut self, chunk: &'a [Item]) {
         self.u64(chunk.len() as u64);
@@ -629,11 +643,8 @@ impl<'a> Dec<'a> {
             self.u64()?,
             self.u64()?,
         );
-        let cursor = Cursor {
-            epoch: self.u64()?,
-            pos: self.u64()?,
-            ord: self.u64()?,
-        };
+        let cursor = self.cursor()?;
+        let outer = self.outer()?;
         let path = self.opt_str()?.map(Arc::from);
         let sample = self.sample()?;
         Ok(Item {
@@ -643,9 +654,36 @@ impl<'a> Dec<'a> {
             source_index,
             rows,
             cursor,
+            outer,
             path,
             sample,
         })
+    }
+    fn cursor(&mut self) -> Result<Cursor, WireError> {
+        Ok(Cursor {
+            epoch: self.u64()?,
+            pos: self.u64()?,
+            ord: self.u64()?,
+        })
+    }
+    fn outer(&mut self) -> Result<Outer, WireError> {
+        let n = self.u64()?;
+        if n == 0 {
+            return Ok(None);
+        }
+        if n > 64 {
+            return corrupt(format!("{n} restart records"));
+        }
+        let mut v = Vec::with_capacity(n as usize);
+        for _ in 0..n {
+            v.push(Restart {
+                slot: self.u64()? as usize,
+                input: self.cursor()?,
+                input_index: self.u64()?,
+                counter: self.u64()?,
+            });
+        }
+        Ok(Some(v.into()))
     }
     fn chunk(&mut self) -> Result<Chunk, WireError> {
         // An item takes at least 8 u64s + 1 option tag + a u32 field count.
@@ -776,6 +814,20 @@ mod tests {
             path: i
                 .is_multiple_of(2)
                 .then(|| Arc::from(format!("/data/{i}.jpg").as_str())),
+            // Restart records and batch starts travel too (resume after re-sequencing stages).
+            outer: (i % 3 == 1).then(|| {
+                vec![Restart {
+                    slot: 2,
+                    input: Cursor {
+                        epoch: 2,
+                        pos: i + 7,
+                        ord: 0,
+                    },
+                    input_index: i,
+                    counter: 4 * i,
+                }]
+                .into()
+            }),
             sample,
         }
     }
@@ -834,6 +886,7 @@ mod tests {
                     &y.path
                 )
             );
+            assert_eq!(x.outer, y.outer);
             assert_eq!(
                 encode_chunk(std::slice::from_ref(x), None).unwrap(),
                 encode_chunk(std::slice::from_ref(y), None).unwrap()

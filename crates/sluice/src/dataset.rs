@@ -19,22 +19,7 @@ pub struct Dataset {
     plan: Arc<LogicalPlan>,
 }
 
-/// A checkpoint of an iteration: small, JSON-serialisable, independent of thread counts.
-/// In-flight prefetched outputs are not saved; they are recomputed on resume.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct IterState {
-    pub version: u32,
-    /// [`Dataset::fingerprint`] of the pipeline.
-    pub pipeline: String,
-    pub seed: u64,
-    /// The last output delivered (`None`: nothing yet).
-    pub position: Option<Cursor>,
-}
-
-impl IterState {
-    /// The current format version.
-    pub const VERSION: u32 = 1;
-}
+pub use crate::state::IterState;
 
 /// How to run a dataset.
 #[derive(Debug, Clone, Default)]
@@ -253,48 +238,54 @@ impl Dataset {
     }
 
     /// A fingerprint of the pipeline, so a checkpoint is never loaded into another pipeline.
+    /// A shard's rank and world size are left out (the checkpoint's `shard` node carries
+    /// them), so an elastic checkpoint fits every rank of a new world size.
     pub fn fingerprint(&self) -> String {
-        let text = self.plan.to_string();
+        let text: String = self
+            .plan
+            .chain()
+            .iter()
+            .map(|n| match &**n {
+                LogicalPlan::Shard(s) => format!("shard(equal={})\n", s.shard.equal),
+                other => format!("{}\n", other.describe()),
+            })
+            .collect();
         let h = text
             .bytes()
             .fold(0x5eed_u64, |h, b| sluice_core::rng::combine(h, b as u64));
         format!("{h:016x}")
     }
 
-    /// Fails if some step keeps state that checkpoints cannot capture yet.
+    /// Every pipeline can be checkpointed: the position of the last output travels with it
+    /// (see [`IterState`]). Kept for callers that check before iterating.
     pub fn check_resumable(&self) -> Result<()> {
-        let blocker = self.plan.chain().into_iter().find_map(|n| match &*n {
-            LogicalPlan::ShuffleBuffer(_) => Some("shuffle_buffer"),
-            LogicalPlan::MapBatches(_) => Some("map_batches"),
-            LogicalPlan::Take(_) => Some("limit/take"),
-            _ => None,
-        });
-        match blocker {
-            Some(step) => Err(Error::invalid(format!(
-                "state_dict() does not support pipelines with {step} yet"
-            ))),
-            None => Ok(()),
-        }
+        Ok(())
     }
 
     /// The checkpoint of `exec` (an iteration of this dataset started with `opts`).
     pub fn state(&self, opts: &IterOptions, exec: &Execution) -> Result<IterState> {
-        self.check_resumable()?;
+        let chain = self.plan.chain();
+        let position = exec.position();
         Ok(IterState {
             version: IterState::VERSION,
             pipeline: self.fingerprint(),
             seed: opts.seed,
-            position: exec.position(),
+            state: position.as_ref().map(|p| crate::state::to_tree(&chain, p)),
+            // Still finishing an elastic epoch: a reload must split it the same way.
+            elastic: exec
+                .elastic()
+                .filter(|e| position.as_ref().is_none_or(|p| p.cursor.epoch <= e.epoch))
+                .map(crate::state::Elastic::from_epoch),
         })
     }
 
     /// Starts an iteration, resuming after `state` when given. Thread counts may differ
     /// from the checkpointed run; the outputs are the same.
     pub fn iter_from(&self, opts: &IterOptions, state: Option<&IterState>) -> Result<Execution> {
+        let mut elastic_state = None;
         let resume = match state {
             None => None,
             Some(st) => {
-                self.check_resumable()?;
                 if st.version != IterState::VERSION {
                     return Err(Error::invalid(format!(
                         "checkpoint version {} is not supported (expected {})",
@@ -313,15 +304,33 @@ impl Dataset {
                         st.seed, opts.seed
                     )));
                 }
-                st.position
+                elastic_state = st.elastic.clone();
+                let chain = self.plan.chain();
+                st.state
+                    .as_ref()
+                    .map(|t| crate::state::from_tree(&chain, t, st.elastic.is_some()))
+                    .transpose()?
             }
         };
         let plan = self.physical_plan(opts)?;
+        let elastic = match &elastic_state {
+            None => None,
+            Some(e) => {
+                let order = plan.source.order.as_ref();
+                let (shard, len) = (order.and_then(|o| o.shard), order.map_or(0, |o| o.len));
+                let flat =
+                    self.plan.chain().iter().any(
+                        |n| matches!(&**n, LogicalPlan::Map(m) if m.mode == ElemMode::FlatMap),
+                    );
+                Some(crate::state::elastic_epoch(e, shard, len, !flat)?)
+            }
+        };
         Execution::start(
             &plan,
             ExecOptions {
                 seed: opts.seed,
                 resume,
+                elastic,
                 backends: opts.backends.clone(),
                 controller: opts.plan.as_ref().filter(|p| p.controller).map(|p| {
                     sluice_core::exec::controller::ControllerOptions {
@@ -379,7 +388,7 @@ mod tests {
             }
             let state = ds.state(&opts, &exec).unwrap();
             let json = serde_json::to_string(&state).unwrap();
-            assert!(json.len() < 200, "{json}");
+            assert!(json.len() < 1024, "{json}");
             let back: IterState = serde_json::from_str(&json).unwrap();
             let other = IterOptions {
                 num_threads: Some(1 + k % 3),
@@ -402,7 +411,5 @@ mod tests {
             ..opts.clone()
         };
         assert!(a.iter_from(&other_seed, Some(&st)).is_err());
-        let unsupported = Dataset::range(10).shuffle_buffer(3, None).unwrap();
-        assert!(unsupported.check_resumable().is_err());
     }
 }

@@ -15,8 +15,9 @@ mod mixing;
 mod offload;
 mod optimize;
 mod spec;
+mod state;
 
-pub use dataset::{Dataset, IterOptions, IterState};
+pub use dataset::{Dataset, IterOptions};
 pub use sluice_core::mix::StopPolicy;
 pub use sluice_core::*;
 pub use sluice_io::{
@@ -27,3 +28,4 @@ pub use sluice_io::{LabelMode, LinesFormat, Utf8Errors};
 pub use sluice_ops::OpSpec;
 pub use sluice_optimizer::{OptimizerOptions, Plan, Profile, ProfileOptions};
 pub use spec::{csv_options, PipelineSpec, SourceSpec, StepSpec};
+pub use state::{elastic_state, Elastic, IterState, NodeState};

@@ -48,7 +48,7 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::exec::transform::{Chain, Chunk};
-use crate::exec::Cursor;
+use crate::exec::Skip;
 use crate::plan::physical::ChainOp;
 use crate::source::SourceRef;
 use crate::stats::PipelineStats;
@@ -66,8 +66,8 @@ pub struct StageWork {
     pub ops: Vec<ChainOp>,
     /// The iteration seed (randomness derives from it, the item's coordinates and the op id).
     pub seed: u64,
-    /// When resuming: outputs at or before this cursor were already delivered.
-    pub skip: Option<Cursor>,
+    /// When resuming: outputs already delivered, dropped here.
+    pub skip: Skip,
     /// The stage's place in the pipeline (index into the stats).
     pub slot: usize,
     /// The pipeline's statistics (skips and errors are counted here).
@@ -102,7 +102,7 @@ impl StageWork {
             self.seed,
             self.stats.clone(),
             self.slot,
-            self.skip,
+            self.skip.clone(),
         )
     }
 }

@@ -11,6 +11,7 @@
 pub mod backend;
 pub mod controller;
 mod transform;
+mod window;
 
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -22,8 +23,9 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
 
 pub use backend::{Backend, Backends, StageWork, ThreadBackend, Workers};
+use transform::StageResume;
 use transform::{make_transform, nonempty, Ready, Transform};
-pub use transform::{Chunk, Cursor, Item};
+pub use transform::{Chunk, Cursor, Item, Outer, Restart, Skip};
 
 use crate::error::{Error, Result};
 use crate::plan::physical::{PhysicalPlan, SourceStage, StageKind, Variant};
@@ -158,13 +160,85 @@ pub enum Next {
     End,
 }
 
+/// A checkpoint's position: the last delivered output's cursor and the restart records of
+/// the re-sequencing stages it passed (outermost first); with an elastic epoch, where the
+/// ranks of another world size stood in it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ResumePoint {
+    pub cursor: Cursor,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub outer: Vec<Restart>,
+}
+
+impl ResumePoint {
+    /// Where the source starts reading again.
+    pub fn source_start(&self) -> Cursor {
+        self.outer.first().map_or(self.cursor, |r| r.input)
+    }
+
+    /// How each stage of `plan` resumes from here.
+    fn stage_resumes(&self, plan: &PhysicalPlan) -> Result<Vec<StageResume>> {
+        let mut res = vec![StageResume::default(); plan.stages.len()];
+        for r in &self.outer {
+            let i = r.slot.checked_sub(1).filter(|&i| i < plan.stages.len());
+            let Some(i) = i else {
+                return Err(Error::invalid(format!(
+                    "checkpoint names stage {} that this plan does not have",
+                    r.slot
+                )));
+            };
+            let at = |j: usize, res: &mut Vec<StageResume>| {
+                res[j].drop_before = Some(r.input);
+            };
+            match &plan.stages[i].kind {
+                StageKind::Take { .. }
+                | StageKind::ShuffleBuffer { .. }
+                | StageKind::Batch { .. } => at(i, &mut res),
+                _ => {
+                    return Err(Error::invalid(
+                        "checkpoint does not match this plan's stages",
+                    ))
+                }
+            }
+            res[i].epoch = Some(r.input.epoch);
+            res[i].input_index = r.input_index;
+            res[i].counter = r.counter;
+        }
+        // Outputs already delivered are dropped where their cursors are final: after the last
+        // chain (ordinals of flat_maps) or re-sequencing stage, before any batching.
+        if let Some(last) = last_dropping_stage(plan) {
+            res[last].drop.upto = Some(self.cursor);
+        }
+        Ok(res)
+    }
+}
+
+/// Stages that do per-item work after which outputs already delivered can be dropped.
+fn drops(kind: &StageKind) -> bool {
+    matches!(
+        kind,
+        StageKind::Chain { .. }
+            | StageKind::Take { .. }
+            | StageKind::ShuffleBuffer { .. }
+            | StageKind::Unbatch
+    )
+}
+
+/// Where outputs already delivered are dropped on resume: after the last chain (flat_map
+/// ordinals are final there) or re-sequencing stage, before any final batching.
+fn last_dropping_stage(plan: &PhysicalPlan) -> Option<usize> {
+    plan.stages.iter().rposition(|s| drops(&s.kind))
+}
+
 /// Options of one run.
 #[derive(Debug, Clone, Default)]
 pub struct ExecOptions {
     /// The seed every random decision derives from.
     pub seed: u64,
     /// Resume after this output (from a saved [`Execution::position`]).
-    pub resume: Option<Cursor>,
+    pub resume: Option<ResumePoint>,
+    /// Finish this epoch of a sharded run that ranks of another world size began.
+    pub elastic: Option<crate::order::ElasticEpoch>,
     /// Worker pools beyond threads that stages with [`Variant::Pool`] run on.
     pub backends: Backends,
     /// Tune the workers of parallel stages at run time.
@@ -191,7 +265,8 @@ pub struct Execution {
     ctl: Arc<Control>,
     stats: Arc<PipelineStats>,
     wait_started: Option<Instant>,
-    position: Option<Cursor>,
+    position: Option<(Cursor, Outer)>,
+    elastic: Option<crate::order::ElasticEpoch>,
 }
 
 impl Execution {
@@ -221,24 +296,67 @@ impl Execution {
         }
         let stats = Arc::new(PipelineStats::new(infos));
 
-        let mut input = spawn_source(&plan.source, opts.resume, &ctl, &stats)?;
-        // Already-delivered outputs are dropped after the last chain, where ordinals are final.
-        let last_chain = plan
-            .stages
-            .iter()
-            .rposition(|s| matches!(s.kind, StageKind::Chain { .. }));
+        let mut resumes = match &opts.resume {
+            Some(rp) => rp.stage_resumes(plan)?,
+            None => vec![StageResume::default(); plan.stages.len()],
+        };
+        let mut source = plan.source.clone();
+        if let Some(el) = &opts.elastic {
+            let order = source
+                .order
+                .as_mut()
+                .ok_or_else(|| Error::invalid("an elastic resume needs a random-access source"))?;
+            if !opts.resume.as_ref().is_none_or(|r| r.outer.is_empty()) {
+                return Err(Error::invalid(
+                    "an elastic resume cannot pass take, shuffle_buffer or map_batches",
+                ));
+            }
+            order.elastic = Some(el.clone());
+            let partial: Vec<Cursor> = el
+                .partial_positions(order.len)
+                .into_iter()
+                .map(|(pos, ord)| Cursor {
+                    epoch: el.epoch,
+                    pos,
+                    ord,
+                })
+                .collect();
+            if let Some(last) = last_dropping_stage(plan) {
+                resumes[last].drop.partial = partial;
+            }
+        }
+        let mut start = opts.resume.as_ref().map(ResumePoint::source_start);
+        if let (None, Some(el)) = (&opts.resume, &opts.elastic) {
+            // A new rank that has delivered nothing yet starts at the elastic epoch.
+            start = Some(Cursor {
+                epoch: el.epoch,
+                pos: 0,
+                ord: 0,
+            });
+        }
+        if let (Some(rp), None) = (&opts.resume, last_dropping_stage(plan)) {
+            // No stage between the source and the consumer can drop what was delivered (a
+            // stream straight into batch): the source skips it itself.
+            start = Some(Cursor {
+                pos: rp.cursor.pos + 1,
+                ord: 0,
+                ..rp.cursor
+            });
+        }
+        let mut input = spawn_source(&source, start, &ctl, &stats)?;
         let mut tail = Vec::new();
         let mut tuned: Vec<(usize, Arc<AtomicUsize>)> = Vec::new();
         for (i, st) in plan.stages.iter().enumerate() {
             let slot = i + 1;
-            let skip = opts.resume.filter(|_| Some(i) == last_chain);
+            let skip = resumes[i].drop.clone();
             let t = make_transform(
                 &st.kind,
                 &plan.source.source,
                 opts.seed,
                 stats.clone(),
                 slot,
-                skip,
+                resumes[i].clone(),
+                plan.stages[i + 1..].iter().any(|s| drops(&s.kind)),
             );
             if i >= first_inline {
                 tail.push((slot, t));
@@ -293,14 +411,25 @@ impl Execution {
             ctl,
             stats,
             wait_started: None,
-            position: opts.resume,
+            position: opts
+                .resume
+                .map(|rp| (rp.cursor, (!rp.outer.is_empty()).then(|| rp.outer.into()))),
+            elastic: opts.elastic,
         })
+    }
+
+    /// The elastic epoch this run finishes, if any (part of its checkpoints until it ends).
+    pub fn elastic(&self) -> Option<&crate::order::ElasticEpoch> {
+        self.elastic.as_ref()
     }
 
     /// The position of the last output delivered (`None` before the first): what a
     /// checkpoint saves. Outputs prefetched but not delivered are not part of it.
-    pub fn position(&self) -> Option<Cursor> {
-        self.position
+    pub fn position(&self) -> Option<ResumePoint> {
+        self.position.as_ref().map(|(cursor, outer)| ResumePoint {
+            cursor: *cursor,
+            outer: outer.as_deref().unwrap_or_default().to_vec(),
+        })
     }
 
     /// The next output, blocking.
@@ -320,7 +449,7 @@ impl Execution {
     /// releasing the GIL when outputs are queued).
     pub fn try_ready(&mut self) -> Option<Sample> {
         let item = self.ready.pop_front()?;
-        self.position = Some(item.cursor);
+        self.position = Some((item.cursor, item.outer));
         // A ready output cost the consumer no wait (unless an earlier call timed out).
         let waited = self
             .wait_started
@@ -337,7 +466,7 @@ impl Execution {
         loop {
             if let Some(item) = self.ready.pop_front() {
                 self.wait_started = None;
-                self.position = Some(item.cursor);
+                self.position = Some((item.cursor, item.outer));
                 self.stats.record_output(started.elapsed(), item.rows);
                 return Next::Item(item.sample);
             }
@@ -467,11 +596,20 @@ fn spawn_source(
         let c = stats.counters(0);
         let mut sizer = ChunkSizer::new(&src);
         if let Some(order) = &src.order {
-            let n = order.epoch_len();
             let mut epoch = resume.map_or(0, |r| r.epoch);
             let mut start = resume.map_or(0, |r| r.pos);
-            while !order.is_done(epoch) && n > 0 {
+            let more = |epoch: u64| {
+                order.epoch_len() > 0 || order.elastic.as_ref().is_some_and(|e| e.epoch >= epoch)
+            };
+            while !order.is_done(epoch) && more(epoch) {
+                let n = order.epoch_len_of(epoch);
                 let mut pos = std::mem::take(&mut start);
+                // An elastic epoch's positions are enumerated, not computed one by one.
+                let mut elastic = order
+                    .elastic
+                    .as_ref()
+                    .filter(|e| e.epoch == epoch)
+                    .map(|e| e.positions(order.len, pos));
                 while pos < n {
                     if ctl2.cancelled() {
                         return;
@@ -479,7 +617,10 @@ fn spawn_source(
                     let end = (pos + sizer.next(&stats)).min(n);
                     let items: Chunk = (pos..end)
                         .map(|p| {
-                            let at = order.position(epoch, p);
+                            let at = match elastic.as_mut().and_then(Iterator::next) {
+                                Some(g) => order.at_global(epoch, g),
+                                None => order.position(epoch, p),
+                            };
                             let cursor = Cursor {
                                 epoch,
                                 pos: p,
@@ -512,11 +653,14 @@ fn spawn_source(
             let mut items = Vec::with_capacity(chunk as usize);
             let mut any = false;
             let skip = std::mem::take(&mut skip_to) as usize;
-            for (index, res) in stream.enumerate().skip(skip) {
+            for (index, res) in stream.enumerate() {
                 if ctl2.cancelled() {
                     return;
                 }
                 any = true;
+                if index < skip {
+                    continue;
+                }
                 match res {
                     Ok(sample) => {
                         let i = index as u64;

@@ -1,5 +1,12 @@
 //! The work a stage does on chunks of items: a fused op chain (stateless) or a stateful step
 //! (batch, unbatch, take, shuffle buffer). The same code runs in a thread or inline.
+//!
+//! Resuming: every item carries its [`Cursor`] — where it stands in the stream — so the
+//! consumer's position travels with the data. Stages that re-sequence the stream (take, the
+//! window shuffle, and a batch that more per-item work follows, as in map_batches) number
+//! their outputs anew and append a [`Restart`] record to the item's `outer` list, saying
+//! where their input must be replayed from to produce that output again. A checkpoint is the
+//! last delivered item's cursor and records.
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering::Relaxed;
@@ -10,14 +17,14 @@ use crate::error::{Error, Result, SampleRef};
 use crate::op::{Emit, OpContext};
 use crate::plan::logical::OnError;
 use crate::plan::physical::{ChainOp, StageKind};
-use crate::rng::{combine, SampleRng};
+use crate::rng::combine;
 use crate::sample::Sample;
 use crate::source::SourceRef;
 use crate::stats::PipelineStats;
 use crate::value::Value;
 
 /// A sample in flight, with the coordinates its randomness and error messages derive from.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Item {
     pub epoch: u64,
     /// Position in the epoch (before filtering).
@@ -28,9 +35,11 @@ pub struct Item {
     pub source_index: u64,
     /// Samples in this item (1, or the batch size for a batch).
     pub rows: u64,
-    /// Where this item stands in the source order (for a batch: its last row), so the
-    /// consumer's position travels with the data and resuming needs no worker state.
+    /// Where this item stands in its segment of the stream (for a batch: its last row), so
+    /// the consumer's position travels with the data and resuming needs no worker state.
     pub cursor: Cursor,
+    /// Restart records of the re-sequencing stages this item passed (outermost first).
+    pub outer: Outer,
     /// The sample's `path` when it was read, kept to name the sample in errors.
     pub path: Option<Arc<str>>,
     pub sample: Sample,
@@ -46,6 +55,7 @@ impl Item {
             source_index,
             rows: 1,
             cursor,
+            outer: None,
             path: None,
             sample: Sample::new(),
         }
@@ -70,15 +80,101 @@ impl Item {
     }
 }
 
-/// A point in the output stream: the source position an output came from and its ordinal
-/// among that position's outputs (a flat_map can make several).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+/// A point in the output stream: the position an output came from and its ordinal among
+/// that position's outputs (a flat_map can make several). Positions are the source's order
+/// until a re-sequencing stage, then that stage's output count. Ordered as (epoch, pos, ord).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Default,
+    serde::Serialize,
+    serde::Deserialize,
+)]
 pub struct Cursor {
     pub epoch: u64,
     /// Position within the epoch on this rank.
     pub pos: u64,
     /// Ordinal among the outputs of that position.
     pub ord: u64,
+}
+
+/// How a re-sequencing stage restarts to produce a given output again: replay its input from
+/// `input` (a cursor in its input's space), which was its `input_index`-th input, with its
+/// output counter at `counter`. Outputs before the checkpoint are then dropped downstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Restart {
+    /// The stage that wrote it (its slot in the plan: 1 + stage index).
+    pub slot: usize,
+    /// The first input to replay.
+    pub input: Cursor,
+    /// That input's index among the stage's inputs (this epoch, or overall for take).
+    pub input_index: u64,
+    /// The stage's output counter when that input arrives.
+    pub counter: u64,
+}
+
+/// Restart records of enclosing segments, shared by the items they cover.
+pub type Outer = Option<Arc<[Restart]>>;
+
+/// `outer` with `r` appended.
+pub(crate) fn push_outer(outer: &Outer, r: Restart) -> Outer {
+    let mut v: Vec<Restart> = outer.as_deref().unwrap_or_default().to_vec();
+    v.push(r);
+    Some(v.into())
+}
+
+/// Outputs a resumed stage drops because they were delivered before the checkpoint.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Skip {
+    /// Everything at or before this cursor.
+    pub upto: Option<Cursor>,
+    /// At these positions, also the ordinals up to theirs (after an elastic resume: positions
+    /// an old rank had begun).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub partial: Vec<Cursor>,
+}
+
+impl Skip {
+    /// Whether an output at `c` is still to be delivered.
+    pub fn keeps(&self, c: &Cursor) -> bool {
+        self.upto.is_none_or(|u| *c > u)
+            && !self
+                .partial
+                .iter()
+                .any(|p| (p.epoch, p.pos) == (c.epoch, c.pos) && c.ord <= p.ord)
+    }
+    /// Whether nothing is dropped.
+    pub fn is_empty(&self) -> bool {
+        self.upto.is_none() && self.partial.is_empty()
+    }
+}
+
+/// How a stage resumes (all `None`/0 for a fresh run).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct StageResume {
+    /// Drop inputs before this cursor (the replay starts a little early).
+    pub drop_before: Option<Cursor>,
+    /// The epoch the counters below belong to.
+    pub epoch: Option<u64>,
+    /// Input and output counters to continue from.
+    pub input_index: u64,
+    pub counter: u64,
+    /// Drop outputs already delivered.
+    pub drop: Skip,
+}
+
+impl StageResume {
+    pub(crate) fn keep_input(&self, c: &Cursor) -> bool {
+        self.drop_before.is_none_or(|d| *c >= d)
+    }
+    pub(crate) fn keep_output(&self, c: &Cursor) -> bool {
+        self.drop.keeps(c)
+    }
 }
 
 /// A run of consecutive items handed between stages together.
@@ -96,13 +192,16 @@ pub(crate) trait Transform: Send + Sync {
     }
 }
 
+/// Builds stage `stage`'s work. `resequence`: per-item work follows this stage (a batch then
+/// numbers its outputs and records restarts, see the module docs).
 pub(crate) fn make_transform(
     kind: &StageKind,
     source: &SourceRef,
     seed: u64,
     stats: Arc<PipelineStats>,
     stage: usize,
-    skip: Option<Cursor>,
+    resume: StageResume,
+    resequence: bool,
 ) -> Box<dyn Transform> {
     match kind {
         StageKind::Chain { read, ops } => Box::new(Chain::new(
@@ -111,7 +210,7 @@ pub(crate) fn make_transform(
             seed,
             stats,
             stage,
-            skip,
+            resume.drop.clone(),
         )),
         StageKind::Batch {
             size,
@@ -124,21 +223,31 @@ pub(crate) fn make_transform(
             per_epoch: *per_epoch,
             pad: pad.clone(),
             pending: Vec::with_capacity(*size),
+            numbering: resequence.then_some(BatchNumbers {
+                slot: stage,
+                epoch: resume.epoch.map(|e| if *per_epoch { e } else { 0 }),
+                count: resume.counter,
+            }),
+            resume,
         }),
-        StageKind::Unbatch => Box::new(Unbatch),
-        StageKind::Take { n } => Box::new(Take { left: *n }),
+        StageKind::Unbatch => Box::new(Unbatch { resume }),
+        StageKind::Take { n } => Box::new(Take {
+            slot: stage,
+            left: n.saturating_sub(resume.counter),
+            taken: resume.counter,
+            resume: resume.clone(),
+        }),
         StageKind::ShuffleBuffer {
             size,
             seed: s,
             op_id,
-        } => Box::new(ShuffleBuffer {
-            size: *size,
-            seed: s.unwrap_or(seed),
-            op_id: *op_id,
-            epoch: None,
-            rng: SampleRng::from_key(0),
-            buf: Vec::with_capacity(*size),
-        }),
+        } => Box::new(super::window::WindowShuffle::new(
+            *size,
+            s.unwrap_or(seed),
+            *op_id,
+            stage,
+            resume,
+        )),
     }
 }
 
@@ -150,8 +259,8 @@ pub(crate) struct Chain {
     seed: u64,
     stats: Arc<PipelineStats>,
     stage: usize,
-    /// When resuming: outputs at or before this cursor were already delivered.
-    skip: Option<Cursor>,
+    /// When resuming: outputs already delivered.
+    skip: Skip,
 }
 
 impl Chain {
@@ -161,7 +270,7 @@ impl Chain {
         seed: u64,
         stats: Arc<PipelineStats>,
         stage: usize,
-        skip: Option<Cursor>,
+        skip: Skip,
     ) -> Self {
         Chain {
             read,
@@ -201,11 +310,8 @@ impl Chain {
             prev = Some(key);
             it.cursor.ord = ord;
         }
-        if let Some(skip) = self.skip {
-            items.retain(|it| {
-                let c = it.cursor;
-                !(c.epoch == skip.epoch && c.pos == skip.pos && c.ord <= skip.ord)
-            });
+        if !self.skip.is_empty() {
+            items.retain(|it| self.skip.keeps(&it.cursor));
         }
         let bytes: usize = items.iter().map(|it| it.sample.nbytes()).sum();
         self.stats
@@ -277,11 +383,21 @@ impl Transform for Chain {
 }
 
 struct Batch {
+    resume: StageResume,
     size: usize,
     drop_last: bool,
     per_epoch: bool,
     pad: Vec<(String, f64)>,
     pending: Vec<Item>,
+    /// When per-item work follows: batches are numbered (per epoch with `per_epoch`) and a
+    /// resume rebuilds the batch it stopped in from its first row.
+    numbering: Option<BatchNumbers>,
+}
+
+struct BatchNumbers {
+    slot: usize,
+    epoch: Option<u64>,
+    count: u64,
 }
 
 impl Batch {
@@ -295,6 +411,29 @@ impl Batch {
         let (first, last) = (&items[0], &items[items.len() - 1]);
         let mut batch = Item::at(first.epoch, first.index, first.source_index, last.cursor);
         batch.sub = first.sub;
+        batch.outer = last.outer.clone();
+        if let Some(n) = &mut self.numbering {
+            let epoch = if self.per_epoch { first.epoch } else { 0 };
+            if n.epoch != Some(epoch) {
+                n.epoch = Some(epoch);
+                n.count = 0;
+            }
+            batch.cursor = Cursor {
+                epoch,
+                pos: n.count,
+                ord: 0,
+            };
+            batch.outer = push_outer(
+                &first.outer,
+                Restart {
+                    slot: n.slot,
+                    input: first.cursor,
+                    input_index: 0,
+                    counter: n.count,
+                },
+            );
+            n.count += 1;
+        }
         batch.rows = items.iter().map(|i| i.rows).sum();
         let mut samples: Vec<Sample> = items.into_iter().map(|i| i.sample).collect();
         if !self.pad.is_empty() {
@@ -310,6 +449,9 @@ impl Batch {
 impl Transform for Batch {
     fn push(&mut self, chunk: Chunk, out: &mut Vec<Chunk>) -> Result<()> {
         for it in chunk {
+            if !self.resume.keep_input(&it.cursor) {
+                continue;
+            }
             if self.per_epoch && self.pending.first().is_some_and(|p| p.epoch != it.epoch) {
                 self.flush(out, true)?;
             }
@@ -325,7 +467,12 @@ impl Transform for Batch {
     }
 }
 
-struct Unbatch;
+/// Splits map_batches' output batches back into rows: a row keeps its batch's position
+/// and takes its index in the batch as ordinal, so a resume inside a batch recomputes the
+/// whole batch (its function saw all of it) and drops the rows already delivered.
+struct Unbatch {
+    resume: StageResume,
+}
 
 impl Transform for Unbatch {
     fn push(&mut self, chunk: Chunk, out: &mut Vec<Chunk>) -> Result<()> {
@@ -333,8 +480,16 @@ impl Transform for Unbatch {
         for it in chunk {
             let rows = uncollate(it.sample)?;
             for (r, sample) in rows.into_iter().enumerate() {
-                let mut row = Item::at(it.epoch, it.index + r as u64, it.source_index, it.cursor);
+                let cursor = Cursor {
+                    ord: r as u64,
+                    ..it.cursor
+                };
+                if !self.resume.keep_output(&cursor) {
+                    continue;
+                }
+                let mut row = Item::at(it.epoch, it.index + r as u64, it.source_index, cursor);
                 row.sub = it.sub;
+                row.outer = it.outer.clone();
                 row.sample = sample;
                 rows_out.push(row);
             }
@@ -344,68 +499,51 @@ impl Transform for Unbatch {
     }
 }
 
+/// The first `n` items. It re-sequences (outputs are numbered 0..n) so a resume knows how many
+/// were taken; each output records its input cursor to replay from.
 struct Take {
+    slot: usize,
+    resume: StageResume,
     left: u64,
+    taken: u64,
 }
 
 impl Transform for Take {
-    fn push(&mut self, mut chunk: Chunk, out: &mut Vec<Chunk>) -> Result<()> {
-        if (chunk.len() as u64) > self.left {
-            chunk.truncate(self.left as usize);
+    fn push(&mut self, chunk: Chunk, out: &mut Vec<Chunk>) -> Result<()> {
+        let mut kept = Vec::with_capacity(chunk.len().min(self.left as usize));
+        for mut it in chunk {
+            if self.left == 0 {
+                break;
+            }
+            if !self.resume.keep_input(&it.cursor) {
+                continue;
+            }
+            let t = self.taken;
+            self.taken += 1;
+            self.left -= 1;
+            it.outer = push_outer(
+                &it.outer,
+                Restart {
+                    slot: self.slot,
+                    input: it.cursor,
+                    input_index: t,
+                    counter: t,
+                },
+            );
+            it.cursor = Cursor {
+                epoch: 0,
+                pos: t,
+                ord: 0,
+            };
+            if self.resume.keep_output(&it.cursor) {
+                kept.push(it);
+            }
         }
-        self.left -= chunk.len() as u64;
-        out.push(chunk);
+        out.push(kept);
         Ok(())
     }
     fn exhausted(&self) -> bool {
         self.left == 0
-    }
-}
-
-/// Seeded buffer shuffle: each epoch has its own generator, so order does not depend on
-/// where the previous epoch's buffer ended.
-struct ShuffleBuffer {
-    size: usize,
-    seed: u64,
-    op_id: u64,
-    epoch: Option<u64>,
-    rng: SampleRng,
-    buf: Vec<Item>,
-}
-
-impl ShuffleBuffer {
-    fn drain(&mut self, out: &mut Vec<Item>) {
-        while !self.buf.is_empty() {
-            let j = self.rng.below(self.buf.len() as u64) as usize;
-            out.push(self.buf.swap_remove(j));
-        }
-    }
-}
-
-impl Transform for ShuffleBuffer {
-    fn push(&mut self, chunk: Chunk, out: &mut Vec<Chunk>) -> Result<()> {
-        let mut emitted = Vec::with_capacity(chunk.len());
-        for it in chunk {
-            if self.epoch != Some(it.epoch) {
-                self.drain(&mut emitted);
-                self.epoch = Some(it.epoch);
-                self.rng = SampleRng::new(self.seed, it.epoch, u64::MAX, self.op_id);
-            }
-            if self.buf.len() == self.size {
-                let j = self.rng.below(self.size as u64) as usize;
-                emitted.push(std::mem::replace(&mut self.buf[j], it));
-            } else {
-                self.buf.push(it);
-            }
-        }
-        out.push(emitted);
-        Ok(())
-    }
-    fn finish(&mut self, out: &mut Vec<Chunk>) -> Result<()> {
-        let mut rest = Vec::with_capacity(self.buf.len());
-        self.drain(&mut rest);
-        out.push(rest);
-        Ok(())
     }
 }
 

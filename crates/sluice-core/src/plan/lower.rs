@@ -57,6 +57,7 @@ pub fn lower(plan: &Arc<LogicalPlan>, opts: &LowerOptions) -> Result<PhysicalPla
             shuffle: None,
             shard: None,
             epochs: Some(1),
+            elastic: None,
         });
     let mut stream_epochs = Some(1);
     let mut repeat_after_batch = false;

@@ -1,0 +1,243 @@
+//! `shuffle_buffer(size)`: a bounded-memory shuffle for streams whose order is a pure function
+//! of (seed, epoch, position), so a checkpoint holds a position — never buffer contents.
+//!
+//! Two passes of window permutations. Pass A permutes each window of `w = size / 2`
+//! consecutive inputs; pass B permutes windows of A's output offset by `w / 2`, so items mix
+//! across A's window boundaries. Each window's permutation is a Feistel permutation keyed by
+//! (seed, epoch, op, pass, window); the last, partial windows of an epoch use their own
+//! length. At most `size` items are held (an A window and a B window), and an item moves at
+//! most about `size` positions — the locality of tf.data's buffer shuffle, without its
+//! unsaveable state (Grain's window shuffle makes the same trade).
+//!
+//! Resuming an output `p`: B rebuilds the window holding `p` from A's outputs starting at that
+//! window's start `sB`; A rebuilds from the start of the A window holding `sB`. Every output
+//! records that A-window start (its input cursor and index) and `sB` in a [`Restart`].
+
+use crate::error::Result;
+use crate::order::Permutation;
+use crate::rng::combine;
+
+use super::transform::{push_outer, Chunk, Cursor, Item, Outer, Restart, StageResume, Transform};
+
+/// Where an A window started: what a restart replays from (with the restart records of the
+/// stages before, which replay up to that input).
+#[derive(Debug, Clone)]
+struct WindowStart {
+    input: Cursor,
+    input_index: u64,
+    outer: Outer,
+}
+
+pub(crate) struct WindowShuffle {
+    w: u64,
+    seed: u64,
+    op_id: u64,
+    slot: usize,
+    resume: StageResume,
+    epoch: Option<u64>,
+    /// Inputs received this epoch (after resume drops).
+    inputs: u64,
+    /// A's current window: its start and its items in arrival order.
+    a_start: Option<WindowStart>,
+    a_buf: Vec<Item>,
+    a_window: u64,
+    /// A outputs produced this epoch (= position in A's output order).
+    a_out: u64,
+    /// B's current window: items in A-output order, each with the A window start it came
+    /// from; and the B window's first A-output position.
+    b_buf: Vec<(Item, WindowStart)>,
+    b_start: u64,
+    b_window: u64,
+    /// A outputs before this position are replayed only to rebuild A and are not kept.
+    skip_a_before: u64,
+}
+
+impl WindowShuffle {
+    pub(crate) fn new(
+        size: usize,
+        seed: u64,
+        op_id: u64,
+        slot: usize,
+        resume: StageResume,
+    ) -> Self {
+        let w = (size as u64 / 2).max(1);
+        let (epoch, input_index, counter) = (resume.epoch, resume.input_index, resume.counter);
+        let mut s = WindowShuffle {
+            w,
+            seed,
+            op_id,
+            slot,
+            resume,
+            epoch: None,
+            inputs: 0,
+            a_start: None,
+            a_buf: Vec::with_capacity(w as usize),
+            a_window: 0,
+            a_out: 0,
+            b_buf: Vec::with_capacity(w as usize),
+            b_start: 0,
+            b_window: 0,
+            skip_a_before: 0,
+        };
+        if let Some(e) = epoch {
+            // Continue the epoch mid-way: A at the window the restart replays from, B at the
+            // window holding the first output to make again.
+            s.epoch = Some(e);
+            s.inputs = input_index;
+            s.a_window = input_index / w;
+            s.a_out = input_index;
+            s.b_window = s.b_window_of(counter);
+            s.b_start = s.b_window_start(s.b_window);
+            s.skip_a_before = s.b_start;
+        }
+        s
+    }
+
+    /// B windows: [0, w/2), then every `w` from there (aligned with A's when w = 1).
+    fn b_window_of(&self, pos: u64) -> u64 {
+        let half = self.w / 2;
+        match half {
+            0 => pos / self.w,
+            _ if pos < half => 0,
+            _ => (pos - half) / self.w + 1,
+        }
+    }
+    fn b_window_start(&self, b: u64) -> u64 {
+        let half = self.w / 2;
+        match (half, b) {
+            (0, _) => b * self.w,
+            (_, 0) => 0,
+            _ => half + (b - 1) * self.w,
+        }
+    }
+    fn b_window_len(&self, b: u64) -> u64 {
+        let half = self.w / 2;
+        if half > 0 && b == 0 {
+            half
+        } else {
+            self.w
+        }
+    }
+
+    fn key(&self, epoch: u64, pass: u64, window: u64) -> u64 {
+        combine(
+            combine(combine(combine(self.seed, epoch), self.op_id), pass),
+            window,
+        )
+    }
+
+    fn reset_epoch(&mut self, epoch: u64) {
+        self.epoch = Some(epoch);
+        self.inputs = 0;
+        self.a_start = None;
+        self.a_buf.clear();
+        self.a_window = 0;
+        self.a_out = 0;
+        self.b_buf.clear();
+        self.b_start = 0;
+        self.b_window = 0;
+        self.skip_a_before = 0;
+    }
+
+    /// Emits A's window (permuted) into B.
+    fn flush_a(&mut self, out: &mut Vec<Item>) {
+        if self.a_buf.is_empty() {
+            return;
+        }
+        let epoch = self.epoch.unwrap_or(0);
+        let start = self.a_start.take().expect("an A window has a start");
+        let n = self.a_buf.len() as u64;
+        let perm = Permutation::new(n, self.key(epoch, 0, self.a_window));
+        let mut slots: Vec<Option<Item>> = self.a_buf.drain(..).map(Some).collect();
+        for k in 0..n {
+            let it = slots[perm.apply(k) as usize].take().expect("a permutation");
+            let pos = self.a_out;
+            self.a_out += 1;
+            if pos < self.skip_a_before {
+                continue;
+            }
+            self.b_buf.push((it, start.clone()));
+            if self.b_buf.len() as u64 == self.b_window_len(self.b_window) {
+                self.flush_b(out);
+            }
+        }
+        self.a_window += 1;
+    }
+
+    /// Emits B's window (permuted) as outputs.
+    fn flush_b(&mut self, out: &mut Vec<Item>) {
+        if self.b_buf.is_empty() {
+            return;
+        }
+        let epoch = self.epoch.unwrap_or(0);
+        let n = self.b_buf.len() as u64;
+        let perm = Permutation::new(n, self.key(epoch, 1, self.b_window));
+        // The restart for every output of this B window: rebuild A from the window holding
+        // B's first item, then B from its start.
+        let a_start = &self.b_buf[0].1;
+        let outer = push_outer(
+            &a_start.outer,
+            Restart {
+                slot: self.slot,
+                input: a_start.input,
+                input_index: a_start.input_index,
+                counter: self.b_start,
+            },
+        );
+        let mut slots: Vec<Option<Item>> = self.b_buf.drain(..).map(|(it, _)| Some(it)).collect();
+        for k in 0..n {
+            let mut it = slots[perm.apply(k) as usize].take().expect("a permutation");
+            it.cursor = Cursor {
+                epoch,
+                pos: self.b_start + k,
+                ord: 0,
+            };
+            if !self.resume.keep_output(&it.cursor) {
+                continue;
+            }
+            it.outer = outer.clone();
+            out.push(it);
+        }
+        self.b_start += n;
+        self.b_window += 1;
+    }
+}
+
+impl Transform for WindowShuffle {
+    fn push(&mut self, chunk: Chunk, out: &mut Vec<Chunk>) -> Result<()> {
+        let mut emitted = Vec::with_capacity(chunk.len());
+        for it in chunk {
+            if !self.resume.keep_input(&it.cursor) {
+                continue;
+            }
+            if self.epoch != Some(it.epoch) {
+                if self.epoch.is_some() {
+                    self.flush_a(&mut emitted);
+                    self.flush_b(&mut emitted);
+                }
+                self.reset_epoch(it.epoch);
+            }
+            if self.a_buf.is_empty() {
+                self.a_start = Some(WindowStart {
+                    input: it.cursor,
+                    input_index: self.inputs,
+                    outer: it.outer.clone(),
+                });
+            }
+            self.inputs += 1;
+            self.a_buf.push(it);
+            if self.a_buf.len() as u64 == self.w {
+                self.flush_a(&mut emitted);
+            }
+        }
+        out.push(emitted);
+        Ok(())
+    }
+    fn finish(&mut self, out: &mut Vec<Chunk>) -> Result<()> {
+        let mut rest = Vec::new();
+        self.flush_a(&mut rest);
+        self.flush_b(&mut rest);
+        out.push(rest);
+        Ok(())
+    }
+}

@@ -308,3 +308,26 @@ def test_elastic_state_bad_inputs():
         next(it)
     with pytest.raises(ValueError, match="take"):
         sluice.elastic_state([it.state_dict() for it in c])
+
+
+def test_streams_shard_by_file_and_resume(tmp_path):
+    import io
+    import tarfile
+
+    for s in range(5):
+        with tarfile.open(tmp_path / f"shard-{s}.tar", "w") as tar:
+            for i in range(4 + s):
+                data = f"{s}-{i}".encode()
+                info = tarfile.TarInfo(f"{s:02d}{i:03d}.txt")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    ds = lambda rank, world: sluice.read_webdataset(str(tmp_path)).shard(rank, world, equal=False)  # noqa: E731
+    parts = [[bytes(s["txt"]).decode() for s in ds(r, 2)] for r in (0, 1)]
+    # Whole files per rank: 0, 2, 4 and 1, 3.
+    assert {p.split("-")[0] for p in parts[0]} == {"0", "2", "4"}
+    assert {p.split("-")[0] for p in parts[1]} == {"1", "3"}
+    assert sorted(parts[0] + parts[1]) == sorted(f"{s}-{i}" for s in range(5) for i in range(4 + s))
+    with pytest.raises(ValueError, match="equal=False"):
+        sluice.read_webdataset(str(tmp_path)).shard(0, 2).iter()
+    # A shuffled, sharded stream resumes exactly too.
+    round_trip(ds(1, 2).shuffle_buffer(4).batch(3))

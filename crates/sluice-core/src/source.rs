@@ -45,6 +45,11 @@ pub trait Source: Send + Sync + fmt::Debug {
     }
     /// A shared handle to this source (for streaming over `get`).
     fn clone_arc(&self) -> SourceRef;
+    /// Rank `rank` of `world_size`'s part of a stream made of several files: whole files per
+    /// rank, so ranks are disjoint but not equal in length. `None`: it cannot be split.
+    fn shard_files(&self, _rank: u64, _world_size: u64) -> Option<Result<SourceRef>> {
+        None
+    }
     /// The form another process reopens this source from (a worker process or a Ray actor
     /// then reads samples itself and items travel as indices), in the pipeline-file source
     /// syntax; `None` when the data lives only here (e.g. `from_items`) and must be sent.

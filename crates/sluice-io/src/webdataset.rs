@@ -208,6 +208,12 @@ impl Source for WebDatasetSource {
     fn random_access(&self) -> bool {
         false
     }
+    fn shard_files(&self, rank: u64, world_size: u64) -> Option<Result<SourceRef>> {
+        Some(
+            WebDatasetSource::open(&self.shards, Some((rank, world_size)))
+                .map(|s| Arc::new(s) as _),
+        )
+    }
     fn get(&self, _index: u64) -> Result<Sample> {
         Err(Error::invalid(
             "read_webdataset streams (tar has no index); use shuffle_buffer, not shuffle",

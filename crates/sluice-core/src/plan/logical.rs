@@ -330,10 +330,25 @@ impl ShardNode {
     ) -> Result<Self> {
         let shard = ShardSpec::try_new(rank, world_size, equal)?;
         if !input.random_access() {
-            return Err(Error::invalid(
-                "shard() currently needs a random-access input (a source with a known \
-                 length, followed only by map/shuffle); put shard() right after the source",
-            ));
+            // A stream straight from its source can be dealt out by file (unequally).
+            let straight = !input.find(|n| {
+                !(matches!(n, LogicalPlan::Source(_) | LogicalPlan::Prefetch(_))
+                    || matches!(n, LogicalPlan::Map(m) if m.mode == ElemMode::Map))
+            });
+            if straight && equal {
+                return Err(Error::invalid(
+                    "shard(equal=True) needs random access to give every rank the same number \
+                     of samples, and this source streams; pass equal=False to deal its files to \
+                     ranks (whole files per rank; ranks may differ in length)",
+                ));
+            }
+            if !straight {
+                return Err(Error::invalid(
+                    "shard() needs a random-access input (a source with a known length, \
+                     followed only by map/shuffle) or a stream straight from its source; put \
+                     shard() right after the source",
+                ));
+            }
         }
         Ok(ShardNode { input, shard })
     }

@@ -70,12 +70,29 @@ pub fn lower(plan: &Arc<LogicalPlan>, opts: &LowerOptions) -> Result<PhysicalPla
                     .ok_or_else(|| Error::invalid("shuffle needs random access"))?;
                 o.shuffle = Some(n.seed.unwrap_or(opts.seed));
             }
-            LogicalPlan::Shard(n) => {
-                let o = order
-                    .as_mut()
-                    .ok_or_else(|| Error::invalid("shard needs random access"))?;
-                o.shard = Some(n.shard);
-            }
+            LogicalPlan::Shard(n) => match order.as_mut() {
+                Some(o) => o.shard = Some(n.shard),
+                // A stream has no positions to stride over: its files are dealt to ranks.
+                None if n.shard.equal => {
+                    return Err(Error::invalid(format!(
+                        "shard(equal=True) needs random access to give every rank the same \
+                         number of samples; '{}' streams. Pass equal=False to deal its files \
+                         to ranks (whole files per rank; ranks may differ in length)",
+                        source.name()
+                    )))
+                }
+                None => {
+                    source = source
+                        .shard_files(n.shard.rank, n.shard.world_size)
+                        .unwrap_or_else(|| {
+                            Err(Error::invalid(format!(
+                                "'{}' streams and cannot be split by file; read it with a \
+                                 random-access reader to shard it",
+                                source.name()
+                            )))
+                        })?
+                }
+            },
             LogicalPlan::Repeat(n) => {
                 if let Some(o) = order.as_mut() {
                     o.epochs = n.epochs;

@@ -98,7 +98,41 @@ class Dataset(FormatsMixin):  # FormatsMixin: write_parquet/jsonl, to_arrow/pand
         """
         if isinstance(fn_or_op, Op):
             return Dataset(self._native.map_op(fn_or_op, on_error, keep_position))
+        from .text import PackStep
+
+        if isinstance(fn_or_op, PackStep):  # sluice.text.pack(...): a stateful step
+            return self.pack(**fn_or_op.kwargs)
         return self._udf(fn_or_op, "map", name, on_error, keep_position)
+
+    @_recipe.step
+    def pack(
+        self,
+        length: int,
+        *,
+        field: str = "input_ids",
+        separator: int | None = None,
+        drop_remainder: bool = False,
+        pad_id: int = 0,
+    ) -> "Dataset":
+        """GPT-style packing: concatenates the 1-D integer ``field`` of consecutive samples
+        (with ``separator`` after each, e.g. an EOS id) and cuts blocks of exactly ``length``
+        tokens: ``{field, attention_mask, segment_ids}`` (``segment_ids`` numbers the samples in
+        a block from 1; padding has mask 0 and segment 0). Packing restarts every epoch; the
+        last short block is padded with ``pad_id`` or dropped (``drop_remainder``). Other
+        fields are dropped. Checkpoints save where the current block starts, not its tokens.
+
+        >>> import sluice
+        >>> ds = sluice.from_items([{"input_ids": [1, 2, 3]}, {"input_ids": [4, 5]}])
+        >>> [b["input_ids"].tolist() for b in ds.pack(4, separator=0)]
+        [[1, 2, 3, 0], [4, 5, 0, 0]]
+        """
+        if separator is not None:
+            separator = _int("separator", separator, -(2**63))
+        return Dataset(
+            self._native.pack(
+                _int("length", length, 1), str(field), separator, bool(drop_remainder), _int("pad_id", pad_id, -(2**63))
+            )
+        )
 
     @_recipe.step
     def filter(self, pred: Callable[[Sample], bool], *, name: str | None = None) -> "Dataset":

@@ -31,13 +31,16 @@ def tokenize(
     out: str = "input_ids",
     dtype: str = "int64",
     attention_mask: str | None = None,
+    errors: str = "strict",
 ) -> Op:
-    """Encodes ``field`` into ids (``dtype`` int64 or int32), keeping at most ``max_length``;
-    ``attention_mask`` names a field to receive a mask of ones. A missing or invalid tokenizer
-    file fails when the op is created."""
+    """Encodes ``field`` (str, or UTF-8 bytes such as a WebDataset ``txt`` member) into ids
+    (``dtype`` int64 or int32), keeping at most ``max_length``; ``attention_mask`` names a
+    field to receive a mask of ones. Invalid UTF-8 is an error naming the sample, or becomes
+    U+FFFD with ``errors="replace"``. A missing or invalid tokenizer file fails when the op is
+    created."""
     return _op("tokenize", tokenizer=os.fspath(tokenizer_json), max_length=max_length,
                add_special_tokens=bool(add_special_tokens), field=field, out=out, dtype=dtype,
-               attention_mask=attention_mask)
+               attention_mask=attention_mask, errors=None if errors == "strict" else errors)
 
 
 def truncate(length: int, *, field: str = "input_ids") -> Op:
@@ -48,6 +51,35 @@ def truncate(length: int, *, field: str = "input_ids") -> Op:
 def add_tokens(bos: int | None = None, eos: int | None = None, *, field: str = "input_ids") -> Op:
     """Prepends ``bos`` and/or appends ``eos``."""
     return _op("add_tokens", bos=bos, eos=eos, field=field)
+
+
+class PackStep:
+    """``ds.map(sluice.text.pack(...))``: the same as ``ds.pack(...)`` (a stateful step, not an
+    element-wise op — it joins samples)."""
+
+    def __init__(self, **kwargs: Any):
+        self.kwargs = kwargs
+
+    def __repr__(self) -> str:
+        return f"pack({', '.join(f'{k}={v!r}' for k, v in self.kwargs.items())})"
+
+
+def pack(
+    length: int,
+    *,
+    field: str = "input_ids",
+    separator: int | None = None,
+    drop_remainder: bool = False,
+    pad_id: int = 0,
+) -> PackStep:
+    """GPT-style packing into blocks of ``length`` tokens; see ``Dataset.pack``.
+
+    >>> import sluice, sluice.text as T
+    >>> ds = sluice.from_items([{"input_ids": [1, 2, 3]}, {"input_ids": [4, 5]}])
+    >>> [b["segment_ids"].tolist() for b in ds.map(T.pack(4, separator=0))]
+    [[1, 1, 1, 1], [1, 1, 1, 0]]
+    """
+    return PackStep(length=length, field=field, separator=separator, drop_remainder=drop_remainder, pad_id=pad_id)
 
 
 def pad(length: int, pad_id: int = 0, *, field: str = "input_ids", mask: str | None = None) -> Op:

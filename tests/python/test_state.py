@@ -116,6 +116,7 @@ def cases(text_file):
         "map_batches then map and batch": r().map_batches(scale_batch, batch_size=4).map(noisy).batch(3),
         "cache": r().map(lambda s: {"id": s["id"] + 1}).cache().repeat(2),
         "mix": sluice.mix([r(), sluice.range(9)], [0.75, 0.25], seed=2).shuffle(),
+        "pack": r().map(lambda s: {"input_ids": list(range(s["id"] % 5))}).pack(4, separator=-1),
         "batch padded": r()
         .map(lambda s: {"t": np.arange(s["id"] % 4, dtype=np.int64)})
         .batch(3, pad={"t": -1}),

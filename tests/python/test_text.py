@@ -113,3 +113,71 @@ def test_batch_pads_token_ids_and_masks_to_the_longest(corpus, tmp_path):
         next(iter(sluice.from_items([{"t": "a"}]).batch(1, pad={"t": 0})))
     with pytest.raises(TypeError, match="dict"):
         sluice.range(3).batch(2, pad=0)
+
+
+def test_pack_concatenates_tokenized_lines_into_full_blocks(corpus):
+    d, lines = corpus
+    hf = train("bpe", lines, d / "bpe.json")
+    eot = 0
+    ds = sluice.read_text(str(d / "lines.txt")).map(T.tokenize(d / "bpe.json", add_special_tokens=False))
+    packed = ds.map(T.pack(128, separator=eot, pad_id=eot))
+    blocks = list(packed.iter(seed=0, num_threads=2))
+    ids = np.stack([b["input_ids"] for b in blocks])
+    mask = np.stack([b["attention_mask"] for b in blocks])
+    seg = np.stack([b["segment_ids"] for b in blocks])
+    assert ids.shape[1] == 128 and ids.dtype == np.int64
+    # The blocks are the documents' ids joined by the separator, cut every 128 tokens.
+    stream = [t for e in hf.encode_batch(lines, add_special_tokens=False) for t in e.ids + [eot]]
+    assert ids[mask == 1].tolist() == stream
+    assert (mask[:-1] == 1).all() and mask[-1].sum() == len(stream) % 128 or len(stream) % 128 == 0
+    # Segments count the documents in each block from 1; padding is segment 0.
+    assert (seg[mask == 0] == 0).all() and (seg[mask == 1] >= 1).all()
+    assert all((np.diff(s[m == 1]) >= 0).all() for s, m in zip(seg, mask))
+    # Dropping the remainder keeps only full blocks; batching full blocks stacks them.
+    full = list(ds.pack(128, separator=eot, drop_remainder=True).batch(4, drop_last=True))
+    assert all(b["input_ids"].shape == (4, 128) for b in full)
+    assert len(full) == (len(stream) // 128) // 4
+
+
+def test_pack_resumes_inside_a_document(corpus):
+    d, lines = corpus
+    train("bpe", lines, d / "bpe.json")
+    ds = (
+        sluice.read_text(str(d / "lines.txt"))
+        .shuffle()
+        .map(T.tokenize(d / "bpe.json", add_special_tokens=False))
+        .pack(64, separator=0)
+        .batch(8)
+    )
+    full = [b["input_ids"].tolist() for b in ds.iter(seed=3)]
+    for k in (1, len(full) // 2, len(full) - 1):
+        it = ds.iter(seed=3)
+        for _ in range(k):
+            next(it)
+        state = it.state_dict()
+        node = state["state"]["parent"]
+        assert node["node"] == "pack" and set(node["own"]) >= {"at", "counter", "input_index"}
+        resumed = ds.iter(seed=3, num_threads=1)
+        resumed.load_state_dict(state)
+        assert [b["input_ids"].tolist() for b in resumed] == full[k:]
+
+
+def test_pack_and_tokenize_bad_input(corpus, tmp_path):
+    d, lines = corpus
+    train("bpe", lines, d / "bpe.json")
+    with pytest.raises(ValueError, match="length"):
+        sluice.range(3).pack(0, field="id")
+    with pytest.raises(KeyError, match="input_ids"):
+        sluice.range(3).pack(4)
+    with pytest.raises(TypeError, match=r"pack.*sample 0.*1-D integer"):
+        list(sluice.from_items([{"input_ids": "text"}]).pack(4))
+    # Invalid UTF-8 in a bytes field: an error naming the sample and the op, or replacement.
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"caf\xe9 ok\n")
+    raw = sluice.read_files(str(bad))
+    with pytest.raises(sluice.PipelineError, match=r"tokenize.*not valid UTF-8"):
+        list(raw.map(T.tokenize(d / "bpe.json", field="bytes")))
+    ok = list(raw.map(T.tokenize(d / "bpe.json", field="bytes", errors="replace")))
+    assert len(ok) == 1 and len(ok[0]["input_ids"]) > 0
+    with pytest.raises(ValueError, match="errors"):
+        T.tokenize(d / "bpe.json", errors="ignore")

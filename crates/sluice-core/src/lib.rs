@@ -34,8 +34,9 @@ pub use exec::{Cursor, ExecOptions, Execution, Item, Next};
 pub use op::{Emit, Op, OpContext, OpKind, OpMeta, OpRef};
 pub use order::{IndexOrder, Permutation, Position, ShardSpec};
 pub use plan::logical::{
-    BatchNode, CacheNode, ElemMode, LogicalPlan, MapBatchesNode, MapNode, OnError, PrefetchNode,
-    RepeatNode, ShardNode, ShuffleBufferNode, ShuffleNode, SourceNode, TakeNode,
+    BatchNode, CacheNode, ElemMode, LogicalPlan, MapBatchesNode, MapNode, OnError, PackNode,
+    PackSpec, PrefetchNode, RepeatNode, ShardNode, ShuffleBufferNode, ShuffleNode, SourceNode,
+    TakeNode,
 };
 pub use plan::lower::{lower, LowerOptions};
 pub use plan::physical::{ChainOp, PhysicalPlan, SourceStage, Stage, StageKind, Variant};

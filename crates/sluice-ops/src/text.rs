@@ -20,6 +20,12 @@ fn yes() -> bool {
 fn int64() -> String {
     "int64".into()
 }
+fn strict() -> String {
+    "strict".into()
+}
+fn is_strict(s: &str) -> bool {
+    s == "strict"
+}
 
 /// The serde form of the `text.*` ops.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -42,6 +48,10 @@ pub enum TextSpec {
         /// Also write the attention mask (1 per token) to this field.
         #[serde(default)]
         attention_mask: Option<String>,
+        /// A bytes field is decoded as UTF-8: invalid bytes are an error naming the sample
+        /// (`strict`) or become U+FFFD (`replace`).
+        #[serde(default = "strict", skip_serializing_if = "is_strict")]
+        errors: String,
     },
     /// Keeps the first `length` ids.
     #[serde(rename = "text.truncate")]
@@ -78,11 +88,19 @@ pub enum TextSpec {
 pub fn build(spec: &TextSpec) -> Result<OpRef> {
     let tokenizer = match spec {
         TextSpec::Tokenize {
-            tokenizer, dtype, ..
+            tokenizer,
+            dtype,
+            errors,
+            ..
         } => {
             if dtype != "int64" && dtype != "int32" {
                 return Err(Error::invalid(format!(
                     "dtype must be 'int64' or 'int32', got '{dtype}'"
+                )));
+            }
+            if errors != "strict" && errors != "replace" {
+                return Err(Error::invalid(format!(
+                    "errors must be 'strict' or 'replace', got '{errors}'"
                 )));
             }
             if !std::path::Path::new(tokenizer).is_file() {
@@ -213,15 +231,31 @@ impl Op for TextOp {
                 out,
                 dtype,
                 attention_mask,
+                errors,
                 ..
             } => {
                 let v = s.require(field, name)?;
-                let text = v.as_str().ok_or_else(|| {
-                    Error::type_error(format!("field '{field}' must be str, got {}", v.kind()))
-                })?;
+                let text: std::borrow::Cow<'_, str> = match v {
+                    Value::Str(t) => (&**t).into(),
+                    Value::Bytes(b) if errors == "replace" => String::from_utf8_lossy(b),
+                    Value::Bytes(b) => std::str::from_utf8(b)
+                        .map_err(|e| {
+                            Error::data(format!(
+                                "field '{field}' is not valid UTF-8 ({e}); \
+                                 tokenize(errors=\"replace\") substitutes U+FFFD"
+                            ))
+                        })?
+                        .into(),
+                    other => {
+                        return Err(Error::type_error(format!(
+                            "field '{field}' must be str or bytes, got {}",
+                            other.kind()
+                        )))
+                    }
+                };
                 let tok = self.tokenizer.as_ref().expect("tokenize has a tokenizer");
                 let enc = tok
-                    .encode(text, *add_special_tokens)
+                    .encode(text.as_ref(), *add_special_tokens)
                     .map_err(|e| Error::data(format!("tokenizer failed: {e}")))?;
                 let mut ids: Vec<i64> = enc.get_ids().iter().map(|&i| i as i64).collect();
                 if let Some(m) = max_length {

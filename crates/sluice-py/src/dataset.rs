@@ -187,6 +187,23 @@ impl PyDataset {
     fn prefetch(&self, n: usize) -> PyResult<PyDataset> {
         wrap(self.ds.prefetch(n))
     }
+    #[pyo3(signature = (length, field, separator=None, drop_remainder=false, pad_id=0))]
+    fn pack(
+        &self,
+        length: usize,
+        field: String,
+        separator: Option<i64>,
+        drop_remainder: bool,
+        pad_id: i64,
+    ) -> PyResult<PyDataset> {
+        wrap(self.ds.pack(sluice::PackSpec {
+            length,
+            field,
+            separator,
+            drop_remainder,
+            pad_id,
+        }))
+    }
     fn limit(&self, n: u64) -> PyDataset {
         PyDataset {
             ds: self.ds.take(n),

@@ -196,6 +196,13 @@ impl Dataset {
             n,
         )?)))
     }
+    /// Packs a token field into fixed-length blocks (see [`PackSpec`]).
+    pub fn pack(&self, spec: PackSpec) -> Result<Self> {
+        Ok(Dataset::wrap(LogicalPlan::Pack(PackNode::try_new(
+            self.input(),
+            spec,
+        )?)))
+    }
     /// The first `n` outputs.
     pub fn take(&self, n: u64) -> Self {
         Dataset::wrap(LogicalPlan::Take(TakeNode {

@@ -16,7 +16,7 @@
 //! ```
 
 use serde::{Deserialize, Serialize};
-use sluice_core::{Error, OnError, Result};
+use sluice_core::{Error, OnError, PackSpec, Result};
 use sluice_io::{CsvOnError, CsvOptions, LabelMode, Utf8Errors};
 use sluice_ops::OpSpec;
 
@@ -107,6 +107,22 @@ pub enum StepSpec {
     Take {
         n: u64,
     },
+    /// GPT-style packing of a token field into blocks of `length` (see [`PackSpec`]).
+    Pack {
+        length: usize,
+        #[serde(default = "ids_field")]
+        field: String,
+        #[serde(default)]
+        separator: Option<i64>,
+        #[serde(default)]
+        drop_remainder: bool,
+        #[serde(default)]
+        pad_id: i64,
+    },
+}
+
+fn ids_field() -> String {
+    "input_ids".into()
 }
 
 fn yes() -> bool {
@@ -248,6 +264,19 @@ impl PipelineSpec {
                 StepSpec::Repeat { epochs } => ds.repeat(*epochs)?,
                 StepSpec::Prefetch { n } => ds.prefetch(*n)?,
                 StepSpec::Take { n } => ds.take(*n),
+                StepSpec::Pack {
+                    length,
+                    field,
+                    separator,
+                    drop_remainder,
+                    pad_id,
+                } => ds.pack(PackSpec {
+                    length: *length,
+                    field: field.clone(),
+                    separator: *separator,
+                    drop_remainder: *drop_remainder,
+                    pad_id: *pad_id,
+                })?,
             };
         }
         let opts = IterOptions {
@@ -280,5 +309,25 @@ mod tests {
                       {"step": "batch", "size": 8, "drop_last": true}]}"#;
         let (ds, opts) = PipelineSpec::parse(text, "json").unwrap().build().unwrap();
         assert_eq!(ds.iter(&opts).unwrap().count(), 2);
+    }
+
+    #[test]
+    fn pack_step_from_a_pipeline_file() {
+        let text = r#"{"source": {"source": "range", "n": 4},
+            "steps": [{"step": "pack", "length": 4, "field": "id", "separator": 0}]}"#;
+        let (ds, opts) = PipelineSpec::parse(text, "json").unwrap().build().unwrap();
+        assert!(ds
+            .plan()
+            .to_string()
+            .contains("pack(4, field=id, separator=Some(0)"));
+        // `id` is a scalar, not a token list: the error names the step and the sample.
+        let err = ds
+            .iter(&opts)
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("pack") && err.contains("sample 0"), "{err}");
     }
 }

@@ -90,13 +90,15 @@ fn resequencing(chain: &[std::sync::Arc<LogicalPlan>]) -> Vec<bool> {
                 | LogicalPlan::MapBatches(_)
                 | LogicalPlan::Take(_)
                 | LogicalPlan::ShuffleBuffer(_)
+                | LogicalPlan::Pack(_)
         )
     };
     (0..chain.len())
         .map(|i| match &*chain[i] {
-            LogicalPlan::Take(_) | LogicalPlan::ShuffleBuffer(_) | LogicalPlan::MapBatches(_) => {
-                true
-            }
+            LogicalPlan::Take(_)
+            | LogicalPlan::ShuffleBuffer(_)
+            | LogicalPlan::MapBatches(_)
+            | LogicalPlan::Pack(_) => true,
             LogicalPlan::Batch(_) => chain[i + 1..].iter().any(|n| per_item(n)),
             _ => false,
         })
@@ -122,6 +124,7 @@ pub(crate) fn node_name(node: &LogicalPlan) -> String {
         LogicalPlan::Prefetch(_) => "prefetch".into(),
         LogicalPlan::Take(_) => "take".into(),
         LogicalPlan::Cache(_) => "cache".into(),
+        LogicalPlan::Pack(_) => "pack".into(),
     }
 }
 
@@ -278,9 +281,9 @@ pub fn elastic_state(states: &[IterState]) -> Result<IterState> {
                  rank's checkpoint, in any order"
             )));
         }
-        if find(tree, "take").is_some()
-            || find(tree, "shuffle_buffer").is_some()
-            || find(tree, "map_batches").is_some()
+        if ["take", "shuffle_buffer", "map_batches", "pack"]
+            .iter()
+            .any(|n| find(tree, n).is_some())
         {
             return Err(Error::invalid(
                 "elastic_state: pipelines with take, shuffle_buffer or map_batches cannot \

@@ -108,6 +108,43 @@ impl Op for Copies {
     }
 }
 
+/// `ids`: a list of 0..4 tokens derived from `id` (something to pack).
+#[derive(Debug)]
+struct Tokens;
+impl Op for Tokens {
+    fn name(&self) -> &str {
+        "tokens"
+    }
+    fn spec(&self) -> serde_json::Value {
+        serde_json::json!({"op": "tokens"})
+    }
+    fn meta(&self) -> OpMeta {
+        OpMeta {
+            reads: vec!["id".into()],
+            writes: vec!["ids".into()],
+            ..OpMeta::opaque(false)
+        }
+    }
+    fn apply(&self, mut s: Sample, _: &OpContext) -> Result<Emit> {
+        let id = s.get("id").and_then(Value::as_int).unwrap_or(0);
+        let ids = (0..id.rem_euclid(5))
+            .map(|k| Value::Int(100 * id + k))
+            .collect();
+        s.set("ids", Value::List(ids));
+        Ok(Emit::One(s))
+    }
+}
+
+fn pack(length: usize, drop_remainder: bool) -> PackSpec {
+    PackSpec {
+        length,
+        field: "ids".into(),
+        separator: Some(-7),
+        drop_remainder,
+        pad_id: 0,
+    }
+}
+
 fn noop() -> OpRef {
     OpSpec::Noop.build().unwrap()
 }
@@ -199,6 +236,7 @@ fn state_name(n: &LogicalPlan) -> String {
         LogicalPlan::Prefetch(_) => "prefetch".into(),
         LogicalPlan::Take(_) => "take".into(),
         LogicalPlan::Cache(_) => "cache".into(),
+        LogicalPlan::Pack(_) => "pack".into(),
     }
 }
 
@@ -253,6 +291,25 @@ fn every_step_kind_round_trips() {
                 .unwrap(),
         ),
         ("map_batches", r().map_batches(noop(), 6).unwrap()),
+        (
+            "pack",
+            r().map(Arc::new(Tokens), OnError::Raise, None)
+                .unwrap()
+                .pack(pack(5, false))
+                .unwrap(),
+        ),
+        (
+            "pack over epochs, dropping tails, then batch",
+            stream(31)
+                .repeat(Some(2))
+                .unwrap()
+                .map(Arc::new(Tokens), OnError::Raise, None)
+                .unwrap()
+                .pack(pack(4, true))
+                .unwrap()
+                .batch(3, false)
+                .unwrap(),
+        ),
         (
             "map_batches after flat_map, then batch",
             r().flat_map(Arc::new(Copies))
@@ -581,14 +638,14 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 24, .. ProptestConfig::default() })]
     /// Random pipelines, random checkpoint points.
     #[test]
-    fn random_pipelines_resume_exactly(steps in proptest::collection::vec(0u8..9, 1..6),
+    fn random_pipelines_resume_exactly(steps in proptest::collection::vec(0u8..10, 1..6),
                                        n in 1u64..60, k in 0usize..200) {
         let mut ds = match n % 3 {
             0 => Dataset::range(n),
             1 => Dataset::range(n).shuffle(None).unwrap(),
             _ => stream(n),
         };
-        let (mut taken, mut repeated) = (false, false);
+        let (mut taken, mut repeated, mut packed) = (false, false, false);
         for s in steps {
             ds = match s {
                 0 => ds.map(Arc::new(Noise), OnError::Raise, None).unwrap(),
@@ -600,6 +657,14 @@ proptest! {
                     ds.take(n / 2 + 3)
                 }
                 5 => ds.map_batches(noop(), 1 + (n as usize % 5)).unwrap(),
+                9 if !packed => {
+                    packed = true;
+                    ds.map(Arc::new(Tokens), OnError::Raise, None)
+                        .unwrap()
+                        .pack(pack(1 + n as usize % 6, n % 2 == 0))
+                        .unwrap()
+                }
+                9 => ds,
                 6 | 7 if !taken && !repeated => {
                     repeated = true;
                     ds.repeat(Some(2)).unwrap()

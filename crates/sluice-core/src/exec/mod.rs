@@ -10,6 +10,7 @@
 
 pub mod backend;
 pub mod controller;
+mod pack;
 mod transform;
 mod window;
 
@@ -193,6 +194,7 @@ impl ResumePoint {
             match &plan.stages[i].kind {
                 StageKind::Take { .. }
                 | StageKind::ShuffleBuffer { .. }
+                | StageKind::Pack(_)
                 | StageKind::Batch { .. } => at(i, &mut res),
                 _ => {
                     return Err(Error::invalid(
@@ -220,6 +222,7 @@ fn drops(kind: &StageKind) -> bool {
         StageKind::Chain { .. }
             | StageKind::Take { .. }
             | StageKind::ShuffleBuffer { .. }
+            | StageKind::Pack(_)
             | StageKind::Unbatch
     )
 }

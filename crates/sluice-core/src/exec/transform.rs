@@ -71,7 +71,7 @@ impl Item {
         self
     }
 
-    fn sample_ref(&self) -> SampleRef {
+    pub(crate) fn sample_ref(&self) -> SampleRef {
         SampleRef {
             epoch: self.epoch,
             index: self.index,
@@ -248,6 +248,7 @@ pub(crate) fn make_transform(
             stage,
             resume,
         )),
+        StageKind::Pack(spec) => Box::new(super::pack::Pack::new(spec.clone(), stage, resume)),
     }
 }
 

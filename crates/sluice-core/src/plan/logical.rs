@@ -137,6 +137,58 @@ pub struct TakeNode {
     pub n: u64,
 }
 
+/// `pack(length)`: concatenate a token field across samples (with a separator after each) and
+/// cut it into blocks of `length` tokens, GPT-style.
+#[derive(Debug, Clone)]
+pub struct PackNode {
+    pub input: Arc<LogicalPlan>,
+    pub spec: PackSpec,
+    pub schema: Schema,
+}
+
+/// What `pack` does.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PackSpec {
+    /// Tokens per block.
+    pub length: usize,
+    /// The 1-D integer field to pack (also the output field).
+    pub field: String,
+    /// Token appended after each sample's tokens (e.g. EOS), if any.
+    pub separator: Option<i64>,
+    /// The last, short block of an epoch: dropped, or padded with `pad_id` (mask 0).
+    pub drop_remainder: bool,
+    pub pad_id: i64,
+}
+
+impl PackNode {
+    /// Checks `length > 0` and that `field` exists when the fields are known; the output
+    /// fields are the packed field, `attention_mask` and `segment_ids`.
+    pub fn try_new(input: Arc<LogicalPlan>, spec: PackSpec) -> Result<Self> {
+        if spec.length == 0 {
+            return Err(Error::invalid("pack: length must be > 0"));
+        }
+        if let Some(fields) = input.schema() {
+            if !fields.contains(&spec.field) {
+                return Err(Error::MissingField {
+                    field: spec.field.clone(),
+                    op: "pack".into(),
+                    available: fields.join(", "),
+                });
+            }
+        }
+        let schema = Some(Arc::new(vec![
+            spec.field.clone(),
+            "attention_mask".into(),
+            "segment_ids".into(),
+        ]));
+        Ok(PackNode {
+            input,
+            spec,
+            schema,
+        })
+    }
+}
+
 /// `cache(budget)`: compute the steps before it once per source sample and keep the results
 /// in memory (up to `budget` bytes) for later epochs and iterations.
 #[derive(Debug, Clone)]
@@ -199,6 +251,7 @@ pub enum LogicalPlan {
     Prefetch(PrefetchNode),
     Take(TakeNode),
     Cache(CacheNode),
+    Pack(PackNode),
 }
 
 impl SourceNode {
@@ -399,6 +452,7 @@ impl LogicalPlan {
             LogicalPlan::Prefetch(n) => Some(&n.input),
             LogicalPlan::Take(n) => Some(&n.input),
             LogicalPlan::Cache(n) => Some(&n.input),
+            LogicalPlan::Pack(n) => Some(&n.input),
         }
     }
     /// Number of nodes below this one (the source has depth 0).
@@ -422,6 +476,7 @@ impl LogicalPlan {
             LogicalPlan::Map(n) => n.schema.clone(),
             LogicalPlan::Batch(n) => n.schema.clone(),
             LogicalPlan::MapBatches(_) => None,
+            LogicalPlan::Pack(n) => n.schema.clone(),
             other => other.input().and_then(|i| i.schema()),
         }
     }
@@ -490,6 +545,10 @@ impl LogicalPlan {
             LogicalPlan::Prefetch(n) => format!("prefetch({})", n.depth),
             LogicalPlan::Take(n) => format!("take({})", n.n),
             LogicalPlan::Cache(n) => format!("cache(budget={})", n.budget),
+            LogicalPlan::Pack(n) => format!(
+                "pack({}, field={}, separator={:?}, drop_remainder={}, pad_id={})",
+                n.spec.length, n.spec.field, n.spec.separator, n.spec.drop_remainder, n.spec.pad_id
+            ),
         }
     }
 }

@@ -235,6 +235,10 @@ pub fn lower(plan: &Arc<LogicalPlan>, opts: &LowerOptions) -> Result<PhysicalPla
                         StageKind::Take { n: n.n },
                         Variant::Threads { threads: 1 },
                     )),
+                    LogicalPlan::Pack(n) => stages.push(stage(
+                        StageKind::Pack(n.spec.clone()),
+                        Variant::Threads { threads: 1 },
+                    )),
                     LogicalPlan::Prefetch(n) => {
                         if let Some(last) = stages.last_mut() {
                             last.queue_depth = n.depth;
@@ -292,5 +296,6 @@ fn is_stage(node: &LogicalPlan) -> bool {
             | LogicalPlan::MapBatches(_)
             | LogicalPlan::ShuffleBuffer(_)
             | LogicalPlan::Take(_)
+            | LogicalPlan::Pack(_)
     )
 }

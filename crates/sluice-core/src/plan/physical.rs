@@ -99,6 +99,8 @@ pub enum StageKind {
         seed: Option<u64>,
         op_id: u64,
     },
+    /// Concatenate a token field across items and cut fixed-length blocks.
+    Pack(crate::plan::logical::PackSpec),
 }
 
 impl StageKind {
@@ -125,6 +127,7 @@ impl StageKind {
             StageKind::Unbatch => "unbatch".into(),
             StageKind::Take { n } => format!("take({n})"),
             StageKind::ShuffleBuffer { size, .. } => format!("shuffle_buffer({size})"),
+            StageKind::Pack(p) => format!("pack({})", p.length),
         }
     }
 }

@@ -220,8 +220,11 @@ impl Execution {
             });
         }
         let stats = Arc::new(PipelineStats::new(infos));
+        let source = &plan.source.source;
+        stats.counters(0).skipped.store(source.skipped(), Relaxed);
+        stats.set_source_report(source.report());
 
-        let mut input = spawn_source(&plan.source, opts.resume, &ctl, &stats)?;
+        let mut input = spawn_source(&plan.source, opts.resume, opts.seed, &ctl, &stats)?;
         // Already-delivered outputs are dropped after the last chain, where ordinals are final.
         let last_chain = plan
             .stages
@@ -457,6 +460,7 @@ fn send_counted(tx: &Sender<Msg>, msg: Msg, c: &StageCounters) -> bool {
 fn spawn_source(
     src: &SourceStage,
     resume: Option<Cursor>,
+    seed: u64,
     ctl: &Arc<Control>,
     stats: &Arc<PipelineStats>,
 ) -> Result<Input> {
@@ -501,7 +505,7 @@ fn spawn_source(
         let mut epoch = resume.map_or(0, |r| r.epoch);
         let mut skip_to = resume.map_or(0, |r| r.pos);
         while src.stream_epochs.is_none_or(|e| epoch < e) {
-            let stream = match src.source.stream() {
+            let stream = match src.source.stream_epoch(seed, epoch) {
                 Ok(s) => s,
                 Err(e) => {
                     send_counted(&tx, Err(e), c);

@@ -14,9 +14,11 @@ mod formats;
 mod mixing;
 mod offload;
 mod optimize;
+mod relational;
 mod spec;
 
 pub use dataset::{Dataset, IterOptions, IterState};
+pub use relational::GroupedDataset;
 pub use sluice_core::mix::StopPolicy;
 pub use sluice_core::*;
 pub use sluice_io::{
@@ -26,4 +28,7 @@ pub use sluice_io::{
 pub use sluice_io::{LabelMode, LinesFormat, Utf8Errors};
 pub use sluice_ops::OpSpec;
 pub use sluice_optimizer::{OptimizerOptions, Plan, Profile, ProfileOptions};
+pub use sluice_relational::{
+    Agg, AggFn, AggregateSpec, BlockingOptions, SortSpec, SpillReport, DEFAULT_MEMORY_BUDGET,
+};
 pub use spec::{csv_options, PipelineSpec, SourceSpec, StepSpec};

@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use sluice_core::{Error, OnError, Result};
 use sluice_io::{CsvOnError, CsvOptions, LabelMode, Utf8Errors};
 use sluice_ops::OpSpec;
+use sluice_relational::{Agg, BlockingOptions};
 
 use crate::dataset::{Dataset, IterOptions};
 
@@ -107,6 +108,55 @@ pub enum StepSpec {
     Take {
         n: u64,
     },
+    /// `sort(by, descending)`: blocking, spills beyond `memory_budget` bytes.
+    Sort {
+        by: OneOrMany<String>,
+        #[serde(default)]
+        descending: Option<OneOrMany<bool>>,
+        #[serde(default)]
+        memory_budget: Option<u64>,
+    },
+    /// `groupby(keys).aggregate(aggs)`, e.g. `aggs = [{name = "n", func = "count"},
+    /// {name = "total", func = "sum", field = "x"}]`.
+    Groupby {
+        #[serde(default)]
+        keys: Vec<String>,
+        aggs: Vec<Agg>,
+        #[serde(default)]
+        memory_budget: Option<u64>,
+    },
+    /// `repartition(n)`.
+    Repartition {
+        n: usize,
+        #[serde(default)]
+        memory_budget: Option<u64>,
+    },
+}
+
+/// A value or a list of them (`by = "x"` or `by = ["x", "y"]`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum OneOrMany<T> {
+    One(T),
+    Many(Vec<T>),
+}
+
+impl<T: Clone> OneOrMany<T> {
+    /// The values as a list.
+    pub fn to_vec(&self) -> Vec<T> {
+        match self {
+            OneOrMany::One(v) => vec![v.clone()],
+            OneOrMany::Many(v) => v.clone(),
+        }
+    }
+}
+
+fn blocking(memory_budget: Option<u64>, seed: u64) -> BlockingOptions {
+    BlockingOptions {
+        memory_budget: memory_budget.unwrap_or(sluice_relational::DEFAULT_MEMORY_BUDGET),
+        seed,
+        ..Default::default()
+    }
 }
 
 fn yes() -> bool {
@@ -248,6 +298,28 @@ impl PipelineSpec {
                 StepSpec::Repeat { epochs } => ds.repeat(*epochs)?,
                 StepSpec::Prefetch { n } => ds.prefetch(*n)?,
                 StepSpec::Take { n } => ds.take(*n),
+                StepSpec::Sort {
+                    by,
+                    descending,
+                    memory_budget,
+                } => ds.sort(
+                    &by.to_vec(),
+                    &descending
+                        .as_ref()
+                        .map(OneOrMany::to_vec)
+                        .unwrap_or_default(),
+                    &blocking(*memory_budget, self.seed),
+                )?,
+                StepSpec::Groupby {
+                    keys,
+                    aggs,
+                    memory_budget,
+                } => ds
+                    .groupby(keys)
+                    .aggregate(aggs.clone(), &blocking(*memory_budget, self.seed))?,
+                StepSpec::Repartition { n, memory_budget } => {
+                    ds.repartition(*n, &blocking(*memory_budget, self.seed))?
+                }
             };
         }
         let opts = IterOptions {
@@ -270,6 +342,31 @@ mod tests {
             r#"{"source": {"source": "range", "n": 3}, "steps": [{"step": "map", "op": "nope"}]}"#;
         assert!(PipelineSpec::parse(bad, "json").is_err());
         let bad = r#"{"source": {"source": "range", "n": 3}, "stepz": []}"#;
+        assert!(PipelineSpec::parse(bad, "json").is_err());
+    }
+
+    #[test]
+    fn relational_steps_run_from_a_file() {
+        let text = r#"
+[source]
+source = "range"
+n = 10
+[[steps]]
+step = "sort"
+by = "id"
+descending = true
+memory_budget = 1000
+[[steps]]
+step = "groupby"
+aggs = [{name = "n", func = "count"}, {name = "first", func = "max", field = "id"}]
+"#;
+        let (ds, opts) = PipelineSpec::parse(text, "toml").unwrap().build().unwrap();
+        let rows: Vec<_> = ds.iter(&opts).unwrap().map(|r| r.unwrap()).collect();
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].get("n").and_then(|v| v.as_int()), Some(10));
+        assert_eq!(rows[0].get("first").and_then(|v| v.as_int()), Some(9));
+        let bad = r#"{"source": {"source": "range", "n": 3},
+            "steps": [{"step": "groupby", "aggs": [{"name": "s", "func": "median", "field": "id"}]}]}"#;
         assert!(PipelineSpec::parse(bad, "json").is_err());
     }
 

@@ -9,6 +9,7 @@
 from ._native import PipelineError, SluiceError, __version__
 from .dataset import (
     Dataset,
+    GroupedDataset,
     Iterator,
     Stats,
     from_items,
@@ -19,7 +20,7 @@ from .dataset import (
     read_jsonl,
     read_text,
 )
-from . import audio, image, ops, text
+from . import agg, audio, image, ops, text
 from .ingest import check_ingest
 from .context import Context
 from .formats import from_arrow, from_pandas, read_csv, read_parquet, read_webdataset
@@ -28,6 +29,7 @@ from .optimizer import OptimizerOptions, Plan, Profile
 __all__ = [
     "Context",
     "Dataset",
+    "GroupedDataset",
     "Iterator",
     "OptimizerOptions",
     "Plan",
@@ -36,6 +38,7 @@ __all__ = [
     "SluiceError",
     "Stats",
     "__version__",
+    "agg",
     "audio",
     "check_ingest",
     "from_arrow",

@@ -135,3 +135,28 @@ def iter_offloaded(
     workers: int,
     plan_json: str | None = None,
 ) -> Iterator: ...
+
+# Relational, blocking ops (crates/sluice-py/src/relational.rs); they run on first iteration.
+def sort(
+    ds: Dataset,
+    by: list[str],
+    descending: list[bool],
+    memory_budget: int | None = None,
+    spill_dir: str | None = None,
+    seed: int = 0,
+) -> Dataset: ...
+def aggregate(
+    ds: Dataset,
+    keys: list[str],
+    aggs: list[tuple[str, str, str | None]],
+    memory_budget: int | None = None,
+    spill_dir: str | None = None,
+    seed: int = 0,
+) -> Dataset: ...
+def repartition(
+    ds: Dataset,
+    n: int,
+    memory_budget: int | None = None,
+    spill_dir: str | None = None,
+    seed: int = 0,
+) -> Dataset: ...

@@ -192,8 +192,9 @@ impl PyDataset {
             ds: self.ds.take(n),
         }
     }
-    fn source_len(&self) -> Option<u64> {
-        self.ds.plan().source().len()
+    fn source_len(&self, py: Python<'_>) -> Option<u64> {
+        // A blocking source (sort, groupby) runs its input here, maybe Python code.
+        py.detach(|| self.ds.plan().source().len())
     }
     fn logical_plan(&self) -> String {
         self.ds.plan().to_string()
@@ -201,6 +202,7 @@ impl PyDataset {
     #[pyo3(signature = (seed=0, num_threads=None, chunk_size=None, plan_json=None, processes=None))]
     fn physical_plan(
         &self,
+        py: Python<'_>,
         seed: u64,
         num_threads: Option<usize>,
         chunk_size: Option<usize>,
@@ -215,7 +217,9 @@ impl PyDataset {
             processes,
             ..Default::default()
         };
-        self.ds.physical_plan(&opts).map(|p| p.to_string()).py()
+        py.detach(|| self.ds.physical_plan(&opts))
+            .map(|p| p.to_string())
+            .py()
     }
     #[pyo3(signature = (seed=0, num_threads=None, chunk_size=None, plan_json=None, processes=None))]
     fn iter(

@@ -224,12 +224,18 @@ impl Execution {
         stats.counters(0).skipped.store(source.skipped(), Relaxed);
         stats.set_source_report(source.report());
 
-        let mut input = spawn_source(&plan.source, opts.resume, opts.seed, &ctl, &stats)?;
         // Already-delivered outputs are dropped after the last chain, where ordinals are final.
         let last_chain = plan
             .stages
             .iter()
             .rposition(|s| matches!(s.kind, StageKind::Chain { .. }));
+        // Without a chain (a stream read by no op) the source drops them itself: one item
+        // per position, so the resume position's item was delivered too.
+        let resume_at_source = opts.resume.map(|r| Cursor {
+            pos: r.pos + u64::from(last_chain.is_none()),
+            ..r
+        });
+        let mut input = spawn_source(&plan.source, resume_at_source, opts.seed, &ctl, &stats)?;
         let mut tail = Vec::new();
         let mut tuned: Vec<(usize, Arc<AtomicUsize>)> = Vec::new();
         for (i, st) in plan.stages.iter().enumerate() {
@@ -549,7 +555,7 @@ fn spawn_source(
             if !items.is_empty() && !send_counted(&tx, Ok(items), c) {
                 return;
             }
-            if !any {
+            if !any && skip == 0 {
                 return; // An empty stream repeated forever would spin.
             }
             epoch += 1;

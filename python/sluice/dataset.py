@@ -600,13 +600,46 @@ def read_images(paths: PathLike, labels: str | None = "parent_dir") -> Dataset:
 
 @_recipe.source
 def read_text(paths: PathLike, errors: str = "strict") -> Dataset:
-    """``{text}`` per non-empty line. ``errors="replace"`` substitutes invalid UTF-8."""
+    """``{text}`` per non-empty line of local files or ``s3://`` / ``gs://`` / ``http(s)://``
+    objects. Invalid UTF-8 raises naming ``file:line``; ``errors="replace"`` substitutes it."""
     if errors not in ("strict", "replace"):
         raise ValueError(f"errors must be 'strict' or 'replace', got {errors!r}")
     return Dataset(_native.Dataset.read_text(_paths(paths), errors == "replace"))
 
 
 @_recipe.source
-def read_jsonl(paths: PathLike) -> Dataset:
-    """One sample per JSON-object line; numeric arrays become numpy arrays."""
-    return Dataset(_native.Dataset.read_jsonl(_paths(paths)))
+def read_jsonl(
+    paths: PathLike,
+    schema: "dict[str, str] | None" = None,
+    *,
+    on_error: str = "raise",
+    errors: str = "strict",
+) -> Dataset:
+    """One sample per JSON-object line (local files or bucket URLs); numeric arrays become
+    numpy arrays.
+
+    ``schema`` maps fields to ``"int"``, ``"float"``, ``"bool"`` or ``"str"``: values are
+    converted (``"3"`` → 3, ``2.0`` → 2 for int; numbers → text for str) and a value that
+    does not convert raises naming ``file:line`` and the field; a listed field missing from a
+    line is None; other fields keep their JSON types. Lines are parsed when read, so a bad
+    line raises then — unless ``on_error="skip"``: every line is then checked when the
+    files are opened, and lines that are not JSON objects, do not fit the schema or are not
+    UTF-8 are left out (a warning and ``stats()`` count them). ``errors="replace"``
+    substitutes invalid UTF-8.
+
+    >>> import sluice, tempfile, os
+    >>> p = os.path.join(tempfile.mkdtemp(), "x.jsonl")
+    >>> _ = open(p, "w").write('{"id": "1"}\\nnot json\\n{"id": 2}\\n')
+    >>> sluice.read_jsonl(p, schema={"id": "int"}, on_error="skip").take(5)
+    [{'id': 1}, {'id': 2}]
+    """
+    if on_error not in ("raise", "skip"):
+        raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+    if schema is not None and not isinstance(schema, dict):
+        raise TypeError("schema must be a dict {field: type}")
+    native, skipped = _native.read_jsonl(_paths(paths), dict(schema or {}), on_error, errors)
+    if skipped:
+        import warnings
+
+        warnings.warn(f"read_jsonl skipped {skipped} invalid line(s)", stacklevel=3)
+    return Dataset(native)

@@ -86,17 +86,13 @@ impl PyDataset {
         wrap(Dataset::read_images(&paths, mode))
     }
     #[staticmethod]
-    fn read_text(paths: Vec<String>, replace_errors: bool) -> PyResult<PyDataset> {
+    fn read_text(py: Python<'_>, paths: Vec<String>, replace_errors: bool) -> PyResult<PyDataset> {
         let errors = if replace_errors {
             Utf8Errors::Replace
         } else {
             Utf8Errors::Strict
         };
-        wrap(Dataset::read_text(&paths, errors))
-    }
-    #[staticmethod]
-    fn read_jsonl(paths: Vec<String>) -> PyResult<PyDataset> {
-        wrap(Dataset::read_jsonl(&paths))
+        wrap(py.detach(|| Dataset::read_text(&paths, errors)))
     }
     #[pyo3(signature = (op, on_error="raise", keep_position=None))]
     fn map_op(

@@ -1014,7 +1014,10 @@ mod tests {
         let mut rec = Vec::new();
         encode_sample(&s, &mut rec);
         let back = decode_sample(&rec).unwrap();
-        assert_eq!(back.names().collect::<Vec<_>>(), s.names().collect::<Vec<_>>());
+        assert_eq!(
+            back.names().collect::<Vec<_>>(),
+            s.names().collect::<Vec<_>>()
+        );
         same(&[item(0, s.clone())], &[item(0, back)]);
         assert!(decode_sample(&rec[..rec.len() - 1]).is_err());
         let mut longer = rec.clone();

@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use sluice_core::{Execution, Result, Sample};
 use sluice_io::{
-    sink, ArrowSource, CsvOptions, CsvSource, ParquetSource, SinkOptions, WebDatasetSource,
+    sink, ArrowSource, CsvOptions, CsvSource, ParquetSource, ShardShuffle, SinkOptions,
+    WebDatasetSource,
 };
 
 use crate::dataset::{Dataset, IterOptions};
@@ -34,9 +35,19 @@ impl Dataset {
     /// `{__key__, __url__, <ext>: bytes}` per sample of WebDataset tar shards, streamed;
     /// `rank = Some((r, n))` reads every n-th shard from r.
     pub fn read_webdataset(entries: &[String], rank: Option<(u64, u64)>) -> Result<Self> {
-        Ok(Dataset::from_source(Arc::new(WebDatasetSource::open(
-            entries, rank,
-        )?)))
+        Self::read_webdataset_shuffled(entries, rank, None)
+    }
+
+    /// [`Dataset::read_webdataset`] with the shard order permuted every epoch, from the
+    /// iteration seed or a fixed one ([`ShardShuffle`]); ranks split the permuted list.
+    pub fn read_webdataset_shuffled(
+        entries: &[String],
+        rank: Option<(u64, u64)>,
+        shuffle: Option<ShardShuffle>,
+    ) -> Result<Self> {
+        Ok(Dataset::from_source(Arc::new(
+            WebDatasetSource::open_shuffled(entries, rank, shuffle)?,
+        )))
     }
 
     /// The rows of in-memory Arrow record batches (random access).

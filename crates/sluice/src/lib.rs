@@ -25,7 +25,7 @@ pub use sluice_io::{
     arrow_array, arrow_conv::SampleBatches, arrow_schema, CsvOnError, CsvOptions, CsvSource,
     CsvType, SinkOptions,
 };
-pub use sluice_io::{LabelMode, LinesFormat, Utf8Errors};
+pub use sluice_io::{JsonlOptions, LabelMode, LinesFormat, ShardShuffle, Utf8Errors};
 pub use sluice_ops::OpSpec;
 pub use sluice_optimizer::{OptimizerOptions, Plan, Profile, ProfileOptions};
 pub use sluice_relational::{

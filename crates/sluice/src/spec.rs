@@ -17,7 +17,7 @@
 
 use serde::{Deserialize, Serialize};
 use sluice_core::{Error, OnError, Result};
-use sluice_io::{CsvOnError, CsvOptions, LabelMode, Utf8Errors};
+use sluice_io::{CsvOnError, CsvOptions, JsonlOptions, LabelMode, ShardShuffle, Utf8Errors};
 use sluice_ops::OpSpec;
 use sluice_relational::{Agg, BlockingOptions};
 
@@ -45,6 +45,13 @@ pub enum SourceSpec {
     },
     ReadJsonl {
         paths: Vec<String>,
+        /// Field → `int`, `float`, `bool` or `str`.
+        #[serde(default)]
+        schema: std::collections::BTreeMap<String, String>,
+        #[serde(default)]
+        on_error: OnError,
+        #[serde(default)]
+        errors: Option<String>,
     },
     ReadParquet {
         paths: Vec<String>,
@@ -65,7 +72,32 @@ pub enum SourceSpec {
     },
     ReadWebdataset {
         paths: Vec<String>,
+        #[serde(default)]
+        rank: Option<u64>,
+        #[serde(default)]
+        world_size: Option<u64>,
+        /// `true` (from the run's seed) or a seed: shard order permuted per epoch.
+        #[serde(default)]
+        shuffle_shards: Option<ShuffleShards>,
     },
+}
+
+/// `shuffle_shards = true` or `shuffle_shards = <seed>`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ShuffleShards {
+    Flag(bool),
+    Seed(u64),
+}
+
+impl ShuffleShards {
+    fn get(self) -> Option<ShardShuffle> {
+        match self {
+            ShuffleShards::Flag(false) => None,
+            ShuffleShards::Flag(true) => Some(ShardShuffle::IterationSeed),
+            ShuffleShards::Seed(s) => Some(ShardShuffle::Seed(s)),
+        }
+    }
 }
 
 /// One step in a pipeline file.
@@ -268,7 +300,20 @@ impl PipelineSpec {
                 };
                 Dataset::read_text(paths, errors)?
             }
-            SourceSpec::ReadJsonl { paths } => Dataset::read_jsonl(paths)?,
+            SourceSpec::ReadJsonl {
+                paths,
+                schema,
+                on_error,
+                errors,
+            } => {
+                let on_error = match on_error {
+                    OnError::Raise => "raise",
+                    OnError::Skip => "skip",
+                };
+                let errors = errors.as_deref().unwrap_or("strict");
+                let opts = JsonlOptions::from_names(schema, on_error, errors)?;
+                Dataset::read_jsonl_with(paths, &opts)?
+            }
             SourceSpec::ReadParquet { paths, columns } => {
                 Dataset::read_parquet(paths, columns.as_deref())?
             }
@@ -282,7 +327,20 @@ impl PipelineSpec {
                 paths,
                 &csv_options(schema, *delimiter, *has_header, *on_error)?,
             )?,
-            SourceSpec::ReadWebdataset { paths } => Dataset::read_webdataset(paths, None)?,
+            SourceSpec::ReadWebdataset {
+                paths,
+                rank,
+                world_size,
+                shuffle_shards,
+            } => {
+                let ranks = match (rank, world_size) {
+                    (Some(r), Some(n)) => Some((*r, *n)),
+                    (None, None) => None,
+                    _ => return Err(Error::invalid("give both rank and world_size, or neither")),
+                };
+                let shuffle = shuffle_shards.and_then(ShuffleShards::get);
+                Dataset::read_webdataset_shuffled(paths, ranks, shuffle)?
+            }
         };
         for step in &self.steps {
             ds = match step {

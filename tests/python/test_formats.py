@@ -122,6 +122,7 @@ def test_csv_malformed_rows_raise_or_skip(tmp_path):
     with pytest.warns(UserWarning, match="skipped 1"):
         ds = sluice.read_csv(p, on_error="skip")
     assert [s["a"] for s in ds] == [1, 4]
+    assert ds.stats().stages[0]["skipped"] == 1  # the source's skips
     p.write_text("a,b\n1,x\n")
     with pytest.raises(sluice.SluiceError, match=r"bad.csv:2: column 'b': cannot parse 'x' as int"):
         sluice.read_csv(p, schema={"b": "int"}).take(1)

@@ -186,6 +186,16 @@ def test_random_access_after_blocking_ops_shuffle_shard_and_resume():
     assert sorted(s["n"] for p in parts for s in p) == sorted(whole)
 
 
+def test_mix_of_blocking_datasets_and_process_pool_after_sort():
+    a = sluice.from_items([{"v": i} for i in (3, 1, 2)]).sort("v")
+    b = sluice.from_items([{"v": i} for i in (30, 10)]).sort("v", descending=True)
+    assert [s["v"] for s in sluice.mix([a, b], stop="all_exhausted")] == [1, 30, 2, 10, 3]
+    with pytest.raises(KeyError, match="'w'"):
+        sluice.mix([sluice.range(3).map(lambda s: s).sort("w"), b])
+    ds = sluice.range(20).sort("id", descending=True).map(lambda s: {"id": s["id"] * 2})
+    assert [s["id"] for s in ds.iter(processes=2)] == [2 * i for i in range(19, -1, -1)]
+
+
 def test_python_udfs_before_a_blocking_op_run_with_the_gil_released():
     ds = sluice.range(300).map(lambda s: {"k": s["id"] % 7, "id": s["id"]}).sort(["k", "id"], descending=[True, False])
     assert "sort" in ds.explain(num_threads=2)

@@ -9,6 +9,7 @@
 from ._native import PipelineError, SluiceError, __version__
 from .dataset import (
     Dataset,
+    GroupedDataset,
     Iterator,
     Stats,
     elastic_state,
@@ -20,7 +21,7 @@ from .dataset import (
     read_jsonl,
     read_text,
 )
-from . import audio, image, ops, text
+from . import agg, audio, image, ops, text
 from .ingest import check_ingest
 from .context import Context
 from .formats import from_arrow, from_pandas, read_csv, read_parquet, read_webdataset
@@ -29,6 +30,7 @@ from .optimizer import OptimizerOptions, Plan, Profile
 __all__ = [
     "Context",
     "Dataset",
+    "GroupedDataset",
     "Iterator",
     "OptimizerOptions",
     "Plan",
@@ -37,6 +39,7 @@ __all__ = [
     "SluiceError",
     "Stats",
     "__version__",
+    "agg",
     "audio",
     "check_ingest",
     "elastic_state",

@@ -42,8 +42,6 @@ class Dataset:
     def read_images(paths: list[str], parent_dir_labels: bool) -> Dataset: ...
     @staticmethod
     def read_text(paths: list[str], replace_errors: bool) -> Dataset: ...
-    @staticmethod
-    def read_jsonl(paths: list[str]) -> Dataset: ...
     def map_op(self, op: Op, on_error: str = "raise", keep_position: bool | None = None) -> Dataset: ...
     def map_udf(
         self,
@@ -101,7 +99,16 @@ def read_parquet(paths: list[str], columns: list[str] | None = None) -> Dataset:
 def read_csv(
     paths: list[str], schema: dict[str, str], delimiter: str | None = None, has_header: bool = True, on_error: str = "raise"
 ) -> tuple[Dataset, int]: ...
-def read_webdataset(paths: list[str], rank: int | None = None, world_size: int | None = None) -> Dataset: ...
+def read_jsonl(
+    paths: list[str], schema: dict[str, str], on_error: str = "raise", errors: str = "strict"
+) -> tuple[Dataset, int]: ...
+def read_webdataset(
+    paths: list[str],
+    rank: int | None = None,
+    world_size: int | None = None,
+    shuffle_shards: bool = False,
+    shuffle_seed: int | None = None,
+) -> Dataset: ...
 def from_arrow_stream(capsule: Any) -> Dataset: ...
 def write_parquet(
     ds: Dataset, dir: str, rows_per_file: int, rows_per_group: int, seed: int = 0, num_threads: int | None = None
@@ -140,3 +147,28 @@ def iter_offloaded(
     workers: int,
     plan_json: str | None = None,
 ) -> Iterator: ...
+
+# Relational, blocking ops (crates/sluice-py/src/relational.rs); they run on first iteration.
+def sort(
+    ds: Dataset,
+    by: list[str],
+    descending: list[bool],
+    memory_budget: int | None = None,
+    spill_dir: str | None = None,
+    seed: int = 0,
+) -> Dataset: ...
+def aggregate(
+    ds: Dataset,
+    keys: list[str],
+    aggs: list[tuple[str, str, str | None]],
+    memory_budget: int | None = None,
+    spill_dir: str | None = None,
+    seed: int = 0,
+) -> Dataset: ...
+def repartition(
+    ds: Dataset,
+    n: int,
+    memory_budget: int | None = None,
+    spill_dir: str | None = None,
+    seed: int = 0,
+) -> Dataset: ...

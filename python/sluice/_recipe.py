@@ -168,11 +168,18 @@ def _reduce_op(op: _native.Op) -> tuple:
 copyreg.pickle(_native.Op, _reduce_op)
 
 
+# Steps that read their whole input and start a new random-access source.
+BLOCKING = {"sort", "_aggregate", "repartition"}
+
+
 def _split_point(steps: list[Step]) -> int:
     """How many leading steps keep random access (the place a shard can go)."""
     index_steps = {"shuffle", "shard", "repeat", "prefetch"}
-    n = 1  # the source
-    for s in steps[1:]:
+    # A shard must not go before a blocking step (each rank would sort only its shard):
+    # the last blocking step is a new source.
+    start = max((i for i, s in enumerate(steps) if s.call in BLOCKING), default=0)
+    n = start + 1
+    for s in steps[start + 1 :]:
         if s.call in index_steps:
             n += 1
         elif s.call == "map" and s.kwargs.get("on_error", "raise") != "skip":

@@ -47,6 +47,22 @@ def _int(name: str, value: Any, minimum: int, allow_none: bool = False) -> Any:
     return value
 
 
+def _keys(op: str, key: Any) -> list[str]:
+    keys = [key] if isinstance(key, str) else key
+    if not isinstance(keys, (list, tuple)) or not all(isinstance(k, str) for k in keys):
+        raise TypeError(f"{op} key must be a field name or a list of field names, got {key!r}")
+    return list(keys)
+
+
+def _blocking(memory_budget: int | None, spill_dir: Any, seed: int) -> tuple:
+    """The native (memory_budget, spill_dir, seed) arguments of a blocking op."""
+    return (
+        _int("memory_budget", memory_budget, 1, allow_none=True),
+        None if spill_dir is None else str(spill_dir),
+        _int("seed", seed, 0),
+    )
+
+
 def _paths(p: PathLike) -> list[str]:
     if isinstance(p, (str, bytes)) or hasattr(p, "__fspath__"):
         return [str(p)]
@@ -204,6 +220,92 @@ class Dataset(FormatsMixin):  # FormatsMixin: write_parquet/jsonl, to_arrow/pand
         """The first ``n`` outputs, lazily."""
         return Dataset(self._native.limit(_int("n", n, 0)))
 
+    # Relational (blocking) ---------------------------------------------------------------
+    @_recipe.step
+    def sort(
+        self,
+        key: str | Sequence[str],
+        descending: bool | Sequence[bool] = False,
+        *,
+        memory_budget: int | None = None,
+        spill_dir: str | None = None,
+        seed: int = 0,
+    ) -> "Dataset":
+        """Sorts by ``key`` (a field name, or a list of them, most significant first),
+        stably: rows with equal keys keep their order. ``descending`` is one flag or one per
+        key; missing values (None, NaN) come last either way, as in pandas. Keys must be
+        numbers (ints and floats compare exactly), str, bytes or bool — one kind per field.
+
+        Blocking: the first iteration runs the whole pipeline so far once (with ``seed``, not
+        the iteration's), sorting within ``memory_budget`` bytes (default 256 MiB) and
+        spilling sorted runs to ``spill_dir`` (default ``$TMPDIR``) beyond it, merged
+        afterwards. The result is a random-access dataset (``shuffle``, ``shard``, ``batch``
+        and ``state_dict`` work after it), the same for any thread count and budget; its
+        files are deleted with the dataset. ``stats()["source"]`` reports runs and bytes.
+
+        >>> import sluice
+        >>> ds = sluice.from_items([{"k": k, "i": i} for i, k in enumerate([2, None, 1, 2])])
+        >>> [(s["k"], s["i"]) for s in ds.sort("k", descending=True)]
+        [(2, 0), (2, 3), (1, 2), (None, 1)]
+        """
+        keys = _keys("sort", key)
+        flags = [bool(descending)] if isinstance(descending, (bool, int)) else [bool(d) for d in descending]
+        return Dataset(_native.sort(self._native, keys, flags, *_blocking(memory_budget, spill_dir, seed)))
+
+    def groupby(self, key: str | Sequence[str]) -> "GroupedDataset":
+        """Groups by ``key`` (a field name or a list of them); finish with
+        ``.aggregate(...)``, which gives one row per group sorted by key.
+
+        >>> import sluice
+        >>> from sluice import agg
+        >>> ds = sluice.from_items([{"label": l, "n": n} for l, n in [("b", 1), ("a", 2), ("b", 3)]])
+        >>> ds.groupby("label").aggregate(agg.count(), mean_n=agg.mean("n")).take(5)
+        [{'label': 'a', 'count()': 1, 'mean_n': 2.0}, {'label': 'b', 'count()': 2, 'mean_n': 2.0}]
+        """
+        return GroupedDataset(self, _keys("groupby", key))
+
+    def aggregate(
+        self,
+        *aggs: Any,
+        memory_budget: int | None = None,
+        spill_dir: str | None = None,
+        seed: int = 0,
+        **named: Any,
+    ) -> "Dataset":
+        """One row of aggregates over the whole dataset (``groupby`` with no key).
+
+        >>> import sluice
+        >>> from sluice import agg
+        >>> sluice.range(10).aggregate(agg.count(), total=agg.sum("id")).take(1)
+        [{'count()': 10, 'total': 45}]
+        """
+        return GroupedDataset(self, []).aggregate(
+            *aggs, memory_budget=memory_budget, spill_dir=spill_dir, seed=seed, **named
+        )
+
+    @_recipe.step
+    def _aggregate(
+        self, keys: list, aggs: list, memory_budget: int | None, spill_dir: str | None, seed: int
+    ) -> "Dataset":
+        # The recorded form of groupby().aggregate(): plain lists, so recipes pickle.
+        return Dataset(_native.aggregate(self._native, keys, aggs, *_blocking(memory_budget, spill_dir, seed)))
+
+    @_recipe.step
+    def repartition(
+        self, n: int, *, memory_budget: int | None = None, spill_dir: str | None = None, seed: int = 0
+    ) -> "Dataset":
+        """Materialises the outputs into ``n`` equal, contiguous partitions (sizes differ by
+        at most one; order kept). ``write_parquet``/``write_jsonl`` then write one file per
+        partition (``part-00000`` … for partitions with rows; ``rows_per_file`` is ignored),
+        as long as only ``map``/``filter``/``flat_map`` come after it. Blocking like
+        ``sort``: rows beyond ``memory_budget`` bytes go to one file in ``spill_dir``.
+
+        >>> import sluice, tempfile
+        >>> len(sluice.range(10).repartition(3).write_jsonl(tempfile.mkdtemp()))
+        3
+        """
+        return Dataset(_native.repartition(self._native, _int("n", n, 1), *_blocking(memory_budget, spill_dir, seed)))
+
     # Execution -------------------------------------------------------------------------
     @_recipe.step
     def cache(self, budget_bytes: int = 1 << 30) -> "Dataset":
@@ -321,6 +423,37 @@ class Dataset(FormatsMixin):  # FormatsMixin: write_parquet/jsonl, to_arrow/pand
 
     def __repr__(self) -> str:
         return "Dataset(\n  " + self._native.logical_plan().replace("\n", "\n  ") + "\n)"
+
+
+class GroupedDataset:
+    """A dataset grouped by key fields (``Dataset.groupby``), waiting for ``aggregate``."""
+
+    def __init__(self, ds: Dataset, keys: list[str]):
+        self._ds = ds
+        self._keys = keys
+
+    def aggregate(
+        self,
+        *aggs: Any,
+        memory_budget: int | None = None,
+        spill_dir: str | None = None,
+        seed: int = 0,
+        **named: Any,
+    ) -> Dataset:
+        """One row per group: the key fields, then the aggregates, sorted by key (missing
+        keys last, as one group). Aggregates are ``sluice.agg`` objects — positional ones
+        are named like Ray Data's (``count()``, ``sum(x)``), keyword ones by their keyword —
+        or pandas-style ``name=("field", "func")`` tuples with func one of count, sum, mean,
+        min, max. Blocking like ``Dataset.sort``: group states beyond ``memory_budget`` bytes
+        are spilled to ``spill_dir`` in hash partitions and reduced one partition at a time;
+        the result does not depend on the budget or the thread count."""
+        from . import agg
+
+        triples = agg.normalize(aggs, named)
+        return self._ds._aggregate(list(self._keys), triples, memory_budget, spill_dir, seed)
+
+    def __repr__(self) -> str:
+        return f"GroupedDataset(keys={self._keys!r})"
 
 
 class Stats:
@@ -524,13 +657,46 @@ def read_images(paths: PathLike, labels: str | None = "parent_dir") -> Dataset:
 
 @_recipe.source
 def read_text(paths: PathLike, errors: str = "strict") -> Dataset:
-    """``{text}`` per non-empty line. ``errors="replace"`` substitutes invalid UTF-8."""
+    """``{text}`` per non-empty line of local files or ``s3://`` / ``gs://`` / ``http(s)://``
+    objects. Invalid UTF-8 raises naming ``file:line``; ``errors="replace"`` substitutes it."""
     if errors not in ("strict", "replace"):
         raise ValueError(f"errors must be 'strict' or 'replace', got {errors!r}")
     return Dataset(_native.Dataset.read_text(_paths(paths), errors == "replace"))
 
 
 @_recipe.source
-def read_jsonl(paths: PathLike) -> Dataset:
-    """One sample per JSON-object line; numeric arrays become numpy arrays."""
-    return Dataset(_native.Dataset.read_jsonl(_paths(paths)))
+def read_jsonl(
+    paths: PathLike,
+    schema: "dict[str, str] | None" = None,
+    *,
+    on_error: str = "raise",
+    errors: str = "strict",
+) -> Dataset:
+    """One sample per JSON-object line (local files or bucket URLs); numeric arrays become
+    numpy arrays.
+
+    ``schema`` maps fields to ``"int"``, ``"float"``, ``"bool"`` or ``"str"``: values are
+    converted (``"3"`` → 3, ``2.0`` → 2 for int; numbers → text for str) and a value that
+    does not convert raises naming ``file:line`` and the field; a listed field missing from a
+    line is None; other fields keep their JSON types. Lines are parsed when read, so a bad
+    line raises then — unless ``on_error="skip"``: every line is then checked when the
+    files are opened, and lines that are not JSON objects, do not fit the schema or are not
+    UTF-8 are left out (a warning and ``stats()`` count them). ``errors="replace"``
+    substitutes invalid UTF-8.
+
+    >>> import sluice, tempfile, os
+    >>> p = os.path.join(tempfile.mkdtemp(), "x.jsonl")
+    >>> _ = open(p, "w").write('{"id": "1"}\\nnot json\\n{"id": 2}\\n')
+    >>> sluice.read_jsonl(p, schema={"id": "int"}, on_error="skip").take(5)
+    [{'id': 1}, {'id': 2}]
+    """
+    if on_error not in ("raise", "skip"):
+        raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+    if schema is not None and not isinstance(schema, dict):
+        raise TypeError("schema must be a dict {field: type}")
+    native, skipped = _native.read_jsonl(_paths(paths), dict(schema or {}), on_error, errors)
+    if skipped:
+        import warnings
+
+        warnings.warn(f"read_jsonl skipped {skipped} invalid line(s)", stacklevel=3)
+    return Dataset(native)

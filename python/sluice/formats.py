@@ -1,5 +1,6 @@
 """Data at rest: Parquet, CSV and WebDataset sources; Arrow and pandas interop; Parquet and
-JSONL sinks. Paths may be local paths, directories, globs, or ``s3://`` / ``http(s)://`` URLs.
+JSONL sinks. Paths may be local paths, directories, globs, or ``s3://`` / ``gs://`` /
+``http(s)://`` URLs.
 
 >>> import sluice, tempfile
 >>> out = tempfile.mkdtemp()
@@ -70,14 +71,28 @@ def read_csv(
 
 @_recipe.source
 def read_webdataset(
-    shards: "PathLike", *, rank: int | None = None, world_size: int | None = None
+    shards: "PathLike",
+    *,
+    rank: int | None = None,
+    world_size: int | None = None,
+    shuffle_shards: "bool | int" = False,
 ) -> "Dataset":
     """Samples ``{__key__, __url__, <ext>: bytes}`` from WebDataset tar shards, streamed.
 
     Tar has no index, so use ``shuffle_buffer`` (not ``shuffle``). With ``rank`` and
     ``world_size`` each rank reads every ``world_size``-th shard (shard-level sharding).
+    ``shuffle_shards=True`` permutes the shard order every epoch from the iteration's seed
+    and epoch (``shuffle_shards=<int>``: from that seed); ranks split the permuted list, so
+    they stay disjoint and get other shards each epoch. Combine it with ``shuffle_buffer``
+    for sample-level mixing — the WebDataset recipe, deterministic and resumable here.
     """
-    return _wrap(_native.read_webdataset(_paths(shards), rank, world_size))
+    if isinstance(shuffle_shards, bool):
+        shuffle, seed = shuffle_shards, None
+    elif isinstance(shuffle_shards, int) and shuffle_shards >= 0:
+        shuffle, seed = True, shuffle_shards
+    else:
+        raise TypeError(f"shuffle_shards must be a bool or a seed (int >= 0), got {shuffle_shards!r}")
+    return _wrap(_native.read_webdataset(_paths(shards), rank, world_size, shuffle, seed))
 
 
 def from_arrow(data: Any) -> "Dataset":

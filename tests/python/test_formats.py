@@ -122,6 +122,7 @@ def test_csv_malformed_rows_raise_or_skip(tmp_path):
     with pytest.warns(UserWarning, match="skipped 1"):
         ds = sluice.read_csv(p, on_error="skip")
     assert [s["a"] for s in ds] == [1, 4]
+    assert ds.stats().stages[0]["skipped"] == 1  # the source's skips
     p.write_text("a,b\n1,x\n")
     with pytest.raises(sluice.SluiceError, match=r"bad.csv:2: column 'b': cannot parse 'x' as int"):
         sluice.read_csv(p, schema={"b": "int"}).take(1)
@@ -206,3 +207,88 @@ def test_to_arrow_runs_python_udfs_without_deadlock():
     ds = sluice.range(5000).map(lambda s: {"id": s["id"], "sq": s["id"] ** 2})
     t = ds.to_arrow(num_threads=2, batch_rows=512)
     assert t.num_rows == 5000 and t.column("sq").to_pylist()[-1] == 4999**2
+
+
+def test_jsonl_schema_coerces_and_skip_counts_in_stats(tmp_path):
+    p = tmp_path / "typed.jsonl"
+    p.write_text(
+        '{"id": "1", "score": 2, "ok": true, "tags": ["a"]}\n'
+        "not json\n"
+        '{"id": 2.0, "score": "0.5"}\n'
+        '{"id": "two"}\n'
+        "[1, 2]\n"
+        '{"id": 3, "ok": "false"}\n'
+    )
+    schema = {"id": "int", "score": "float", "ok": "bool"}
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "two"}\n')
+    with pytest.raises(sluice.PipelineError, match=r"bad.jsonl:1: field 'id': cannot convert \"two\" to int"):
+        list(sluice.read_jsonl(bad, schema=schema))
+    with pytest.warns(UserWarning, match="read_jsonl skipped 3"):
+        ds = sluice.read_jsonl(p, schema=schema, on_error="skip")
+    rows = list(ds)
+    assert rows == [
+        {"id": 1, "score": 2.0, "ok": True, "tags": ["a"]},
+        {"id": 2, "score": 0.5, "ok": None},
+        {"id": 3, "score": None, "ok": False},
+    ]
+    assert ds.stats().stages[0]["skipped"] == 3
+    # Random access over the kept lines only.
+    assert sorted(s["id"] for s in ds.shuffle(seed=2)) == [1, 2, 3]
+    with pytest.raises(ValueError, match="unknown column type 'date'"):
+        sluice.read_jsonl(p, schema={"id": "date"})
+
+
+def test_non_utf8_csv_and_jsonl_name_file_and_line(tmp_path):
+    csv = tmp_path / "latin1.csv"
+    csv.write_bytes("name,city\nJo,Zürich\n".encode("latin-1"))
+    with pytest.raises(sluice.PipelineError, match=r"latin1.csv:2: invalid UTF-8"):
+        sluice.read_csv(csv).take(1)
+    jl = tmp_path / "latin1.jsonl"
+    jl.write_bytes(b'{"a": "ok"}\n' + '{"a": "Zürich"}\n'.encode("latin-1"))
+    with pytest.raises(sluice.PipelineError, match=r"latin1.jsonl:2: invalid UTF-8.*errors=\"replace\""):
+        sluice.read_jsonl(jl).take(2)
+    assert sluice.read_jsonl(jl, errors="replace").take(2)[1] == {"a": "Z\ufffdrich"}
+    with pytest.warns(UserWarning, match="skipped 1"):
+        assert [s["a"] for s in sluice.read_jsonl(jl, on_error="skip")] == ["ok"]
+    txt = tmp_path / "latin1.txt"
+    txt.write_bytes("fine\nZürich\n".encode("latin-1"))
+    with pytest.raises(sluice.PipelineError, match=r"latin1.txt:2: invalid UTF-8"):
+        sluice.read_text(txt).take(2)
+    assert sluice.read_text(txt, errors="replace").take(2)[1] == {"text": "Z\ufffdrich"}
+
+
+def test_webdataset_shard_order_shuffles_per_epoch(tmp_path):
+    for s in range(6):
+        _shard(tmp_path / f"shard-{s}.tar", [(f"{s}-{k}.txt", b"x") for k in range(2)])
+    shards = str(tmp_path / "shard-*.tar")
+
+    def order(ds, seed=0):
+        # First key of each shard, per epoch (2 samples per shard).
+        keys = [r["__key__"] for r in ds.iter(seed=seed)]
+        return [k.split("-")[0] for k in keys[::2]]
+
+    plain = order(sluice.read_webdataset(shards).repeat(2))
+    assert plain == [str(s) for s in range(6)] * 2
+    seeded = sluice.read_webdataset(shards, shuffle_shards=7).repeat(3)
+    a = order(seeded)
+    assert a == order(seeded, seed=5), "an int seed does not depend on the iteration seed"
+    epochs = [a[i * 6 : i * 6 + 6] for i in range(3)]
+    assert all(sorted(e) == [str(s) for s in range(6)] for e in epochs)
+    assert len({tuple(e) for e in epochs}) > 1, "order changes per epoch"
+    by_iter = sluice.read_webdataset(shards, shuffle_shards=True)
+    assert order(by_iter, seed=1) == order(by_iter, seed=1)
+    assert any(order(by_iter, seed=s) != order(by_iter, seed=1) for s in range(2, 6))
+    # Ranks split the permuted list: disjoint, covering.
+    r0 = order(sluice.read_webdataset(shards, rank=0, world_size=2, shuffle_shards=3))
+    r1 = order(sluice.read_webdataset(shards, rank=1, world_size=2, shuffle_shards=3))
+    assert sorted(r0 + r1) == [str(s) for s in range(6)]
+    # Resume mid-epoch replays the same order.
+    ds = sluice.read_webdataset(shards, shuffle_shards=True).repeat(2)
+    full = [r["__key__"] for r in ds.iter(seed=4)]
+    it = ds.iter(seed=4)
+    for _ in range(7):
+        next(it)
+    it2 = ds.iter(seed=4)
+    it2.load_state_dict(it.state_dict())
+    assert [r["__key__"] for r in it2] == full[7:]

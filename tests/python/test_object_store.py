@@ -135,3 +135,29 @@ def test_invalid_credentials_are_a_clear_error(monkeypatch):
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_jsonl_and_text_from_s3(env):
+    b = _bucket(env, "lines-bucket")
+    env.put_object(Bucket=b, Key="data/a.jsonl", Body=b'{"id": 1, "t": "x"}\nbroken\n{"id": "2"}\n')
+    env.put_object(Bucket=b, Key="data/b.jsonl", Body=b'{"id": 3}\n')
+    env.put_object(Bucket=b, Key="text/a.txt", Body="one\n\ntwo\r\nthr\u00e9e".encode())
+    with pytest.warns(UserWarning, match="skipped 1"):
+        ds = sluice.read_jsonl(f"s3://{b}/data/*.jsonl", schema={"id": "int"}, on_error="skip")
+    assert [s["id"] for s in ds] == [1, 2, 3]
+    assert sorted(s["id"] for s in ds.shuffle(seed=1)) == [1, 2, 3]
+    assert [s["text"] for s in sluice.read_text(f"s3://{b}/text/")] == ["one", "two", "thr\u00e9e"]
+    with pytest.raises(sluice.PipelineError, match=r"s3://lines-bucket/data/a.jsonl:2: invalid JSON"):
+        list(sluice.read_jsonl(f"s3://{b}/data/a.jsonl"))
+
+
+def test_gs_urls_without_credentials_name_the_variable(monkeypatch, tmp_path):
+    for k in list(os.environ):
+        if k.startswith("GOOGLE_") or k == "SERVICE_ACCOUNT":
+            monkeypatch.delenv(k)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no gcloud application default credentials
+    for read in (sluice.read_parquet, sluice.read_jsonl, sluice.read_text, sluice.read_webdataset):
+        with pytest.raises(ValueError, match="no GCS credentials.*GOOGLE_APPLICATION_CREDENTIALS"):
+            list(read("gs://some-bucket/data/part-0.parquet"))  # tar shards open when read
+    with pytest.raises(ValueError, match="GOOGLE_APPLICATION_CREDENTIALS"):
+        sluice.range(3).write_jsonl("gs://some-bucket/out")

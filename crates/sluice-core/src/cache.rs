@@ -169,6 +169,15 @@ impl Source for CachedSource {
     fn len(&self) -> Option<u64> {
         self.inner.len()
     }
+    fn prepare(&self, num_threads: usize) -> Result<()> {
+        self.inner.prepare(num_threads)
+    }
+    fn skipped(&self) -> u64 {
+        self.inner.skipped()
+    }
+    fn report(&self) -> Option<serde_json::Value> {
+        self.inner.report()
+    }
     fn fields(&self) -> Option<Vec<String>> {
         None
     }

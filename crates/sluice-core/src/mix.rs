@@ -139,7 +139,10 @@ impl MixSource {
             return Err(Error::invalid("mix: weights must be positive numbers"));
         }
         let mut lens = Vec::with_capacity(children.len());
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
         for c in &children {
+            // A blocking child (sort, groupby) runs here; its errors are the ones to report.
+            c.source.prepare(cores)?;
             match c.source.len().filter(|_| c.source.random_access()) {
                 Some(n) => lens.push(n),
                 None => {

@@ -43,6 +43,36 @@ pub trait Source: Send + Sync + fmt::Debug {
         let this = self.clone_arc();
         Ok(Box::new((0..n).map(move |i| this.get(i))))
     }
+    /// The stream of epoch `epoch` of an iteration seeded with `seed`. Sources whose order
+    /// varies per epoch (WebDataset's shard-order shuffle) override this; it must be a pure
+    /// function of (seed, epoch), so resuming re-reads the same prefix.
+    fn stream_epoch(&self, seed: u64, epoch: u64) -> Result<SampleStream> {
+        let _ = (seed, epoch);
+        self.stream()
+    }
+    /// Does the blocking work a source needs before it can serve samples (a sort runs its
+    /// whole input here), with `num_threads` threads per parallel stage of that work. Called
+    /// when an iteration is planned, so its errors surface there; sources that need nothing
+    /// keep the default. It must be idempotent (later calls return at once).
+    fn prepare(&self, num_threads: usize) -> Result<()> {
+        let _ = num_threads;
+        Ok(())
+    }
+    /// Samples left out when the source was opened (malformed records under
+    /// `on_error="skip"`); `stats()` reports them as the source stage's skips.
+    fn skipped(&self) -> u64 {
+        0
+    }
+    /// Sizes of the contiguous partitions the samples form, when the source defines them
+    /// (`repartition(n)`): sinks then write one file per partition.
+    fn partitions(&self) -> Option<Vec<u64>> {
+        None
+    }
+    /// What the source did before serving samples (a sort's runs, bytes spilled), for
+    /// `stats()`; `None` when there is nothing to say.
+    fn report(&self) -> Option<serde_json::Value> {
+        None
+    }
     /// A shared handle to this source (for streaming over `get`).
     fn clone_arc(&self) -> SourceRef;
     /// Rank `rank` of `world_size`'s part of a stream made of several files: whole files per

@@ -143,6 +143,8 @@ pub struct PipelineStats {
     pub(crate) consumer_samples: AtomicU64,
     /// The runtime controller's decisions, in order.
     pub(crate) decisions: Mutex<Vec<crate::exec::controller::Decision>>,
+    /// What the source did before serving samples ([`crate::Source::report`]).
+    source: OnceLock<serde_json::Value>,
 }
 
 impl PipelineStats {
@@ -160,6 +162,13 @@ impl PipelineStats {
             consumer_wait_ns: AtomicU64::new(0),
             consumer_samples: AtomicU64::new(0),
             decisions: Mutex::new(Vec::new()),
+            source: OnceLock::new(),
+        }
+    }
+    /// Records the source's report (once; later calls are ignored).
+    pub fn set_source_report(&self, report: Option<serde_json::Value>) {
+        if let Some(r) = report {
+            let _ = self.source.set(r);
         }
     }
     /// The live counters of stage `i` (0 is the source).
@@ -222,6 +231,7 @@ impl PipelineStats {
         let d = &self.delays;
         let samples = self.consumer_samples.load(Relaxed);
         StatsReport {
+            source: self.source.get().cloned(),
             elapsed_s: elapsed,
             controller: self.decisions.lock().map(|d| d.clone()).unwrap_or_default(),
             stages,
@@ -284,6 +294,9 @@ pub struct StatsReport {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub controller: Vec<crate::exec::controller::Decision>,
     pub consumer: ConsumerReport,
+    /// What the source did before serving samples (a sort's runs and spilled bytes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<serde_json::Value>,
 }
 
 impl fmt::Display for StatsReport {
@@ -320,6 +333,9 @@ impl fmt::Display for StatsReport {
             c.first_output_s
                 .map_or("-".to_string(), |t| format!("{:.3} s", t))
         )?;
+        if let Some(src) = &self.source {
+            writeln!(f, "source: {src}")?;
+        }
         for d in &self.controller {
             writeln!(
                 f,

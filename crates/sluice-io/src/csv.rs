@@ -51,7 +51,7 @@ impl FromStr for CsvType {
             "str" | "string" => CsvType::Str,
             other => {
                 return Err(Error::invalid(format!(
-                    "unknown CSV column type '{other}' (use int, float, bool or str)"
+                    "unknown column type '{other}' (use int, float, bool or str)"
                 )))
             }
         })
@@ -297,6 +297,9 @@ impl Source for CsvSource {
     }
     fn len(&self) -> Option<u64> {
         Some(self.index.records.len() as u64)
+    }
+    fn skipped(&self) -> u64 {
+        self.index.skipped
     }
     fn ship(&self) -> Option<serde_json::Value> {
         // Types resolved here travel explicitly, so a worker never re-infers them differently.

@@ -1,5 +1,6 @@
 //! sluice sources and sinks: local files, images with labels, text lines, JSON lines, CSV,
-//! Parquet and WebDataset tar shards, on local disks or object stores (`s3://`, `http(s)://`).
+//! Parquet and WebDataset tar shards, on local disks or object stores (`s3://`, `gs://`,
+//! `http(s)://`).
 //!
 //! Every source here except WebDataset has random access: files by index; text, JSONL and CSV
 //! through a record-offset index built once when the source is created (one fast scan, a few
@@ -20,9 +21,9 @@ pub use crate::csv::{CsvOnError, CsvOptions, CsvSource, CsvType};
 pub use crate::parquet::ParquetSource;
 pub use arrow_source::ArrowSource;
 pub use files::{expand_paths, FilesSource, LabelMode};
-pub use lines::{LinesFormat, LinesSource, Utf8Errors};
+pub use lines::{JsonlOptions, LinesFormat, LinesSource, Utf8Errors};
 pub use sink::SinkOptions;
 pub use store::Blob;
-pub use webdataset::WebDatasetSource;
+pub use webdataset::{ShardShuffle, WebDatasetSource};
 // Re-exported so the facade and the bindings use the same arrow types as this crate.
 pub use {arrow_array, arrow_schema};

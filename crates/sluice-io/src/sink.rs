@@ -58,24 +58,42 @@ fn prepare_dir(dir: &str) -> Result<()> {
     Ok(())
 }
 
-/// Removes `part-NNNNN.ext` files numbered `written` or above left by an earlier, longer run
+/// Removes `part-NNNNN.ext` files other than the `written` ones, left by an earlier run
 /// (local directories only), so the directory holds exactly this run's output.
-fn remove_stale(dir: &str, written: usize, ext: &str) -> Result<()> {
+fn remove_stale(dir: &str, written: &[String], ext: &str) -> Result<()> {
     if is_url(dir) {
         return Ok(());
     }
     let entries = std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        let n = name
+        let is_part = name
             .strip_prefix("part-")
             .and_then(|r| r.strip_suffix(&format!(".{ext}")))
-            .and_then(|n| n.parse::<usize>().ok());
-        if n.is_some_and(|n| n >= written) {
+            .is_some_and(|n| n.parse::<usize>().is_ok());
+        let ours = written
+            .iter()
+            .any(|w| w.rsplit('/').next() == Some(name.as_str()));
+        if is_part && !ours {
             std::fs::remove_file(entry.path()).map_err(|e| Error::io(name, e))?;
         }
     }
     Ok(())
+}
+
+/// Numbers samples into parts of `rows_per_file`.
+fn numbered(
+    samples: impl Iterator<Item = Result<Sample>>,
+    rows_per_file: usize,
+) -> impl Iterator<Item = Result<(usize, Sample)>> {
+    let per = rows_per_file.max(1);
+    samples
+        .enumerate()
+        .map(move |(i, s)| s.map(|s| (i / per, s)))
+}
+
+fn out_of_order(part: usize, last: usize) -> Error {
+    Error::Internal(format!("sink: part {part} after part {last}"))
 }
 
 /// Where a part file's bytes go before it is published: a hidden temporary file beside the
@@ -158,6 +176,18 @@ pub fn write_parquet(
     opts: &SinkOptions,
 ) -> Result<Vec<String>> {
     opts.check()?;
+    write_parquet_parts(numbered(samples, opts.rows_per_file), dir, opts)
+}
+
+/// Writes samples tagged with their part number (non-decreasing, e.g. a `repartition`'s
+/// partition) into `part-<number>.parquet` files, one per part that has rows;
+/// `rows_per_file` is not applied.
+pub fn write_parquet_parts(
+    samples: impl Iterator<Item = Result<(usize, Sample)>>,
+    dir: &str,
+    opts: &SinkOptions,
+) -> Result<Vec<String>> {
+    opts.check()?;
     prepare_dir(dir)?;
     let props = WriterProperties::builder()
         .set_compression(Compression::ZSTD(ZstdLevel::default()))
@@ -165,51 +195,68 @@ pub fn write_parquet(
         .build();
     let mut files = Vec::new();
     let mut schema: Option<SchemaRef> = None;
-    let mut writer: Option<(String, ArrowWriter<Staging>)> = None;
-    let mut in_file = 0usize;
+    let mut writer: Option<(usize, String, ArrowWriter<Staging>)> = None;
     let mut buf: Vec<Sample> = Vec::with_capacity(opts.rows_per_group);
+    let mut buf_part = 0usize;
     let mut rows = 0u64;
-    let mut samples = samples.peekable();
-    while samples.peek().is_some() {
-        buf.clear();
-        let room = opts.rows_per_group.min(opts.rows_per_file - in_file);
-        for s in samples.by_ref().take(room) {
-            buf.push(s?);
+    // Writes the buffered rows (all of part `buf_part`) as one row group.
+    let mut flush = |buf: &mut Vec<Sample>,
+                     part: usize,
+                     writer: &mut Option<(usize, String, ArrowWriter<Staging>)>,
+                     files: &mut Vec<String>|
+     -> Result<()> {
+        if buf.is_empty() {
+            return Ok(());
         }
         let schema = match &schema {
             Some(s) => s.clone(),
-            None => schema.insert(infer_schema(&buf)?).clone(),
+            None => schema.insert(infer_schema(buf)?).clone(),
         };
-        let batch = samples_to_batch(&buf, &schema).map_err(|e| {
+        let batch = samples_to_batch(buf, &schema).map_err(|e| {
             Error::type_error(format!("rows {rows}..{}: {e}", rows + buf.len() as u64))
         })?;
+        if writer.as_ref().is_some_and(|(p, _, _)| *p != part) {
+            files.push(finish_parquet(writer.take())?);
+        }
         if writer.is_none() {
-            let dest = part_name(dir, files.len(), "parquet");
+            let dest = part_name(dir, part, "parquet");
             let w = ArrowWriter::try_new(Staging::new(&dest)?, schema.clone(), Some(props.clone()))
                 .map_err(|e| Error::Internal(e.to_string()))?;
-            writer = Some((dest, w));
+            *writer = Some((part, dest, w));
         }
-        let (dest, w) = writer
+        let (_, dest, w) = writer
             .as_mut()
             .ok_or_else(|| Error::Internal("no writer".into()))?;
         w.write(&batch)
-            .map_err(|e| Error::io(&dest, std::io::Error::other(e)))?;
-        in_file += buf.len();
+            .map_err(|e| Error::io(&*dest, std::io::Error::other(e)))?;
         rows += buf.len() as u64;
-        if in_file == opts.rows_per_file {
-            files.push(finish_parquet(writer.take())?);
-            in_file = 0;
+        buf.clear();
+        Ok(())
+    };
+    for item in samples {
+        let (part, s) = item?;
+        if part != buf_part {
+            if part < buf_part {
+                return Err(out_of_order(part, buf_part));
+            }
+            flush(&mut buf, buf_part, &mut writer, &mut files)?;
+            buf_part = part;
+        }
+        buf.push(s);
+        if buf.len() == opts.rows_per_group {
+            flush(&mut buf, buf_part, &mut writer, &mut files)?;
         }
     }
+    flush(&mut buf, buf_part, &mut writer, &mut files)?;
     if writer.is_some() {
         files.push(finish_parquet(writer.take())?);
     }
-    remove_stale(dir, files.len(), "parquet")?;
+    remove_stale(dir, &files, "parquet")?;
     Ok(files)
 }
 
-fn finish_parquet(w: Option<(String, ArrowWriter<Staging>)>) -> Result<String> {
-    let (dest, w) = w.ok_or_else(|| Error::Internal("no writer".into()))?;
+fn finish_parquet(w: Option<(usize, String, ArrowWriter<Staging>)>) -> Result<String> {
+    let (_, dest, w) = w.ok_or_else(|| Error::Internal("no writer".into()))?;
     let staging = w
         .into_inner()
         .map_err(|e| Error::io(&dest, std::io::Error::other(e)))?;
@@ -224,17 +271,34 @@ pub fn write_jsonl(
     opts: &SinkOptions,
 ) -> Result<Vec<String>> {
     opts.check()?;
+    write_jsonl_parts(numbered(samples, opts.rows_per_file), dir, opts)
+}
+
+/// [`write_parquet_parts`] for JSON lines: one `part-<number>.jsonl` per part with rows.
+pub fn write_jsonl_parts(
+    samples: impl Iterator<Item = Result<(usize, Sample)>>,
+    dir: &str,
+    opts: &SinkOptions,
+) -> Result<Vec<String>> {
+    opts.check()?;
     prepare_dir(dir)?;
     let mut files = Vec::new();
-    let mut current: Option<(String, Staging)> = None;
-    let mut in_file = 0usize;
-    for (row, s) in samples.enumerate() {
-        let s = s?;
-        if current.is_none() {
-            let dest = part_name(dir, files.len(), "jsonl");
-            current = Some((dest.clone(), Staging::new(&dest)?));
+    let mut current: Option<(usize, String, Staging)> = None;
+    for (row, item) in samples.enumerate() {
+        let (part, s) = item?;
+        match &current {
+            Some((p, _, _)) if *p == part => {}
+            Some((p, _, _)) if *p > part => return Err(out_of_order(part, *p)),
+            _ => {
+                if let Some((_, dest, out)) = current.take() {
+                    out.publish(&dest)?;
+                    files.push(dest);
+                }
+                let dest = part_name(dir, part, "jsonl");
+                current = Some((part, dest.clone(), Staging::new(&dest)?));
+            }
         }
-        let (dest, out) = current
+        let (_, dest, out) = current
             .as_mut()
             .ok_or_else(|| Error::Internal("no file".into()))?;
         let mut obj = serde_json::Map::with_capacity(s.len());
@@ -243,23 +307,14 @@ pub fn write_jsonl(
                 .map_err(|e| Error::type_error(format!("row {row}, field '{k}': {e}")))?;
             obj.insert(k.to_string(), j);
         }
-        serde_json::to_writer(&mut *out, &obj).map_err(|e| Error::io(&dest, e.into()))?;
-        out.write_all(b"\n").map_err(|e| Error::io(&dest, e))?;
-        in_file += 1;
-        if in_file == opts.rows_per_file {
-            let (dest, out) = current
-                .take()
-                .ok_or_else(|| Error::Internal("no file".into()))?;
-            out.publish(&dest)?;
-            files.push(dest);
-            in_file = 0;
-        }
+        serde_json::to_writer(&mut *out, &obj).map_err(|e| Error::io(&*dest, e.into()))?;
+        out.write_all(b"\n").map_err(|e| Error::io(&*dest, e))?;
     }
-    if let Some((dest, out)) = current.take() {
+    if let Some((_, dest, out)) = current.take() {
         out.publish(&dest)?;
         files.push(dest);
     }
-    remove_stale(dir, files.len(), "jsonl")?;
+    remove_stale(dir, &files, "jsonl")?;
     Ok(files)
 }
 
@@ -355,6 +410,40 @@ mod tests {
         let bad = rows(5).chain(std::iter::once(Err(Error::data("boom"))));
         assert!(write_jsonl(bad, &dir.path().display().to_string(), &Default::default()).is_err());
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn parts_follow_their_numbers_and_stale_files_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().display().to_string();
+        std::fs::write(dir.path().join("part-00001.jsonl"), b"old\n").unwrap();
+        // Parts 0 and 2 have rows (1 is empty): two files, named by part.
+        let tagged = rows(9).map(|s| {
+            s.map(|s| {
+                let i = s.get("id").unwrap().as_int().unwrap();
+                (if i < 4 { 0 } else { 2 }, s)
+            })
+        });
+        let opts = SinkOptions {
+            rows_per_file: 1,
+            rows_per_group: 3,
+        };
+        let files = write_parquet_parts(tagged, &d, &opts).unwrap();
+        assert!(
+            files[0].ends_with("part-00000.parquet") && files[1].ends_with("part-00002.parquet")
+        );
+        let src = ParquetSource::open(&[files[1].clone()], None).unwrap();
+        assert_eq!(src.len(), Some(5));
+        let tagged = rows(3).map(|s| s.map(|s| (3, s)));
+        let files = write_jsonl_parts(tagged, &d, &opts).unwrap();
+        assert_eq!(files.len(), 1);
+        assert!(!dir.path().join("part-00001.jsonl").exists());
+        let back =
+            rows(2).map(|s| s.map(|s| (1 - s.get("id").unwrap().as_int().unwrap() as usize, s)));
+        assert!(
+            write_jsonl_parts(back, &d, &opts).is_err(),
+            "parts must not go backwards"
+        );
     }
 
     #[test]

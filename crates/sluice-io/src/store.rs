@@ -1,11 +1,15 @@
-//! Where bytes live: local files or object stores (`s3://`, `http(s)://`), behind one [`Blob`]
-//! type with positional reads, so every format reads local disks and buckets the same way.
+//! Where bytes live: local files or object stores (`s3://`, `gs://`, `http(s)://`), behind
+//! one [`Blob`] type with positional reads, so every format reads local disks and buckets the
+//! same way.
 //!
 //! Object stores are reached through the `object_store` crate on one small shared tokio runtime:
 //! requests are ranged, at most [`MAX_REQUESTS`] are in flight per store, and transient failures
-//! are retried with exponential backoff. S3 credentials come from the usual environment
-//! variables (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, `AWS_ENDPOINT_URL`,
-//! `AWS_ALLOW_HTTP`); without them sluice fails up front instead of probing instance metadata.
+//! are retried with exponential backoff. Credentials come from the usual environment
+//! variables — S3: `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`,
+//! `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`; GCS: `GOOGLE_APPLICATION_CREDENTIALS` (a service
+//! account key file), `GOOGLE_SERVICE_ACCOUNT_KEY` (its JSON), or gcloud's application default
+//! credentials file — and without any sluice fails up front instead of probing instance
+//! metadata services.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -18,6 +22,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::TryStreamExt;
 use object_store::aws::AmazonS3Builder;
+use object_store::gcp::GoogleCloudStorageBuilder;
 use object_store::http::HttpBuilder;
 use object_store::limit::LimitStore;
 use object_store::path::Path as ObjPath;
@@ -58,10 +63,11 @@ fn block_on<F: std::future::Future>(fut: F) -> Result<F::Output> {
 ///
 /// ```
 /// assert!(sluice_io::store::is_url("s3://bucket/key.parquet"));
+/// assert!(sluice_io::store::is_url("gs://bucket/key.parquet"));
 /// assert!(!sluice_io::store::is_url("data/key.parquet"));
 /// ```
 pub fn is_url(entry: &str) -> bool {
-    ["s3://", "s3a://", "http://", "https://"]
+    ["s3://", "s3a://", "gs://", "http://", "https://"]
         .iter()
         .any(|p| entry.starts_with(p))
 }
@@ -121,6 +127,22 @@ fn build_store(base: &str) -> Result<Arc<dyn ObjectStore>> {
             .build()
             .map_err(|e| Error::invalid(format!("{base}: {e}")))?;
         Arc::new(LimitStore::new(s3, MAX_REQUESTS))
+    } else if base.starts_with("gs://") {
+        let skip_signature = std::env::var("GOOGLE_SKIP_SIGNATURE").is_ok_and(|v| v == "true");
+        if !(skip_signature || gcs_credentials_present()) {
+            return Err(Error::invalid(format!(
+                "{base}: no GCS credentials: set GOOGLE_APPLICATION_CREDENTIALS to a service \
+                 account key file (or GOOGLE_SERVICE_ACCOUNT_KEY to its JSON), run `gcloud auth \
+                 application-default login`, or set GOOGLE_SKIP_SIGNATURE=true for a public bucket"
+            )));
+        }
+        let bucket = base.split("://").nth(1).unwrap_or_default();
+        let gcs = GoogleCloudStorageBuilder::from_env()
+            .with_bucket_name(bucket)
+            .with_retry(retry())
+            .build()
+            .map_err(|e| Error::invalid(format!("{base}: {e}")))?;
+        Arc::new(LimitStore::new(gcs, MAX_REQUESTS))
     } else {
         let http = HttpBuilder::new()
             .with_url(base)
@@ -130,6 +152,34 @@ fn build_store(base: &str) -> Result<Arc<dyn ObjectStore>> {
         Arc::new(LimitStore::new(http, MAX_REQUESTS))
     };
     Ok(store)
+}
+
+/// Whether any GCS credential the `object_store` crate reads is configured: a variable
+/// naming a key (file), or gcloud's application default credentials file.
+fn gcs_credentials_present() -> bool {
+    let vars = [
+        "GOOGLE_APPLICATION_CREDENTIALS",
+        "GOOGLE_SERVICE_ACCOUNT",
+        "GOOGLE_SERVICE_ACCOUNT_PATH",
+        "GOOGLE_SERVICE_ACCOUNT_KEY",
+        "GOOGLE_BEARER_TOKEN",
+        "SERVICE_ACCOUNT",
+    ];
+    vars.iter().any(|v| env_set(v))
+        || std::env::var_os("HOME").is_some_and(|home| {
+            std::path::Path::new(&home)
+                .join(".config/gcloud/application_default_credentials.json")
+                .exists()
+        })
+}
+
+/// Which variables hold the credentials for `url`'s store (for "access denied" hints).
+fn credential_hint(url: &str) -> &'static str {
+    if url.starts_with("gs://") {
+        "check GOOGLE_APPLICATION_CREDENTIALS / GOOGLE_SERVICE_ACCOUNT_KEY"
+    } else {
+        "check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY"
+    }
 }
 
 /// The (cached) store serving `url`, and the object path inside it.
@@ -154,9 +204,7 @@ fn store_error(url: &str, e: object_store::Error) -> Error {
         E::NotFound { .. } => Error::FileNotFound(format!("{url}: no such object")),
         E::PermissionDenied { .. } | E::Unauthenticated { .. } => Error::Io {
             path: url.to_string(),
-            message: format!(
-                "access denied; check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY ({e})"
-            ),
+            message: format!("access denied; {} ({e})", credential_hint(url)),
         },
         e => {
             let text = e.to_string();
@@ -169,7 +217,7 @@ fn store_error(url: &str, e: object_store::Error) -> Error {
             .iter()
             .any(|k| text.contains(k));
             let message = if denied {
-                format!("access denied; check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY ({text})")
+                format!("access denied; {} ({text})", credential_hint(url))
             } else {
                 text
             };
@@ -430,6 +478,21 @@ mod tests {
         }
         let e = build_store("s3://nobucket").unwrap_err().to_string();
         assert!(e.contains("AWS_ACCESS_KEY_ID"), "{e}");
+    }
+
+    #[test]
+    fn missing_gcs_credentials_fail_naming_the_variable() {
+        if gcs_credentials_present() || env_set("GOOGLE_SKIP_SIGNATURE") {
+            return;
+        }
+        let e = build_store("gs://nobucket").unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+        assert!(
+            e.to_string().contains("GOOGLE_APPLICATION_CREDENTIALS"),
+            "{e}"
+        );
+        let (b, p) = split_url("gs://bucket/a/*.tar").unwrap();
+        assert_eq!((b.as_str(), p.as_str()), ("gs://bucket", "a/*.tar"));
     }
 
     #[test]

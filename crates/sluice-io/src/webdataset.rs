@@ -6,15 +6,17 @@
 //! A sample's members must be adjacent in the shard, as WebDataset writers make them.
 //!
 //! Tar shards have no index, so this source streams (`random_access() == false`): use
-//! `shuffle_buffer` rather than `shuffle`. Each stream reads its shards on one producer
-//! thread, [`PREFETCH_SAMPLES`] samples ahead at most; dropping the stream stops it.
+//! `shuffle_buffer` rather than `shuffle`. With shard shuffling the order of shards is
+//! permuted every epoch, a pure function of (seed, epoch) — the usual WebDataset recipe is
+//! shard shuffle plus a buffer shuffle. Each stream reads its shards on one producer thread,
+//! [`PREFETCH_SAMPLES`] samples ahead at most; dropping the stream stops it.
 //! Members with absolute paths or `..` components are rejected (never followed or written).
 
 use std::collections::BTreeMap;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
 
-use sluice_core::{Error, Result, Sample, SampleStream, Source, SourceRef, Value};
+use sluice_core::{Error, Result, Sample, SampleRng, SampleStream, Source, SourceRef, Value};
 
 use crate::store::{expand, Blob};
 
@@ -43,15 +45,50 @@ pub const PREFETCH_SAMPLES: usize = 16;
 /// ```
 #[derive(Debug, Clone)]
 pub struct WebDatasetSource {
+    /// Every shard matched, sorted.
+    all: Arc<Vec<String>>,
+    /// This rank's shards in file order (what an unshuffled epoch reads).
     shards: Arc<Vec<String>>,
     rank: Option<(u64, u64)>,
+    shuffle: Option<ShardShuffle>,
 }
+
+/// How shard order is shuffled per epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShardShuffle {
+    /// From the iteration's seed (`iter(seed=...)`).
+    IterationSeed,
+    /// From this seed, whatever the iteration's.
+    Seed(u64),
+}
+
+/// Op id of the shard-order shuffle in [`SampleRng`] keys.
+const SHARD_SHUFFLE_OP: u64 = 0x5348_4152_4453_4846; // "SHARDSHF"
 
 impl WebDatasetSource {
     /// The shards matched by `entries` (paths, directories, globs, URLs), sorted; with
     /// `rank = Some((r, n))` only every n-th shard starting at r (shard-level sharding: ranks
     /// get disjoint shards, equal in number when n divides the shard count).
     pub fn open(entries: &[String], rank: Option<(u64, u64)>) -> Result<Self> {
+        Self::open_shuffled(entries, rank, None)
+    }
+
+    /// [`WebDatasetSource::open`], with the shard order permuted every epoch by `shuffle`.
+    /// The permutation is of all shards and comes before the rank split, so ranks (which
+    /// share the seed) still read disjoint shards, different ones every epoch.
+    ///
+    /// ```no_run
+    /// use sluice_io::{webdataset::ShardShuffle, WebDatasetSource};
+    /// let src = WebDatasetSource::open_shuffled(&["shards/".into()], Some((0, 2)), Some(ShardShuffle::Seed(7)))?;
+    /// let epoch0 = src.epoch_shards(0, 0);
+    /// let epoch1 = src.epoch_shards(0, 1);   // another order (and, with ranks, other shards)
+    /// # Ok::<(), sluice_core::Error>(())
+    /// ```
+    pub fn open_shuffled(
+        entries: &[String],
+        rank: Option<(u64, u64)>,
+        shuffle: Option<ShardShuffle>,
+    ) -> Result<Self> {
         let all = expand(entries, Some(&["tar"]))?;
         if let Some(bad) = all
             .iter()
@@ -61,8 +98,9 @@ impl WebDatasetSource {
                 "{bad}: compressed tar shards are not supported; use plain .tar shards"
             )));
         }
+        let all = Arc::new(all);
         let shards = match rank {
-            None => all,
+            None => (*all).clone(),
             Some((r, n)) => {
                 if n == 0 || r >= n {
                     return Err(Error::invalid(format!(
@@ -76,21 +114,45 @@ impl WebDatasetSource {
                         all.len()
                     )));
                 }
-                all.into_iter()
-                    .skip(r as usize)
-                    .step_by(n as usize)
-                    .collect()
+                pick_rank(all.iter().cloned(), Some((r, n)))
             }
         };
         Ok(WebDatasetSource {
+            all,
             shards: Arc::new(shards),
             rank,
+            shuffle,
         })
     }
 
-    /// The shards this source reads, in order.
+    /// The shards this source reads without shuffling, in order.
     pub fn shards(&self) -> &[String] {
         &self.shards
+    }
+
+    /// The shards epoch `epoch` of an iteration seeded `seed` reads, in order.
+    pub fn epoch_shards(&self, seed: u64, epoch: u64) -> Vec<String> {
+        let key = match self.shuffle {
+            None => return (*self.shards).clone(),
+            Some(ShardShuffle::IterationSeed) => seed,
+            Some(ShardShuffle::Seed(s)) => s,
+        };
+        // Fisher–Yates from a generator keyed by (seed, epoch): no shared state.
+        let mut order: Vec<String> = (*self.all).clone();
+        let mut rng = SampleRng::new(key, epoch, 0, SHARD_SHUFFLE_OP);
+        for i in (1..order.len()).rev() {
+            let j = rng.below(i as u64 + 1) as usize;
+            order.swap(i, j);
+        }
+        pick_rank(order.into_iter(), self.rank)
+    }
+}
+
+/// Every n-th shard from r (all of them without ranks).
+fn pick_rank(shards: impl Iterator<Item = String>, rank: Option<(u64, u64)>) -> Vec<String> {
+    match rank {
+        None => shards.collect(),
+        Some((r, n)) => shards.skip(r as usize).step_by(n as usize).collect(),
     }
 }
 
@@ -197,13 +259,20 @@ impl Source for WebDatasetSource {
             "source": "read_webdataset",
             "shards": self.shards.len(),
             "rank": self.rank,
+            "shuffle_shards": self.shuffle_json(),
         })
     }
     fn len(&self) -> Option<u64> {
         None
     }
     fn ship(&self) -> Option<serde_json::Value> {
-        Some(serde_json::json!({"source": "read_webdataset", "paths": *self.shards}))
+        Some(serde_json::json!({
+            "source": "read_webdataset",
+            "paths": *self.all,
+            "rank": self.rank.map(|r| r.0),
+            "world_size": self.rank.map(|r| r.1),
+            "shuffle_shards": self.shuffle_json(),
+        }))
     }
     fn random_access(&self) -> bool {
         false
@@ -220,8 +289,11 @@ impl Source for WebDatasetSource {
         ))
     }
     fn stream(&self) -> Result<SampleStream> {
+        self.stream_epoch(0, 0)
+    }
+    fn stream_epoch(&self, seed: u64, epoch: u64) -> Result<SampleStream> {
         let (tx, rx) = sync_channel(PREFETCH_SAMPLES);
-        let shards = self.shards.clone();
+        let shards = self.epoch_shards(seed, epoch);
         std::thread::Builder::new()
             .name("sluice-wds".into())
             .spawn(move || {
@@ -241,6 +313,17 @@ impl Source for WebDatasetSource {
     }
     fn clone_arc(&self) -> SourceRef {
         Arc::new(self.clone())
+    }
+}
+
+impl WebDatasetSource {
+    /// `shuffle_shards` in the pipeline-file syntax: `false`, `true` or a seed.
+    fn shuffle_json(&self) -> serde_json::Value {
+        match self.shuffle {
+            None => false.into(),
+            Some(ShardShuffle::IterationSeed) => true.into(),
+            Some(ShardShuffle::Seed(s)) => s.into(),
+        }
     }
 }
 
@@ -321,6 +404,72 @@ mod tests {
         let r1 = WebDatasetSource::open(std::slice::from_ref(&all), Some((1, 2))).unwrap();
         assert!(r1.shards()[0].ends_with("s1.tar") && r1.shards()[1].ends_with("s3.tar"));
         assert!(WebDatasetSource::open(&[all], Some((0, 5))).is_err());
+    }
+
+    #[test]
+    fn shard_order_is_shuffled_per_epoch_deterministically() {
+        let dir = tempfile::tempdir().unwrap();
+        for i in 0..8 {
+            shard(
+                dir.path(),
+                &format!("s{i}.tar"),
+                &[(&format!("{i}.txt"), b"x")],
+            );
+        }
+        let all = dir.path().display().to_string();
+        let open = |rank, shuffle| {
+            WebDatasetSource::open_shuffled(std::slice::from_ref(&all), rank, shuffle).unwrap()
+        };
+        let plain = open(None, None);
+        assert_eq!(plain.epoch_shards(5, 3), plain.shards());
+        let seeded = open(None, Some(ShardShuffle::Seed(11)));
+        let (e0, e1) = (seeded.epoch_shards(0, 0), seeded.epoch_shards(99, 1));
+        assert_ne!(e0, e1, "epochs differ");
+        assert_ne!(e0, plain.shards(), "shuffled");
+        assert_eq!(
+            e0,
+            open(None, Some(ShardShuffle::Seed(11))).epoch_shards(42, 0)
+        );
+        let mut sorted = e1.clone();
+        sorted.sort();
+        assert_eq!(sorted, plain.shards(), "a permutation");
+        // The iteration seed drives it when no seed is given.
+        let by_iter = open(None, Some(ShardShuffle::IterationSeed));
+        assert_ne!(by_iter.epoch_shards(1, 0), by_iter.epoch_shards(2, 0));
+        // Ranks split the permuted list: disjoint and covering, every epoch.
+        for epoch in 0..4 {
+            let a = open(Some((0, 2)), Some(ShardShuffle::Seed(3))).epoch_shards(0, epoch);
+            let b = open(Some((1, 2)), Some(ShardShuffle::Seed(3))).epoch_shards(0, epoch);
+            let mut both: Vec<_> = a.iter().chain(&b).cloned().collect();
+            both.sort();
+            assert_eq!((a.len(), b.len()), (4, 4));
+            assert_eq!(both, plain.shards());
+        }
+        // The stream of an epoch follows its shard order.
+        let keys: Vec<String> = seeded
+            .stream_epoch(0, 1)
+            .unwrap()
+            .map(|s| {
+                s.unwrap()
+                    .get("__key__")
+                    .unwrap()
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect();
+        let want: Vec<String> = e1
+            .iter()
+            .map(|p| {
+                p.rsplit('/')
+                    .next()
+                    .unwrap()
+                    .trim_start_matches('s')
+                    .trim_end_matches(".tar")
+                    .to_string()
+            })
+            .collect();
+        assert_eq!(keys, want);
     }
 
     #[test]

@@ -86,17 +86,13 @@ impl PyDataset {
         wrap(Dataset::read_images(&paths, mode))
     }
     #[staticmethod]
-    fn read_text(paths: Vec<String>, replace_errors: bool) -> PyResult<PyDataset> {
+    fn read_text(py: Python<'_>, paths: Vec<String>, replace_errors: bool) -> PyResult<PyDataset> {
         let errors = if replace_errors {
             Utf8Errors::Replace
         } else {
             Utf8Errors::Strict
         };
-        wrap(Dataset::read_text(&paths, errors))
-    }
-    #[staticmethod]
-    fn read_jsonl(paths: Vec<String>) -> PyResult<PyDataset> {
-        wrap(Dataset::read_jsonl(&paths))
+        wrap(py.detach(|| Dataset::read_text(&paths, errors)))
     }
     #[pyo3(signature = (op, on_error="raise", keep_position=None))]
     fn map_op(
@@ -209,8 +205,9 @@ impl PyDataset {
             ds: self.ds.take(n),
         }
     }
-    fn source_len(&self) -> Option<u64> {
-        self.ds.plan().source().len()
+    fn source_len(&self, py: Python<'_>) -> Option<u64> {
+        // A blocking source (sort, groupby) runs its input here, maybe Python code.
+        py.detach(|| self.ds.plan().source().len())
     }
     fn logical_plan(&self) -> String {
         self.ds.plan().to_string()
@@ -218,6 +215,7 @@ impl PyDataset {
     #[pyo3(signature = (seed=0, num_threads=None, chunk_size=None, plan_json=None, processes=None))]
     fn physical_plan(
         &self,
+        py: Python<'_>,
         seed: u64,
         num_threads: Option<usize>,
         chunk_size: Option<usize>,
@@ -232,7 +230,9 @@ impl PyDataset {
             processes,
             ..Default::default()
         };
-        self.ds.physical_plan(&opts).map(|p| p.to_string()).py()
+        py.detach(|| self.ds.physical_plan(&opts))
+            .map(|p| p.to_string())
+            .py()
     }
     #[pyo3(signature = (seed=0, num_threads=None, chunk_size=None, plan_json=None, processes=None))]
     fn iter(

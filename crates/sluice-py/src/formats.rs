@@ -1,4 +1,4 @@
-//! Bindings of the data-at-rest API: Parquet / CSV / WebDataset readers, Arrow import and
+//! Bindings of the data-at-rest API: Parquet / CSV / JSONL / WebDataset readers, Arrow import and
 //! export (the Arrow C stream interface, as PyCapsules), and the Parquet / JSONL sinks.
 //! Translation only; every long call runs with the GIL released.
 
@@ -9,7 +9,10 @@ use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 use sluice::arrow_array::ffi_stream::{ArrowArrayStreamReader, FFI_ArrowArrayStream};
 use sluice::arrow_array::{RecordBatch, RecordBatchReader};
-use sluice::{csv_options, CsvSource, Dataset, Error, IterOptions, SampleBatches, SinkOptions};
+use sluice::{
+    csv_options, CsvSource, Dataset, Error, IterOptions, JsonlOptions, SampleBatches, ShardShuffle,
+    SinkOptions,
+};
 
 use crate::dataset::PyDataset;
 use crate::errors::IntoPy;
@@ -55,13 +58,33 @@ fn read_csv(
     ))
 }
 
+/// Returns the dataset and the number of invalid lines skipped.
 #[pyfunction]
-#[pyo3(signature = (paths, rank=None, world_size=None))]
+#[pyo3(signature = (paths, schema, on_error="raise", errors="strict"))]
+fn read_jsonl(
+    py: Python<'_>,
+    paths: Vec<String>,
+    schema: BTreeMap<String, String>,
+    on_error: &str,
+    errors: &str,
+) -> PyResult<(PyDataset, u64)> {
+    let opts = JsonlOptions::from_names(&schema, on_error, errors).py()?;
+    let ds = py.detach(|| Dataset::read_jsonl_with(&paths, &opts)).py()?;
+    let skipped = ds.plan().source().skipped();
+    Ok((PyDataset { ds }, skipped))
+}
+
+/// `shuffle_shards`: shuffle the shard order per epoch; `shuffle_seed`: from this seed
+/// rather than the iteration's.
+#[pyfunction]
+#[pyo3(signature = (paths, rank=None, world_size=None, shuffle_shards=false, shuffle_seed=None))]
 fn read_webdataset(
     py: Python<'_>,
     paths: Vec<String>,
     rank: Option<u64>,
     world_size: Option<u64>,
+    shuffle_shards: bool,
+    shuffle_seed: Option<u64>,
 ) -> PyResult<PyDataset> {
     let ranks = match (rank, world_size) {
         (Some(r), Some(n)) => Some((r, n)),
@@ -72,7 +95,14 @@ fn read_webdataset(
             ))
         }
     };
-    py_ds(py, || Dataset::read_webdataset(&paths, ranks))
+    let shuffle = match (shuffle_shards, shuffle_seed) {
+        (false, _) => None,
+        (true, None) => Some(ShardShuffle::IterationSeed),
+        (true, Some(s)) => Some(ShardShuffle::Seed(s)),
+    };
+    py_ds(py, || {
+        Dataset::read_webdataset_shuffled(&paths, ranks, shuffle)
+    })
 }
 
 /// A dataset over the batches of an Arrow C stream capsule (`obj.__arrow_c_stream__()`).
@@ -180,6 +210,7 @@ fn to_arrow_stream<'py>(
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(read_parquet, m)?)?;
     m.add_function(wrap_pyfunction!(read_csv, m)?)?;
+    m.add_function(wrap_pyfunction!(read_jsonl, m)?)?;
     m.add_function(wrap_pyfunction!(read_webdataset, m)?)?;
     m.add_function(wrap_pyfunction!(from_arrow_stream, m)?)?;
     m.add_function(wrap_pyfunction!(write_parquet, m)?)?;

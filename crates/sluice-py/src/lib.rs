@@ -8,6 +8,7 @@ mod formats;
 mod iter;
 mod mix;
 mod optimizer;
+mod relational;
 mod remote;
 mod udf;
 mod worker;
@@ -29,6 +30,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     optimizer::register(m)?;
     mix::register(m)?;
     remote::register(m)?;
+    relational::register(m)?;
     m.add("SluiceError", m.py().get_type::<errors::SluiceError>())?;
     m.add("PipelineError", m.py().get_type::<errors::PipelineError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -9,6 +9,7 @@ use crate::errors::IntoPy;
 #[pyfunction]
 #[pyo3(signature = (datasets, weights, seed, stop))]
 fn mix(
+    py: Python<'_>,
     datasets: Vec<PyRef<'_, PyDataset>>,
     weights: Option<Vec<f64>>,
     seed: u64,
@@ -16,9 +17,11 @@ fn mix(
 ) -> PyResult<PyDataset> {
     let stop: StopPolicy = stop.parse().py()?;
     let children: Vec<Dataset> = datasets.iter().map(|d| d.ds.clone()).collect();
-    Ok(PyDataset {
-        ds: Dataset::mix(&children, weights.as_deref(), seed, stop).py()?,
-    })
+    // Mixing reads the inputs' lengths: a blocking input (sort, groupby) runs then.
+    let ds = py
+        .detach(|| Dataset::mix(&children, weights.as_deref(), seed, stop))
+        .py()?;
+    Ok(PyDataset { ds })
 }
 
 /// Adds `mix` to the module.

@@ -70,7 +70,10 @@ fn optimize(
         backends: sluice::exec::Backends::default().with(crate::worker::process_backend(py)?),
         ..Default::default()
     };
-    Ok(ds.ds.optimize(&profile, &options, &iter).py()?.to_json())
+    let plan = py
+        .detach(|| ds.ds.optimize(&profile, &options, &iter))
+        .py()?;
+    Ok(plan.to_json())
 }
 
 #[pyfunction]

@@ -39,7 +39,7 @@ use sluice_core::stats::StageInfo;
 use sluice_core::{
     ChainOp, ElemMode, Error, OnError, OpRef, PipelineStats, RangeSource, Result, SourceRef,
 };
-use sluice_io::{FilesSource, LabelMode, LinesFormat, LinesSource, Utf8Errors};
+use sluice_io::{FilesSource, JsonlOptions, LabelMode, LinesFormat, LinesSource, Utf8Errors};
 
 use crate::shm::{ShmConfig, ShmWriter};
 use crate::wire::{self, ExternalCodec, Output};
@@ -201,6 +201,12 @@ pub fn open_source(spec: &serde_json::Value) -> Result<SourceRef> {
         },
         ReadJsonl {
             paths: Vec<String>,
+            #[serde(default)]
+            schema: std::collections::BTreeMap<String, String>,
+            #[serde(default)]
+            on_error: Option<String>,
+            #[serde(default)]
+            errors: Option<String>,
         },
     }
     let shipped: Shipped = serde_json::from_value(spec.clone())
@@ -222,11 +228,19 @@ pub fn open_source(spec: &serde_json::Value) -> Result<SourceRef> {
             };
             Arc::new(LinesSource::open(&paths, LinesFormat::Text, errors)?)
         }
-        Shipped::ReadJsonl { paths } => Arc::new(LinesSource::open(
-            &paths,
-            LinesFormat::Jsonl,
-            Utf8Errors::Strict,
-        )?),
+        Shipped::ReadJsonl {
+            paths,
+            schema,
+            on_error,
+            errors,
+        } => {
+            let opts = JsonlOptions::from_names(
+                &schema,
+                on_error.as_deref().unwrap_or("raise"),
+                errors.as_deref().unwrap_or("strict"),
+            )?;
+            Arc::new(LinesSource::open_with(&paths, LinesFormat::Jsonl, &opts)?)
+        }
     })
 }
 

@@ -420,6 +420,42 @@ pub fn encode_reply(
     })
 }
 
+/// Appends one sample to `out` as a self-contained record (field names inline, every buffer
+/// inline): the spill format of blocking ops, read back by [`decode_sample`].
+///
+/// ```
+/// use sluice_core::{Sample, Value};
+/// use sluice_remote::wire;
+/// let s = Sample::from_pairs([("k", Value::from("a")), ("x", Value::Float(0.5))]);
+/// let mut rec = Vec::new();
+/// wire::encode_sample(&s, &mut rec);
+/// assert_eq!(wire::decode_sample(&rec).unwrap(), s);
+/// ```
+pub fn encode_sample(sample: &Sample, out: &mut Vec<u8>) {
+    let mut e = Enc {
+        out: std::mem::take(out),
+        shm: None,
+        big: Vec::new(),
+        big_len: 0,
+        names: Vec::new(),
+    };
+    e.sample(sample);
+    *out = e.out;
+}
+
+/// Decodes a record made by [`encode_sample`] (the whole of `record`).
+pub fn decode_sample(record: &[u8]) -> Result<Sample, WireError> {
+    let mut d = Dec {
+        buf: record,
+        pos: 0,
+        seg: None,
+        names: Vec::new(),
+    };
+    let s = d.sample()?;
+    d.end()?;
+    Ok(s)
+}
+
 // ---------------------------------------------------------------------------------------
 // Decoding
 
@@ -1023,6 +1059,23 @@ mod tests {
         evil.extend_from_slice(&9u64.to_le_bytes());
         evil.extend_from_slice(b"../passwd");
         assert!(matches!(decode_chunk(&evil), Err(WireError::Corrupt(_))));
+    }
+
+    #[test]
+    fn sample_records_round_trip_every_value_and_refuse_corruption() {
+        let s = every_value();
+        let mut rec = Vec::new();
+        encode_sample(&s, &mut rec);
+        let back = decode_sample(&rec).unwrap();
+        assert_eq!(
+            back.names().collect::<Vec<_>>(),
+            s.names().collect::<Vec<_>>()
+        );
+        same(&[item(0, s.clone())], &[item(0, back)]);
+        assert!(decode_sample(&rec[..rec.len() - 1]).is_err());
+        let mut longer = rec.clone();
+        longer.push(0);
+        assert!(decode_sample(&longer).is_err(), "trailing bytes");
     }
 
     proptest! {

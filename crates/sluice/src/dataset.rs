@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use sluice_core::*;
-use sluice_io::{FilesSource, LabelMode, LinesFormat, LinesSource, Utf8Errors};
+use sluice_io::{FilesSource, JsonlOptions, LabelMode, LinesFormat, LinesSource, Utf8Errors};
 
 /// An immutable pipeline; every step returns a new `Dataset`.
 ///
@@ -91,7 +91,7 @@ impl Dataset {
             entries, labels,
         )?)))
     }
-    /// `{text}` per non-empty line.
+    /// `{text}` per non-empty line (paths, globs or URLs).
     pub fn read_text(entries: &[String], errors: Utf8Errors) -> Result<Self> {
         Ok(Dataset::from_source(Arc::new(LinesSource::open(
             entries,
@@ -99,12 +99,28 @@ impl Dataset {
             errors,
         )?)))
     }
-    /// One sample per JSON object line.
+    /// One sample per JSON object line (paths, globs or `s3://` / `gs://` / `http(s)://` URLs).
     pub fn read_jsonl(entries: &[String]) -> Result<Self> {
-        Ok(Dataset::from_source(Arc::new(LinesSource::open(
+        Self::read_jsonl_with(entries, &JsonlOptions::default())
+    }
+    /// [`Dataset::read_jsonl`] with field types, an error policy (`on_error: Skip` leaves
+    /// out and counts invalid lines) and a UTF-8 policy.
+    ///
+    /// ```
+    /// use sluice::{Dataset, IterOptions, JsonlOptions, OnError, Source};
+    /// let p = std::env::temp_dir().join("sluice-doc-read.jsonl");
+    /// std::fs::write(&p, "{\"x\": \"1.5\"}\n{oops\n")?;
+    /// let opts = JsonlOptions { schema: vec![("x".into(), "float".parse()?)], on_error: OnError::Skip,
+    ///     ..Default::default() };
+    /// let ds = Dataset::read_jsonl_with(&[p.display().to_string()], &opts)?;
+    /// assert_eq!(ds.plan().source().skipped(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn read_jsonl_with(entries: &[String], opts: &JsonlOptions) -> Result<Self> {
+        Ok(Dataset::from_source(Arc::new(LinesSource::open_with(
             entries,
             LinesFormat::Jsonl,
-            Utf8Errors::Strict,
+            opts,
         )?)))
     }
     fn elementwise(

@@ -3,9 +3,10 @@
 
 use std::sync::Arc;
 
-use sluice_core::Result;
+use sluice_core::{Execution, Result, Sample};
 use sluice_io::{
-    sink, ArrowSource, CsvOptions, CsvSource, ParquetSource, SinkOptions, WebDatasetSource,
+    sink, ArrowSource, CsvOptions, CsvSource, ParquetSource, ShardShuffle, SinkOptions,
+    WebDatasetSource,
 };
 
 use crate::dataset::{Dataset, IterOptions};
@@ -34,9 +35,19 @@ impl Dataset {
     /// `{__key__, __url__, <ext>: bytes}` per sample of WebDataset tar shards, streamed;
     /// `rank = Some((r, n))` reads every n-th shard from r.
     pub fn read_webdataset(entries: &[String], rank: Option<(u64, u64)>) -> Result<Self> {
-        Ok(Dataset::from_source(Arc::new(WebDatasetSource::open(
-            entries, rank,
-        )?)))
+        Self::read_webdataset_shuffled(entries, rank, None)
+    }
+
+    /// [`Dataset::read_webdataset`] with the shard order permuted every epoch, from the
+    /// iteration seed or a fixed one ([`ShardShuffle`]); ranks split the permuted list.
+    pub fn read_webdataset_shuffled(
+        entries: &[String],
+        rank: Option<(u64, u64)>,
+        shuffle: Option<ShardShuffle>,
+    ) -> Result<Self> {
+        Ok(Dataset::from_source(Arc::new(
+            WebDatasetSource::open_shuffled(entries, rank, shuffle)?,
+        )))
     }
 
     /// The rows of in-memory Arrow record batches (random access).
@@ -44,24 +55,69 @@ impl Dataset {
         Ok(Dataset::from_source(Arc::new(ArrowSource::new(batches)?)))
     }
 
-    /// Runs the pipeline and writes its outputs into `dir` as `part-NNNNN.parquet` files.
+    /// Runs the pipeline and writes its outputs into `dir` as `part-NNNNN.parquet` files:
+    /// `sink.rows_per_file` rows each, or one file per partition after `repartition(n)`.
     pub fn write_parquet(
         &self,
         dir: &str,
         sink: &SinkOptions,
         opts: &IterOptions,
     ) -> Result<Vec<String>> {
-        sink::write_parquet(self.iter(opts)?, dir, sink)
+        let exec = self.iter(opts)?;
+        match self.output_partitions("write_parquet")? {
+            None => sink::write_parquet(exec, dir, sink),
+            Some(sizes) => sink::write_parquet_parts(Parted::new(exec, &sizes), dir, sink),
+        }
     }
 
-    /// Runs the pipeline and writes its outputs into `dir` as `part-NNNNN.jsonl` files.
+    /// Runs the pipeline and writes its outputs into `dir` as `part-NNNNN.jsonl` files
+    /// (split like [`Dataset::write_parquet`]).
     pub fn write_jsonl(
         &self,
         dir: &str,
         sink: &SinkOptions,
         opts: &IterOptions,
     ) -> Result<Vec<String>> {
-        sink::write_jsonl(self.iter(opts)?, dir, sink)
+        let exec = self.iter(opts)?;
+        match self.output_partitions("write_jsonl")? {
+            None => sink::write_jsonl(exec, dir, sink),
+            Some(sizes) => sink::write_jsonl_parts(Parted::new(exec, &sizes), dir, sink),
+        }
+    }
+}
+
+/// Tags each output with the partition its source position falls in.
+struct Parted {
+    exec: Execution,
+    /// First source position of each partition.
+    starts: Vec<u64>,
+}
+
+impl Parted {
+    fn new(exec: Execution, sizes: &[u64]) -> Self {
+        let starts = sizes
+            .iter()
+            .scan(0u64, |at, n| {
+                let start = *at;
+                *at += n;
+                Some(start)
+            })
+            .collect();
+        Parted { exec, starts }
+    }
+}
+
+impl Iterator for Parted {
+    type Item = Result<(usize, Sample)>;
+    fn next(&mut self) -> Option<Self::Item> {
+        let s = self.exec.next()?;
+        // Only element-wise steps follow the partitions, so the position is the row's.
+        let pos = self.exec.position().map_or(0, |p| p.source_start().pos);
+        let part = self
+            .starts
+            .partition_point(|&st| st <= pos)
+            .saturating_sub(1);
+        Some(s.map(|s| (part, s)))
     }
 }
 
@@ -75,6 +131,31 @@ mod tests {
             .unwrap()
             .collect::<sluice_core::Result<_>>()
             .unwrap()
+    }
+
+    #[test]
+    fn repartitioned_writes_one_file_per_partition() {
+        let dir = std::env::temp_dir().join(format!("sluice-parts-{}", std::process::id()));
+        let d = dir.display().to_string();
+        let noop = crate::OpSpec::Noop.build().unwrap();
+        let ds = crate::Dataset::range(10)
+            .repartition(3, &Default::default())
+            .unwrap()
+            .map(noop, sluice_core::OnError::Raise, None)
+            .unwrap();
+        let files = ds
+            .write_jsonl(&d, &Default::default(), &IterOptions::default())
+            .unwrap();
+        let lines: Vec<usize> = files
+            .iter()
+            .map(|f| std::fs::read_to_string(f).unwrap().lines().count())
+            .collect();
+        assert_eq!(lines, [4, 3, 3]);
+        let files = ds
+            .write_parquet(&d, &Default::default(), &IterOptions::default())
+            .unwrap();
+        assert_eq!(files.len(), 3);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// A source's shipped form is a pipeline-file source that reopens the same samples.

@@ -14,18 +14,23 @@ mod formats;
 mod mixing;
 mod offload;
 mod optimize;
+mod relational;
 mod spec;
 mod state;
 
 pub use dataset::{Dataset, IterOptions};
+pub use relational::GroupedDataset;
 pub use sluice_core::mix::StopPolicy;
 pub use sluice_core::*;
 pub use sluice_io::{
     arrow_array, arrow_conv::SampleBatches, arrow_schema, CsvOnError, CsvOptions, CsvSource,
     CsvType, SinkOptions,
 };
-pub use sluice_io::{LabelMode, LinesFormat, Utf8Errors};
+pub use sluice_io::{JsonlOptions, LabelMode, LinesFormat, ShardShuffle, Utf8Errors};
 pub use sluice_ops::OpSpec;
 pub use sluice_optimizer::{OptimizerOptions, Plan, Profile, ProfileOptions};
+pub use sluice_relational::{
+    Agg, AggFn, AggregateSpec, BlockingOptions, SortSpec, SpillReport, DEFAULT_MEMORY_BUDGET,
+};
 pub use spec::{csv_options, PipelineSpec, SourceSpec, StepSpec};
 pub use state::{elastic_state, Elastic, IterState, NodeState};

@@ -17,8 +17,9 @@
 
 use serde::{Deserialize, Serialize};
 use sluice_core::{Error, OnError, PackSpec, Result};
-use sluice_io::{CsvOnError, CsvOptions, LabelMode, Utf8Errors};
+use sluice_io::{CsvOnError, CsvOptions, JsonlOptions, LabelMode, ShardShuffle, Utf8Errors};
 use sluice_ops::OpSpec;
+use sluice_relational::{Agg, BlockingOptions};
 
 use crate::dataset::{Dataset, IterOptions};
 
@@ -44,6 +45,13 @@ pub enum SourceSpec {
     },
     ReadJsonl {
         paths: Vec<String>,
+        /// Field → `int`, `float`, `bool` or `str`.
+        #[serde(default)]
+        schema: std::collections::BTreeMap<String, String>,
+        #[serde(default)]
+        on_error: OnError,
+        #[serde(default)]
+        errors: Option<String>,
     },
     ReadParquet {
         paths: Vec<String>,
@@ -64,7 +72,32 @@ pub enum SourceSpec {
     },
     ReadWebdataset {
         paths: Vec<String>,
+        #[serde(default)]
+        rank: Option<u64>,
+        #[serde(default)]
+        world_size: Option<u64>,
+        /// `true` (from the run's seed) or a seed: shard order permuted per epoch.
+        #[serde(default)]
+        shuffle_shards: Option<ShuffleShards>,
     },
+}
+
+/// `shuffle_shards = true` or `shuffle_shards = <seed>`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ShuffleShards {
+    Flag(bool),
+    Seed(u64),
+}
+
+impl ShuffleShards {
+    fn get(self) -> Option<ShardShuffle> {
+        match self {
+            ShuffleShards::Flag(false) => None,
+            ShuffleShards::Flag(true) => Some(ShardShuffle::IterationSeed),
+            ShuffleShards::Seed(s) => Some(ShardShuffle::Seed(s)),
+        }
+    }
 }
 
 /// One step in a pipeline file.
@@ -119,6 +152,55 @@ pub enum StepSpec {
         #[serde(default)]
         pad_id: i64,
     },
+    /// `sort(by, descending)`: blocking, spills beyond `memory_budget` bytes.
+    Sort {
+        by: OneOrMany<String>,
+        #[serde(default)]
+        descending: Option<OneOrMany<bool>>,
+        #[serde(default)]
+        memory_budget: Option<u64>,
+    },
+    /// `groupby(keys).aggregate(aggs)`, e.g. `aggs = [{name = "n", func = "count"},
+    /// {name = "total", func = "sum", field = "x"}]`.
+    Groupby {
+        #[serde(default)]
+        keys: Vec<String>,
+        aggs: Vec<Agg>,
+        #[serde(default)]
+        memory_budget: Option<u64>,
+    },
+    /// `repartition(n)`.
+    Repartition {
+        n: usize,
+        #[serde(default)]
+        memory_budget: Option<u64>,
+    },
+}
+
+/// A value or a list of them (`by = "x"` or `by = ["x", "y"]`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum OneOrMany<T> {
+    One(T),
+    Many(Vec<T>),
+}
+
+impl<T: Clone> OneOrMany<T> {
+    /// The values as a list.
+    pub fn to_vec(&self) -> Vec<T> {
+        match self {
+            OneOrMany::One(v) => vec![v.clone()],
+            OneOrMany::Many(v) => v.clone(),
+        }
+    }
+}
+
+fn blocking(memory_budget: Option<u64>, seed: u64) -> BlockingOptions {
+    BlockingOptions {
+        memory_budget: memory_budget.unwrap_or(sluice_relational::DEFAULT_MEMORY_BUDGET),
+        seed,
+        ..Default::default()
+    }
 }
 
 fn ids_field() -> String {
@@ -234,7 +316,20 @@ impl PipelineSpec {
                 };
                 Dataset::read_text(paths, errors)?
             }
-            SourceSpec::ReadJsonl { paths } => Dataset::read_jsonl(paths)?,
+            SourceSpec::ReadJsonl {
+                paths,
+                schema,
+                on_error,
+                errors,
+            } => {
+                let on_error = match on_error {
+                    OnError::Raise => "raise",
+                    OnError::Skip => "skip",
+                };
+                let errors = errors.as_deref().unwrap_or("strict");
+                let opts = JsonlOptions::from_names(schema, on_error, errors)?;
+                Dataset::read_jsonl_with(paths, &opts)?
+            }
             SourceSpec::ReadParquet { paths, columns } => {
                 Dataset::read_parquet(paths, columns.as_deref())?
             }
@@ -248,7 +343,20 @@ impl PipelineSpec {
                 paths,
                 &csv_options(schema, *delimiter, *has_header, *on_error)?,
             )?,
-            SourceSpec::ReadWebdataset { paths } => Dataset::read_webdataset(paths, None)?,
+            SourceSpec::ReadWebdataset {
+                paths,
+                rank,
+                world_size,
+                shuffle_shards,
+            } => {
+                let ranks = match (rank, world_size) {
+                    (Some(r), Some(n)) => Some((*r, *n)),
+                    (None, None) => None,
+                    _ => return Err(Error::invalid("give both rank and world_size, or neither")),
+                };
+                let shuffle = shuffle_shards.and_then(ShuffleShards::get);
+                Dataset::read_webdataset_shuffled(paths, ranks, shuffle)?
+            }
         };
         for step in &self.steps {
             ds = match step {
@@ -277,6 +385,28 @@ impl PipelineSpec {
                     drop_remainder: *drop_remainder,
                     pad_id: *pad_id,
                 })?,
+                StepSpec::Sort {
+                    by,
+                    descending,
+                    memory_budget,
+                } => ds.sort(
+                    &by.to_vec(),
+                    &descending
+                        .as_ref()
+                        .map(OneOrMany::to_vec)
+                        .unwrap_or_default(),
+                    &blocking(*memory_budget, self.seed),
+                )?,
+                StepSpec::Groupby {
+                    keys,
+                    aggs,
+                    memory_budget,
+                } => ds
+                    .groupby(keys)
+                    .aggregate(aggs.clone(), &blocking(*memory_budget, self.seed))?,
+                StepSpec::Repartition { n, memory_budget } => {
+                    ds.repartition(*n, &blocking(*memory_budget, self.seed))?
+                }
             };
         }
         let opts = IterOptions {
@@ -299,6 +429,31 @@ mod tests {
             r#"{"source": {"source": "range", "n": 3}, "steps": [{"step": "map", "op": "nope"}]}"#;
         assert!(PipelineSpec::parse(bad, "json").is_err());
         let bad = r#"{"source": {"source": "range", "n": 3}, "stepz": []}"#;
+        assert!(PipelineSpec::parse(bad, "json").is_err());
+    }
+
+    #[test]
+    fn relational_steps_run_from_a_file() {
+        let text = r#"
+[source]
+source = "range"
+n = 10
+[[steps]]
+step = "sort"
+by = "id"
+descending = true
+memory_budget = 1000
+[[steps]]
+step = "groupby"
+aggs = [{name = "n", func = "count"}, {name = "first", func = "max", field = "id"}]
+"#;
+        let (ds, opts) = PipelineSpec::parse(text, "toml").unwrap().build().unwrap();
+        let rows: Vec<_> = ds.iter(&opts).unwrap().map(|r| r.unwrap()).collect();
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].get("n").and_then(|v| v.as_int()), Some(10));
+        assert_eq!(rows[0].get("first").and_then(|v| v.as_int()), Some(9));
+        let bad = r#"{"source": {"source": "range", "n": 3},
+            "steps": [{"step": "groupby", "aggs": [{"name": "s", "func": "median", "field": "id"}]}]}"#;
         assert!(PipelineSpec::parse(bad, "json").is_err());
     }
 

@@ -298,14 +298,17 @@ impl Execution {
             });
         }
         let stats = Arc::new(PipelineStats::new(infos));
+        let source = &plan.source.source;
+        stats.counters(0).skipped.store(source.skipped(), Relaxed);
+        stats.set_source_report(source.report());
 
         let mut resumes = match &opts.resume {
             Some(rp) => rp.stage_resumes(plan)?,
             None => vec![StageResume::default(); plan.stages.len()],
         };
-        let mut source = plan.source.clone();
+        let mut source_stage = plan.source.clone();
         if let Some(el) = &opts.elastic {
-            let order = source
+            let order = source_stage
                 .order
                 .as_mut()
                 .ok_or_else(|| Error::invalid("an elastic resume needs a random-access source"))?;
@@ -346,7 +349,7 @@ impl Execution {
                 ..rp.cursor
             });
         }
-        let mut input = spawn_source(&source, start, &ctl, &stats)?;
+        let mut input = spawn_source(&source_stage, start, opts.seed, &ctl, &stats)?;
         let mut tail = Vec::new();
         let mut tuned: Vec<(usize, Arc<AtomicUsize>)> = Vec::new();
         for (i, st) in plan.stages.iter().enumerate() {
@@ -589,6 +592,7 @@ fn send_counted(tx: &Sender<Msg>, msg: Msg, c: &StageCounters) -> bool {
 fn spawn_source(
     src: &SourceStage,
     resume: Option<Cursor>,
+    seed: u64,
     ctl: &Arc<Control>,
     stats: &Arc<PipelineStats>,
 ) -> Result<Input> {
@@ -645,7 +649,7 @@ fn spawn_source(
         let mut epoch = resume.map_or(0, |r| r.epoch);
         let mut skip_to = resume.map_or(0, |r| r.pos);
         while src.stream_epochs.is_none_or(|e| epoch < e) {
-            let stream = match src.source.stream() {
+            let stream = match src.source.stream_epoch(seed, epoch) {
                 Ok(s) => s,
                 Err(e) => {
                     send_counted(&tx, Err(e), c);
@@ -692,7 +696,7 @@ fn spawn_source(
             if !items.is_empty() && !send_counted(&tx, Ok(items), c) {
                 return;
             }
-            if !any {
+            if !any && skip == 0 {
                 return; // An empty stream repeated forever would spin.
             }
             epoch += 1;

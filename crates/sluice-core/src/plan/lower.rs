@@ -47,6 +47,9 @@ pub fn lower(plan: &Arc<LogicalPlan>, opts: &LowerOptions) -> Result<PhysicalPla
     }
     let nodes = plan.chain();
     let mut source = nodes[0].source().clone();
+    // Blocking sources (sort, groupby, repartition) run their input now, so their errors
+    // surface when the iteration starts and their length is known below.
+    source.prepare(opts.num_threads)?;
 
     // 1. Fold index-level steps into the source order.
     let mut order = source

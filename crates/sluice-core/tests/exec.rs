@@ -285,12 +285,9 @@ fn controller_adds_workers_to_a_starved_stage_without_changing_output() {
         chunk_size: 4,
         ..Default::default()
     };
-    let mut phys = lower(&plan, &opts).unwrap();
-    // A one-worker pool the controller may grow to four.
-    phys.stages[0].variant = Variant::Pool {
-        backend: "threads".into(),
-        workers: 1,
-    };
+    let phys = lower(&plan, &opts).unwrap();
+    // A one-thread stage the controller may grow to four.
+    assert_eq!(phys.stages[0].variant, Variant::Threads { threads: 1 });
     let ctl = exec::controller::ControllerOptions {
         interval: Duration::from_millis(50),
         max_workers: 4,

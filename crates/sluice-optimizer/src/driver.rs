@@ -11,7 +11,8 @@ use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 
 use sluice_core::{
-    lower, ElemMode, Error, LogicalPlan, LowerOptions, PhysicalPlan, Result, StageKind, Variant,
+    lower, ChainOp, ElemMode, Error, LogicalPlan, LowerOptions, PhysicalPlan, Result, StageKind,
+    Variant,
 };
 
 use crate::model::{predict, Prediction};
@@ -81,17 +82,19 @@ impl Optimized {
     }
 }
 
-/// Ops the user pinned, and Python ops not marked movable (`keep_position=False`).
+/// Ops the user pinned, and — unless marked movable (`keep_position=False`) — Python ops and
+/// ops that declare no fields (nothing says what they touch).
 fn pinned_ops(logical: &Arc<LogicalPlan>) -> HashSet<u64> {
     logical
         .chain()
         .iter()
         .filter_map(|n| match &**n {
             LogicalPlan::Map(m) => {
-                let python = m.op.meta().python;
+                let meta = m.op.meta();
+                let undeclared = meta.reads.is_empty() && meta.writes.is_empty();
                 let pinned = match m.keep_position {
                     Some(keep) => keep,
-                    None => python,
+                    None => meta.python || undeclared,
                 };
                 pinned.then_some(m.op_id)
             }
@@ -162,6 +165,8 @@ pub fn optimize_physical(input: &OptimizeInput) -> Result<Optimized> {
 /// What every rule must preserve, taken from the unfused default plan.
 struct Snapshot {
     ops: BTreeSet<u64>,
+    /// The ops in the order written.
+    original: Vec<u64>,
     others: Vec<String>,
     /// For each op that must not move relative to others: the ops before it.
     fixed: Vec<(u64, BTreeSet<u64>)>,
@@ -188,6 +193,7 @@ impl Snapshot {
             .collect();
         Snapshot {
             ops: order.iter().copied().collect(),
+            original: order.clone(),
             others: others(&d.plan),
             fixed,
             reads_source: d.plan.source.order.is_some(),
@@ -212,6 +218,40 @@ impl Snapshot {
             let now: BTreeSet<u64> = order[..at].iter().copied().collect();
             if &now != before {
                 return Err(format!("pinned op {id} moved"));
+            }
+        }
+        // Determinism: the cache holds only what is the same every epoch, and every pair of
+        // ops the plan swapped may be swapped (exactly, under `exact`).
+        let chain_of = |p: &PhysicalPlan| -> Vec<ChainOp> {
+            p.stages
+                .iter()
+                .flat_map(|s| match &s.kind {
+                    StageKind::Chain { ops, .. } => ops.clone(),
+                    _ => vec![],
+                })
+                .collect()
+        };
+        let all = chain_of(&input.default);
+        let op = |id: u64| all.iter().find(|o| o.op_id == id);
+        if let Some(c) = &d.cache {
+            for id in &c.op_ids {
+                if let Some(o) = op(*id) {
+                    let m = o.op.meta();
+                    if m.random || m.python || o.mode != ElemMode::Map {
+                        return Err(format!("op {id} is cached but random, Python or not a map"));
+                    }
+                }
+            }
+        }
+        let was = |id: u64| self.original.iter().position(|&x| x == id);
+        for (i, &x) in order.iter().enumerate() {
+            for &y in &order[i + 1..] {
+                // x now runs before y although it was written after it.
+                if let (Some(px), Some(py), Some(ox), Some(oy)) = (was(x), was(y), op(x), op(y)) {
+                    if px > py && !rules::reorder::may_precede(ox, oy, &d.pinned, d.options.exact) {
+                        return Err(format!("op {x} moved before op {y}, which is not safe"));
+                    }
+                }
             }
         }
         // The source is read exactly once, before any op runs.
@@ -345,6 +385,68 @@ mod tests {
         let lowered_b = lower(&b, &LowerOptions::default()).unwrap();
         let err = pa.apply(&lowered_b).unwrap_err().to_string();
         assert!(err.contains("different pipeline"), "{err}");
+    }
+
+    #[test]
+    fn the_driver_refuses_unsafe_swaps_and_random_caches() {
+        let jitter = TestOp {
+            random: true,
+            ..TestOp::new("jitter", OpKind::PixelWise)
+        };
+        let crop = TestOp {
+            out_len: Some(10),
+            ..TestOp::new("crop", OpKind::SizeReducing)
+        };
+        let plan = pipeline(20, vec![jitter, crop]);
+        let exact = OptimizerOptions {
+            exact: true,
+            ..Default::default()
+        };
+        let input = OptimizeInput::for_test(&plan, &exact);
+        let mut draft = Draft {
+            plan: input.default.clone(),
+            profile: &input.profile,
+            options: &exact,
+            cpus: 2,
+            pinned: HashSet::new(),
+            pools: vec![],
+            cache: None,
+            decisions: vec![],
+        };
+        rules::unfuse(&mut draft.plan);
+        let snapshot = Snapshot::of(&draft);
+        assert!(snapshot.check(&draft, &input).is_ok());
+        // A rule that put the crop before the jitter in exact mode broke determinism.
+        let swap = |d: &mut Draft<'_>| {
+            let mut ops: Vec<ChainOp> = d.chain_ops().into_iter().cloned().collect();
+            ops.reverse();
+            let mut it = ops.into_iter();
+            for st in &mut d.plan.stages {
+                if let StageKind::Chain { ops, .. } = &mut st.kind {
+                    for o in ops.iter_mut() {
+                        *o = it.next().unwrap();
+                    }
+                }
+            }
+        };
+        swap(&mut draft);
+        let err = snapshot.check(&draft, &input).unwrap_err();
+        assert!(err.contains("not safe"), "{err}");
+        swap(&mut draft);
+        // Caching a random op would freeze one epoch's randomness.
+        let first = draft.chain_ops()[0].op_id;
+        for st in &mut draft.plan.stages {
+            if let StageKind::Chain { ops, .. } = &mut st.kind {
+                ops.retain(|o| o.op_id != first);
+            }
+        }
+        draft.cache = Some(CachePoint {
+            op_ids: vec![first],
+            budget: 1 << 20,
+            expected_bytes: 0,
+        });
+        let err = snapshot.check(&draft, &input).unwrap_err();
+        assert!(err.contains("cached but random"), "{err}");
     }
 
     #[test]

@@ -15,7 +15,7 @@
 
 use std::io::{self, Read, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -186,6 +186,15 @@ impl Backend for ProcessBackend {
     }
 
     fn start(&self, work: StageWork, workers: usize) -> Result<Box<dyn Workers>> {
+        self.start_scalable(work, workers, workers)
+    }
+
+    fn start_scalable(
+        &self,
+        work: StageWork,
+        initial: usize,
+        max: usize,
+    ) -> Result<Box<dyn Workers>> {
         static POOLS: AtomicU64 = AtomicU64::new(0);
         let prefix = format!(
             "sluice-{}-{}-",
@@ -197,57 +206,29 @@ impl Backend for ProcessBackend {
             ..ShmConfig::new(prefix.clone())
         };
         let stage = RemoteStage::new(&work, Some(shm.with_prefix(format!("{prefix}r"))))?;
-        let n = workers.max(1);
-        let (idle_tx, idle_rx) = bounded(n);
+        if self.command.is_empty() {
+            return Err(Error::invalid("the process backend has no command"));
+        }
+        let max = max.max(initial).max(1);
+        let (idle_tx, idle_rx) = bounded(max);
         let pool = ProcessWorkers {
             writer: ShmWriter::new(shm.with_prefix(format!("{prefix}q"))),
             shm,
             codec: self.codec.clone(),
             idle_tx,
             idle_rx,
-            children: Mutex::new(Vec::with_capacity(n)),
+            children: Mutex::new(Vec::with_capacity(max)),
             stopped: AtomicBool::new(false),
-            n,
+            spawned: AtomicUsize::new(0),
+            max,
+            command: self.command.clone(),
+            env: self.env.clone(),
             stage,
         };
-        let (program, args) = self
-            .command
-            .split_first()
-            .ok_or_else(|| Error::invalid("the process backend has no command"))?;
-        for index in 0..n {
-            let mut cmd = Command::new(program);
-            cmd.args(args)
-                .envs(self.env.iter().map(|(k, v)| (k, v)))
-                .env("SLUICE_PARENT_PID", std::process::id().to_string())
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::inherit());
-            std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        for index in 0..initial.max(1) {
+            pool.spawned.store(index + 1, Relaxed);
             // On failure `pool` drops here and stops the workers already started.
-            let mut child = spawn(cmd).map_err(|e| {
-                Error::Internal(format!(
-                    "cannot start worker process {:?} for stage '{}': {e}",
-                    self.command,
-                    pool.stage.label()
-                ))
-            })?;
-            let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(Error::Internal("worker pipes missing".into()));
-            };
-            let proc = Proc {
-                index,
-                pid: child.id(),
-                stdin,
-                stdout,
-                ready: false,
-                dead: None,
-            };
-            pool.children
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(child);
+            let proc = pool.spawn_one(index)?;
             let _ = pool.idle_tx.send(proc);
         }
         Ok(Box::new(pool))
@@ -277,10 +258,70 @@ struct ProcessWorkers {
     idle_rx: Receiver<Proc>,
     children: Mutex<Vec<Child>>,
     stopped: AtomicBool,
-    n: usize,
+    /// Workers started so far, and how many may be (the controller grows the pool).
+    spawned: AtomicUsize,
+    max: usize,
+    command: Vec<String>,
+    env: Vec<(String, String)>,
 }
 
 impl ProcessWorkers {
+    /// Starts worker process `index` (reserved in `spawned`).
+    fn spawn_one(&self, index: usize) -> Result<Proc> {
+        let (program, args) = self.command.split_first().expect("checked at start");
+        let mut cmd = Command::new(program);
+        cmd.args(args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .env("SLUICE_PARENT_PID", std::process::id().to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        let mut child = spawn(cmd).map_err(|e| {
+            Error::Internal(format!(
+                "cannot start worker process {:?} for stage '{}': {e}",
+                self.command,
+                self.stage.label()
+            ))
+        })?;
+        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(Error::Internal("worker pipes missing".into()));
+        };
+        let proc = Proc {
+            index,
+            pid: child.id(),
+            stdin,
+            stdout,
+            ready: false,
+            dead: None,
+        };
+        self.children
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(child);
+        Ok(proc)
+    }
+
+    /// An idle worker; a new one while the pool may still grow and all are busy.
+    fn take_worker(&self) -> Result<Proc> {
+        if let Ok(p) = self.idle_rx.try_recv() {
+            return Ok(p);
+        }
+        if !self.stopped.load(Relaxed) {
+            if let Ok(index) = self
+                .spawned
+                .fetch_update(Relaxed, Relaxed, |n| (n < self.max).then_some(n + 1))
+            {
+                return self.spawn_one(index);
+            }
+        }
+        self.idle_rx
+            .recv()
+            .map_err(|_| Error::Internal("process pool has no workers".into()))
+    }
+
     fn exchange(&self, p: &mut Proc, frame: &[u8]) -> Result<Chunk> {
         if let Some(e) = &p.dead {
             return Err(e.clone());
@@ -351,16 +392,13 @@ impl ProcessWorkers {
 
 impl Workers for ProcessWorkers {
     fn parallelism(&self) -> usize {
-        self.n
+        self.max
     }
 
     fn run(&self, chunk: Chunk) -> Result<Chunk> {
         // Encode before taking a worker, so encoding overlaps other workers' computing.
         let frame = self.stage.request(chunk, Some(&self.writer))?;
-        let mut p = self
-            .idle_rx
-            .recv()
-            .map_err(|_| Error::Internal("process pool has no workers".into()))?;
+        let mut p = self.take_worker()?;
         let res = self.exchange(&mut p, &frame);
         let _ = self.idle_tx.send(p);
         res

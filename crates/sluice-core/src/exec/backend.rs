@@ -124,6 +124,17 @@ pub trait Backend: Send + Sync + fmt::Debug {
     fn name(&self) -> &str;
     /// Starts `workers` workers for `work`.
     fn start(&self, work: StageWork, workers: usize) -> Result<Box<dyn Workers>>;
+    /// Starts `initial` workers that may grow to `max` when more chunks run at once (the
+    /// runtime controller raises concurrency step by step). By default all `max` start now.
+    fn start_scalable(
+        &self,
+        work: StageWork,
+        initial: usize,
+        max: usize,
+    ) -> Result<Box<dyn Workers>> {
+        let _ = initial;
+        self.start(work, max)
+    }
 }
 
 /// Threads of this process, each running the fused chain directly.

@@ -368,8 +368,14 @@ impl Execution {
                 tail.push((slot, t));
                 continue;
             }
+            // Under the controller, a one-thread chain stage runs on the parallel path too, so
+            // it can be given more workers.
+            let tunable =
+                opts.controller.is_some() && matches!(st.variant, Variant::Threads { .. });
             input = match (&st.kind, &st.variant) {
-                (StageKind::Chain { read, ops }, v) if v.workers() > 1 || v.is_pool() => {
+                (StageKind::Chain { read, ops }, v)
+                    if v.workers() > 1 || v.is_pool() || tunable =>
+                {
                     let backend = match v {
                         Variant::Pool { backend, .. } => opts.backends.get(backend)?,
                         _ => Arc::new(ThreadBackend),
@@ -382,19 +388,25 @@ impl Execution {
                         slot,
                         stats: stats.clone(),
                     };
-                    let workers: Arc<dyn Workers> = backend.start(work, v.workers())?.into();
-                    let planned = workers.parallelism().max(1);
-                    // Under the controller, threads up to its maximum exist but only
-                    // `active` of them take work.
-                    let (threads, active) = match &opts.controller {
-                        Some(c) => {
-                            let active = Arc::new(AtomicUsize::new(planned));
-                            stats.counters(slot).active.store(planned as u64, Relaxed);
-                            tuned.push((slot, active.clone()));
-                            (planned.max(c.max_workers), Some(active))
-                        }
-                        None => (planned, None),
-                    };
+                    // Under the controller, threads up to its maximum exist but only `active`
+                    // of them take work; pools start the planned workers and grow on demand.
+                    let (workers, threads, active): (Arc<dyn Workers>, _, _) =
+                        match &opts.controller {
+                            Some(c) => {
+                                let planned = v.workers();
+                                let max = planned.max(c.max_workers);
+                                let w = backend.start_scalable(work, planned, max)?;
+                                let active = Arc::new(AtomicUsize::new(planned));
+                                stats.counters(slot).active.store(planned as u64, Relaxed);
+                                tuned.push((slot, active.clone()));
+                                (w.into(), max, Some(active))
+                            }
+                            None => {
+                                let w: Arc<dyn Workers> = backend.start(work, v.workers())?.into();
+                                let n = w.parallelism().max(1);
+                                (w, n, None)
+                            }
+                        };
                     let par = Parallel {
                         threads,
                         active,

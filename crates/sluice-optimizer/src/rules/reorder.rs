@@ -337,6 +337,43 @@ mod tests {
     }
 
     #[test]
+    fn long_chains_are_reordered_greedily() {
+        // Ten movable ops (more than EXHAUSTIVE_MAX): eight cheap ones on fields of their own,
+        // then the expensive jitter and the crop on the image.
+        let mut ops: Vec<TestOp> = (0..8)
+            .map(|i| TestOp {
+                fixed_us: 1,
+                reads: vec![],
+                writes: vec![format!("f{i}")],
+                ..TestOp::new(&format!("tag{i}"), OpKind::Opaque)
+            })
+            .collect();
+        ops.push(jitter());
+        ops.push(crop());
+        assert!(ops.len() > EXHAUSTIVE_MAX);
+        let got = order(Default::default(), ops);
+        let at = |n: &str| got.iter().position(|x| x == n).unwrap();
+        assert!(at("crop") < at("jitter"), "{got:?}");
+        assert_eq!(got.len(), 10);
+    }
+
+    #[test]
+    fn a_python_op_moves_only_when_marked_movable() {
+        // An expensive-to-follow filter written after the jitter: moving it first halves the
+        // jitter's work, but a Python op stays put unless keep_position=False.
+        let py_filter = |movable: Option<bool>| TestOp {
+            python: true,
+            reads: vec!["id".into()],
+            keep_position: movable,
+            ..keep_even()
+        };
+        let fixed = order(Default::default(), vec![jitter(), py_filter(None)]);
+        assert_eq!(fixed, ["jitter", "keep_even"]);
+        let moved = order(Default::default(), vec![jitter(), py_filter(Some(false))]);
+        assert_eq!(moved, ["keep_even", "jitter"]);
+    }
+
+    #[test]
     fn validity_checks_every_inverted_pair() {
         let ops: Vec<ChainOp> = [jitter(), crop(), jitter()]
             .into_iter()

@@ -308,17 +308,20 @@ class Dataset(FormatsMixin):  # FormatsMixin: write_parquet/jsonl, to_arrow/pand
 
     # Execution -------------------------------------------------------------------------
     @_recipe.step
-    def cache(self, budget_bytes: int = 1 << 30) -> "Dataset":
+    def cache(self, budget_bytes: int = 1 << 30, disk_bytes: int = 0) -> "Dataset":
         """Computes the steps so far once per source sample and keeps the results in memory
-        (up to ``budget_bytes``) for later epochs and iterations. Only deterministic maps may
-        come before it (put random augmentations after it).
+        (up to ``budget_bytes``), and what does not fit in a temporary file (up to
+        ``disk_bytes``; removed with the cache), for later epochs and iterations. Only
+        deterministic maps may come before it (put random augmentations after it).
 
         >>> import sluice
         >>> ds = sluice.range(4).map(lambda s: {"id": s["id"] + 1}).cache().repeat(2)
         >>> [s["id"] for s in ds]
         [1, 2, 3, 4, 1, 2, 3, 4]
         """
-        return Dataset(_native.cache(self._native, _int("budget_bytes", budget_bytes, 0)))
+        return Dataset(
+            _native.cache(self._native, _int("budget_bytes", budget_bytes, 0), _int("disk_bytes", disk_bytes, 0))
+        )
 
     # Optimizer ---------------------------------------------------------------------------
     def profile(self, samples: int = 200, seconds: float = 10.0, seed: int = 0) -> "Profile":

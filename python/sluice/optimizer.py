@@ -45,6 +45,8 @@ class OptimizerOptions:
     enable_controller: bool = False
     exact: bool = False
     memory_budget: int = 1 << 30
+    #: Bytes of local disk a cache may fill beyond its memory (0: memory only).
+    disk_budget: int = 0
 
     @classmethod
     def baseline(cls) -> "OptimizerOptions":

@@ -240,6 +240,35 @@ def test_cache_computes_the_prefix_once():
         sluice.range(5).batch(2).cache()
 
 
+def test_cache_spills_what_memory_cannot_hold_to_disk(tmp_path, monkeypatch):
+    import glob
+    import os
+    import tempfile
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    tempfile.tempdir = None
+    calls = []
+
+    def expensive(s):
+        calls.append(s["id"])
+        return {"id": s["id"], "v": np.full(100, s["id"], dtype=np.int64)}
+
+    def run(disk_bytes):
+        calls.clear()
+        # ~800 bytes a sample: memory for 4 of 40, the disk tier for about 19 more.
+        ds = sluice.range(40).map(expensive).cache(4000, disk_bytes=disk_bytes).repeat(3).batch(8)
+        out = [int(x) for b in ds for x in b["v"][:, 0]]
+        assert out == list(range(40)) * 3
+        return len(calls)
+
+    memory_only = run(0)
+    assert memory_only == 40 + 2 * 36
+    with_disk = run(16_400)
+    # Samples held on disk are read back, not recomputed, in the 2 later epochs.
+    assert 40 + 2 * 15 <= with_disk <= 40 + 2 * 20, with_disk
+    assert len(glob.glob(str(tmp_path / "sluice-cache-*"))) <= 1
+
+
 def test_caching_rule_caches_decode_when_epochs_repeat():
     ds = cv(epochs=3)
     plan = ds.optimize(ds.profile(samples=8))

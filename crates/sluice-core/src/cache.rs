@@ -1,14 +1,20 @@
 //! Caching a deterministic prefix: a source wrapper that reads a sample, runs the prefix ops on
-//! it once, and keeps the result in memory (up to a byte budget) for every later epoch and
-//! iteration. Because it is itself a random-access source, shuffling, sharding and exact
-//! resume work unchanged on top of it.
+//! it once, and keeps the result in memory (up to a byte budget) and then on local disk (up to
+//! a second budget) for every later epoch and iteration. Because it is itself a random-access
+//! source, shuffling, sharding and exact resume work unchanged on top of it.
 //!
 //! Caches are process-wide and keyed by content (the source's spec and the prefix ops'
 //! specs), so re-iterating a dataset reuses its cache while a changed pipeline gets a fresh
-//! one and never reads stale samples.
+//! one and never reads stale samples. The disk tier is one append-only file per cache in the
+//! temporary directory, removed when the cache is dropped; it is not shared between
+//! processes, so data changed on disk between runs is never read stale either.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
+use std::fs::File;
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, RwLock};
 
@@ -20,11 +26,55 @@ use crate::source::{Source, SourceRef};
 /// Caches kept alive at once (the oldest is dropped beyond this).
 const MAX_CACHES: usize = 8;
 
+/// Turns samples into bytes and back for the disk tier. The engine's lossless sample format
+/// lives with the wire code (`sluice-remote`), which installs it with
+/// [`install_spill_codec`]; without one, caches stay in memory.
+pub trait SpillCodec: Send + Sync {
+    /// Appends `sample` to `out`.
+    fn encode(&self, sample: &Sample, out: &mut Vec<u8>);
+    /// The sample `record` holds.
+    fn decode(&self, record: &[u8]) -> Result<Sample>;
+}
+
+static SPILL_CODEC: OnceLock<Arc<dyn SpillCodec>> = OnceLock::new();
+
+/// Installs the codec of caches' disk tier (the first call wins).
+pub fn install_spill_codec(codec: Arc<dyn SpillCodec>) {
+    let _ = SPILL_CODEC.set(codec);
+}
+
+/// A cache's spill file: records appended under a lock, read back by offset without one.
+struct DiskTier {
+    path: PathBuf,
+    file: File,
+    index: RwLock<HashMap<u64, (u64, u32)>>,
+    end: Mutex<u64>,
+}
+
+impl fmt::Debug for DiskTier {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DiskTier")
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+impl Drop for DiskTier {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
 /// The samples of one cache.
 #[derive(Debug, Default)]
 pub struct CacheStore {
     samples: RwLock<HashMap<u64, Sample>>,
     bytes: AtomicU64,
+    disk: OnceLock<Option<DiskTier>>,
+    /// Bytes written to the disk tier.
+    pub disk_bytes: AtomicU64,
+    /// Reads answered from the disk tier.
+    pub disk_hits: AtomicU64,
     /// Indices some thread is computing now: a second reader waits for that result instead
     /// of computing it again (epochs overlap in a parallel read stage).
     computing: Mutex<HashSet<u64>>,
@@ -47,7 +97,88 @@ impl CacheStore {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// Samples held on disk.
+    pub fn disk_len(&self) -> usize {
+        match self.disk.get() {
+            Some(Some(d)) => d.index.read().map_or(0, |m| m.len()),
+            _ => 0,
+        }
+    }
+
+    /// The disk tier, created on first use (`None` without a codec or a writable temp dir).
+    fn disk(&self, key: &str) -> Option<&DiskTier> {
+        self.disk
+            .get_or_init(|| {
+                SPILL_CODEC.get()?;
+                let path = std::env::temp_dir().join(format!(
+                    "sluice-cache-{}-{key}-{}.bin",
+                    std::process::id(),
+                    NEXT_FILE.fetch_add(1, Relaxed)
+                ));
+                let file = std::fs::OpenOptions::new()
+                    .read(true)
+                    .append(true)
+                    .create_new(true)
+                    .open(&path)
+                    .ok()?;
+                Some(DiskTier {
+                    path,
+                    file,
+                    index: RwLock::new(HashMap::new()),
+                    end: Mutex::new(0),
+                })
+            })
+            .as_ref()
+    }
+
+    fn disk_get(&self, index: u64) -> Option<Result<Sample>> {
+        let Some(Some(d)) = self.disk.get() else {
+            return None;
+        };
+        let (off, len) = d.index.read().ok()?.get(&index).copied()?;
+        let codec = SPILL_CODEC.get()?;
+        let mut buf = vec![0u8; len as usize];
+        Some(
+            d.file
+                .read_exact_at(&mut buf, off)
+                .map_err(|e| Error::io(d.path.display(), e))
+                .and_then(|_| codec.decode(&buf)),
+        )
+    }
+
+    /// Writes `sample` to the disk tier if `budget` allows (best effort: a full disk or
+    /// another failure only means the sample is recomputed next time).
+    fn disk_put(&self, key: &str, index: u64, sample: &Sample, budget: u64) {
+        let (Some(d), Some(codec)) = (self.disk(key), SPILL_CODEC.get()) else {
+            return;
+        };
+        let mut rec = Vec::new();
+        codec.encode(sample, &mut rec);
+        let size = rec.len() as u64;
+        if self
+            .disk_bytes
+            .fetch_update(Relaxed, Relaxed, |b| {
+                (b + size <= budget).then_some(b + size)
+            })
+            .is_err()
+        {
+            return;
+        }
+        let mut end = d.end.lock().unwrap_or_else(|p| p.into_inner());
+        if (&d.file).write_all(&rec).is_err() {
+            self.disk_bytes.fetch_sub(size, Relaxed);
+            return;
+        }
+        let off = *end;
+        *end += size;
+        drop(end);
+        if let Ok(mut m) = d.index.write() {
+            m.insert(index, (off, size as u32));
+        }
+    }
 }
+
+static NEXT_FILE: AtomicU64 = AtomicU64::new(0);
 
 /// Live caches by content key, oldest first.
 type Registry = Mutex<Vec<(String, Arc<CacheStore>)>>;
@@ -87,7 +218,7 @@ pub fn cache_key(source: &dyn Source, ops: &[ChainOp]) -> String {
 /// use std::sync::Arc;
 /// use sluice_core::*;
 /// use sluice_core::cache::CachedSource;
-/// let src = CachedSource::new(Arc::new(RangeSource::new(4)), vec![], 1 << 20).unwrap();
+/// let src = CachedSource::new(Arc::new(RangeSource::new(4)), vec![], 1 << 20, 0).unwrap();
 /// assert_eq!(src.get(2)?.get("id").unwrap().as_int(), Some(2));
 /// assert_eq!(src.get(2)?.get("id").unwrap().as_int(), Some(2));
 /// assert_eq!(src.store().hits.load(std::sync::atomic::Ordering::Relaxed), 1);
@@ -98,6 +229,7 @@ pub struct CachedSource {
     inner: SourceRef,
     ops: Vec<ChainOp>,
     budget: u64,
+    disk_budget: u64,
     key: String,
     store: Arc<CacheStore>,
 }
@@ -111,15 +243,17 @@ impl fmt::Debug for CachedSource {
                 &self.ops.iter().map(|o| o.op.name()).collect::<Vec<_>>(),
             )
             .field("budget", &self.budget)
+            .field("disk_budget", &self.disk_budget)
             .field("key", &self.key)
             .finish()
     }
 }
 
 impl CachedSource {
-    /// Caches `ops` over `inner` within `budget` bytes. The ops must be deterministic
-    /// one-to-one maps and the source random-access (checked).
-    pub fn new(inner: SourceRef, ops: Vec<ChainOp>, budget: u64) -> Result<Self> {
+    /// Caches `ops` over `inner` within `budget` bytes of memory and then `disk_budget`
+    /// bytes of local disk. The ops must be deterministic one-to-one maps and the source
+    /// random-access (checked).
+    pub fn new(inner: SourceRef, ops: Vec<ChainOp>, budget: u64, disk_budget: u64) -> Result<Self> {
         if !inner.random_access() {
             return Err(Error::invalid(
                 "cache() needs a random-access source (a stream has no stable sample index)",
@@ -141,6 +275,7 @@ impl CachedSource {
             inner,
             ops,
             budget,
+            disk_budget,
             key,
         })
     }
@@ -164,7 +299,8 @@ impl Source for CachedSource {
     }
     fn spec(&self) -> serde_json::Value {
         let ops: Vec<serde_json::Value> = self.ops.iter().map(|o| o.op.spec()).collect();
-        serde_json::json!({"cache": {"source": self.inner.spec(), "ops": ops, "budget": self.budget}})
+        serde_json::json!({"cache": {"source": self.inner.spec(), "ops": ops,
+            "budget": self.budget, "disk_budget": self.disk_budget}})
     }
     fn len(&self) -> Option<u64> {
         self.inner.len()
@@ -212,7 +348,7 @@ impl Source for CachedSource {
             }
             busy.insert(index);
         }
-        // Whatever happens below (an error, a full budget), the waiters are released.
+        // Whatever happens below (a disk hit, an error, a full budget), waiters are released.
         struct Done<'a>(&'a CacheStore, u64);
         impl Drop for Done<'_> {
             fn drop(&mut self) {
@@ -222,6 +358,10 @@ impl Source for CachedSource {
             }
         }
         let _done = Done(&self.store, index);
+        if let Some(s) = self.store.disk_get(index) {
+            self.store.disk_hits.fetch_add(1, Relaxed);
+            return s;
+        }
         self.store.misses.fetch_add(1, Relaxed);
         let s = self.compute(index)?;
         let size = s.nbytes() as u64;
@@ -242,6 +382,8 @@ impl Source for CachedSource {
             if m.insert(index, s.clone()).is_some() {
                 self.store.bytes.fetch_sub(size, Relaxed);
             }
+        } else if self.disk_budget > 0 {
+            self.store.disk_put(&self.key, index, &s, self.disk_budget);
         }
         Ok(s)
     }
@@ -288,7 +430,7 @@ mod tests {
         };
         // A range length no other test uses, so the process-wide store is this test's.
         (
-            CachedSource::new(Arc::new(RangeSource::new(n)), vec![chain], budget).unwrap(),
+            CachedSource::new(Arc::new(RangeSource::new(n)), vec![chain], budget, 0).unwrap(),
             op,
         )
     }
@@ -306,6 +448,67 @@ mod tests {
         }
         assert_eq!(op.0.load(Relaxed), 1001);
         assert_eq!(src.store().len(), 1001);
+    }
+
+    /// A codec for `{id: Int}` samples (the real one lives in sluice-remote).
+    struct IdCodec;
+    impl SpillCodec for IdCodec {
+        fn encode(&self, s: &Sample, out: &mut Vec<u8>) {
+            let id = s.get("id").and_then(Value::as_int).unwrap_or(0);
+            out.extend_from_slice(&id.to_le_bytes());
+        }
+        fn decode(&self, rec: &[u8]) -> Result<Sample> {
+            let id = i64::from_le_bytes(rec.try_into().map_err(|_| Error::data("bad record"))?);
+            Ok(Sample::from_pairs([("id", Value::Int(id))]))
+        }
+    }
+
+    #[test]
+    fn what_memory_cannot_hold_comes_back_from_disk() {
+        install_spill_codec(Arc::new(IdCodec));
+        let op = Arc::new(Square::default());
+        let chain = ChainOp {
+            op: op.clone(),
+            mode: crate::plan::logical::ElemMode::Map,
+            on_error: Default::default(),
+            op_id: 1,
+        };
+        // 10 samples fit in memory, 20 more on disk (8 bytes each), the rest recomputed.
+        let src =
+            CachedSource::new(Arc::new(RangeSource::new(1017)), vec![chain], 80, 160).unwrap();
+        for _ in 0..3 {
+            for i in 0..40 {
+                assert_eq!(
+                    src.get(i).unwrap().get("id").unwrap().as_int(),
+                    Some((i * i) as i64)
+                );
+            }
+        }
+        let store = src.store().clone();
+        assert_eq!((store.len(), store.disk_len()), (10, 20));
+        assert_eq!(store.disk_bytes.load(Relaxed), 160);
+        assert_eq!(
+            store.disk_hits.load(Relaxed),
+            40,
+            "20 samples, 2 more passes"
+        );
+        assert_eq!(
+            op.0.load(Relaxed),
+            40 + 2 * 10,
+            "only the 10 beyond both budgets again"
+        );
+        let path = match store.disk.get() {
+            Some(Some(d)) => d.path.clone(),
+            _ => panic!("no disk tier"),
+        };
+        assert!(path.exists());
+        drop(src);
+        // The registry keeps the store for reuse; once evicted and unused, the file goes.
+        for n in 0..MAX_CACHES as u64 + 1 {
+            store_for(&format!("evict-{n}"));
+        }
+        drop(store);
+        assert!(!path.exists());
     }
 
     #[test]
@@ -352,7 +555,8 @@ mod tests {
             on_error: Default::default(),
             op_id: 1,
         };
-        let err = CachedSource::new(Arc::new(RangeSource::new(3)), vec![chain], 100).unwrap_err();
+        let err =
+            CachedSource::new(Arc::new(RangeSource::new(3)), vec![chain], 100, 0).unwrap_err();
         assert!(err.to_string().contains("rnd"), "{err}");
     }
 
@@ -369,7 +573,7 @@ mod tests {
             MapNode::try_new(src, op.clone(), ElemMode::Map, OnError::Raise, None).unwrap(),
         ));
         let cached = Arc::new(LogicalPlan::Cache(
-            CacheNode::try_new(mapped, 1 << 20).unwrap(),
+            CacheNode::try_new(mapped, 1 << 20, 0).unwrap(),
         ));
         let shuffled = Arc::new(LogicalPlan::Shuffle(
             ShuffleNode::try_new(cached, Some(1)).unwrap(),
@@ -393,7 +597,7 @@ mod tests {
         let batched = Arc::new(LogicalPlan::Batch(
             BatchNode::try_new(plan, 2, false).unwrap(),
         ));
-        assert!(CacheNode::try_new(batched, 10).is_err());
+        assert!(CacheNode::try_new(batched, 10, 0).is_err());
     }
 
     #[test]

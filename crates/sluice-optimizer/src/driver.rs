@@ -443,6 +443,7 @@ mod tests {
         draft.cache = Some(CachePoint {
             op_ids: vec![first],
             budget: 1 << 20,
+            disk_budget: 0,
             expected_bytes: 0,
         });
         let err = snapshot.check(&draft, &input).unwrap_err();

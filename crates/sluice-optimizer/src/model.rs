@@ -23,6 +23,9 @@ use crate::profile::{OpProfile, Profile};
 pub const HANDOFF_S: f64 = 0.5e-6;
 /// Collating costs about one memory copy of the batch.
 pub const COPY_BYTES_PER_S: f64 = 4e9;
+/// Reading a cached sample back from the disk tier (page cache or SSD, plus decoding the
+/// record): about one GB/s.
+pub const DISK_BYTES_PER_S: f64 = 1e9;
 
 /// What the model predicts for one stage.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -121,8 +124,12 @@ pub fn predict(
     let mut read_cpu = profile.source.cpu_per_item();
     if let Some(c) = cache {
         let computed: f64 = read_cpu + c.op_ids.iter().map(|&id| flow.pass(id)).sum::<f64>();
-        let share = (c.budget as f64 / c.expected_bytes.max(1) as f64).min(1.0);
-        read_cpu = share * flow.bytes / COPY_BYTES_PER_S + (1.0 - share) * computed;
+        let expected = c.expected_bytes.max(1) as f64;
+        let memory = (c.budget as f64 / expected).min(1.0);
+        let disk = (c.disk_budget as f64 / expected).min(1.0 - memory);
+        read_cpu = memory * flow.bytes / COPY_BYTES_PER_S
+            + disk * flow.bytes / DISK_BYTES_PER_S
+            + (1.0 - memory - disk) * computed;
     }
     let cores = cores.max(1) as f64;
     let first_inline = plan

@@ -39,6 +39,8 @@ pub struct OptimizerOptions {
     pub exact: bool,
     /// Bytes the plan may hold in queues and caches.
     pub memory_budget: u64,
+    /// Bytes of local disk a cache may fill beyond its memory (0: memory only).
+    pub disk_budget: u64,
 }
 
 impl Default for OptimizerOptions {
@@ -56,6 +58,7 @@ impl Default for OptimizerOptions {
             enable_controller: false,
             exact: false,
             memory_budget: 1 << 30,
+            disk_budget: 0,
         }
     }
 }

@@ -22,8 +22,11 @@ use crate::options::OptimizerOptions;
 pub struct CachePoint {
     /// Ops computed once and cached (in pipeline order), by id.
     pub op_ids: Vec<u64>,
-    /// Bytes the cache may hold.
+    /// Bytes the cache may hold in memory.
     pub budget: u64,
+    /// Bytes it may hold on local disk beyond that.
+    #[serde(default)]
+    pub disk_budget: u64,
     /// Expected bytes for the whole source (from the profile).
     pub expected_bytes: u64,
 }
@@ -169,6 +172,7 @@ impl Plan {
                 default.source.source.clone(),
                 cached,
                 c.budget,
+                c.disk_budget,
             )?);
         }
         let mut others = others.into_iter();

@@ -23,9 +23,10 @@ fn parse_options(json: &str) -> PyResult<OptimizerOptions> {
 }
 
 #[pyfunction]
-fn cache(ds: &PyDataset, budget: u64) -> PyResult<PyDataset> {
+#[pyo3(signature = (ds, budget, disk_budget=0))]
+fn cache(ds: &PyDataset, budget: u64, disk_budget: u64) -> PyResult<PyDataset> {
     Ok(PyDataset {
-        ds: ds.ds.cache(budget).py()?,
+        ds: ds.ds.cache_with(budget, disk_budget).py()?,
     })
 }
 

@@ -305,6 +305,7 @@ impl Dataset {
     /// Starts an iteration, resuming after `state` when given. Thread counts may differ
     /// from the checkpointed run; the outputs are the same.
     pub fn iter_from(&self, opts: &IterOptions, state: Option<&IterState>) -> Result<Execution> {
+        crate::install_codecs();
         let mut elastic_state = None;
         let resume = match state {
             None => None,

@@ -21,8 +21,23 @@ impl Dataset {
     /// # Ok::<(), sluice::Error>(())
     /// ```
     pub fn cache(&self, budget: u64) -> Result<Self> {
+        self.cache_with(budget, 0)
+    }
+
+    /// Like [`Dataset::cache`], keeping what does not fit in `budget` bytes of memory in up to
+    /// `disk_budget` bytes of a temporary file (removed with the cache).
+    ///
+    /// ```
+    /// use sluice::{Dataset, IterOptions};
+    /// // 100 samples, memory for about 10: the other 90 come back from disk.
+    /// let ds = Dataset::range(100).cache_with(500, 1 << 20)?.repeat(Some(2))?;
+    /// assert_eq!(ds.iter(&IterOptions::default())?.count(), 200);
+    /// # Ok::<(), sluice::Error>(())
+    /// ```
+    pub fn cache_with(&self, budget: u64, disk_budget: u64) -> Result<Self> {
+        crate::install_codecs();
         Ok(Dataset::from_plan(Arc::new(LogicalPlan::Cache(
-            CacheNode::try_new(self.plan().clone(), budget)?,
+            CacheNode::try_new(self.plan().clone(), budget, disk_budget)?,
         ))))
     }
 

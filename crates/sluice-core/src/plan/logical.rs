@@ -194,14 +194,18 @@ impl PackNode {
 #[derive(Debug, Clone)]
 pub struct CacheNode {
     pub input: Arc<LogicalPlan>,
+    /// Bytes kept in memory.
     pub budget: u64,
+    /// Bytes kept on local disk beyond that (0: none; needs a spill codec, see
+    /// [`crate::cache::install_spill_codec`]).
+    pub disk_budget: u64,
 }
 
 impl CacheNode {
     /// Checks that everything before the cache is a random-access source followed by
     /// deterministic one-to-one maps (and index-level steps), so a cached sample depends on
     /// its source index alone.
-    pub fn try_new(input: Arc<LogicalPlan>, budget: u64) -> Result<Self> {
+    pub fn try_new(input: Arc<LogicalPlan>, budget: u64, disk_budget: u64) -> Result<Self> {
         if !input.source().random_access() {
             return Err(Error::invalid(
                 "cache() needs a random-access source; a stream has no stable sample index",
@@ -233,7 +237,11 @@ impl CacheNode {
         if input.find(|n| matches!(n, LogicalPlan::Cache(_))) {
             return Err(Error::invalid("cache() may appear once in a pipeline"));
         }
-        Ok(CacheNode { input, budget })
+        Ok(CacheNode {
+            input,
+            budget,
+            disk_budget,
+        })
     }
 }
 

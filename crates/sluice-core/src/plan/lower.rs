@@ -231,6 +231,7 @@ pub fn lower(plan: &Arc<LogicalPlan>, opts: &LowerOptions) -> Result<PhysicalPla
                             source.clone(),
                             ops,
                             n.budget,
+                            n.disk_budget,
                         )?);
                         needs_read = true;
                     }

@@ -1,11 +1,13 @@
 //! Caching: when the source is read more than once (several epochs), keep the output of the
 //! deterministic prefix (read + ops before the first random, filtering or Python op) in
-//! memory, cut where the saving per byte is best, within half the memory budget.
+//! memory — within half the memory budget — and what does not fit on local disk (within
+//! `disk_budget`) when reading it back is cheaper than recomputing it; cut where the saving
+//! per sample is best.
 
 use sluice_core::{Result, StageKind};
 
 use super::{Draft, Rule};
-use crate::model::{Flow, COPY_BYTES_PER_S};
+use crate::model::{Flow, COPY_BYTES_PER_S, DISK_BYTES_PER_S};
 use crate::plan::CachePoint;
 
 /// The caching rule.
@@ -43,23 +45,29 @@ impl Rule for Caching {
             return Ok(());
         }
         let budget = d.options.memory_budget / 2;
+        let disk_budget = d.options.disk_budget;
         let mut flow = Flow::new(d.profile);
         let mut cost = d.profile.source.cpu_per_item();
-        let mut best: Option<(f64, usize, f64)> = None; // (saving/sample, ops, bytes/sample)
+        // (saving/sample, ops, bytes/sample, disk bytes)
+        let mut best: Option<(f64, usize, f64, u64)> = None;
         for (k, &id) in prefix.iter().enumerate() {
             cost += flow.pass(id);
-            let total = flow.bytes * len;
-            let share = if total <= budget as f64 {
-                1.0
-            } else {
-                budget as f64 / total
-            };
-            let saving = (cost - flow.bytes / COPY_BYTES_PER_S) * share;
+            let total = (flow.bytes * len).max(1.0);
+            let memory = (budget as f64 / total).min(1.0);
+            let mut saving = (cost - flow.bytes / COPY_BYTES_PER_S) * memory;
+            // The rest on disk, when reading it back beats recomputing it.
+            let disk_gain = cost - flow.bytes / DISK_BYTES_PER_S;
+            let mut disk = 0u64;
+            if memory < 1.0 && disk_budget > 0 && disk_gain > 0.0 {
+                let share = (disk_budget as f64 / total).min(1.0 - memory);
+                saving += disk_gain * share;
+                disk = (share * total) as u64;
+            }
             if saving > 0.0 && best.is_none_or(|b| saving > b.0) {
-                best = Some((saving, k + 1, flow.bytes));
+                best = Some((saving, k + 1, flow.bytes, disk));
             }
         }
-        let Some((saving, k, bytes)) = best else {
+        let Some((saving, k, bytes, disk)) = best else {
             d.note(
                 "caching",
                 "not used: recomputing is as cheap as copying from memory",
@@ -82,10 +90,16 @@ impl Rule for Caching {
             .filter(|o| o.op_id.is_some_and(|id| cached.contains(&id)))
             .map(|o| o.name.clone())
             .collect();
+        let disk_note = if disk > 0 {
+            format!(", {:.1} MiB of it on disk", disk as f64 / (1 << 20) as f64)
+        } else {
+            String::new()
+        };
         d.note(
             "caching",
             format!(
-                "read+{} cached in memory from epoch 2 on (≈{:.1} MiB, saves {:.1} µs CPU/sample)",
+                "read+{} cached from epoch 2 on (≈{:.1} MiB{disk_note}, saves {:.1} µs \
+                 CPU/sample)",
                 names.join("+"),
                 bytes * len / (1 << 20) as f64,
                 saving * 1e6
@@ -94,6 +108,7 @@ impl Rule for Caching {
         d.cache = Some(CachePoint {
             op_ids: cached,
             budget,
+            disk_budget: disk,
             expected_bytes: (bytes * len) as u64,
         });
         Ok(())
@@ -103,6 +118,7 @@ impl Rule for Caching {
 #[cfg(test)]
 mod tests {
     use crate::driver::{optimize_physical, OptimizeInput};
+    use crate::options::OptimizerOptions;
     use crate::testing::*;
     use sluice_core::{LogicalPlan, OpKind, RepeatNode};
     use std::sync::Arc;
@@ -130,5 +146,35 @@ mod tests {
         assert_eq!(cache.op_ids.len(), 1);
         let labels: Vec<String> = out.plan.stages.iter().map(|s| s.kind.label()).collect();
         assert_eq!(labels, ["read+crop"]);
+        assert_eq!(cache.disk_budget, 0, "everything fits in memory");
+    }
+
+    #[test]
+    fn what_does_not_fit_in_memory_goes_to_disk_when_cheaper() {
+        // 20 samples of 3000 decoded bytes = 60 kB; a 40 kB memory budget keeps 20 kB.
+        let decode = TestOp {
+            fixed_us: 200,
+            out_len: Some(3000),
+            ..TestOp::new("decode", OpKind::Decode)
+        };
+        let plan = Arc::new(LogicalPlan::Repeat(
+            RepeatNode::try_new(pipeline(20, vec![decode]), Some(3)).unwrap(),
+        ));
+        let small = OptimizerOptions {
+            memory_budget: 40_000,
+            ..Default::default()
+        };
+        let memory_only = optimize_physical(&OptimizeInput::for_test(&plan, &small)).unwrap();
+        let c = memory_only.cache.expect("partly cached");
+        assert_eq!(c.disk_budget, 0);
+        let with_disk = OptimizerOptions {
+            disk_budget: 1 << 20,
+            ..small
+        };
+        let out = optimize_physical(&OptimizeInput::for_test(&plan, &with_disk)).unwrap();
+        let c = out.cache.expect("cached");
+        assert!((39_000..=41_000).contains(&c.disk_budget), "{c:?}");
+        assert!(out.prediction.throughput > memory_only.prediction.throughput);
+        assert!(out.decisions.iter().any(|d| d.contains("on disk")));
     }
 }

@@ -74,7 +74,8 @@ pub use blur::{gaussian_blur, gaussian_kernel1d};
 pub use color::{adjust_brightness, adjust_contrast, adjust_hue, adjust_saturation, to_grayscale};
 pub use convert::rgb_to_l;
 pub use decode::{
-    decode, decode_scaled, jpeg_dimensions, sniff, DecodeOptions, Format, Mode, DEFAULT_MAX_PIXELS,
+    dct_denominator, decode, decode_resized_crop, decode_scaled, jpeg_dimensions, sniff,
+    DecodeOptions, Format, Mode, DCT_MIN_RESIDUAL, DEFAULT_MAX_PIXELS,
 };
 pub use error::{ImageError, Result};
 pub use geometry::{crop, hflip, resize, resized_crop, resized_crop_box, CropBox, Filter};

@@ -413,17 +413,31 @@ pub fn decode_scaled(
         .iter()
         .copied()
         .find(|&d| sh.div_ceil(d) >= req_h.max(1) && sw.div_ceil(d) >= req_w.max(1));
-    let Some(denom) = denom else {
-        return decode_jpeg(bytes, opts).map(|i| (i, 1));
-    };
+    if let Some(denom) = denom {
+        if let Some(img) = decode_jpeg_at(bytes, &header, opts, denom)? {
+            return Ok((img, denom as u32));
+        }
+    }
+    decode_jpeg(bytes, opts).map(|i| (i, 1))
+}
+
+/// Decodes a JPEG whose header is `header` (already checked against `max_pixels`) at
+/// 1/`denom` scale, one of [`SCALED_DENOMINATORS`]: `ceil(side / denom)` per side,
+/// upright. `None` when the backend cannot give exactly that size (tiny images).
+pub(crate) fn decode_jpeg_at(
+    bytes: &[u8],
+    header: &JpegHeader,
+    opts: &DecodeOptions,
+    denom: usize,
+) -> Result<Option<Image>> {
+    let (sh, sw) = (usize::from(header.height), usize::from(header.width));
     let (oh, ow) = (sh.div_ceil(denom), sw.div_ceil(denom));
-    let four = four_channel_kind(&header);
+    let four = four_channel_kind(header);
     #[cfg(feature = "turbojpeg")]
     if four.is_none() {
-        let (samples, h, w) = tj::decode(bytes, &header, denom)?;
+        let (samples, h, w) = tj::decode(bytes, header, denom)?;
         if (h, w) == (oh, ow) {
-            let img = finish(&header, samples, h, w, None, opts.mode)?;
-            return Ok((img, denom as u32));
+            return finish(header, samples, h, w, None, opts.mode).map(Some);
         }
         return Err(ImageError::Corrupt(
             "libjpeg-turbo returned an unexpected size".into(),
@@ -434,24 +448,20 @@ pub fn decode_scaled(
         jd_setup_four(&mut dec, four);
         let got = dec.scale(ow as u16, oh as u16).map_err(map_jd_err)?;
         if (usize::from(got.1), usize::from(got.0)) != (oh, ow) {
-            // The crate picked another scale (tiny images); let the full
-            // decoder handle it.
+            // The crate picked another scale (tiny images).
             return Ok(None);
         }
         let samples = dec.decode().map_err(map_jd_err)?;
         Ok(Some(samples))
     })?;
-    match scaled {
-        Some(samples) => {
-            let (samples, four) = match four {
-                Some(_) => (jd_four_to_stored_cmyk(samples), Some(FourChannel::Cmyk)),
-                None => (samples, None),
-            };
-            let img = finish(&header, samples, oh, ow, four, opts.mode)?;
-            Ok((img, denom as u32))
-        }
-        None => decode_jpeg(bytes, opts).map(|i| (i, 1)),
-    }
+    let Some(samples) = scaled else {
+        return Ok(None);
+    };
+    let (samples, four) = match four {
+        Some(_) => (jd_four_to_stored_cmyk(samples), Some(FourChannel::Cmyk)),
+        None => (samples, None),
+    };
+    finish(header, samples, oh, ow, four, opts.mode).map(Some)
 }
 
 /// Sets up jpeg-decoder for a 4-component file. Its "no transform" path
@@ -483,9 +493,9 @@ fn jd_four_to_stored_cmyk(mut samples: Vec<u8>) -> Vec<u8> {
 /// helper threads it spawns); only 1/4 and 1/8 are cheaper (~0.9 ms), so
 /// the pure-Rust build does not use 1/2 (README.md has the numbers).
 #[cfg(feature = "turbojpeg")]
-const SCALED_DENOMINATORS: [usize; 3] = [8, 4, 2];
+pub(crate) const SCALED_DENOMINATORS: [usize; 3] = [8, 4, 2];
 #[cfg(not(feature = "turbojpeg"))]
-const SCALED_DENOMINATORS: [usize; 2] = [8, 4];
+pub(crate) const SCALED_DENOMINATORS: [usize; 2] = [8, 4];
 
 fn map_jd_err(e: jpeg_decoder::Error) -> ImageError {
     match e {

@@ -12,11 +12,12 @@ use crate::orient::{reverses_axes, swaps_axes};
 /// [`decode_resized_crop`] to use that scale: a 1/d decode is used only when the crop is
 /// at least `1.5 * d` times the output on both sides.
 ///
-/// A reduced IDCT averages roughly d x d pixels (a box filter); the full path's
-/// antialiased bilinear resize uses a wider triangle filter. While the residual resize
-/// still shrinks ≥ 1.5x, its own filter dominates and the two agree closely: on random
-/// RandomResizedCrop draws the worst crop measured 37.0 dB PSNR against full decode +
-/// resize (mean 41–49 dB; README.md), where a residual of 1–1.25x dips to 31 dB.
+/// A 1/d decode is the full decode box-filtered by d (the reduced IDCT averages d x d
+/// pixels); the full path's antialiased bilinear resize uses a wider triangle filter. While
+/// the residual resize still shrinks ≥ 1.5x, its own filter dominates and the two agree
+/// closely: on random RandomResizedCrop draws the worst crop measured 40.9 dB PSNR against
+/// full decode + resize (means 45–53 dB; README.md), where a residual of 1–1.25x dips to
+/// 31.7 dB and 1.25–1.5x to 37.2 dB.
 pub const DCT_MIN_RESIDUAL: f64 = 1.5;
 
 /// The DCT scale denominator [`decode_resized_crop`] uses for a `crop_h` x `crop_w` crop
@@ -25,12 +26,12 @@ pub const DCT_MIN_RESIDUAL: f64 = 1.5;
 /// Nearest-neighbour resizes always decode at full size (they pick pixels, they do not
 /// average them).
 ///
-/// The pure-Rust build scales by 4 and 8 only (its 1/2 decode is no cheaper than a full
-/// one); the `turbojpeg` build by 2, 4 and 8.
+/// So a 1/2 decode needs a crop ≥ 3x the output, 1/4 ≥ 6x, 1/8 ≥ 12x.
 ///
 /// ```
 /// use sluice_imgproc::{dct_denominator, Filter};
 /// assert_eq!(dct_denominator(2000, 1800, 224, 224, Filter::Bilinear), 4); // 8.0x: 1/4 leaves 2.0x
+/// assert_eq!(dct_denominator(700, 900, 224, 224, Filter::Bilinear), 2); // 3.1x: 1/2 leaves 1.6x
 /// assert_eq!(dct_denominator(600, 600, 224, 224, Filter::Bilinear), 1); // 2.7x: decode at full size
 /// assert_eq!(dct_denominator(2000, 1800, 224, 224, Filter::Nearest), 1);
 /// ```
@@ -53,17 +54,17 @@ pub fn dct_denominator(
 
 /// `resized_crop(&decode(bytes, opts)?, top, left, height, width, out_h, out_w, filter)`,
 /// faster when the crop shrinks a lot: a JPEG is then decoded at 1/d scale
-/// ([`dct_denominator`]; libjpeg's reduced IDCT, so most of the IDCT, upsampling and
-/// colour work and the big resize are skipped) and the crop, divided by d, is resized from
-/// that. Returns the output and d (1: the exact full-size path, byte-identical to the
+/// ([`dct_denominator`]; reduced IDCTs, so the full-size IDCT, upsampling, colour
+/// conversion and most of the resize are skipped) and the crop, divided by d, is resized
+/// from that. Returns the output and d (1: the exact full-size path, byte-identical to the
 /// two-step call).
 ///
 /// The crop is in the upright (EXIF-oriented) full-size frame, as [`jpeg_dimensions`]
-/// gives it. With d > 1 pixels differ slightly from the full path (≥ 37 dB PSNR on the
+/// gives it. With d > 1 pixels differ slightly from the full path (≥ 40 dB PSNR on the
 /// crops measured, see [`DCT_MIN_RESIDUAL`]). PNGs, small crops and JPEGs the scaled
-/// backend cannot size exactly (tiny images) take the full path; errors are the full
-/// path's for the same bytes (header errors, the pixel limit) or the scaled decoder's
-/// (corrupt scan data).
+/// decoders do not take (see [`decode_scaled`](crate::decode_scaled)) use the full path;
+/// errors are the full path's for the same bytes (header errors, the pixel limit) or the
+/// scaled decoder's (corrupt scan data).
 ///
 /// [`jpeg_dimensions`]: crate::jpeg_dimensions
 ///

@@ -1,6 +1,6 @@
 //! JPEG: our own header walk (dimensions, components, Adobe transform, EXIF
 //! orientation, truncation check), full decodes with `zune-jpeg`, DCT-scaled
-//! decodes with `jpeg-decoder`.
+//! decodes with our reduced-IDCT decoder (`dct.rs`) or `jpeg-decoder`.
 
 use zune_core::bytestream::ZCursor;
 use zune_core::colorspace::ColorSpace;
@@ -360,10 +360,11 @@ fn decode_jd_full(bytes: &[u8], header: &JpegHeader, opts: &DecodeOptions) -> Re
 /// Reduced-size IDCTs skip most of the dequantise/IDCT/upsample/colour work
 /// and shrink everything downstream (crop/resize), which is the saving when
 /// a random crop of a large photo is resized to 224 px. Backends:
-/// * default (pure Rust): the `jpeg-decoder` crate's `Decoder::scale`, used
-///   only for 1/4 and 1/8, the scales where it beats a full zune-jpeg
-///   decode (numbers in README.md);
-/// * feature `turbojpeg`: libjpeg-turbo for 1/2, 1/4 and 1/8.
+/// * default (pure Rust): our own reduced-IDCT decoder for baseline JPEGs
+///   with 1 or 3 components (nearly every photo); the `jpeg-decoder` crate's
+///   `Decoder::scale` at 1/4 and 1/8 for the rest (progressive, CMYK), which
+///   at 1/2 falls back to a full decode (numbers in README.md);
+/// * feature `turbojpeg`: libjpeg-turbo for 1- and 3-component files.
 ///
 /// Anything else (denominator 1, PNG input) is a plain
 /// [`decode`](crate::decode). `min_h`/`min_w` are in the upright
@@ -443,6 +444,20 @@ pub(crate) fn decode_jpeg_at(
             "libjpeg-turbo returned an unexpected size".into(),
         ));
     }
+    #[cfg(not(feature = "turbojpeg"))]
+    if four.is_none() {
+        if let Some((samples, h, w)) = guarded("JPEG", || super::dct::decode(bytes, denom))? {
+            if (h, w) != (oh, ow) {
+                return corrupt("scaled decoder returned an unexpected size");
+            }
+            return finish(header, samples, h, w, None, opts.mode).map(Some);
+        }
+        // Outside the scaled decoder's scope (progressive, Adobe RGB, ...): jpeg-decoder,
+        // whose 1/2 decode costs more than a full one.
+        if denom == 2 {
+            return Ok(None);
+        }
+    }
     let scaled = guarded("JPEG", || {
         let mut dec = jpeg_decoder::Decoder::new(bytes);
         jd_setup_four(&mut dec, four);
@@ -485,17 +500,11 @@ fn jd_four_to_stored_cmyk(mut samples: Vec<u8>) -> Vec<u8> {
     samples
 }
 
-/// Denominators [`decode_scaled`] may use, largest first.
-///
-/// With libjpeg-turbo every scale pays off. jpeg-decoder's Huffman decoding
-/// is slower than zune-jpeg's, so its 1/2-scale decode costs *more* CPU than
-/// a full zune decode (1.46 ms vs 1.20 ms on 0.19 MP photos, counting the
-/// helper threads it spawns); only 1/4 and 1/8 are cheaper (~0.9 ms), so
-/// the pure-Rust build does not use 1/2 (README.md has the numbers).
-#[cfg(feature = "turbojpeg")]
+/// Denominators [`decode_scaled`] may use, largest first. (jpeg-decoder, the
+/// fallback for progressive and CMYK files, is only used at 1/4 and 1/8: its
+/// Huffman decoding is slower than zune-jpeg's, so its 1/2 decode costs more
+/// CPU than a full zune decode.)
 pub(crate) const SCALED_DENOMINATORS: [usize; 3] = [8, 4, 2];
-#[cfg(not(feature = "turbojpeg"))]
-pub(crate) const SCALED_DENOMINATORS: [usize; 2] = [8, 4];
 
 fn map_jd_err(e: jpeg_decoder::Error) -> ImageError {
     match e {

@@ -1,6 +1,8 @@
 //! Decoding JPEG and PNG into [`Image`]s with Pillow-compatible results.
 
 mod crop;
+#[cfg(not(feature = "turbojpeg"))]
+mod dct;
 mod jpeg;
 mod png;
 

@@ -69,6 +69,7 @@ class Dataset:
         chunk_size: int | None = None,
         plan_json: str | None = None,
         processes: int | None = None,
+        fuse_ops: bool = True,
     ) -> str: ...
     def iter(
         self,
@@ -77,6 +78,7 @@ class Dataset:
         chunk_size: int | None = None,
         plan_json: str | None = None,
         processes: int | None = None,
+        fuse_ops: bool = True,
     ) -> Iterator: ...
 
 # Stages in other processes (crates/sluice-py/src/worker.rs, crates/sluice-remote).
@@ -134,4 +136,5 @@ def iter_offloaded(
     factory: Callable[[str, int, str], Any],
     workers: int,
     plan_json: str | None = None,
+    fuse_ops: bool = True,
 ) -> Iterator: ...

@@ -167,9 +167,9 @@ pub enum ImageSpec {
     },
     /// `decode` fused with the `random_resized_crop` right after it: made by the planner
     /// ([`Op::fuse_next`]), not by users. The crop is drawn as the crop op draws it (its
-    /// generator, `crop_op_id`); a JPEG whose crop shrinks ≥ 3x (≥ 6x in the pure-Rust
-    /// build) is then decoded at 1/2–1/8 scale ([`ip::decode_resized_crop`]), so pixels
-    /// differ slightly from the unfused ops'.
+    /// generator, `crop_op_id`); a JPEG whose crop shrinks ≥ 3x is then decoded at
+    /// 1/2–1/8 scale ([`ip::decode_resized_crop`]), so pixels differ slightly from the
+    /// unfused ops'.
     #[serde(rename = "image.decode_random_resized_crop")]
     DecodeRandomResizedCrop {
         /// An `image.decode` spec.

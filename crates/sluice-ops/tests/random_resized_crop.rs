@@ -268,7 +268,7 @@ fn fused_png_small_crops_and_errors_follow_the_unfused_path() {
             .join("../sluice-imgproc/tests/fixtures/rgb8_pillow.png"),
     )
     .unwrap();
-    // A crop to 224 px never shrinks a 320–481 px photo 6x: full decode, byte-identical.
+    // A crop to 224 px never shrinks a 320–481 px photo 3x: full decode, byte-identical.
     let big_crop = build(r#"{"op":"image.random_resized_crop","size":224}"#);
     let fused_big = decode.fuse_next(big_crop.as_ref(), CROP_ID).unwrap();
     let jpeg = &photos()[0].1;

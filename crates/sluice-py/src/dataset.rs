@@ -198,7 +198,7 @@ impl PyDataset {
     fn logical_plan(&self) -> String {
         self.ds.plan().to_string()
     }
-    #[pyo3(signature = (seed=0, num_threads=None, chunk_size=None, plan_json=None, processes=None))]
+    #[pyo3(signature = (seed=0, num_threads=None, chunk_size=None, plan_json=None, processes=None, fuse_ops=true))]
     fn physical_plan(
         &self,
         seed: u64,
@@ -206,6 +206,7 @@ impl PyDataset {
         chunk_size: Option<usize>,
         plan_json: Option<&str>,
         processes: Option<usize>,
+        fuse_ops: bool,
     ) -> PyResult<String> {
         let opts = IterOptions {
             seed,
@@ -213,11 +214,13 @@ impl PyDataset {
             chunk_size,
             plan: crate::optimizer::parse_plan(plan_json)?,
             processes,
+            fuse_ops,
             ..Default::default()
         };
         self.ds.physical_plan(&opts).map(|p| p.to_string()).py()
     }
-    #[pyo3(signature = (seed=0, num_threads=None, chunk_size=None, plan_json=None, processes=None))]
+    #[pyo3(signature = (seed=0, num_threads=None, chunk_size=None, plan_json=None, processes=None, fuse_ops=true))]
+    #[allow(clippy::too_many_arguments)]
     fn iter(
         &self,
         py: Python<'_>,
@@ -226,6 +229,7 @@ impl PyDataset {
         chunk_size: Option<usize>,
         plan_json: Option<&str>,
         processes: Option<usize>,
+        fuse_ops: bool,
     ) -> PyResult<PyIter> {
         let opts = IterOptions {
             seed,
@@ -234,6 +238,7 @@ impl PyDataset {
             plan: crate::optimizer::parse_plan(plan_json)?,
             processes,
             backends: Backends::default().with(crate::worker::process_backend(py)?),
+            fuse_ops,
         };
         let exec = py.detach(|| self.ds.iter(&opts)).py()?;
         Ok(PyIter::new(exec, self.ds.clone(), opts))

@@ -15,9 +15,9 @@ use crate::orient::{reverses_axes, swaps_axes};
 /// A 1/d decode is the full decode box-filtered by d (the reduced IDCT averages d x d
 /// pixels); the full path's antialiased bilinear resize uses a wider triangle filter. While
 /// the residual resize still shrinks ≥ 1.5x, its own filter dominates and the two agree
-/// closely: on random RandomResizedCrop draws the worst crop measured 40.9 dB PSNR against
-/// full decode + resize (means 45–53 dB; README.md), where a residual of 1–1.25x dips to
-/// 31.7 dB and 1.25–1.5x to 37.2 dB.
+/// closely: on random RandomResizedCrop draws the worst crop measured 40.3 dB PSNR against
+/// full decode + resize (README.md, `examples/dct_scaling.rs`), where a residual of
+/// 1–1.25x dips to 31.6 dB and 1.25–1.5x to 37.8 dB.
 pub const DCT_MIN_RESIDUAL: f64 = 1.5;
 
 /// The DCT scale denominator [`decode_resized_crop`] uses for a `crop_h` x `crop_w` crop

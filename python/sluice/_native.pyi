@@ -72,6 +72,7 @@ class Dataset:
         chunk_size: int | None = None,
         plan_json: str | None = None,
         processes: int | None = None,
+        fuse_ops: bool = True,
     ) -> str: ...
     def iter(
         self,
@@ -80,6 +81,7 @@ class Dataset:
         chunk_size: int | None = None,
         plan_json: str | None = None,
         processes: int | None = None,
+        fuse_ops: bool = True,
     ) -> Iterator: ...
 
 # Stages in other processes (crates/sluice-py/src/worker.rs, crates/sluice-remote).
@@ -146,6 +148,7 @@ def iter_offloaded(
     factory: Callable[[str, int, str], Any],
     workers: int,
     plan_json: str | None = None,
+    fuse_ops: bool = True,
 ) -> Iterator: ...
 
 # Relational, blocking ops (crates/sluice-py/src/relational.rs); they run on first iteration.

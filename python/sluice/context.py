@@ -155,7 +155,7 @@ class Context:
 
     def starter(self, native_ds: Any) -> Callable[..., Any]:
         """How ``Dataset.iter`` starts ``native_ds`` in this context: a callable taking
-        (seed, num_threads, chunk_size, plan_json) like the native ``iter``."""
+        (seed, num_threads, chunk_size, plan_json, processes, fuse_ops) like the native ``iter``."""
         if not self.remote:
             return native_ds.iter
 
@@ -165,6 +165,7 @@ class Context:
             chunk_size: int | None,
             plan_json: str | None = None,
             processes: int | None = None,
+            fuse_ops: bool = True,
         ) -> Any:
             if processes is not None:
                 raise ValueError(
@@ -173,7 +174,7 @@ class Context:
                 )
             self.connect()
             return _native.iter_offloaded(
-                native_ds, seed, num_threads, chunk_size, "ray", self._pool, self.actors(), plan_json
+                native_ds, seed, num_threads, chunk_size, "ray", self._pool, self.actors(), plan_json, fuse_ops
             )
 
         return start

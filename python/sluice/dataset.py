@@ -352,6 +352,7 @@ class Dataset(FormatsMixin):  # FormatsMixin: write_parquet/jsonl, to_arrow/pand
         optimize: "bool | OptimizerOptions" = False,
         context: "Context | None" = None,
         processes: int | None = None,
+        fuse_ops: bool = True,
     ) -> "Iterator":
         """Starts an iteration. ``num_threads`` is per parallel stage (default: all cores);
         results do not depend on it. ``progress=None`` shows a progress bar on a terminal.
@@ -359,7 +360,11 @@ class Dataset(FormatsMixin):  # FormatsMixin: write_parquet/jsonl, to_arrow/pand
         plans and runs in one step — the plan is then ``it.plan``. ``context=`` says where
         to run (``sluice.Context(ray_address=...)`` puts element-wise stages on Ray actors).
         ``processes=N`` runs every stage of Python functions in N worker processes (spawned,
-        so each has its own GIL; big arrays cross in shared memory); outputs are the same."""
+        so each has its own GIL; big arrays cross in shared memory); outputs are the same.
+        ``fuse_ops=False`` turns off op fusion: by default ``image.decode`` directly followed
+        by ``image.random_resized_crop`` runs as one op that decodes a JPEG at 1/2–1/8 scale
+        when the crop is shrunk enough (same crops, pixels within ≥ 35 dB PSNR; see
+        docs/ARCHITECTURE.md); off, every op computes exactly. Exact plans never fuse."""
         if optimize and plan is None:
             from .optimizer import OptimizerOptions
 
@@ -372,6 +377,7 @@ class Dataset(FormatsMixin):  # FormatsMixin: write_parquet/jsonl, to_arrow/pand
             _int("chunk_size", chunk_size, 1, allow_none=True),
             plan.to_json() if plan is not None else None,
             **({} if processes is None else {"processes": _int("processes", processes, 1)}),
+            **({} if fuse_ops else {"fuse_ops": False}),
         )
         it = Iterator(native, progress)
         it.plan = plan
@@ -411,16 +417,27 @@ class Dataset(FormatsMixin):  # FormatsMixin: write_parquet/jsonl, to_arrow/pand
         return Stats.of(self._last_stats, self._last_context)
 
     def explain(
-        self, seed: int = 0, num_threads: int | None = None, plan: "Plan | None" = None, processes: int | None = None
+        self,
+        seed: int = 0,
+        num_threads: int | None = None,
+        plan: "Plan | None" = None,
+        processes: int | None = None,
+        fuse_ops: bool = True,
     ) -> str:
         """The logical plan and the physical plan this dataset runs with (under ``plan``,
-        with ``processes`` worker processes for Python stages)."""
+        with ``processes`` worker processes for Python stages, with or without op fusion).
+        A fused op shows under its own name, e.g. ``decode_random_resized_crop``."""
         return (
             "logical plan:\n"
             + self._native.logical_plan()
             + "\n\nphysical plan:\n"
             + self._native.physical_plan(
-                seed, num_threads, None, plan.to_json() if plan is not None else None, processes=processes
+                seed,
+                num_threads,
+                None,
+                plan.to_json() if plan is not None else None,
+                processes=processes,
+                fuse_ops=bool(fuse_ops),
             )
         )
 

@@ -130,6 +130,11 @@ def test_bad_images_name_path_and_op(tmp_path, images_dir):
             list(sluice.read_files(str(path)).map(I.decode()))
         msg = str(ei.value)
         assert "decode" in msg and name in msg, msg
+        # Fused with the crop (decode_random_resized_crop), the error still names both.
+        with pytest.raises(sluice.PipelineError) as ei:
+            list(sluice.read_files(str(path)).map(I.decode()).map(I.random_resized_crop(16)))
+        msg = str(ei.value)
+        assert "decode_random_resized_crop" in msg and name in msg, msg
 
 
 def test_decompression_bomb_limit(images_dir):
@@ -156,3 +161,67 @@ def test_wrong_arguments():
         I.decode(mode="CMYK")
     with pytest.raises(TypeError, match="image"):
         list(sluice.range(2).map(I.resize(8, field="id")))
+
+
+# ---- decode + random_resized_crop fusion (DCT-scaled decode of the crop) ----------------
+
+
+def rrc_pipeline(source, size=32, epochs=4, **decode_kw):
+    return source.repeat(epochs).map(I.decode(**decode_kw)).map(I.random_resized_crop(size))
+
+
+def psnr(a, b):
+    mse = np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2)
+    return float("inf") if mse == 0 else 10 * np.log10(255.0**2 / mse)
+
+
+def test_fused_decode_crop_picks_the_same_crops_within_35_db(images_dir):
+    ds = rrc_pipeline(sluice.read_images(str(images_dir), labels="parent_dir"))
+    assert "read+decode_random_resized_crop" in ds.explain()
+    assert "read+decode+random_resized_crop" in ds.explain(fuse_ops=False)
+    fused = list(ds.iter(seed=3))
+    exact = list(ds.iter(seed=3, fuse_ops=False))
+    assert len(fused) == len(exact) == 32
+    assert [s["label"] for s in fused] == [s["label"] for s in exact]
+    assert [s["path"] for s in fused] == [s["path"] for s in exact]
+    scaled = 0
+    for a, b in zip(fused, exact):
+        assert a["image"].shape == b["image"].shape == (32, 32, 3)
+        if not np.array_equal(a["image"], b["image"]):
+            # Crops shrunk >= 3x take the scaled path (1/2 scale; 1/4 from 6x).
+            scaled += 1
+            assert psnr(a["image"], b["image"]) >= 35, a["path"]
+            assert np.abs(a["image"].astype(int) - b["image"]).mean() < 2
+    assert scaled >= 4, scaled
+
+
+def test_fused_decode_crop_is_thread_independent(images_dir):
+    ds = rrc_pipeline(sluice.read_images(str(images_dir), labels="parent_dir"), epochs=3)
+    runs = [np.stack([s["image"] for s in ds.iter(seed=5, num_threads=t)]) for t in (1, 2, 4)]
+    for r in runs[1:]:
+        np.testing.assert_array_equal(runs[0], r)
+
+
+def test_fuse_ops_off_runs_the_ops_apart(images_dir):
+    # Ops with different error policies never fuse: that pipeline is the unfused path by
+    # construction, and fuse_ops=False must give exactly its bytes.
+    src = sluice.read_images(str(images_dir), labels="parent_dir").repeat(2)
+    apart = src.map(I.decode(), on_error="skip").map(I.random_resized_crop(32))
+    assert "decode+random_resized_crop" in apart.explain()
+    off = list(rrc_pipeline(sluice.read_images(str(images_dir), labels="parent_dir"), epochs=2).iter(seed=1, fuse_ops=False))
+    for a, b in zip(off, apart.iter(seed=1)):
+        np.testing.assert_array_equal(a["image"], b["image"])
+
+
+def test_fused_decode_crop_of_pngs_and_small_crops_is_exact(tmp_path, images_dir):
+    for p in photos(images_dir)[:4]:
+        Image.open(p).save(tmp_path / (p.stem + ".png"))
+    for src, size in [(sluice.read_files(str(tmp_path / "*.png")), 32),
+                      (sluice.read_files([str(p) for p in photos(images_dir)]), 224)]:
+        ds = rrc_pipeline(src, size=size, epochs=3)
+        assert "decode_random_resized_crop" in ds.explain()
+        for a, b in zip(ds.iter(seed=2), ds.iter(seed=2, fuse_ops=False)):
+            np.testing.assert_array_equal(a["image"], b["image"])
+    # Mode "L" fuses too and keeps one channel.
+    ds = rrc_pipeline(sluice.read_files([str(p) for p in photos(images_dir)]), mode="L", epochs=1)
+    assert {s["image"].shape for s in ds} == {(32, 32, 1)}

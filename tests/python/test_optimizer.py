@@ -132,6 +132,30 @@ def test_autoorder_moves_the_crop_before_the_jitter_unless_exact():
     assert not any(d.startswith("reorder") for d in exact.decisions)
 
 
+def test_a_reordered_plan_gets_the_fused_decode_crop_and_an_exact_one_does_not():
+    # cv() writes decode → jitter → crop: nothing to fuse; the plan moves the crop next to
+    # the decode and the run fuses them (op fusion comes after the plan). Exact plans never
+    # fuse: their bytes are those of iter(fuse_ops=False).
+    ds = cv()
+    assert "decode_random_resized_crop" not in ds.explain()
+    prof = ds.profile(samples=8)
+    plan = ds.optimize(prof)
+    assert "decode_random_resized_crop" in ds.explain(plan=plan)
+    assert "decode_random_resized_crop" not in ds.explain(plan=plan, fuse_ops=False)
+    assert sum(len(b["label"]) for b in ds.iter(plan=plan)) == 8
+    exact = ds.optimize(prof, OptimizerOptions(exact=True))
+    assert "decode_random_resized_crop" not in ds.explain(plan=exact)
+    plain = (
+        sluice.read_images(str(IMAGES), labels="parent_dir")
+        .map(I.decode())
+        .map(I.random_resized_crop(24))
+        .batch(4)
+    )
+    assert "decode_random_resized_crop" in plain.explain()
+    exact = plain.optimize(plain.profile(samples=4), OptimizerOptions(exact=True))
+    same(outputs(plain.iter(seed=6, plan=exact)), outputs(plain.iter(seed=6, fuse_ops=False)))
+
+
 @pytest.mark.parametrize("workload", ["cv", "nlp", "asr"])
 def test_exact_plans_are_byte_identical_on_every_workload(workload, tokenizer):
     ds = {"cv": cv, "nlp": lambda: nlp(tokenizer), "asr": asr}[workload]()

@@ -130,6 +130,20 @@ pub trait Op: Send + Sync + fmt::Debug {
             .map(|(s, cx)| self.apply(s, &cx))
             .collect()
     }
+    /// One op doing this op and then `next` (the op right after it in a chain, with id
+    /// `next_op_id`) more cheaply than the two apart, or `None` (the default). Applied by
+    /// [`crate::plan::fuse::fuse_ops`] when plans are lowered with
+    /// [`crate::LowerOptions::fuse_ops`].
+    ///
+    /// The fused op runs with *this* op's id in its [`OpContext`]; whatever `next` draws at
+    /// random it must draw from a context with `next_op_id`, so fused and unfused runs make
+    /// the same random choices. Its output may differ from the unfused pair's only as its
+    /// docs say (e.g. an approximate but faster kernel), and its `name` must say it is a
+    /// fusion (plans and errors show it).
+    fn fuse_next(&self, next: &dyn Op, next_op_id: u64) -> Option<OpRef> {
+        let _ = (next, next_op_id);
+        None
+    }
 }
 
 /// A shared op.

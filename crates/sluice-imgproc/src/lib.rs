@@ -2,9 +2,10 @@
 //!
 //! Pure image kernels for sluice's image ops: decoding, geometry and
 //! torchvision-compatible augmentations on 8-bit HWC [`Image`]s. No Python,
-//! no global state, no threads of its own: every function is safe to call
-//! from many worker threads at once (with the GIL released), and every
-//! failure is an [`ImageError`] — malformed input never panics.
+//! no global state, no threads of its own (except jpeg-decoder's helper
+//! threads, for scaled decodes of progressive/CMYK files): every function is
+//! safe to call from many worker threads at once (with the GIL released),
+//! and every failure is an [`ImageError`] — malformed input never panics.
 //!
 //! ## What matches what
 //! * [`decode`]: Pillow's `exif_transpose(Image.open(f)).convert("RGB"|"L")`
@@ -22,16 +23,20 @@
 //!
 //! ## JPEG backends and DCT-scaled decoding
 //! [`decode_scaled`] decodes at 1/2, 1/4 or 1/8 size when the crop that
-//! will be resized still has enough pixels. zune-jpeg (full-size decodes;
-//! the fastest pure-Rust decoder here) has no reduced IDCT, so:
-//! * default build (pure Rust, no system packages): scaled decodes use the
-//!   `jpeg-decoder` crate's `Decoder::scale`, but only at 1/4 and 1/8 — at
-//!   1/2 its slower Huffman decoding costs more CPU than a full zune-jpeg
-//!   decode, so 1/2 falls back to full size;
+//! will be resized still has enough pixels, and [`decode_resized_crop`]
+//! (sluice's fused `decode` + `random_resized_crop`) picks that scale itself.
+//! zune-jpeg (full-size decodes; the fastest pure-Rust decoder here) has no
+//! reduced IDCT, so:
+//! * default build (pure Rust, no system packages): baseline JPEGs with 1 or
+//!   3 components (nearly every photo) go through this crate's own scaled
+//!   decoder — Huffman decoding, then per-block reduced IDCTs straight to the
+//!   output grid (the exact box average of the full IDCT, chroma scaled by a
+//!   larger IDCT instead of upsampled, as libjpeg-turbo does); progressive
+//!   and CMYK files use the `jpeg-decoder` crate's `Decoder::scale` at 1/4
+//!   and 1/8 (at 1/2 it costs more than a full zune-jpeg decode);
 //! * feature `turbojpeg` (needs `cmake` and `nasm` to build libjpeg-turbo):
 //!   1- and 3-component JPEGs decode with libjpeg-turbo at every scale —
-//!   bit-exact with Pillow, ~25% faster at full size, and its scaled IDCTs
-//!   are both faster and closer to full-decode-plus-resize.
+//!   bit-exact with Pillow and ~25% faster at full size.
 //!
 //! README.md has the measurements behind this choice.
 //!
@@ -74,7 +79,8 @@ pub use blur::{gaussian_blur, gaussian_kernel1d};
 pub use color::{adjust_brightness, adjust_contrast, adjust_hue, adjust_saturation, to_grayscale};
 pub use convert::rgb_to_l;
 pub use decode::{
-    decode, decode_scaled, jpeg_dimensions, sniff, DecodeOptions, Format, Mode, DEFAULT_MAX_PIXELS,
+    dct_denominator, decode, decode_resized_crop, decode_scaled, jpeg_dimensions, sniff,
+    DecodeOptions, Format, Mode, DCT_MIN_RESIDUAL, DEFAULT_MAX_PIXELS,
 };
 pub use error::{ImageError, Result};
 pub use geometry::{crop, hflip, resize, resized_crop, resized_crop_box, CropBox, Filter};

@@ -57,6 +57,12 @@ fn parse_orientation(t: &[u8]) -> Option<u8> {
     None
 }
 
+/// Which upright axes (rows, columns) run backwards through the stored image under
+/// orientation `o` (see the source pixel mapping in [`apply_orientation`]).
+pub(crate) fn reverses_axes(o: u8) -> (bool, bool) {
+    (matches!(o, 3 | 4 | 7 | 8), matches!(o, 2 | 3 | 6 | 7))
+}
+
 /// True when orientation `o` swaps width and height (transpose, rotations
 /// by 90/270 degrees).
 pub(crate) fn swaps_axes(o: u8) -> bool {

@@ -73,8 +73,8 @@ fn scaled_decode_then_resize_close_to_full_decode_then_resize() {
 #[test]
 fn denominator_choice() {
     let bytes = read("coffee_320x240.jpg");
-    // The pure-Rust backend skips 1/2 (slower than a full zune decode).
-    let half = if cfg!(feature = "turbojpeg") { 2 } else { 1 };
+    // Both backends scale a baseline file by 2, 4 and 8.
+    let half = 2;
     let cases = [
         (120, 160, half),
         (60, 80, 4),
@@ -160,4 +160,153 @@ fn scaled_decode_handles_orientation_gray_cmyk_and_png() {
     }
     let (img, d) = decode_scaled(&read("rgb8.png"), &DecodeOptions::default(), 1, 1).unwrap();
     assert_eq!((d, img.width), (1, 12));
+}
+
+#[test]
+fn decode_resized_crop_agrees_with_decode_then_resized_crop() {
+    let opts = DecodeOptions::default();
+    let mut s = 0x0DDB_1A5E_5BAD_5EEDu64;
+    let mut u = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        (s >> 11) as f64 / (1u64 << 53) as f64
+    };
+    // The second file is 157x117 stored, EXIF orientation 7 (transposed, both axes
+    // reversed): scaled pixels start with the partial block on both upright axes. Its
+    // 30x40 1/4-scale decode resized to 12x12 is a harsher test (33 dB; without the
+    // grid shift the worst crop falls to 21 dB).
+    for (name, out, floor) in [
+        ("coffee_320x240.jpg", 24, 35.0),
+        ("coffee_157x117_o7.jpg", 12, 33.0),
+    ] {
+        let bytes = read(name);
+        let full = decode(&bytes, &opts).unwrap();
+        let (h, w) = (full.height, full.width);
+        assert_eq!(jpeg_dimensions(&bytes).unwrap(), (h, w));
+        let mut worst = f64::INFINITY;
+        let mut scaled = 0;
+        for _ in 0..80 {
+            let (t, l, ch, cw) = rrc_params(h, w, (0.08, 1.0), (0.75, 4.0 / 3.0), &mut u).unwrap();
+            let (a, d) =
+                decode_resized_crop(&bytes, &opts, t, l, ch, cw, out, out, Filter::Bilinear)
+                    .unwrap();
+            assert_eq!(d, dct_denominator(ch, cw, out, out, Filter::Bilinear));
+            let b = resized_crop(&full, t, l, ch, cw, out, out, Filter::Bilinear).unwrap();
+            if d == 1 {
+                assert_eq!(a, b, "{name}: the full path must be the two-step call");
+            } else {
+                scaled += 1;
+                worst = worst.min(psnr(&a.data, &b.data));
+            }
+        }
+        println!("{name}: {scaled}/80 crops scaled, worst PSNR {worst:.1} dB");
+        assert!(scaled >= 10, "{name}: {scaled}");
+        assert!(worst >= floor, "{name}: PSNR {worst}");
+    }
+    // PNG (no DCT) and nearest (picks pixels) always take the full path.
+    let png = read("rgb8_pillow.png");
+    let img = decode(&png, &opts).unwrap();
+    let (a, d) = decode_resized_crop(
+        &png,
+        &opts,
+        0,
+        0,
+        img.height,
+        img.width,
+        1,
+        1,
+        Filter::Bilinear,
+    )
+    .unwrap();
+    assert_eq!(d, 1);
+    assert_eq!(
+        a,
+        resized_crop(&img, 0, 0, img.height, img.width, 1, 1, Filter::Bilinear).unwrap()
+    );
+    let bytes = read("coffee_320x240.jpg");
+    let (_, d) = decode_resized_crop(&bytes, &opts, 0, 0, 240, 320, 8, 8, Filter::Nearest).unwrap();
+    assert_eq!(d, 1);
+    // Errors are the full decode's: the pixel limit, corrupt headers.
+    let small = DecodeOptions {
+        max_pixels: 1000,
+        ..opts
+    };
+    assert!(matches!(
+        decode_resized_crop(&bytes, &small, 0, 0, 240, 320, 8, 8, Filter::Bilinear),
+        Err(ImageError::TooLarge { .. })
+    ));
+    assert_eq!(
+        decode_resized_crop(
+            b"\xff\xd8\xff",
+            &opts,
+            0,
+            0,
+            240,
+            320,
+            8,
+            8,
+            Filter::Bilinear
+        )
+        .unwrap_err(),
+        decode(b"\xff\xd8\xff", &opts).unwrap_err()
+    );
+}
+
+/// A 1/d decode of a baseline JPEG is the full decode box-filtered by d (the reduced IDCT
+/// averages d x d pixels), up to rounding and chroma upsampling.
+#[test]
+fn scaled_decode_is_the_box_filtered_full_decode() {
+    fn box_filter(img: &Image, d: usize) -> Vec<u8> {
+        let (oh, ow, c) = (img.height.div_ceil(d), img.width.div_ceil(d), img.channels);
+        let mut out = vec![0u8; oh * ow * c];
+        for y in 0..oh {
+            for x in 0..ow {
+                for ch in 0..c {
+                    let (mut sum, mut n) = (0u32, 0u32);
+                    for yy in y * d..((y + 1) * d).min(img.height) {
+                        for xx in x * d..((x + 1) * d).min(img.width) {
+                            sum += u32::from(img.pixel(yy, xx)[ch]);
+                            n += 1;
+                        }
+                    }
+                    out[(y * ow + x) * c + ch] = ((sum + n / 2) / n) as u8;
+                }
+            }
+        }
+        out
+    }
+    for name in [
+        "coffee_320x240.jpg",
+        "photo_420.jpg",
+        "photo_422.jpg",
+        "photo_444.jpg",
+        "photo_gray.jpg",
+        "photo_odd.jpg",
+        "photo_restart.jpg",
+        "orient_6.jpg",
+    ] {
+        let bytes = read(name);
+        for mode in [Mode::Rgb, Mode::L] {
+            let opts = DecodeOptions {
+                mode,
+                ..Default::default()
+            };
+            let full = decode(&bytes, &opts).unwrap();
+            for d in [2usize, 4, 8] {
+                let (img, got) = decode_scaled(
+                    &bytes,
+                    &opts,
+                    full.height.div_ceil(d),
+                    full.width.div_ceil(d),
+                )
+                .unwrap();
+                assert_eq!(got as usize, d, "{name} 1/{d}");
+                let want = box_filter(&full, d);
+                let p = psnr(&img.data, &want);
+                println!("{name} {mode:?} 1/{d}: PSNR vs box-filtered full decode {p:.1} dB");
+                assert!(p >= 34.0, "{name} {mode:?} 1/{d}: {p:.1} dB");
+            }
+        }
+    }
 }

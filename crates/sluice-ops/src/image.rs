@@ -165,6 +165,20 @@ pub enum ImageSpec {
         #[serde(default)]
         out: Option<String>,
     },
+    /// `decode` fused with the `random_resized_crop` right after it: made by the planner
+    /// ([`Op::fuse_next`]), not by users. The crop is drawn as the crop op draws it (its
+    /// generator, `crop_op_id`); a JPEG whose crop shrinks ≥ 3x is then decoded at
+    /// 1/2–1/8 scale ([`ip::decode_resized_crop`]), so pixels differ slightly from the
+    /// unfused ops'.
+    #[serde(rename = "image.decode_random_resized_crop")]
+    DecodeRandomResizedCrop {
+        /// An `image.decode` spec.
+        decode: Box<ImageSpec>,
+        /// An `image.random_resized_crop` spec.
+        crop: Box<ImageSpec>,
+        /// The crop op's id: its random draws come from that op's generator.
+        crop_op_id: u64,
+    },
 }
 
 fn filter(name: &str) -> Result<ip::Filter> {
@@ -285,6 +299,20 @@ pub fn build(spec: &ImageSpec) -> Result<OpRef> {
                 "normalize: mean and std need the same non-zero length, std != 0",
             ))
         }
+        ImageSpec::DecodeRandomResizedCrop { decode, crop, .. } => {
+            match (&**decode, &**crop) {
+                (ImageSpec::Decode { out, .. }, ImageSpec::RandomResizedCrop { field, .. })
+                    if out == field => {}
+                _ => {
+                    return Err(Error::invalid(
+                        "decode_random_resized_crop needs an image.decode and an \
+                         image.random_resized_crop of the decoded field",
+                    ))
+                }
+            }
+            build(decode)?;
+            build(crop)?;
+        }
         _ => {}
     }
     Ok(Arc::new(ImageOp { spec: spec.clone() }))
@@ -350,6 +378,24 @@ fn center_crop(img: &ip::Image, ch: usize, cw: usize) -> Result<ip::Image> {
     ip::crop(img, top, left, ch, cw).map_err(kernel_err)
 }
 
+fn require_bytes<'a>(s: &'a Sample, field: &str, op: &str) -> Result<&'a [u8]> {
+    let v = s.require(field, op)?;
+    v.as_bytes().ok_or_else(|| {
+        Error::type_error(format!("field '{field}' must be bytes, got {}", v.kind()))
+    })
+}
+
+fn decode_options(mode: &str, max_pixels: u64) -> ip::DecodeOptions {
+    ip::DecodeOptions {
+        mode: if mode == "L" {
+            ip::Mode::L
+        } else {
+            ip::Mode::Rgb
+        },
+        max_pixels,
+    }
+}
+
 impl ImageOp {
     fn field(&self) -> &str {
         match &self.spec {
@@ -363,11 +409,19 @@ impl ImageOp {
             | ImageSpec::GaussianBlur { field, .. }
             | ImageSpec::Normalize { field, .. }
             | ImageSpec::ToTensor { field, .. } => field,
+            ImageSpec::DecodeRandomResizedCrop { decode, .. } => match &**decode {
+                ImageSpec::Decode { field, .. } => field,
+                _ => "bytes",
+            },
         }
     }
     fn out(&self) -> &str {
         match &self.spec {
             ImageSpec::Decode { out, .. } => out,
+            ImageSpec::DecodeRandomResizedCrop { crop, .. } => match &**crop {
+                ImageSpec::RandomResizedCrop { field, .. } => field,
+                _ => "image",
+            },
             ImageSpec::Normalize { out: Some(o), .. }
             | ImageSpec::ToTensor { out: Some(o), .. } => o,
             _ => self.field(),
@@ -382,22 +436,47 @@ impl ImageOp {
             ImageSpec::Decode {
                 mode, max_pixels, ..
             } => {
-                let bytes = s.require(field, name)?;
-                let bytes = bytes.as_bytes().ok_or_else(|| {
-                    Error::type_error(format!(
-                        "field '{field}' must be bytes, got {}",
-                        bytes.kind()
-                    ))
-                })?;
-                let opts = ip::DecodeOptions {
-                    mode: if mode == "L" {
-                        ip::Mode::L
-                    } else {
-                        ip::Mode::Rgb
+                let bytes = require_bytes(s, field, name)?;
+                ip::decode(bytes, &decode_options(mode, *max_pixels)).map_err(kernel_err)?
+            }
+            ImageSpec::DecodeRandomResizedCrop { decode, crop, .. } => {
+                let (
+                    ImageSpec::Decode {
+                        mode, max_pixels, ..
                     },
-                    max_pixels: *max_pixels,
+                    ImageSpec::RandomResizedCrop {
+                        size,
+                        scale,
+                        ratio,
+                        interpolation,
+                        ..
+                    },
+                ) = (&**decode, &**crop)
+                else {
+                    return Err(Error::Internal(
+                        "decode_random_resized_crop: bad spec".into(),
+                    ));
                 };
-                ip::decode(bytes, &opts).map_err(kernel_err)?
+                let bytes = require_bytes(s, field, name)?;
+                let opts = decode_options(mode, *max_pixels);
+                let (oh, ow) = size.square();
+                let interp = filter(interpolation)?;
+                if ip::sniff(bytes) == Some(ip::Format::Jpeg) {
+                    // The crop op's draw, from the header's (upright) size: the same box
+                    // the unfused ops pick from the decoded image.
+                    let (h, w) = ip::jpeg_dimensions(bytes).map_err(kernel_err)?;
+                    let (top, left, ch, cw) =
+                        ip::rrc_params(h, w, *scale, *ratio, &mut u).map_err(kernel_err)?;
+                    ip::decode_resized_crop(bytes, &opts, top, left, ch, cw, oh, ow, interp)
+                        .map_err(kernel_err)?
+                        .0
+                } else {
+                    let img = ip::decode(bytes, &opts).map_err(kernel_err)?;
+                    let (top, left, ch, cw) =
+                        ip::rrc_params(img.height, img.width, *scale, *ratio, &mut u)
+                            .map_err(kernel_err)?;
+                    ip::resized_crop(&img, top, left, ch, cw, oh, ow, interp).map_err(kernel_err)?
+                }
             }
             ImageSpec::Resize {
                 size,
@@ -513,6 +592,7 @@ impl Op for ImageOp {
             ImageSpec::GaussianBlur { .. } => "gaussian_blur",
             ImageSpec::Normalize { .. } => "normalize",
             ImageSpec::ToTensor { .. } => "to_tensor",
+            ImageSpec::DecodeRandomResizedCrop { .. } => "decode_random_resized_crop",
         }
     }
     fn spec(&self) -> serde_json::Value {
@@ -521,6 +601,7 @@ impl Op for ImageOp {
     fn meta(&self) -> OpMeta {
         let (kind, random) = match self.spec {
             ImageSpec::Decode { .. } => (OpKind::Decode, false),
+            ImageSpec::DecodeRandomResizedCrop { .. } => (OpKind::Decode, true),
             ImageSpec::Resize { .. } | ImageSpec::CenterCrop { .. } => {
                 (OpKind::SizeReducing, false)
             }
@@ -540,9 +621,39 @@ impl Op for ImageOp {
         }
     }
     fn apply(&self, mut s: Sample, cx: &OpContext) -> Result<Emit> {
-        let mut rng = cx.rng();
+        let mut rng = match self.spec {
+            // Draw with the crop op's generator, as the unfused crop does.
+            ImageSpec::DecodeRandomResizedCrop { crop_op_id, .. } => OpContext {
+                op_id: crop_op_id,
+                ..*cx
+            }
+            .rng(),
+            _ => cx.rng(),
+        };
         self.run(&mut s, &mut rng)?;
         Ok(Emit::One(s))
+    }
+    /// `decode` + the `random_resized_crop` of its output field (bilinear or bicubic)
+    /// become `decode_random_resized_crop`.
+    fn fuse_next(&self, next: &dyn Op, next_op_id: u64) -> Option<OpRef> {
+        let ImageSpec::Decode { out, .. } = &self.spec else {
+            return None;
+        };
+        let crop: ImageSpec = serde_json::from_value(next.spec()).ok()?;
+        match &crop {
+            ImageSpec::RandomResizedCrop {
+                field,
+                interpolation,
+                ..
+            } if field == out && interpolation != "nearest" => {}
+            _ => return None,
+        }
+        build(&ImageSpec::DecodeRandomResizedCrop {
+            decode: Box::new(self.spec.clone()),
+            crop: Box::new(crop),
+            crop_op_id: next_op_id,
+        })
+        .ok()
     }
 }
 

@@ -26,7 +26,8 @@ use crate::rules::{self, Draft, Rule};
 pub struct OptimizeInput {
     /// The pipeline as written.
     pub logical: Arc<LogicalPlan>,
-    /// Its default lowering (the optimizer reshapes this).
+    /// Its default lowering (the optimizer reshapes this), with `fuse_ops: false`: plans
+    /// name the pipeline's own ops, and op fusion runs after a plan is applied.
     pub default: PhysicalPlan,
     pub profile: Profile,
     pub options: OptimizerOptions,
@@ -50,7 +51,14 @@ impl OptimizeInput {
         .expect("profile");
         OptimizeInput {
             logical: logical.clone(),
-            default: lower(logical, &LowerOptions::default()).expect("lower"),
+            default: lower(
+                logical,
+                &LowerOptions {
+                    fuse_ops: false,
+                    ..LowerOptions::default()
+                },
+            )
+            .expect("lower"),
             profile,
             options: options.clone(),
             cpus: 2,

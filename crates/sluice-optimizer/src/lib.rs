@@ -14,7 +14,7 @@
 //! use sluice_optimizer::*;
 //! let src = Arc::new(LogicalPlan::Source(SourceNode::new(Arc::new(RangeSource::new(100)))));
 //! let input = OptimizeInput {
-//!     default: lower(&src, &LowerOptions::default())?,
+//!     default: lower(&src, &LowerOptions { fuse_ops: false, ..Default::default() })?,
 //!     profile: profile(&src, &ProfileOptions::default())?,
 //!     logical: src,
 //!     options: OptimizerOptions::default(),

@@ -212,7 +212,7 @@ impl PyDataset {
     fn logical_plan(&self) -> String {
         self.ds.plan().to_string()
     }
-    #[pyo3(signature = (seed=0, num_threads=None, chunk_size=None, plan_json=None, processes=None))]
+    #[pyo3(signature = (seed=0, num_threads=None, chunk_size=None, plan_json=None, processes=None, fuse_ops=true))]
     fn physical_plan(
         &self,
         py: Python<'_>,
@@ -221,6 +221,7 @@ impl PyDataset {
         chunk_size: Option<usize>,
         plan_json: Option<&str>,
         processes: Option<usize>,
+        fuse_ops: bool,
     ) -> PyResult<String> {
         let opts = IterOptions {
             seed,
@@ -228,13 +229,15 @@ impl PyDataset {
             chunk_size,
             plan: crate::optimizer::parse_plan(plan_json)?,
             processes,
+            fuse_ops,
             ..Default::default()
         };
         py.detach(|| self.ds.physical_plan(&opts))
             .map(|p| p.to_string())
             .py()
     }
-    #[pyo3(signature = (seed=0, num_threads=None, chunk_size=None, plan_json=None, processes=None))]
+    #[pyo3(signature = (seed=0, num_threads=None, chunk_size=None, plan_json=None, processes=None, fuse_ops=true))]
+    #[allow(clippy::too_many_arguments)]
     fn iter(
         &self,
         py: Python<'_>,
@@ -243,6 +246,7 @@ impl PyDataset {
         chunk_size: Option<usize>,
         plan_json: Option<&str>,
         processes: Option<usize>,
+        fuse_ops: bool,
     ) -> PyResult<PyIter> {
         let opts = IterOptions {
             seed,
@@ -251,6 +255,7 @@ impl PyDataset {
             plan: crate::optimizer::parse_plan(plan_json)?,
             processes,
             backends: Backends::default().with(crate::worker::process_backend(py)?),
+            fuse_ops,
         };
         let exec = py.detach(|| self.ds.iter(&opts)).py()?;
         Ok(PyIter::new(exec, self.ds.clone(), opts))

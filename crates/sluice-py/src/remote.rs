@@ -84,12 +84,14 @@ fn options(
     num_threads: Option<usize>,
     chunk_size: Option<usize>,
     plan_json: Option<&str>,
+    fuse_ops: bool,
 ) -> PyResult<IterOptions> {
     Ok(IterOptions {
         seed,
         num_threads,
         chunk_size,
         plan: crate::optimizer::parse_plan(plan_json)?,
+        fuse_ops,
         ..Default::default()
     })
 }
@@ -106,13 +108,13 @@ fn offload_plan(
     workers: usize,
     plan_json: Option<&str>,
 ) -> PyResult<String> {
-    let opts = options(seed, num_threads, chunk_size, plan_json)?;
+    let opts = options(seed, num_threads, chunk_size, plan_json, true)?;
     Ok(ds.ds.offload_plan(&opts, backend, workers).py()?.to_json())
 }
 
 /// Starts `ds` with its element-wise stages on the pool `factory` makes (as `backend`).
 #[pyfunction]
-#[pyo3(signature = (ds, seed, num_threads, chunk_size, backend, factory, workers, plan_json=None))]
+#[pyo3(signature = (ds, seed, num_threads, chunk_size, backend, factory, workers, plan_json=None, fuse_ops=true))]
 #[allow(clippy::too_many_arguments)]
 fn iter_offloaded(
     py: Python<'_>,
@@ -124,6 +126,7 @@ fn iter_offloaded(
     factory: Py<PyAny>,
     workers: usize,
     plan_json: Option<&str>,
+    fuse_ops: bool,
 ) -> PyResult<PyIter> {
     let pool = Arc::new(PyPoolBackend {
         name: backend.clone(),
@@ -131,7 +134,7 @@ fn iter_offloaded(
     });
     let opts = IterOptions {
         backends: Backends::default().with(pool),
-        ..options(seed, num_threads, chunk_size, plan_json)?
+        ..options(seed, num_threads, chunk_size, plan_json, fuse_ops)?
     };
     let opts = ds.ds.offloaded(&opts, &backend, workers).py()?;
     let exec = py.detach(|| ds.ds.iter(&opts)).py()?;

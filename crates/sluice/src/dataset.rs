@@ -22,7 +22,7 @@ pub struct Dataset {
 pub use crate::state::IterState;
 
 /// How to run a dataset.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct IterOptions {
     /// The seed all randomness derives from.
     pub seed: u64,
@@ -38,15 +38,36 @@ pub struct IterOptions {
     /// processes ([`sluice_remote::place_python_on_processes`]); `backends` must hold a
     /// [`sluice_remote::ProcessBackend`] (the Python bindings register one).
     pub processes: Option<usize>,
+    /// Fuse ops that offer a faster fused form ([`Op::fuse_next`]), e.g. `decode` followed
+    /// by `random_resized_crop` becomes a DCT-scaled decode of the crop (same crops, pixels
+    /// within ~35 dB PSNR of the unfused run). Default on; off gives the unfused ops' exact
+    /// output. Plans with `exact` never fuse.
+    pub fuse_ops: bool,
+}
+
+impl Default for IterOptions {
+    fn default() -> Self {
+        IterOptions {
+            seed: 0,
+            num_threads: None,
+            chunk_size: None,
+            backends: Default::default(),
+            plan: None,
+            processes: None,
+            fuse_ops: true,
+        }
+    }
 }
 
 impl IterOptions {
-    /// The default lowering options for these settings.
+    /// The default lowering options for these settings. Under a plan, ops are fused after
+    /// the plan is applied (plans name the unfused ops), so the lowering does not fuse.
     pub fn lower_options(&self) -> LowerOptions {
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
         let mut o = LowerOptions {
             num_threads: self.num_threads.unwrap_or(cores),
             seed: self.seed,
+            fuse_ops: self.fuse_ops && self.plan.is_none(),
             ..LowerOptions::default()
         };
         if let Some(c) = self.chunk_size {
@@ -251,7 +272,13 @@ impl Dataset {
                         self.fingerprint()
                     )));
                 }
-                plan.apply(&default)
+                let mut phys = plan.apply(&default)?;
+                // Fusion comes after the plan, so it also fuses ops the plan's reorder made
+                // adjacent. Exact plans promise the unfused ops' bytes: no approximate fusion.
+                if opts.fuse_ops && !plan.options.exact {
+                    sluice_core::plan::fuse::fuse_ops(&mut phys.stages);
+                }
+                Ok(phys)
             }
         }
     }

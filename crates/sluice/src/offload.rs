@@ -25,7 +25,12 @@ impl Dataset {
     /// # Ok::<(), sluice::Error>(())
     /// ```
     pub fn offload_plan(&self, opts: &IterOptions, backend: &str, workers: usize) -> Result<Plan> {
-        let mut phys = self.physical_plan(opts)?;
+        // A plan names the unfused ops; the run fuses them after applying it.
+        let unfused = IterOptions {
+            fuse_ops: false,
+            ..opts.clone()
+        };
+        let mut phys = self.physical_plan(&unfused)?;
         let decisions = place(&mut phys, backend, workers.max(1));
         let options = opts
             .plan

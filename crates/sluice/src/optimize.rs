@@ -82,7 +82,11 @@ impl Dataset {
                 "this profile was taken on a different pipeline; profile this one",
             ));
         }
-        let lower = iter.lower_options();
+        // Plans name ops by id and are applied to an unfused lowering (ops fuse after).
+        let lower = sluice_core::LowerOptions {
+            fuse_ops: false,
+            ..iter.lower_options()
+        };
         let input = OptimizeInput {
             logical: self.plan().clone(),
             default: sluice_core::lower(self.plan(), &lower)?,

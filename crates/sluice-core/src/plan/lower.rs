@@ -25,6 +25,9 @@ pub struct LowerOptions {
     pub prefetch: usize,
     /// Seed of the iteration (for `shuffle()` without a seed).
     pub seed: u64,
+    /// Fuse adjacent ops that offer a fused form ([`crate::Op::fuse_next`]; see
+    /// [`crate::plan::fuse`]). Plans made or applied by the optimizer need it off.
+    pub fuse_ops: bool,
 }
 
 impl Default for LowerOptions {
@@ -36,6 +39,7 @@ impl Default for LowerOptions {
             queue_depth: 4,
             prefetch: 2,
             seed: 0,
+            fuse_ops: true,
         }
     }
 }
@@ -279,6 +283,9 @@ pub fn lower(plan: &Arc<LogicalPlan>, opts: &LowerOptions) -> Result<PhysicalPla
         if !explicit_prefetch && matches!(last.kind, StageKind::Batch { .. }) {
             last.queue_depth = opts.prefetch;
         }
+    }
+    if opts.fuse_ops {
+        crate::plan::fuse::fuse_ops(&mut stages);
     }
     Ok(PhysicalPlan {
         source: SourceStage {

@@ -1,6 +1,6 @@
 //! JPEG: our own header walk (dimensions, components, Adobe transform, EXIF
 //! orientation, truncation check), full decodes with `zune-jpeg`, DCT-scaled
-//! decodes with `jpeg-decoder`.
+//! decodes with our reduced-IDCT decoder (`dct.rs`) or `jpeg-decoder`.
 
 use zune_core::bytestream::ZCursor;
 use zune_core::colorspace::ColorSpace;
@@ -360,10 +360,11 @@ fn decode_jd_full(bytes: &[u8], header: &JpegHeader, opts: &DecodeOptions) -> Re
 /// Reduced-size IDCTs skip most of the dequantise/IDCT/upsample/colour work
 /// and shrink everything downstream (crop/resize), which is the saving when
 /// a random crop of a large photo is resized to 224 px. Backends:
-/// * default (pure Rust): the `jpeg-decoder` crate's `Decoder::scale`, used
-///   only for 1/4 and 1/8, the scales where it beats a full zune-jpeg
-///   decode (numbers in README.md);
-/// * feature `turbojpeg`: libjpeg-turbo for 1/2, 1/4 and 1/8.
+/// * default (pure Rust): our own reduced-IDCT decoder for baseline JPEGs
+///   with 1 or 3 components (nearly every photo); the `jpeg-decoder` crate's
+///   `Decoder::scale` at 1/4 and 1/8 for the rest (progressive, CMYK), which
+///   at 1/2 falls back to a full decode (numbers in README.md);
+/// * feature `turbojpeg`: libjpeg-turbo for 1- and 3-component files.
 ///
 /// Anything else (denominator 1, PNG input) is a plain
 /// [`decode`](crate::decode). `min_h`/`min_w` are in the upright
@@ -413,45 +414,69 @@ pub fn decode_scaled(
         .iter()
         .copied()
         .find(|&d| sh.div_ceil(d) >= req_h.max(1) && sw.div_ceil(d) >= req_w.max(1));
-    let Some(denom) = denom else {
-        return decode_jpeg(bytes, opts).map(|i| (i, 1));
-    };
+    if let Some(denom) = denom {
+        if let Some(img) = decode_jpeg_at(bytes, &header, opts, denom)? {
+            return Ok((img, denom as u32));
+        }
+    }
+    decode_jpeg(bytes, opts).map(|i| (i, 1))
+}
+
+/// Decodes a JPEG whose header is `header` (already checked against `max_pixels`) at
+/// 1/`denom` scale, one of [`SCALED_DENOMINATORS`]: `ceil(side / denom)` per side,
+/// upright. `None` when the backend cannot give exactly that size (tiny images).
+pub(crate) fn decode_jpeg_at(
+    bytes: &[u8],
+    header: &JpegHeader,
+    opts: &DecodeOptions,
+    denom: usize,
+) -> Result<Option<Image>> {
+    let (sh, sw) = (usize::from(header.height), usize::from(header.width));
     let (oh, ow) = (sh.div_ceil(denom), sw.div_ceil(denom));
-    let four = four_channel_kind(&header);
+    let four = four_channel_kind(header);
     #[cfg(feature = "turbojpeg")]
     if four.is_none() {
-        let (samples, h, w) = tj::decode(bytes, &header, denom)?;
+        let (samples, h, w) = tj::decode(bytes, header, denom)?;
         if (h, w) == (oh, ow) {
-            let img = finish(&header, samples, h, w, None, opts.mode)?;
-            return Ok((img, denom as u32));
+            return finish(header, samples, h, w, None, opts.mode).map(Some);
         }
         return Err(ImageError::Corrupt(
             "libjpeg-turbo returned an unexpected size".into(),
         ));
+    }
+    #[cfg(not(feature = "turbojpeg"))]
+    if four.is_none() {
+        if let Some((samples, h, w)) = guarded("JPEG", || super::dct::decode(bytes, denom))? {
+            if (h, w) != (oh, ow) {
+                return corrupt("scaled decoder returned an unexpected size");
+            }
+            return finish(header, samples, h, w, None, opts.mode).map(Some);
+        }
+        // Outside the scaled decoder's scope (progressive, Adobe RGB, ...): jpeg-decoder,
+        // whose 1/2 decode costs more than a full one.
+        if denom == 2 {
+            return Ok(None);
+        }
     }
     let scaled = guarded("JPEG", || {
         let mut dec = jpeg_decoder::Decoder::new(bytes);
         jd_setup_four(&mut dec, four);
         let got = dec.scale(ow as u16, oh as u16).map_err(map_jd_err)?;
         if (usize::from(got.1), usize::from(got.0)) != (oh, ow) {
-            // The crate picked another scale (tiny images); let the full
-            // decoder handle it.
+            // The crate picked another scale (tiny images).
             return Ok(None);
         }
         let samples = dec.decode().map_err(map_jd_err)?;
         Ok(Some(samples))
     })?;
-    match scaled {
-        Some(samples) => {
-            let (samples, four) = match four {
-                Some(_) => (jd_four_to_stored_cmyk(samples), Some(FourChannel::Cmyk)),
-                None => (samples, None),
-            };
-            let img = finish(&header, samples, oh, ow, four, opts.mode)?;
-            Ok((img, denom as u32))
-        }
-        None => decode_jpeg(bytes, opts).map(|i| (i, 1)),
-    }
+    let Some(samples) = scaled else {
+        return Ok(None);
+    };
+    let (samples, four) = match four {
+        Some(_) => (jd_four_to_stored_cmyk(samples), Some(FourChannel::Cmyk)),
+        None => (samples, None),
+    };
+    finish(header, samples, oh, ow, four, opts.mode).map(Some)
 }
 
 /// Sets up jpeg-decoder for a 4-component file. Its "no transform" path
@@ -475,17 +500,11 @@ fn jd_four_to_stored_cmyk(mut samples: Vec<u8>) -> Vec<u8> {
     samples
 }
 
-/// Denominators [`decode_scaled`] may use, largest first.
-///
-/// With libjpeg-turbo every scale pays off. jpeg-decoder's Huffman decoding
-/// is slower than zune-jpeg's, so its 1/2-scale decode costs *more* CPU than
-/// a full zune decode (1.46 ms vs 1.20 ms on 0.19 MP photos, counting the
-/// helper threads it spawns); only 1/4 and 1/8 are cheaper (~0.9 ms), so
-/// the pure-Rust build does not use 1/2 (README.md has the numbers).
-#[cfg(feature = "turbojpeg")]
-const SCALED_DENOMINATORS: [usize; 3] = [8, 4, 2];
-#[cfg(not(feature = "turbojpeg"))]
-const SCALED_DENOMINATORS: [usize; 2] = [8, 4];
+/// Denominators [`decode_scaled`] may use, largest first. (jpeg-decoder, the
+/// fallback for progressive and CMYK files, is only used at 1/4 and 1/8: its
+/// Huffman decoding is slower than zune-jpeg's, so its 1/2 decode costs more
+/// CPU than a full zune decode.)
+pub(crate) const SCALED_DENOMINATORS: [usize; 3] = [8, 4, 2];
 
 fn map_jd_err(e: jpeg_decoder::Error) -> ImageError {
     match e {

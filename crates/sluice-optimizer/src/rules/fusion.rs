@@ -1,6 +1,9 @@
 //! Fusion: adjacent chain stages with the same variant become one stage, so a sample passes
 //! through all their ops in one hand-off (cedar's fusion). GIL-bound Python ops and GIL-free
 //! Rust ops stay apart: fused, the Rust ops would wait for the GIL with the Python ones.
+//!
+//! Fusing two *ops* into one (an op's [`sluice_core::Op::fuse_next`]) is another step, applied
+//! when the plan runs ([`sluice_core::plan::fuse`]): plans name the unfused ops.
 
 use sluice_core::{Result, StageKind};
 

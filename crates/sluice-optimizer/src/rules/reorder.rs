@@ -10,6 +10,12 @@
 //!
 //! Runs of at most [`EXHAUSTIVE_MAX`] movable ops are searched exhaustively; longer runs
 //! greedily bubble ops earlier while the model says it pays.
+//!
+//! Op fusion ([`sluice_core::plan::fuse`], e.g. `decode` + `random_resized_crop`) is not
+//! modelled here: it runs after the plan is applied, on the ops adjacent then. Moving a crop
+//! ahead of a jitter puts it next to its decode, which the run then fuses; among near-ties
+//! the written order wins, so a written `decode → crop` pair is never split for nothing
+//! (`crates/sluice/tests/op_fusion.rs`).
 
 use std::collections::HashSet;
 

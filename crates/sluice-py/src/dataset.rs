@@ -213,6 +213,7 @@ impl PyDataset {
         self.ds.plan().to_string()
     }
     #[pyo3(signature = (seed=0, num_threads=None, chunk_size=None, plan_json=None, processes=None, fuse_ops=true))]
+    #[allow(clippy::too_many_arguments)] // the keyword arguments of `Dataset.explain`
     fn physical_plan(
         &self,
         py: Python<'_>,

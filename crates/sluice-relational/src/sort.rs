@@ -180,6 +180,17 @@ pub fn merge_runs(
     Ok(Rows::Disk(w.finish()?))
 }
 
+/// Writes the (sorted) rows of `buf` as one run, emptying it.
+fn write_run(buf: &mut Vec<(Vec<Key>, Sample)>, spill: &mut Spill) -> Result<Run> {
+    let mut w = spill.run_writer("run", 4)?;
+    for (_, s) in buf.drain(..) {
+        w.push(&s)?;
+    }
+    let run = w.finish()?;
+    spill.count(&run);
+    Ok(run)
+}
+
 /// Sorts `input` by `spec` within `spill.budget` bytes of buffered rows.
 pub fn sort(
     input: impl Iterator<Item = Result<Sample>>,
@@ -210,13 +221,7 @@ pub(crate) fn sort_with_fan_in(
         if bytes > spill.budget {
             // `sort_by` is stable: equal keys keep their input order within the run.
             buf.sort_by(by_key);
-            let mut w = spill.run_writer("run", 4)?;
-            for (_, s) in buf.drain(..) {
-                w.push(&s)?;
-            }
-            let run = w.finish()?;
-            spill.count(&run);
-            runs.push(run);
+            runs.push(write_run(&mut buf, spill)?);
             bytes = 0;
         }
     }
@@ -225,13 +230,7 @@ pub(crate) fn sort_with_fan_in(
         return Ok(Rows::Memory(buf.into_iter().map(|(_, s)| s).collect()));
     }
     if !buf.is_empty() {
-        let mut w = spill.run_writer("run", 4)?;
-        for (_, s) in buf.drain(..) {
-            w.push(&s)?;
-        }
-        let run = w.finish()?;
-        spill.count(&run);
-        runs.push(run);
+        runs.push(write_run(&mut buf, spill)?);
     }
     drop(buf);
     merge_runs(runs, &spec.by, &spec.descending, fan_in, spill)

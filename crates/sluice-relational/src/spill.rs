@@ -101,6 +101,20 @@ pub fn io_buffer(budget: u64, share: u64) -> usize {
     (budget / share.max(1)).clamp(8 << 10, 4 << 20) as usize
 }
 
+/// A writer of encoded sample records: encoding into a reused buffer is shared.
+trait RecordSink {
+    fn buffer(&mut self) -> &mut Vec<u8>;
+    fn push_raw(&mut self, rec: &[u8]) -> Result<()>;
+    fn push_sample(&mut self, s: &Sample) -> Result<()> {
+        let mut rec = std::mem::take(self.buffer());
+        rec.clear();
+        wire::encode_sample(s, &mut rec);
+        let r = self.push_raw(&rec);
+        *self.buffer() = rec;
+        r
+    }
+}
+
 /// A file of sample records written once, read back sequentially (a sorted run, a partition).
 #[derive(Debug)]
 pub struct Run {
@@ -125,6 +139,15 @@ pub struct RunWriter {
     bytes: u64,
 }
 
+impl RecordSink for RunWriter {
+    fn buffer(&mut self) -> &mut Vec<u8> {
+        &mut self.rec
+    }
+    fn push_raw(&mut self, rec: &[u8]) -> Result<()> {
+        RunWriter::push_raw(self, rec)
+    }
+}
+
 impl RunWriter {
     /// Creates `path` with a write buffer of `buffer` bytes.
     pub fn create(path: PathBuf, buffer: usize) -> Result<Self> {
@@ -139,12 +162,7 @@ impl RunWriter {
     }
     /// Appends a sample.
     pub fn push(&mut self, s: &Sample) -> Result<()> {
-        self.rec.clear();
-        wire::encode_sample(s, &mut self.rec);
-        let rec = std::mem::take(&mut self.rec);
-        let r = self.push_raw(&rec);
-        self.rec = rec;
-        r
+        self.push_sample(s)
     }
     /// Appends an already encoded record.
     pub fn push_raw(&mut self, rec: &[u8]) -> Result<()> {
@@ -258,6 +276,15 @@ pub struct DiskRowsWriter {
     rec: Vec<u8>,
 }
 
+impl RecordSink for DiskRowsWriter {
+    fn buffer(&mut self) -> &mut Vec<u8> {
+        &mut self.rec
+    }
+    fn push_raw(&mut self, rec: &[u8]) -> Result<()> {
+        DiskRowsWriter::push_raw(self, rec)
+    }
+}
+
 impl DiskRowsWriter {
     /// New files in `dir`, written through buffers of `buffer` bytes.
     pub fn create(dir: &SpillDir, buffer: usize) -> Result<Self> {
@@ -280,12 +307,7 @@ impl DiskRowsWriter {
     }
     /// Appends a sample.
     pub fn push(&mut self, s: &Sample) -> Result<()> {
-        self.rec.clear();
-        wire::encode_sample(s, &mut self.rec);
-        let rec = std::mem::take(&mut self.rec);
-        let r = self.push_raw(&rec);
-        self.rec = rec;
-        r
+        self.push_sample(s)
     }
     /// Appends an already encoded record.
     pub fn push_raw(&mut self, rec: &[u8]) -> Result<()> {

@@ -105,8 +105,14 @@ fn resequencing(chain: &[std::sync::Arc<LogicalPlan>]) -> Vec<bool> {
         .collect()
 }
 
-/// A node's kind as written in checkpoints.
-pub(crate) fn node_name(node: &LogicalPlan) -> String {
+/// A pipeline step's name as checkpoints write it (`range`, `map`, `batch`, ...).
+///
+/// ```
+/// let ds = sluice::Dataset::range(3).batch(2, false)?;
+/// assert_eq!(sluice::node_name(ds.plan()), "batch");
+/// # Ok::<(), sluice::Error>(())
+/// ```
+pub fn node_name(node: &LogicalPlan) -> String {
     match node {
         LogicalPlan::Source(n) => n.source.name().to_string(),
         LogicalPlan::Map(n) => match n.mode {

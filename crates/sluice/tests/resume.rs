@@ -182,7 +182,7 @@ fn round_trip(ds: &Dataset, step: usize) {
         .chain()
         .iter()
         .rev()
-        .map(|n| state_name(n))
+        .map(|n| node_name(n))
         .collect();
     for k in (0..=full.len()).step_by(step.max(1)) {
         let o = opts(2, 3);
@@ -214,29 +214,6 @@ fn round_trip(ds: &Dataset, step: usize) {
             "resume after {k} of {} outputs",
             full.len()
         );
-    }
-}
-
-fn state_name(n: &LogicalPlan) -> String {
-    // The same names the checkpoint writes.
-    match n {
-        LogicalPlan::Source(s) => s.source.name().to_string(),
-        LogicalPlan::Map(m) => match m.mode {
-            ElemMode::Map => "map",
-            ElemMode::Filter => "filter",
-            ElemMode::FlatMap => "flat_map",
-        }
-        .to_string(),
-        LogicalPlan::MapBatches(_) => "map_batches".into(),
-        LogicalPlan::Batch(_) => "batch".into(),
-        LogicalPlan::Shuffle(_) => "shuffle".into(),
-        LogicalPlan::ShuffleBuffer(_) => "shuffle_buffer".into(),
-        LogicalPlan::Shard(_) => "shard".into(),
-        LogicalPlan::Repeat(_) => "repeat".into(),
-        LogicalPlan::Prefetch(_) => "prefetch".into(),
-        LogicalPlan::Take(_) => "take".into(),
-        LogicalPlan::Cache(_) => "cache".into(),
-        LogicalPlan::Pack(_) => "pack".into(),
     }
 }
 

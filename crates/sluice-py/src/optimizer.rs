@@ -53,21 +53,29 @@ fn profile_text(json: &str) -> PyResult<String> {
     Ok(Profile::from_json(json).py()?.to_string())
 }
 
+/// `ray_factory`: the Ray pool maker of a `sluice.Context`, so the offload rule may place
+/// stages on Ray.
 #[pyfunction]
-#[pyo3(signature = (ds, profile_json, options_json, seed=0))]
+#[pyo3(signature = (ds, profile_json, options_json, seed=0, ray_factory=None))]
 fn optimize(
     py: Python<'_>,
     ds: &PyDataset,
     profile_json: &str,
     options_json: &str,
     seed: u64,
+    ray_factory: Option<Py<PyAny>>,
 ) -> PyResult<String> {
     let profile = Profile::from_json(profile_json).py()?;
     let options = parse_options(options_json)?;
-    // Python runs can always use the process pool, so the placement rule may choose it.
+    // Local runs can always use the process pool, so the placement rule may choose it; on
+    // Ray, Python stages run in Ray's worker processes instead.
+    let backends = match ray_factory {
+        Some(f) => sluice::exec::Backends::default().with(crate::remote::python_backend("ray", f)),
+        None => sluice::exec::Backends::default().with(crate::worker::process_backend(py)?),
+    };
     let iter = IterOptions {
         seed,
-        backends: sluice::exec::Backends::default().with(crate::worker::process_backend(py)?),
+        backends,
         ..Default::default()
     };
     let plan = py

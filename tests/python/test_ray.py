@@ -122,6 +122,43 @@ def test_output_is_byte_identical_to_local(cluster, images_dir):
     assert any("→ ray (2 workers)" in d for d in plan.decisions), plan.decisions
     # Replies as one byte frame (the path before zero-copy results) give the same bytes.
     same(local, list(ds.iter(seed=11, chunk_size=4, context=ctx(zero_copy=False))))
+    # Tensors big enough to leave the frame come back through the object store intact.
+    big = big_outputs()
+    same(list(big.iter(seed=2, chunk_size=4)), list(big.iter(seed=2, chunk_size=4, context=ctx())))
+
+
+def big_outputs(n=24):
+    # 160 KB per sample: above the split threshold, so it travels out of band.
+    return sluice.range(n).map(lambda s, rng: {"id": s["id"], "x": np.full(40_000, rng.random(), np.float32)}).batch(4)
+
+
+def test_split_replies_carry_tensors_out_of_band():
+    """The reply protocol with a test double for the pool (no cluster): tensors leave the
+    frame as uint8 arrays that pickle protocol 5 — Ray's serializer — carries out of band."""
+    from sluice import _native
+
+    seen = []
+
+    class SplitPool:
+        def __init__(self, init, workers, label):
+            self.worker, self.parallelism = _native.ChainWorker(init), 1
+
+        def run(self, frame, items):
+            head, bufs = self.worker.run_split(frame)
+            oob = []
+            pickle.dumps((head, bufs), protocol=5, buffer_callback=oob.append)
+            seen.append((items, len(bufs), len(oob), {b.dtype.name for b in bufs}, len(head)))
+            return head, bufs
+
+        def shutdown(self):
+            pass
+
+    ds = big_outputs()
+    it = _native.iter_offloaded(ds._native, 7, None, 4, "ray", SplitPool, 1, None)
+    got = [dict(b) for b in it]
+    same(list(ds.iter(seed=7, chunk_size=4)), got)
+    assert seen and all(n == 4 and bufs == 4 == oob and kinds == {"uint8"} for n, bufs, oob, kinds, _ in seen), seen
+    assert all(head < 2_000 for *_, head in seen), "the frame holds no tensor bytes"
 
 
 def test_udf_errors_name_the_op_and_sample(cluster):

@@ -66,7 +66,7 @@ pub fn out_of_band_to_py(
         // Views: the array that owns the tensor's `Vec` stays their base.
         OutOfBand::Tensor(t) => value_to_py(py, Value::Tensor(t))?
             .call_method1("reshape", (-1,))?
-            .call_method1("view", ("u8",)),
+            .call_method1("view", ("uint8",)),
     }
 }
 

@@ -160,3 +160,17 @@ class Plan(_JsonDoc):
     @property
     def decisions(self) -> list[str]:
         return self.data["decisions"]
+
+    def predict(self, ds: Any, profile: Profile, options: Optional[OptimizerOptions] = None) -> dict:
+        """What the cost model predicts for ``ds`` run with this plan, under ``options``'
+        cluster and transfer terms (default: the plan's own options): throughput,
+        bottleneck and per-stage capacity — to compare with a measured run.
+
+        >>> import sluice
+        >>> ds = sluice.range(1000).map(lambda s: s).batch(100)
+        >>> profile = ds.profile(samples=50)
+        >>> ds.optimize(profile).predict(ds, profile)["throughput"] > 0
+        True
+        """
+        opts = options.to_json() if options is not None else json.dumps(self.data["options"])
+        return json.loads(_native.predict(ds._native, profile.to_json(), self._json, opts))

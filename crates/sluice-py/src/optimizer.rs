@@ -84,6 +84,24 @@ fn optimize(
     Ok(plan.to_json())
 }
 
+/// The cost model's prediction (JSON) for `ds` run with `plan_json` under `options_json`.
+#[pyfunction]
+fn predict(
+    py: Python<'_>,
+    ds: &PyDataset,
+    profile_json: &str,
+    plan_json: &str,
+    options_json: &str,
+) -> PyResult<String> {
+    let profile = Profile::from_json(profile_json).py()?;
+    let plan = Plan::from_json(plan_json).py()?;
+    let options = parse_options(options_json)?;
+    let p = py
+        .detach(|| ds.ds.predict(&profile, &plan, &options))
+        .py()?;
+    serde_json::to_string(&p).map_err(|e| PyValueError::new_err(e.to_string()))
+}
+
 #[pyfunction]
 fn plan_text(json: &str) -> PyResult<String> {
     Ok(Plan::from_json(json).py()?.to_string())
@@ -100,6 +118,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(profile, m)?)?;
     m.add_function(wrap_pyfunction!(profile_text, m)?)?;
     m.add_function(wrap_pyfunction!(optimize, m)?)?;
+    m.add_function(wrap_pyfunction!(predict, m)?)?;
     m.add_function(wrap_pyfunction!(plan_text, m)?)?;
     m.add_function(wrap_pyfunction!(default_optimizer_options, m)?)?;
     Ok(())

@@ -1,134 +1,273 @@
-"""Per-sample overhead of running sluice's element-wise stages on Ray actors vs local threads,
-hybrid (local + remote) throughput, and the cost model's predicted scaling for N remote nodes.
+"""Ray offload: per-sample overhead vs local for each reference workload (with and without
+zero-copy results), local-only vs hybrid throughput, the transfer constants of the cost
+model, and the model's predicted scaling for N remote nodes with its validation.
 
-    .venv/bin/python benchmarks/ray_overhead.py [--images DIR] [--reps 3] [--out FILE]
+    PYTHONPATH=$PWD/python .venv/bin/python benchmarks/ray_overhead.py \\
+        [--workloads noop,cv,nlp,asr] [--samples 2000] [--reps 3] [--out FILE]
+    ... --quick        # smoke run: tiny inputs, one rep (checks the script, not speed)
 
-Workloads (same worker count, 2, on both sides):
-- ``noop``: ``range`` + a built-in ``select`` op — the pure per-chunk cost of a Ray round trip
-  (task submission, object store put/get, frame encode/decode).
-- ``cv``: SimCLR-style augmentations on the benchmark JPEGs (``~/.cache/sluice-bench/images``
-  from ``make bench-setup``, else the fixture images): read, decode, random_resized_crop(224),
-  flip, color_jitter, normalize, batch(32).
+Workloads (benchmarks/peers/sluice_native.py, data from ``make bench-setup`` under
+``~/.cache/sluice-bench``): ``noop`` (``range`` + ``select``: the pure cost of a chunk's
+round trip), ``cv`` (SimCLR augmentations → float32 224², batch 64), ``nlp`` (GPT-2 BPE,
+truncate/pad 256, batch 128), ``asr`` (MP3 → 16 kHz → STFT → stretch → masks → mel → log).
 
-Runs are interleaved (local, ray, hybrid, local, ...) and medians reported, because this
-machine is noisy. On 2 cores the actors compete with the consumer for the same CPUs, so the
-Ray rate here is a lower bound; the model below extrapolates from the measured terms.
+Placements, interleaved (local, ray, ray-frames, hybrid, local, ...), medians reported:
+``local`` 2 threads; ``ray`` 2 actors, replies split (tensors out of band through the object
+store); ``ray-frames`` 2 actors, replies as one byte frame (the path before zero-copy);
+``hybrid`` 1 local worker + 1 actor. On a 2-core machine the actors compete with the
+consumer for the same cores, so Ray rates here are lower bounds.
+
+Cost model section: the transfer constants (per-chunk round trip, actor and driver CPU per
+chunk) measured on ``noop``, then for CV the optimizer's own prediction
+(``OptimizerOptions(enable_offload=True)``) for N remote 8-CPU nodes with those constants
+(float32 output at 10 Gb/s; uint8 output at 10 and 100 Gb/s), validated against runs
+measured here: the optimizer's local plan, and every stage on 2 actors (``Plan.predict``).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import pathlib
 import statistics
+import sys
 import tempfile
 import time
 
-import sluice
-from sluice import image
-
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import psutil  # noqa: E402
+
+import sluice  # noqa: E402
+from peers import common as C  # noqa: E402
+from peers import sluice_native as N  # noqa: E402
+from sluice import OptimizerOptions  # noqa: E402
 
 
-def cv(images: str):
-    return (
-        sluice.read_images(images)
-        .shuffle()
-        .map(image.decode())
-        .map(image.random_resized_crop(224))
-        .map(image.horizontal_flip(0.5))
-        .map(image.color_jitter(0.4, 0.4, 0.4, 0.1, p=0.8))
-        .map(image.normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225]))
-        .map(sluice.ops.select(["image", "label"]))
-        .batch(32)
-    )
+def workload(name: str, data: pathlib.Path, samples: int):
+    """The pipeline and its chunk size on Ray (a chunk is one Ray task)."""
+    if name == "noop":
+        return sluice.range(samples).map(sluice.ops.select(["id"])).batch(256), 256
+    build = {"cv": N._cv, "nlp": N._nlp, "asr": N._asr}[name]
+    chunk = {"cv": 16, "nlp": 64, "asr": 8}[name]
+    return build(sluice, data, samples, 0), chunk
 
 
-def noop(n: int):
-    return sluice.range(n).map(sluice.ops.select(["id"])).batch(256)
-
-
-def run(ds, ctx, chunk: int) -> tuple[float, int, int, float]:
-    """Steady-state seconds and samples (after the first batch, so actor start-up is not
-    counted), output bytes, and the time to the first batch."""
-    t = time.perf_counter()
+def run(ds, ctx, chunk: int, samples: int, batch: int, plan=None) -> dict:
+    """Steady state after the first batch (actor start-up reported apart): seconds, samples,
+    output bytes, time to first batch, this process's CPU seconds, and the pool's report."""
+    me = psutil.Process()
+    t0 = time.perf_counter()
+    if plan is not None:
+        it = ds.iter(seed=0, plan=plan, progress=False)
+    else:
+        it = ds.iter(seed=0, num_threads=2, chunk_size=chunk, context=ctx, progress=False)
     n = nbytes = 0
-    t1 = None
-    for b in ds.iter(seed=0, num_threads=2, chunk_size=chunk, context=ctx, progress=False):
+    t1 = cpu1 = None
+    for b in it:
         if t1 is None:
-            t1 = time.perf_counter()
+            t1, cpu1 = time.perf_counter(), me.cpu_times()
             continue
         n += len(next(iter(b.values())))
         nbytes += sum(getattr(v, "nbytes", 0) for v in b.values())
-    return time.perf_counter() - t1, n, nbytes, t1 - t
+        if n + batch > samples:
+            break
+    t2, cpu2 = time.perf_counter(), me.cpu_times()
+    stats = it.stats()
+    it.close()
+    pools = stats.data.get("remote", [])
+    return {
+        "seconds": t2 - t1,
+        "samples": n,
+        "bytes": nbytes,
+        "first_batch_s": t1 - t0,
+        "driver_cpu_s": (cpu2.user + cpu2.system) - (cpu1.user + cpu1.system),
+        "chunks": sum(p["chunks"] for p in pools),
+    }
+
+
+def medians(rs: list[dict]) -> dict:
+    out = {k: statistics.median(r[k] for r in rs) for k in rs[0]}
+    out["rate"] = out["samples"] / max(out["seconds"], 1e-9)
+    return out
+
+
+def transfer_constants(chunk: int, batches: int) -> dict:
+    """The model's per-chunk terms, measured on ``noop`` (its op costs ~nothing): one actor
+    with one chunk in flight, so each chunk's wall time is a full round trip."""
+    import ray
+
+    ds = sluice.range(1 << 20).repeat().map(sluice.ops.select(["id"])).batch(chunk)
+    me = psutil.Process()
+
+    def measure(ctx, threads):
+        it = ds.iter(seed=0, num_threads=threads, chunk_size=chunk, context=ctx, progress=False)
+        next(it)
+        actors = []
+        if ctx is not None:
+            actors = [psutil.Process(p) for p in ray.get([h.pid.remote() for h in ctx.pools()[-1].actor_handles()])]
+        cpu = lambda ps: sum(sum(p.cpu_times()[:2]) for p in ps)  # noqa: E731
+        a0, c0, t0 = cpu(actors), cpu([me]), time.perf_counter()
+        for _ in range(batches):
+            next(it)
+        t1, c1, a1 = time.perf_counter(), cpu([me]), cpu(actors)
+        it.close()
+        return t1 - t0, c1 - c0, a1 - a0
+
+    _, local_cpu, _ = measure(None, 1)
+    one = sluice.Context("auto", num_actors=1, actor_cpus=0, in_flight_per_actor=1)
+    wall, driver_cpu, actor = measure(one, 1)
+    return {
+        "chunk": chunk,
+        "offload_round_trip_s": wall / batches,
+        "offload_actor_s_per_chunk": actor / batches,
+        # This process's CPU per chunk beyond what the same pipeline costs locally.
+        "offload_driver_s_per_chunk": max(driver_cpu - local_cpu, 0.0) / batches,
+    }
+
+
+def cv_uint8(data: pathlib.Path, samples: int):
+    """CV without ``normalize``: uint8 HWC out (normalising on the accelerator quarters
+    the bytes each sample moves)."""
+    import sluice.image as img
+
+    paths = [p for p, _ in C.cv_items(data, samples, 0)]
+    return (sluice.read_images(paths, labels="parent_dir")
+            .map(img.decode())
+            .map(img.random_resized_crop(C.CV_SIZE, scale=C.CV_SCALE, ratio=C.CV_RATIO))
+            .map(img.horizontal_flip(p=C.CV_FLIP_P))
+            .map(img.color_jitter(*C.CV_JITTER, p=C.CV_JITTER_P))
+            .map(img.grayscale(p=C.CV_GRAY_P, num_output_channels=3))
+            .map(img.gaussian_blur(C.CV_BLUR_KERNEL, sigma=C.CV_BLUR_SIGMA, p=C.CV_BLUR_P))
+            .map(sluice.ops.select(["image", "label"]))
+            .batch(C.CV_BATCH))
+
+
+NODE_CPUS = 8  # Pecan's workers: n2-standard-8
+
+
+def model_section(data: pathlib.Path, samples: int, reps: int, measured: dict, constants: dict) -> dict:
+    """The optimizer's prediction for CV on N remote 8-CPU nodes, and its validation."""
+    base = OptimizerOptions(
+        enable_offload=True,
+        offload_round_trip_s=constants["offload_round_trip_s"],
+        offload_actor_s_per_chunk=constants["offload_actor_s_per_chunk"],
+        offload_driver_s_per_chunk=constants["offload_driver_s_per_chunk"],
+    )
+    ctx = sluice.Context("auto", actor_cpus=1)
+    out: dict = {"constants": constants, "scaling": {}, "validation": {}}
+    series = {
+        "cv float32 out, 10 Gb/s": (workload("cv", data, samples)[0], 1.25e9),
+        "cv uint8 out, 10 Gb/s": (cv_uint8(data, samples), 1.25e9),
+        "cv uint8 out, 100 Gb/s": (cv_uint8(data, samples), 12.5e9),
+    }
+    profiles = {}
+    for name, (ds, bandwidth) in series.items():
+        profile = profiles.setdefault(id(ds), ds.profile(samples=min(samples, 100)))
+        rows = out["scaling"][name] = {}
+        for nodes in (1, 2, 4, 8, 16):
+            o = dataclasses.replace(
+                base, remote_cpus=float(NODE_CPUS * nodes), remote_shares_local_cores=False, offload_bandwidth=bandwidth
+            )
+            plan = ctx.optimize(ds, profile, o)
+            ray_stages = [s for s in plan.stages if s.get("backend") == "ray"]
+            rows[nodes] = {
+                "predicted": plan.predicted_throughput,
+                "bottleneck": plan.bottleneck,
+                "actors": sum(s["workers"] for s in ray_stages),
+                "offloaded": [s["label"] for s in ray_stages],
+            }
+    # Validation: the model's prediction for placements measured on this machine — the
+    # optimizer's local plan (run here) and the 2-actor placement measured above as "ray"
+    # (every stage on 2 actors sharing these 2 cores).
+    ds, chunk = workload("cv", data, samples)
+    profile = ds.profile(samples=min(samples, 100))
+    local_plan = ds.optimize(profile, OptimizerOptions())
+    local_run = medians([run(ds, None, chunk, samples, C.CV_BATCH, plan=local_plan) for _ in range(reps)])
+    ray2 = sluice.Context("auto", num_actors=2, actor_cpus=0)
+    here = dataclasses.replace(base, remote_cpus=2.0, remote_shares_local_cores=True, actor_cpus=0.0)
+    explicit = ray2.explicit_plan(ds)
+    cv = measured.get("cv", {})
+    out["validation"] = {
+        "local_plan_predicted": local_plan.predicted_throughput,
+        "local_plan_measured": local_run["rate"],
+        "ray2_predicted": explicit.predict(ds, profile, here)["throughput"],
+        "ray2_measured": cv.get("ray", {}).get("rate"),
+    }
+    return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    bench = pathlib.Path.home() / ".cache/sluice-bench/images"
-    ap.add_argument("--images", default=str(bench if bench.exists() else ROOT / "examples/fixtures/images"))
-    ap.add_argument("--limit", type=int, default=600, help="images per pass (0: all)")
+    ap.add_argument("--workloads", default="noop,cv,nlp,asr")
+    ap.add_argument("--samples", type=int, default=2000, help="samples per timed run (noop: x100)")
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--data", default=str(C.default_data_dir()))
+    ap.add_argument("--quick", action="store_true", help="smoke run: tiny inputs, one rep")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    if args.quick:
+        args.samples, args.reps = 200, 1
+    data = pathlib.Path(args.data)
 
     import ray
 
     tmp = tempfile.mkdtemp(prefix="srb", dir="/tmp")
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=200_000_000, _temp_dir=tmp, log_to_driver=False)
-    files = sorted(str(p) for p in pathlib.Path(args.images).rglob("*") if p.suffix.lower() in {".jpg", ".jpeg", ".png"})
-    if args.limit:
-        files = files[: args.limit]
-    workloads = {"noop": (noop(200_000), 1024), "cv": (cv(files), 16)}
+    os.environ["PYTHONPATH"] = str(ROOT / "python") + os.pathsep + os.environ.get("PYTHONPATH", "")
+    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=300_000_000, _temp_dir=tmp, log_to_driver=False)
     placements = {
         "local": None,
-        "ray(2 actors)": sluice.Context("auto", num_actors=2, actor_cpus=0),
-        "hybrid(1 local+1 actor)": sluice.Context("auto", num_actors=1, local_workers=1, actor_cpus=0),
+        "ray": sluice.Context("auto", num_actors=2, actor_cpus=0),
+        "ray-frames": sluice.Context("auto", num_actors=2, actor_cpus=0, zero_copy=False),
+        "hybrid": sluice.Context("auto", num_actors=1, local_workers=1, actor_cpus=0),
     }
-    results: dict = {}
-    for wname, (ds, chunk) in workloads.items():
+    results: dict = {"machine": {"cores": os.cpu_count()}, "workloads": {}}
+    for name in [w for w in args.workloads.split(",") if w]:
+        samples = args.samples * (100 if name == "noop" else 1)
+        ds, chunk = workload(name, data, samples + 512)
+        batch = {"noop": 256, **C.BATCH}[name]
+        run(ds, placements["ray"], chunk, min(samples, 4 * batch), batch)  # warm-up: page cache, actor start
         runs: dict[str, list] = {p: [] for p in placements}
-        run(ds, placements["ray(2 actors)"], chunk)  # warm-up: actor start, page cache
         for _ in range(args.reps):
             for pname, ctx in placements.items():
-                runs[pname].append(run(ds, ctx, chunk))
-        res = {}
-        for pname, rs in runs.items():
-            secs = statistics.median(r[0] for r in rs)
-            n, nbytes = rs[0][1], rs[0][2]
-            first = statistics.median(r[3] for r in rs)
-            res[pname] = {"seconds": secs, "samples": n, "rate": n / secs, "first_batch_s": first,
-                          "out_bytes_per_sample": nbytes / max(n, 1)}
-        local, remote = res["local"], res["ray(2 actors)"]
-        chunks = local["samples"] / chunk
-        res["overhead_us_per_sample"] = (remote["seconds"] - local["seconds"]) / local["samples"] * 1e6
-        res["overhead_ms_per_chunk"] = (remote["seconds"] - local["seconds"]) / chunks * 1e3
-        res["chunk_size"] = chunk
-        results[wname] = res
-        print(f"\n{wname} ({local['samples']} samples, chunk {chunk}, medians of {args.reps}):")
-        for pname in placements:
-            print(f"  {pname:26s} {res[pname]['rate']:10.1f} samples/s   first batch {res[pname]['first_batch_s']:.2f} s")
-        print(f"  Ray overhead: {res['overhead_us_per_sample']:.1f} us/sample, {res['overhead_ms_per_chunk']:.2f} ms/chunk")
+                runs[pname].append(run(ds, ctx, chunk, samples, batch))
+        res = {p: medians(rs) for p, rs in runs.items()}
+        loc = res["local"]
+        for p in ("ray", "ray-frames", "hybrid"):
+            # Wall time added per sample vs local, at the same worker count.
+            res[p]["overhead_us_per_sample"] = (1 / res[p]["rate"] - 1 / loc["rate"]) * 1e6
+        res["chunk"] = chunk
+        res["out_bytes_per_sample"] = loc["bytes"] / max(loc["samples"], 1)
+        results["workloads"][name] = res
+        print(f"\n{name}: {loc['samples']} samples, chunk {chunk}, {res['out_bytes_per_sample'] / 1e3:.1f} KB/sample out, medians of {args.reps}")
+        for p in placements:
+            r = res[p]
+            extra = f"  +{r['overhead_us_per_sample']:8.1f} us/sample vs local" if p != "local" else ""
+            print(f"  {p:11s} {r['rate']:11.1f} samples/s  first batch {r['first_batch_s']:5.2f} s{extra}")
 
-    # Cost model (docs/RAY.md): remote rate = N*R / (c + o/k), capped by the link.
-    cvr = results["cv"]
-    c = 2 / cvr["local"]["rate"]  # CPU seconds per sample (2 busy threads locally)
-    o = max(results["noop"]["overhead_ms_per_chunk"], 0.0) / 1e3
-    k = 64  # a cluster run's chunk size
-    b_out = cvr["local"]["out_bytes_per_sample"]
-    link = 10e9 / 8 / max(b_out, 1)
-    print(f"\ncost model: c={c * 1e3:.2f} ms/sample, o={o * 1e3:.2f} ms/chunk, k={k}, b_out={b_out / 1e3:.0f} KB, 10 Gb/s link cap {link:.0f}/s")
-    pred = {}
-    for nodes in (1, 2, 4, 8, 16):
-        compute = nodes * 32 / (c + o / k)
-        rate = min(compute, link)
-        pred[nodes] = {"compute": compute, "predicted": rate}
-        print(f"  N={nodes:2d} x 32-core nodes: compute {compute:9.0f}/s, predicted {rate:9.0f} samples/s")
-    results["model"] = {"c_s": c, "o_s": o, "k": k, "b_out": b_out, "link_cap": link, "predicted": pred}
+    constants = transfer_constants(chunk=64, batches=50 if args.quick else 2000)
+    results["constants"] = constants
+    print("\ntransfer constants (noop, 1 actor, 1 chunk in flight, chunk 64):")
+    for k, v in constants.items():
+        print(f"  {k:28s} {v * 1e3 if k != 'chunk' else v:.3f}{' ms' if k != 'chunk' else ''}")
+    if "cv" in results["workloads"] or args.quick:
+        m = model_section(data, min(args.samples, 400) if args.quick else args.samples, args.reps, results["workloads"], constants)
+        results["model"] = m
+        print(f"\ncost model on N remote {NODE_CPUS}-CPU nodes (the optimizer's offload rule):")
+        for name, rows in m["scaling"].items():
+            print(f"  {name}:")
+            for nodes, r in rows.items():
+                print(f"    N={nodes:2d}: {r['predicted']:9.0f} samples/s, {r['actors']:4d} actors, bound: {r['bottleneck']}")
+        v = m["validation"]
+        print("validation on this machine (predicted vs measured samples/s):")
+        print(f"  optimized local plan      {v['local_plan_predicted']:9.0f} vs {v['local_plan_measured']:9.0f}")
+        print(f"  every stage on 2 actors   {v['ray2_predicted']:9.0f} vs {v['ray2_measured'] or float('nan'):9.0f}")
     ray.shutdown()
     if args.out:
-        pathlib.Path(args.out).write_text(json.dumps(results, indent=2))
+        pathlib.Path(args.out).write_text(json.dumps(results, indent=2, default=str))
         print(f"\nwrote {args.out}")
 
 

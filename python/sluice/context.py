@@ -15,10 +15,13 @@ False
 
 from __future__ import annotations
 
-import json
+import dataclasses
+import socket
 from typing import Any, Callable
+from urllib.parse import urlsplit
 
 from . import _native
+from .placement import DEFAULT_REMOTE_CPU_PRICE
 from .ray_backend import RayPool, import_ray
 
 
@@ -30,15 +33,29 @@ class Context:
     (start a private single-node Ray). If Ray is already initialised in this process, that
     connection is used.
 
-    ``num_actors``: actors per offloaded stage (default: the cluster's CPUs / ``actor_cpus``).
+    ``num_actors``: actors per stage when every element-wise stage goes to Ray (``ds.iter(
+    context=ctx)`` without a plan; default: the cluster's CPUs / ``actor_cpus``). With an
+    optimizer plan (``optimize=True``, or ``ctx.optimize(ds)``), the offload rule's cost model
+    decides which stages go and with how many actors (up to ``max_actors``).
     ``actor_cpus``: CPUs Ray reserves per actor. ``in_flight_per_actor``: chunks queued per
-    actor so transfers overlap compute. ``local_workers``: slots in this process serving the
-    same stage next to the actors (hybrid placement). ``autoscale``: a controller adds or
-    removes actors between ``min_actors`` and ``max_actors`` by measured throughput.
+    actor so transfers overlap compute. ``local_workers``: engines in this process serving
+    the same stage next to the actors (hybrid placement).
+
+    ``autoscale``: Pecan's AutoPlacement (``sluice.placement``) moves the number of actors
+    (``min_actors``..``max_actors``) and of local workers (0..``max_local_workers``, default
+    the cores) every ``autoscale_window_s`` by measured throughput, minimising
+    ``local_cpu_price`` / ``remote_cpu_price`` ($ per CPU-hour; local CPUs are free by
+    default, as the training host is paid for anyway) while keeping the rate — or
+    ``target_throughput`` (samples/s) within ``slack``. Decisions are in ``it.stats()``.
+
     ``max_retries``: how often a chunk is re-run after its actor died before the run fails.
     ``actor_start_timeout_s``: how long to wait for actors to start (too few free CPUs fails
-    clearly instead of waiting forever). ``runtime_env``: Ray's, for the actors (e.g. to ship
-    the sluice wheel to nodes); ``init_kwargs``: passed to ``ray.init``.
+    clearly instead of waiting forever). ``connect_timeout_s``: how long an address may take
+    to answer before ``ConnectionError``. ``zero_copy``: actors return tensors out of band
+    through the object store (``False``: as one byte frame, for comparison).
+    ``remote_cpus``: CPUs the cost model may plan for (default: the cluster's).
+    ``runtime_env``: Ray's, for the actors (e.g. to ship the sluice wheel to nodes);
+    ``init_kwargs``: passed to ``ray.init``.
 
     >>> ctx = Context("auto", num_actors=4, local_workers=1)
     >>> ctx
@@ -56,9 +73,17 @@ class Context:
         autoscale: bool = False,
         min_actors: int = 1,
         max_actors: int | None = None,
+        max_local_workers: int | None = None,
         autoscale_window_s: float = 2.0,
+        local_cpu_price: float = 0.0,
+        remote_cpu_price: float = DEFAULT_REMOTE_CPU_PRICE,
+        target_throughput: float | None = None,
+        slack: float = 0.05,
         max_retries: int = 3,
         actor_start_timeout_s: float = 60.0,
+        connect_timeout_s: float = 10.0,
+        zero_copy: bool = True,
+        remote_cpus: float | None = None,
         runtime_env: dict | None = None,
         init_kwargs: dict | None = None,
     ):
@@ -68,14 +93,26 @@ class Context:
             ("num_actors", num_actors, 1),
             ("in_flight_per_actor", in_flight_per_actor, 1),
             ("local_workers", local_workers, 0),
-            ("min_actors", min_actors, 1),
+            ("min_actors", min_actors, 0),
             ("max_actors", max_actors, 1),
+            ("max_local_workers", max_local_workers, 0),
             ("max_retries", max_retries, 0),
         ):
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < lo):
                 raise ValueError(f"{name} must be an int >= {lo}, got {v!r}")
-        if actor_cpus < 0:
-            raise ValueError(f"actor_cpus must be >= 0, got {actor_cpus}")
+        for name, f in (
+            ("actor_cpus", actor_cpus),
+            ("local_cpu_price", local_cpu_price),
+            ("remote_cpu_price", remote_cpu_price),
+            ("slack", slack),
+            ("remote_cpus", remote_cpus),
+            ("target_throughput", target_throughput),
+        ):
+            if f is not None and (not isinstance(f, (int, float)) or f < 0):
+                raise ValueError(f"{name} must be a number >= 0, got {f!r}")
+        for name, f in (("autoscale_window_s", autoscale_window_s), ("connect_timeout_s", connect_timeout_s)):
+            if not isinstance(f, (int, float)) or f <= 0:
+                raise ValueError(f"{name} must be a number > 0, got {f!r}")
         self.ray_address = ray_address
         self.num_actors = num_actors
         self.actor_cpus = actor_cpus
@@ -84,9 +121,17 @@ class Context:
         self.autoscale = autoscale
         self.min_actors = min_actors
         self.max_actors = max_actors
+        self.max_local_workers = max_local_workers
         self.autoscale_window_s = autoscale_window_s
+        self.local_cpu_price = local_cpu_price
+        self.remote_cpu_price = remote_cpu_price
+        self.target_throughput = target_throughput
+        self.slack = slack
         self.max_retries = max_retries
         self.actor_start_timeout_s = actor_start_timeout_s
+        self.connect_timeout_s = connect_timeout_s
+        self.zero_copy = zero_copy
+        self.remote_cpus = remote_cpus
         self.runtime_env = runtime_env
         self.init_kwargs = dict(init_kwargs or {})
         self._pools: list[RayPool] = []
@@ -120,6 +165,7 @@ class Context:
         """Joins the Ray cluster (once per process) and returns the ``ray`` module; clear
         errors when Ray is missing or the cluster cannot be reached."""
         ray = import_ray()
+        self._check_reachable()
         if ray.is_initialized():
             return ray
         address = None if self.ray_address == "local" else self.ray_address
@@ -127,12 +173,79 @@ class Context:
         try:
             ray.init(address=address, **kwargs)
         except ConnectionError as e:
-            raise ConnectionError(
-                f"cannot reach the Ray cluster at {self.ray_address!r}: {e}. Start one with "
-                "`ray start --head` (or `ray up cluster.yaml`), or use "
-                "Context(ray_address=None) to run locally."
-            ) from e
+            raise ConnectionError(self._unreachable(str(e))) from e
         return ray
+
+    def _unreachable(self, why: str) -> str:
+        return (
+            f"cannot reach the Ray cluster at {self.ray_address!r}: {why}. Start one with "
+            "`ray start --head` (or `ray up cluster.yaml`), or use "
+            "Context(ray_address=None) to run locally."
+        )
+
+    def _check_reachable(self) -> None:
+        # Ray's own connection attempts retry for a long time; an explicit host:port that
+        # refuses or does not answer fails here within connect_timeout_s instead.
+        addr = self.ray_address
+        if addr in (None, "auto", "local") or getattr(self, "_reachable", False):
+            return
+        parts = urlsplit(addr if "://" in addr else f"ray-gcs://{addr}")
+        try:
+            host, port = parts.hostname, parts.port
+        except ValueError as e:
+            raise ValueError(f"ray_address {addr!r} is not host:port or ray://host:port ({e})") from None
+        if not host or not port:
+            return  # Ray resolves other forms itself
+        try:
+            socket.create_connection((host, port), timeout=self.connect_timeout_s).close()
+        except OSError as e:
+            raise ConnectionError(self._unreachable(f"{type(e).__name__}: {e}")) from None
+        self._reachable = True
+
+    def remote_resources(self) -> tuple[float, bool]:
+        """CPUs the cluster offers for offloading, and whether they are this machine's own
+        cores (a single-node Ray): other nodes' CPUs if there are any, else this node's."""
+        if self.remote_cpus is not None:
+            return float(self.remote_cpus), False
+        ray = self.connect()
+        try:
+            client = bool(ray.util.client.ray.is_connected())
+        except Exception:  # older Ray without the client module
+            client = False
+        nodes = [n for n in ray.nodes() if n.get("Alive")]
+        cpus = lambda ns: float(sum(n.get("Resources", {}).get("CPU", 0.0) for n in ns))  # noqa: E731
+        if client:
+            return cpus(nodes), False  # the driver runs outside the cluster
+        here = ray.get_runtime_context().get_node_id()
+        others = [n for n in nodes if n.get("NodeID") != here]
+        if cpus(others) > 0:
+            return cpus(others), False
+        return cpus(nodes), True
+
+    def optimizer_options(self, options: Any = None) -> Any:
+        """``options`` (default: ``OptimizerOptions(enable_offload=True)``) with what the
+        offload rule needs from this context filled in where unset: the cluster's CPUs,
+        the actor size and count limit, the chunks in flight and the CPU prices."""
+        from .optimizer import OptimizerOptions
+
+        o = options if options is not None else OptimizerOptions(enable_offload=True)
+        if not self.remote:
+            return o
+        fill: dict[str, Any] = {"actor_cpus": float(self.actor_cpus), "offload_in_flight": int(self.in_flight_per_actor)}
+        if o.remote_cpus is None:
+            fill["remote_cpus"], fill["remote_shares_local_cores"] = self.remote_resources()
+        if o.max_actors is None and self.max_actors is not None:
+            fill["max_actors"] = self.max_actors
+        if o.local_cpu_price is None:
+            fill["local_cpu_price"] = float(self.local_cpu_price)
+        if o.remote_cpu_price is None:
+            fill["remote_cpu_price"] = float(self.remote_cpu_price)
+        return dataclasses.replace(o, **fill)
+
+    def optimize(self, ds: Any, profile: Any = None, options: Any = None, seed: int = 0) -> Any:
+        """The optimizer's ``Plan`` for ``ds`` on this context: the offload rule picks which
+        stages run on Ray and with how many actors (``profile`` is taken if None)."""
+        return ds.optimize(profile, self.optimizer_options(options), seed, context=self)
 
     def actors(self) -> int:
         """Actors per offloaded stage."""
@@ -179,10 +292,18 @@ class Context:
 
         return start
 
-    def offload_plan(self, ds: Any, seed: int = 0, num_threads: int | None = None) -> dict:
-        """The plan ``ds.iter(context=self)`` runs: which stage goes to Ray and why."""
-        text = _native.offload_plan(ds._native, seed, num_threads, None, "ray", self.actors())
-        return json.loads(text)
+    def offload_plan(self, ds: Any, profile: Any = None, options: Any = None, seed: int = 0) -> Any:
+        """Which stages go to Ray and why, by the cost model: ``ctx.optimize(ds)``'s plan
+        (its ``decisions`` say what moved, with how many actors, and what stayed).
+        ``explicit_plan`` is what ``ds.iter(context=ctx)`` runs without a plan."""
+        return self.optimize(ds, profile, options, seed)
+
+    def explicit_plan(self, ds: Any, seed: int = 0, num_threads: int | None = None) -> Any:
+        """The plan ``ds.iter(context=self)`` runs without an optimizer plan: every
+        element-wise stage that can travel on Ray with ``num_actors`` actors."""
+        from .optimizer import Plan
+
+        return Plan(_native.offload_plan(ds._native, seed, num_threads, None, "ray", self.actors()))
 
     def add_stats(self, data: dict, text: str) -> tuple[dict, str]:
         """Adds the Ray pools' figures (chunks per actor, retries, placement decisions)."""
@@ -193,6 +314,12 @@ class Context:
         lines = [text, "", "ray:"]
         for r in reports:
             slots = ", ".join(f"{s['name']}={s['chunks']}" for s in r["slots"])
-            lines.append(f"  {r['stage']}: {r['chunks']} chunks, {r['retries']} retries [{slots}]")
+            where = r["placement"]
+            lines.append(
+                f"  {r['stage']}: {r['chunks']} chunks, {r['retries']} retries, now "
+                f"{where['local_workers']} local + {where['remote_actors']} actors"
+                + (f" ({where['state']}, ${where['cost_per_hour']:.3f}/h)" if "state" in where else "")
+                + f" [{slots}]"
+            )
             lines.extend(f"    {e}" for e in r["events"])
         return data, "\n".join(lines)

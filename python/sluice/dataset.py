@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import atexit
 import builtins
+import dataclasses
 import inspect
 import json
 import sys
@@ -331,14 +332,29 @@ class Dataset(FormatsMixin):  # FormatsMixin: write_parquet/jsonl, to_arrow/pand
 
         return Profile(_native.profile(self._native, _int("samples", samples, 1), float(seconds), _int("seed", seed, 0)))
 
-    def optimize(self, profile: "Profile | None" = None, options: "OptimizerOptions | None" = None, seed: int = 0) -> "Plan":
+    def optimize(
+        self,
+        profile: "Profile | None" = None,
+        options: "OptimizerOptions | None" = None,
+        seed: int = 0,
+        context: "Context | None" = None,
+    ) -> "Plan":
         """A ``Plan`` for this pipeline from ``profile`` (taken now if None): op order,
-        stages, variants, parallelism, cache point and the predicted throughput."""
+        stages, variants, parallelism, cache point and the predicted throughput. With a Ray
+        ``context`` and ``enable_offload``, the offload rule may put stages on Ray actors
+        (``context.optimize(ds)`` fills in the cluster's CPUs and prices)."""
         from .optimizer import OptimizerOptions, Plan
 
         profile = profile if profile is not None else self.profile()
         options = options if options is not None else OptimizerOptions()
-        return Plan(_native.optimize(self._native, profile.to_json(), options.to_json(), _int("seed", seed, 0)))
+        factory = None
+        if context is not None and context.remote:
+            if options.enable_offload and options.remote_cpus is None:
+                options = context.optimizer_options(options)
+            factory = context._pool
+        return Plan(
+            _native.optimize(self._native, profile.to_json(), options.to_json(), _int("seed", seed, 0), factory)
+        )
 
     @_recipe.step
     def iter(
@@ -358,7 +374,8 @@ class Dataset(FormatsMixin):  # FormatsMixin: write_parquet/jsonl, to_arrow/pand
         results do not depend on it. ``progress=None`` shows a progress bar on a terminal.
         ``plan=`` runs an optimizer plan; ``optimize=True`` (or ``OptimizerOptions``) profiles,
         plans and runs in one step — the plan is then ``it.plan``. ``context=`` says where
-        to run (``sluice.Context(ray_address=...)`` puts element-wise stages on Ray actors).
+        to run: ``sluice.Context(ray_address=...)`` puts every element-wise stage on Ray
+        actors, or — with ``optimize=True`` — the stages the cost model says pay.
         ``processes=N`` runs every stage of Python functions in N worker processes (spawned,
         so each has its own GIL; big arrays cross in shared memory); outputs are the same.
         ``fuse_ops=False`` turns off op fusion: by default ``image.decode`` directly followed
@@ -369,7 +386,9 @@ class Dataset(FormatsMixin):  # FormatsMixin: write_parquet/jsonl, to_arrow/pand
             from .optimizer import OptimizerOptions
 
             options = optimize if isinstance(optimize, OptimizerOptions) else OptimizerOptions()
-            plan = self.optimize(self.profile(samples=100, seconds=5.0, seed=seed), options, seed)
+            if not isinstance(optimize, OptimizerOptions) and context is not None and context.remote:
+                options = dataclasses.replace(options, enable_offload=True)
+            plan = self.optimize(self.profile(samples=100, seconds=5.0, seed=seed), options, seed, context)
         start = self._native.iter if context is None else context.starter(self._native)
         native = start(
             _int("seed", seed, 0),

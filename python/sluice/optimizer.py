@@ -23,6 +23,8 @@ from typing import Any, Optional
 
 from . import _native
 
+_DEFAULTS: dict = json.loads(_native.default_optimizer_options())
+
 
 @dataclasses.dataclass
 class OptimizerOptions:
@@ -31,12 +33,31 @@ class OptimizerOptions:
     ``exact=True`` allows only moves that keep outputs byte-identical; by default the reorder
     rule may also move a size-reducing op (crop) ahead of pixel-wise ones (colour jitter),
     which gives samples from the same distribution, not the same bytes.
+
+    ``enable_offload=True`` with ``remote_cpus`` (a Ray ``Context`` sets it from the
+    cluster) lets the offload rule move stages to Ray actors where its cost model predicts
+    more throughput, or ``est_throughput`` at a lower cost.
     """
 
     enable_prefetch: bool = True
     est_throughput: Optional[float] = None
     available_local_cpus: Optional[int] = None
     enable_offload: bool = False
+    #: What the offload rule plans for (a Ray ``Context`` fills these in: ``ctx.optimize``).
+    remote_cpus: Optional[float] = None
+    remote_shares_local_cores: bool = False
+    actor_cpus: float = 1.0
+    max_actors: Optional[int] = None
+    #: $ per CPU-hour (local: None = already paid for; remote: None = Pecan's worker price).
+    local_cpu_price: Optional[float] = None
+    remote_cpu_price: Optional[float] = None
+    #: Transfer costs of one chunk through Ray (measured defaults; docs/RAY.md).
+    offload_round_trip_s: float = _DEFAULTS["offload_round_trip_s"]
+    offload_actor_s_per_chunk: float = _DEFAULTS["offload_actor_s_per_chunk"]
+    offload_driver_s_per_chunk: float = _DEFAULTS["offload_driver_s_per_chunk"]
+    offload_bandwidth: float = _DEFAULTS["offload_bandwidth"]
+    offload_item_bytes: float = _DEFAULTS["offload_item_bytes"]
+    offload_in_flight: int = _DEFAULTS["offload_in_flight"]
     enable_reorder: bool = True
     enable_local_parallelism: bool = True
     enable_processes: bool = True
@@ -141,3 +162,17 @@ class Plan(_JsonDoc):
     @property
     def decisions(self) -> list[str]:
         return self.data["decisions"]
+
+    def predict(self, ds: Any, profile: Profile, options: Optional[OptimizerOptions] = None) -> dict:
+        """What the cost model predicts for ``ds`` run with this plan, under ``options``'
+        cluster and transfer terms (default: the plan's own options): throughput,
+        bottleneck and per-stage capacity — to compare with a measured run.
+
+        >>> import sluice
+        >>> ds = sluice.range(1000).map(lambda s: s).batch(100)
+        >>> profile = ds.profile(samples=50)
+        >>> ds.optimize(profile).predict(ds, profile)["throughput"] > 0
+        True
+        """
+        opts = options.to_json() if options is not None else json.dumps(self.data["options"])
+        return json.loads(_native.predict(ds._native, profile.to_json(), self._json, opts))

@@ -1,21 +1,28 @@
 """The ``ray`` executor backend: a pipeline stage runs on Ray actors, each hosting one sluice
-engine (``sluice._native.ChainWorker``).
+engine (``sluice._native.ChainWorker``), and optionally on local workers next to them.
 
 The native executor keeps order, bounds queues and handles shutdown; it calls
-``RayPool.run(frame)`` from up to ``parallelism`` threads, each with one chunk in the wire
-format (items as index ranges when actors can reopen the source, samples otherwise). A call
-submits the frame to the least-loaded actor, waits for the reply frame through Ray's object
+``RayPool.run(frame, items)`` from up to ``parallelism`` threads, each with one chunk in the
+wire format (items as index ranges when actors can reopen the source, samples otherwise). A
+call submits the frame to the least-loaded worker, waits for the reply through Ray's object
 store and returns it; the executor restores sequence order. Actors rebuild the same stage
 from the same init message and derive randomness from (seed, epoch, index, op), so output is
 byte-identical to a local run wherever each chunk ran.
 
+Replies are *split* (``ChainWorker.run_split``): a small frame plus the output tensors as
+uint8 numpy arrays that own the engine's buffers. Ray pickles them with protocol 5, so the
+arrays go into the object store out of band (one copy) and ``ray.get`` on this node maps
+them (no copy); the native side copies each once, into its tensor. A framed reply would
+copy the tensors four more times (into the frame, into ``bytes``, out of the store, into a
+Rust buffer).
+
 Fault tolerance is per chunk: a chunk whose actor dies (``ray.kill``, a lost node) is
-resubmitted to a fresh actor. The executor receives exactly one reply per chunk, so no sample
-is lost or duplicated.
+resubmitted to a fresh actor. The executor receives exactly one reply per chunk, so no
+sample is lost or duplicated.
 
 Hybrid placement (Pecan's AutoPlacement): ``local_workers`` slots run chunks in this process
-next to the actors, and with ``autoscale`` a controller adds or removes actors by measured
-throughput. See ``docs/RAY.md`` for the cost model.
+next to the actors, and with ``autoscale`` a :class:`sluice.placement.AutoPlacement` moves
+both counts by measured throughput and CPU prices. See ``docs/RAY.md``.
 """
 
 from __future__ import annotations
@@ -23,10 +30,11 @@ from __future__ import annotations
 import os
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from . import _native
+from .placement import AutoPlacement
 
 INSTALL_HINT = "Ray is not installed: pip install sluice[ray]"
 
@@ -42,12 +50,16 @@ def import_ray() -> Any:
 
 class StageActor:
     """A Ray actor hosting one engine for one stage (wrapped by ``ray.remote`` on first use,
-    so importing sluice never imports Ray)."""
+    so importing sluice never imports Ray). ``split``: return ``(frame, [uint8 arrays])``
+    (zero-copy through the object store) instead of one ``bytes`` frame."""
 
-    def __init__(self, init: str):
+    def __init__(self, init: str, split: bool = True):
         self._worker = _native.ChainWorker(init)
+        self._split = split
 
-    def run(self, frame: bytes) -> bytes:
+    def run(self, frame: bytes) -> Any:
+        if self._split:
+            return self._worker.run_split(frame)
         return self._worker.run(frame)
 
     def pid(self) -> int:
@@ -76,70 +88,22 @@ class _Slot:
     done: int = 0
     retiring: bool = False
     busy_s: float = 0.0
+    # An actor takes work once its engine is built (``ready`` resolved).
+    ready: Any = None
+    started: float = 0.0
 
     @property
     def is_local(self) -> bool:
         return self.local is not None
 
-
-@dataclass
-class _Controller:
-    """Adds or removes actors by measured throughput, with hysteresis: a change is kept
-    only when the next window improves throughput by more than ``gain``; a window that
-    loses more than ``loss`` undoes the last change (Pecan's AutoPlacement, simplified to
-    one dimension: the number of remote actors)."""
-
-    min_actors: int
-    max_actors: int
-    window_s: float
-    gain: float = 0.05
-    loss: float = 0.10
-    last_rate: float | None = None
-    last_change: int = 0  # +1 added an actor, -1 removed one, 0 none
-    direction: int = +1
-    stable_windows: int = 0
-    t0: float = field(default_factory=time.monotonic)
-    chunks: int = 0
-
-    def observe(self, actors: int, now: float | None = None) -> tuple[int, str] | None:
-        """Counts a finished chunk; at the end of a window returns (change, reason)."""
-        self.chunks += 1
-        now = time.monotonic() if now is None else now
-        if now - self.t0 < self.window_s:
-            return None
-        rate = self.chunks / (now - self.t0)
-        self.t0, self.chunks = now, 0
-        prev, self.last_rate = self.last_rate, rate
-        if prev is None:
-            return self._try(self.direction, actors, rate, "first window")
-        change = (rate - prev) / max(prev, 1e-9)
-        if self.last_change and change < -self.loss:
-            undo = -self.last_change
-            self.direction = undo
-            self.last_change = 0
-            return (undo, f"{rate:.1f} chunks/s is {-change:.0%} worse: undo")
-        if self.last_change and change > self.gain:
-            return self._try(self.last_change, actors, rate, f"{change:+.0%} better: continue")
-        self.last_change = 0
-        self.stable_windows += 1
-        # Re-probe now and then: the workload or the cluster may have changed.
-        if self.stable_windows % 5 == 0:
-            self.direction = -self.direction
-            return self._try(self.direction, actors, rate, "probe")
-        return None
-
-    def _try(self, step: int, actors: int, rate: float, why: str) -> tuple[int, str] | None:
-        target = actors + step
-        if not self.min_actors <= target <= self.max_actors:
-            self.last_change = 0
-            return None
-        self.last_change = step
-        return (step, f"{rate:.1f} chunks/s, {why}")
+    @property
+    def is_ready(self) -> bool:
+        return self.ready is None
 
 
 class RayPool:
     """The workers of one stage on Ray (the ``Workers`` protocol of the native backend:
-    ``parallelism``, ``run(frame) -> frame``, ``shutdown()``)."""
+    ``parallelism``, ``run(frame, items) -> reply``, ``shutdown()``)."""
 
     def __init__(self, ctx: Any, init: str, workers: int, label: str):
         self._ray = import_ray()
@@ -151,37 +115,53 @@ class RayPool:
         self._slots: list[_Slot] = []  # serving now
         self._all: list[_Slot] = []  # every slot ever, for report()
         self._serial = 0
+        self._local_serial = 0
         self.events: list[str] = []
         self.retries = 0
         self.chunks = 0
+        self.samples = 0
         per = max(1, int(ctx.in_flight_per_actor))
         n = max(1, int(workers))
         self._per_actor = per
         for _ in range(n):
             self._slots.append(self._new_actor())
-        for i in range(int(ctx.local_workers)):
-            self._slots.append(_Slot(f"local-{i}", 1, local=_native.ChainWorker(init)))
-            self._all.append(self._slots[-1])
-        self._controller = None
+        for _ in range(int(ctx.local_workers)):
+            self._slots.append(self._new_local())
+        self.placement: AutoPlacement | None = None
+        max_local = int(ctx.local_workers)
+        max_actors = n
         if ctx.autoscale:
-            self._controller = _Controller(
-                min_actors=max(1, ctx.min_actors),
-                max_actors=max(n, ctx.max_actors or n),
-                window_s=ctx.autoscale_window_s,
+            max_local = max(max_local, int(ctx.max_local_workers if ctx.max_local_workers is not None else os.cpu_count() or 1))
+            max_actors = max(n, int(ctx.max_actors or n))
+            self.placement = AutoPlacement(
+                local=int(ctx.local_workers),
+                remote=n,
+                min_local=0,
+                max_local=max_local,
+                min_remote=int(ctx.min_actors),
+                max_remote=max_actors,
+                local_cpu_price=float(ctx.local_cpu_price),
+                remote_cpu_price=float(ctx.remote_cpu_price),
+                actor_cpus=float(ctx.actor_cpus) or 1.0,
+                target=ctx.target_throughput,
+                slack=float(ctx.slack),
             )
-        # The executor keeps this many chunks in flight: every slot's capacity, plus room
-        # for the actors the controller may add.
-        extra = (self._controller.max_actors - n) * per if self._controller else 0
-        self.parallelism = sum(s.capacity for s in self._slots) + extra
-        self._await_ready([s.handle for s in self._slots if s.handle is not None])
+        # The first window starts at the first reply: start-up is not the placement's rate.
+        self._window_t0: float | None = None
+        self._window_samples = 0
+        self._serving = (0, 0)
+        # The executor keeps this many chunks in flight: room for every worker the
+        # placement may add (threads beyond the serving slots wait in _acquire).
+        self.parallelism = max_local + max_actors * per
+        self._await_ready([s for s in self._slots if s.handle is not None])
         self._log(f"start: {n} actors x {per} in flight, {ctx.local_workers} local workers")
 
-    def _await_ready(self, handles: list) -> None:
+    def _await_ready(self, slots: list[_Slot]) -> None:
         # An actor Ray cannot place (too few free CPUs) would leave its chunks waiting
         # forever: fail clearly instead. Building the stage in each actor also surfaces
         # errors (a UDF that does not unpickle there) before any data moves.
         ray = self._ray
-        refs = [h.pid.remote() for h in handles]
+        refs = [s.ready for s in slots]
         ready, pending = ray.wait(refs, num_returns=len(refs), timeout=self._ctx.actor_start_timeout_s)
         if pending:
             self.shutdown()
@@ -197,100 +177,179 @@ class RayPool:
             self.shutdown()
             cause = e.__cause__ or e
             raise RuntimeError(f"stage {self.label}: the Ray actors could not build the stage: {cause}") from e
+        for s in slots:
+            s.ready = None
+
+    def _check_cluster(self) -> None:
+        # Ray starts a fresh local cluster on the first API call after ray.shutdown(): a
+        # pipeline outliving its cluster must fail instead of silently starting another.
+        if not self._ray.is_initialized():
+            raise RuntimeError(f"stage {self.label}: the Ray cluster was shut down while the pipeline ran")
 
     # Slots -------------------------------------------------------------------------------
     def _new_actor(self) -> _Slot:
+        self._check_cluster()
         cls = _actor_class(self._ray)
         opts: dict[str, Any] = {"num_cpus": self._ctx.actor_cpus, "max_restarts": 0}
         if self._ctx.runtime_env:
             opts["runtime_env"] = self._ctx.runtime_env
         self._serial += 1
-        handle = cls.options(**opts).remote(self._init)
+        handle = cls.options(**opts).remote(self._init, bool(self._ctx.zero_copy))
         slot = _Slot(f"actor-{self._serial}", self._per_actor, handle=handle)
+        slot.ready, slot.started = handle.pid.remote(), time.monotonic()
+        self._all.append(slot)
+        return slot
+
+    def _new_local(self) -> _Slot:
+        self._local_serial += 1
+        slot = _Slot(f"local-{self._local_serial}", 1, local=_native.ChainWorker(self._init))
         self._all.append(slot)
         return slot
 
     def _log(self, msg: str) -> None:
         self.events.append(f"{time.strftime('%H:%M:%S')} {self.label}: {msg}")
 
+    def _poll_starting(self) -> None:
+        """Marks started actors ready; drops those that fail or take too long to start."""
+        ray = self._ray
+        if not ray.is_initialized():
+            return
+        for s in [s for s in self._slots if not s.is_ready]:
+            done, _ = ray.wait([s.ready], timeout=0)
+            if done:
+                try:
+                    ray.get(done[0])
+                    s.ready = None
+                    continue
+                except ray.exceptions.RayError as e:
+                    why = f"could not start ({type(e).__name__})"
+            elif time.monotonic() - s.started > self._ctx.actor_start_timeout_s:
+                why = f"did not start within {self._ctx.actor_start_timeout_s:.0f} s"
+            else:
+                continue
+            self._slots.remove(s)
+            self._kill(s)
+            self._log(f"{s.name} {why}; dropped")
+
     def _acquire(self) -> _Slot:
         with self._lock:
             while True:
                 if self._closed:
                     raise RuntimeError(f"stage {self.label}: the Ray pool is shut down")
-                free = [s for s in self._slots if not s.retiring and s.in_flight < s.capacity]
+                self._poll_starting()
+                free = [s for s in self._slots if s.is_ready and not s.retiring and s.in_flight < s.capacity]
                 if free:
                     # Least loaded relative to capacity; local first on ties (no transfer).
                     slot = min(free, key=lambda s: (s.in_flight / s.capacity, not s.is_local))
                     slot.in_flight += 1
                     return slot
-                self._lock.wait(0.5)
+                self._lock.wait(0.05 if any(not s.is_ready for s in self._slots) else 0.5)
 
-    def _release(self, slot: _Slot, busy: float, ok: bool) -> None:
+    def _release(self, slot: _Slot, busy: float, items: int, ok: bool) -> None:
         with self._lock:
             slot.in_flight -= 1
             if ok:
                 slot.done += 1
                 slot.busy_s += busy
                 self.chunks += 1
-            if slot.retiring and slot.in_flight == 0 and slot.handle is not None:
-                self._slots.remove(slot)
-                self._ray.kill(slot.handle)
+                self.samples += items
+                self._window_samples += items
+            if slot.retiring and slot.in_flight == 0:
+                self._retire(slot)
             self._lock.notify_all()
+
+    def _retire(self, slot: _Slot) -> None:
+        if slot in self._slots:
+            self._slots.remove(slot)
+        self._kill(slot)
+
+    def _kill(self, slot: _Slot) -> None:
+        if slot.handle is not None and self._ray.is_initialized():
+            try:
+                self._ray.kill(slot.handle)
+            except Exception:  # the cluster may already be gone at interpreter exit
+                pass
 
     def _replace(self, slot: _Slot, why: str) -> None:
         with self._lock:
             if slot in self._slots:
                 self._slots.remove(slot)
-                if not self._closed:
+                if not self._closed and self._ray.is_initialized():
                     fresh = self._new_actor()
                     self._slots.append(fresh)
                     self._log(f"{slot.name} lost ({why}); replaced by {fresh.name}")
             self._lock.notify_all()
 
-    def _autoscale(self) -> None:
-        if self._controller is None:
+    # Placement ---------------------------------------------------------------------------
+    def _window(self) -> None:
+        """At the end of a measurement window, asks the placement what to change."""
+        if self.placement is None:
             return
         with self._lock:
-            actors = [s for s in self._slots if s.handle is not None and not s.retiring]
-            decision = self._controller.observe(len(actors))
+            now = time.monotonic()
+            # A window counts only once every worker is serving: an actor's start-up would
+            # read as a slowdown of the placement that added it.
+            if self._window_t0 is None or any(not s.is_ready for s in self._slots):
+                self._window_t0, self._window_samples = now, 0
+                return
+            elapsed = now - self._window_t0
+            if elapsed < self._ctx.autoscale_window_s:
+                return
+            rate = self._window_samples / elapsed
+            self._window_t0, self._window_samples = now, 0
+            decision = self.placement.observe(rate)
             if decision is None:
                 return
-            step, why = decision
-            if step > 0:
-                slot = self._new_actor()
-                self._slots.append(slot)
-                self._log(f"+1 actor -> {len(actors) + 1} ({why})")
-            elif len(actors) > 1:
-                victim = min(actors, key=lambda s: s.in_flight)
-                victim.retiring = True
-                if victim.in_flight == 0:
-                    self._slots.remove(victim)
-                    self._ray.kill(victim.handle)
-                self._log(f"-1 actor -> {len(actors) - 1} ({why})")
+            self._apply(decision.local, decision.remote)
+            self._log(
+                f"[{decision.state}] {decision.local:+d} local {decision.remote:+d} actors -> "
+                f"{decision.local_workers} local + {decision.remote_actors} actors, "
+                f"${decision.cost_per_hour:.3f}/h: {decision.reason}"
+            )
             self._lock.notify_all()
 
+    def _apply(self, local: int, remote: int) -> None:
+        if remote > 0:
+            self._slots.extend(self._new_actor() for _ in range(remote))
+        for _ in range(-remote):
+            actors = [s for s in self._slots if s.handle is not None and not s.retiring]
+            if actors:
+                self._retire_one(actors)
+        if local > 0:
+            self._slots.extend(self._new_local() for _ in range(local))
+        for _ in range(-local):
+            locals_ = [s for s in self._slots if s.is_local and not s.retiring]
+            if locals_:
+                self._retire_one(locals_)
+
+    def _retire_one(self, slots: list[_Slot]) -> None:
+        # The least busy one stops taking work and goes once its chunks are back.
+        victim = min(slots, key=lambda s: s.in_flight)
+        victim.retiring = True
+        if victim.in_flight == 0:
+            self._retire(victim)
+
     # The Workers protocol ----------------------------------------------------------------
-    def run(self, frame: bytes) -> bytes:
-        """Runs one request frame somewhere and returns its reply frame; a chunk whose actor
-        dies is re-run on a fresh actor (up to ``max_retries`` times)."""
+    def run(self, frame: bytes, items: int = 0) -> Any:
+        """Runs one request frame (``items`` samples) somewhere and returns its reply (a
+        frame, or a split reply); a chunk whose actor dies is re-run on a fresh actor (up to
+        ``max_retries`` times)."""
         ray = self._ray
         dead = (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError)
         attempts = 0
         while True:
             slot = self._acquire()
             t = time.perf_counter()
-            ok = False
             try:
+                self._check_cluster()
                 if slot.is_local:
-                    out = slot.local.run(frame)
+                    out = slot.local.run_split(frame) if self._ctx.zero_copy else slot.local.run(frame)
                 else:
                     out = self._wait(slot.handle.run.remote(frame))
-                ok = True
             except dead as e:
                 attempts += 1
                 self.retries += 1
-                self._release(slot, 0.0, False)
+                self._release(slot, 0.0, 0, False)
                 if self._closed:
                     raise RuntimeError(f"stage {self.label}: the Ray pool is shut down") from e
                 if attempts > self._ctx.max_retries:
@@ -301,16 +360,17 @@ class RayPool:
                 self._replace(slot, type(e).__name__)
                 continue
             except BaseException:
-                self._release(slot, 0.0, False)
+                self._release(slot, 0.0, 0, False)
                 raise
-            self._release(slot, time.perf_counter() - t, ok)
-            self._autoscale()
+            self._release(slot, time.perf_counter() - t, items, True)
+            self._window()
             return out
 
-    def _wait(self, ref: Any) -> bytes:
+    def _wait(self, ref: Any) -> Any:
         # Wait in short steps so a shut-down pool never leaves a thread blocked forever.
         ray = self._ray
         while True:
+            self._check_cluster()
             ready, _ = ray.wait([ref], timeout=0.5)
             if ready:
                 return ray.get(ready[0])
@@ -321,18 +381,20 @@ class RayPool:
                     pass
                 raise RuntimeError(f"stage {self.label}: the Ray pool is shut down")
 
+    def _counts(self) -> tuple[int, int]:
+        serving = [s for s in self._slots if not s.retiring]
+        return sum(1 for s in serving if s.is_local), sum(1 for s in serving if not s.is_local)
+
     def shutdown(self) -> None:
         """Kills the stage's actors (called once when the stage ends)."""
         with self._lock:
+            if not self._closed:
+                self._serving = self._counts()
             self._closed = True
             slots, self._slots = self._slots, []
             self._lock.notify_all()
         for s in slots:
-            if s.handle is not None:
-                try:
-                    self._ray.kill(s.handle)
-                except Exception:  # the cluster may already be gone at interpreter exit
-                    pass
+            self._kill(s)
         self._log("shutdown")
 
     # Introspection -----------------------------------------------------------------------
@@ -342,16 +404,28 @@ class RayPool:
             return [s.handle for s in self._slots if s.handle is not None and not s.retiring]
 
     def report(self) -> dict:
-        """Per-slot chunk counts and busy time, retries and placement events."""
+        """Per-slot chunk counts and busy time, retries, placement state and decisions, and
+        events."""
         with self._lock:
             slots = [
                 {"name": s.name, "local": s.is_local, "chunks": s.done, "busy_s": round(s.busy_s, 3)}
                 for s in self._all
             ]
+            # Workers serving now, or when the stage ended.
+            local, remote = self._serving if self._closed else self._counts()
+            placement: dict = {"local_workers": local, "remote_actors": remote}
+            decisions: list[dict] = []
+            if self.placement is not None:
+                p = self.placement
+                placement |= {"state": p.state, "cost_per_hour": round(p.cost_per_hour(), 4)}
+                decisions = [d.as_dict() for d in p.decisions]
         return {
             "stage": self.label,
             "chunks": self.chunks,
+            "samples": self.samples,
             "retries": self.retries,
             "slots": slots,
+            "placement": placement,
+            "decisions": decisions,
             "events": list(self.events),
         }

@@ -1,11 +1,16 @@
 """sluice on a real local Ray cluster: byte-identical output, split to trainers, UDF shipping,
-fault tolerance (an actor killed mid-epoch), resume, hybrid placement, clean shutdown.
+fault tolerance (an actor killed mid-epoch), resume, hybrid placement (AutoPlacement), the
+offload rule's choices, clear errors, clean shutdown.
 
-One cluster for the module (Ray's startup takes seconds); actors take no CPU reservation so
-a test's leftover actors can never starve the next test's.
+One cluster shared by the module (Ray's startup takes seconds), started by the first test
+that needs it and again by any test after one that shut it down, so tests pass in any
+order. Actors take no CPU reservation so a test's leftover actors can never starve the next
+test's. Ray's workers inherit ``PYTHONPATH`` with this checkout's ``python/`` first, so
+actors import the same sluice as the test (checked by ``test_workers_import_this_sluice``).
 """
 
 import os
+import pathlib
 import pickle
 import shutil
 import sys
@@ -22,10 +27,17 @@ from sluice import image
 ray = pytest.importorskip("ray")
 
 
-@pytest.fixture(scope="module")
-def cluster():
+SLUICE_ROOT = str(pathlib.Path(sluice.__file__).resolve().parents[1])
+_CLUSTERS: list[str] = []  # temp dirs of the clusters this module started
+
+
+def _start_cluster() -> str:
     # A short path: Ray's unix sockets live under it (108-byte limit).
     tmp = tempfile.mkdtemp(prefix="sr", dir="/tmp")
+    # The raylet and every worker it spawns inherit this environment.
+    path = os.environ.get("PYTHONPATH", "")
+    if not path.startswith(SLUICE_ROOT):
+        os.environ["PYTHONPATH"] = SLUICE_ROOT + (os.pathsep + path if path else "")
     ray.init(
         num_cpus=2,
         include_dashboard=False,
@@ -33,11 +45,25 @@ def cluster():
         _temp_dir=tmp,
         log_to_driver=False,
     )
-    try:
-        yield tmp
-    finally:
+    _CLUSTERS.append(tmp)
+    return tmp
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _module_cluster():
+    yield
+    if ray.is_initialized():
         ray.shutdown()
+    for tmp in _CLUSTERS:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture
+def cluster():
+    """The module's running cluster (its temp dir), started if none runs."""
+    if not ray.is_initialized():
+        _start_cluster()
+    return _CLUSTERS[-1]
 
 
 def ctx(**kw):
@@ -70,6 +96,16 @@ def same(a, b):
             assert xa.tobytes() == ya.tobytes(), key
 
 
+def test_workers_import_this_sluice(cluster):
+    @ray.remote(num_cpus=0)
+    def where():
+        import sluice as s
+
+        return s.__file__
+
+    assert ray.get(where.remote()) == sluice.__file__
+
+
 def test_output_is_byte_identical_to_local(cluster, images_dir):
     ds = cv(images_dir, k=3)  # the lambda closes over k: shipped by cloudpickle
     local = list(ds.iter(seed=11, chunk_size=4))
@@ -82,8 +118,47 @@ def test_output_is_byte_identical_to_local(cluster, images_dir):
     assert pool["chunks"] > 0 and pool["retries"] == 0
     assert sum(s["chunks"] for s in pool["slots"] if not s["local"]) == pool["chunks"]
     assert "ray:" in str(stats)
-    plan = c.offload_plan(ds, seed=11)
-    assert any("ray" in d for d in plan["decisions"])
+    plan = c.explicit_plan(ds, seed=11)
+    assert any("→ ray (2 workers)" in d for d in plan.decisions), plan.decisions
+    # Replies as one byte frame (the path before zero-copy results) give the same bytes.
+    same(local, list(ds.iter(seed=11, chunk_size=4, context=ctx(zero_copy=False))))
+    # Tensors big enough to leave the frame come back through the object store intact.
+    big = big_outputs()
+    same(list(big.iter(seed=2, chunk_size=4)), list(big.iter(seed=2, chunk_size=4, context=ctx())))
+
+
+def big_outputs(n=24):
+    # 160 KB per sample: above the split threshold, so it travels out of band.
+    return sluice.range(n).map(lambda s, rng: {"id": s["id"], "x": np.full(40_000, rng.random(), np.float32)}).batch(4)
+
+
+def test_split_replies_carry_tensors_out_of_band():
+    """The reply protocol with a test double for the pool (no cluster): tensors leave the
+    frame as uint8 arrays that pickle protocol 5 — Ray's serializer — carries out of band."""
+    from sluice import _native
+
+    seen = []
+
+    class SplitPool:
+        def __init__(self, init, workers, label):
+            self.worker, self.parallelism = _native.ChainWorker(init), 1
+
+        def run(self, frame, items):
+            head, bufs = self.worker.run_split(frame)
+            oob = []
+            pickle.dumps((head, bufs), protocol=5, buffer_callback=oob.append)
+            seen.append((items, len(bufs), len(oob), {b.dtype.name for b in bufs}, len(head)))
+            return head, bufs
+
+        def shutdown(self):
+            pass
+
+    ds = big_outputs()
+    it = _native.iter_offloaded(ds._native, 7, None, 4, "ray", SplitPool, 1, None)
+    got = [dict(b) for b in it]
+    same(list(ds.iter(seed=7, chunk_size=4)), got)
+    assert seen and all(n == 4 and bufs == 4 == oob and kinds == {"uint8"} for n, bufs, oob, kinds, _ in seen), seen
+    assert all(head < 2_000 for *_, head in seen), "the frame holds no tensor bytes"
 
 
 def test_udf_errors_name_the_op_and_sample(cluster):
@@ -169,21 +244,76 @@ def test_hybrid_local_and_remote_serve_one_stage(cluster):
     assert {s["local"] for s in slots if s["chunks"]} == {True, False}, slots
 
 
-def test_autoscale_controller_with_hysteresis():
-    from sluice.ray_backend import _Controller
+def test_autoplacement_on_the_cluster_moves_workers_and_says_why(cluster):
+    def make(delay):
+        def slow(s, rng):
+            if delay:
+                time.sleep(delay)  # releases the GIL: every worker added adds throughput
+            return {"id": s["id"], "r": rng.random()}
 
-    c = _Controller(min_actors=1, max_actors=3, window_s=1.0, t0=0.0)
+        return sluice.range(1600).map(slow).batch(16)
 
-    def window(rate, actors, t):
-        out = None
-        for i in range(rate):
-            out = c.observe(actors, now=t + i / rate) or out
-        return c.observe(actors, now=t + 1.0)
+    expected = list(make(0).iter(seed=5, chunk_size=4))
+    c = ctx(
+        num_actors=1,
+        autoscale=True,
+        min_actors=1,
+        max_actors=2,
+        max_local_workers=1,
+        autoscale_window_s=0.25,
+    )
+    it = make(0.002).iter(seed=5, chunk_size=4, context=c)
+    same(expected, list(it))
+    (pool,) = it.stats()["remote"]
+    decisions = pool["decisions"]
+    assert decisions, pool["events"]
+    first = decisions[0]
+    assert (first["state"], first["remote"], first["remote_actors"]) == ("scale_remote", 1, 2), first
+    assert all(d["reason"] and d["rate"] > 0 and "cost_per_hour" in d for d in decisions)
+    # The added actor served chunks; the pool's figures and the text report show the state.
+    assert any(s["name"] == "actor-2" and s["chunks"] > 0 for s in pool["slots"]), pool["slots"]
+    assert pool["placement"]["state"] == decisions[-1]["state"] or pool["placement"]["state"]
+    assert pool["samples"] == 1600
+    assert "[scale_remote]" in str(it.stats())
 
-    assert window(10, 1, 0.0)[0] == +1  # first window: try one more actor
-    assert window(20, 2, 1.0)[0] == +1  # +100%: keep adding
-    step, why = window(10, 3, 2.0)  # -50%: undo
-    assert step == -1 and "undo" in why
+
+def test_enable_offload_moves_the_cpu_heavy_stage_and_not_the_cheap_one(cluster):
+    def heavy(s):
+        x = 0
+        for i in range(30_000):  # ~2 ms of GIL-bound CPU
+            x += i * i
+        return {"id": s["id"], "x": x % 97 + s["id"]}
+
+    def cheap(s):
+        return {**s, "y": s["x"] + 1}
+
+    ds = (
+        sluice.range(240)
+        .map(heavy, name="heavy")
+        .map(sluice.ops.select(["id", "x"]))
+        .map(cheap, name="cheap")
+        .batch(10)
+    )
+    c = ctx(num_actors=None)
+    plan = c.optimize(ds, ds.profile(samples=40))
+    ray_stages = [s for s in plan.stages if s.get("backend") == "ray"]
+    assert [s["label"] for s in ray_stages] in (["heavy"], ["read+heavy"]), str(plan)
+    assert ray_stages[0]["workers"] == 2, str(plan)  # both CPUs of this one-node cluster
+    assert any("cheap stays local" in d for d in plan.decisions), plan.decisions
+    assert plan.data["options"]["remote_cpus"] == 2 and plan.data["options"]["remote_shares_local_cores"]
+    assert plan.predicted_throughput > 0 and plan.bottleneck
+    it = ds.iter(seed=3, plan=plan, context=c)
+    same(list(ds.iter(seed=3)), list(it))
+    (pool,) = it.stats()["remote"]
+    assert "heavy" in pool["stage"] and "cheap" not in pool["stage"]
+
+
+def test_unreachable_cluster_fails_fast_and_clearly():
+    for address in ("ray://127.0.0.1:1", "127.0.0.1:1"):
+        t = time.monotonic()
+        with pytest.raises(ConnectionError, match=r"cannot reach the Ray cluster at .*127\.0\.0\.1:1"):
+            list(sluice.range(4).iter(context=sluice.Context(address, connect_timeout_s=2)))
+        assert time.monotonic() - t < 5, address
 
 
 def test_break_and_close_leave_no_actor_processes(cluster):
@@ -199,24 +329,66 @@ def test_break_and_close_leave_no_actor_processes(cluster):
         time.sleep(0.2)
 
 
+def test_context_checks_its_options():
+    for bad in (
+        {"local_cpu_price": -1},
+        {"slack": -0.1},
+        {"autoscale_window_s": 0},
+        {"min_actors": -1},
+        {"max_local_workers": 1.5},
+        {"remote_cpus": "8"},
+    ):
+        with pytest.raises(ValueError):
+            sluice.Context("auto", **bad)
+    ok = sluice.Context("auto", min_actors=0, local_workers=1, target_throughput=500.0)
+    assert ok.remote and ok.zero_copy
+
+
 def test_missing_ray_gives_install_hint(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)
     with pytest.raises(ImportError, match=r"pip install sluice\[ray\]"):
         sluice.Context("auto").connect()
 
 
+def _processes_of(tmp: str) -> set[int]:
+    """Processes whose command line names the cluster's temp dir (raylet, GCS, workers)."""
+    found = set()
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            if tmp in " ".join(p.info["cmdline"] or []):
+                found.add(p.info["pid"])
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def test_shutdown_leaves_no_cluster_processes(cluster):
+    # Something must run for the check to mean anything: a pipeline's actors, mid-epoch.
+    ds = sluice.range(10_000).map(lambda s: s).batch(4)
+    c = ctx(num_actors=2)
+    it = ds.iter(seed=0, chunk_size=4, context=c)
+    next(it)
+    actors = set(ray.get([h.pid.remote() for h in c.pools()[-1].actor_handles()]))
+    before = _processes_of(cluster) | actors
+    assert len(actors) == 2 and all(_alive(p) for p in actors)
+    assert len(before - actors) >= 2, "the raylet and GCS should name the temp dir"
     ray.shutdown()
     deadline = time.monotonic() + 20
-    while True:
-        left = []
-        for p in psutil.process_iter(["pid", "cmdline"]):
-            try:
-                if cluster in " ".join(p.info["cmdline"] or []):
-                    left.append(p.info["pid"])
-            except (psutil.NoSuchProcess, psutil.AccessDenied):
-                pass
-        if not left:
-            break
+    while left := sorted(p for p in before if _alive(p)):
         assert time.monotonic() < deadline, f"Ray processes {left} outlive ray.shutdown()"
         time.sleep(0.3)
+    # The iterator whose cluster vanished stops without hanging.
+    t = time.monotonic()
+    with pytest.raises(Exception):
+        for _ in it:
+            pass
+    it.close()
+    assert time.monotonic() - t < 15
+    assert not ray.is_initialized(), "the pipeline must not start a new cluster"

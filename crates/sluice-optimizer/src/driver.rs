@@ -5,7 +5,8 @@
 //! Order: reorder (on single-op stages, so any order is expressible) → caching (takes the
 //! deterministic prefix out of the chains) → placement (threads, inline or processes) →
 //! fusion (merges neighbours placed alike) → parallelism (sizes the merged stages) →
-//! prefetch (queue depths for the final shape).
+//! offload (moves stages to Ray when it pays, re-sizing the rest) → prefetch (queue depths
+//! for the final shape).
 
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
@@ -15,7 +16,7 @@ use sluice_core::{
     Variant,
 };
 
-use crate::model::{predict, Prediction};
+use crate::model::{predict_with, Prediction, RemoteModel};
 use crate::options::OptimizerOptions;
 use crate::plan::{CachePoint, Plan};
 use crate::profile::Profile;
@@ -143,6 +144,9 @@ pub fn optimize_physical(input: &OptimizeInput) -> Result<Optimized> {
     if o.enable_local_parallelism {
         order.push(Box::new(rules::parallelism::Parallelism));
     }
+    if o.enable_offload {
+        order.push(Box::new(rules::offload::Offload));
+    }
     if o.enable_prefetch {
         order.push(Box::new(rules::prefetch::Prefetch));
     }
@@ -155,13 +159,14 @@ pub fn optimize_physical(input: &OptimizeInput) -> Result<Optimized> {
             ))
         })?;
     }
-    if o.enable_offload {
-        draft.note(
-            "offload",
-            "needs a Ray context (sluice.Context); planned locally",
-        );
-    }
-    let prediction = predict(&draft.plan, &input.profile, cpus, draft.cache.as_ref());
+    let remote = RemoteModel::from_options(o);
+    let prediction = predict_with(
+        &draft.plan,
+        &input.profile,
+        cpus,
+        draft.cache.as_ref(),
+        remote.as_ref(),
+    );
     Ok(Optimized {
         plan: draft.plan,
         cache: draft.cache,

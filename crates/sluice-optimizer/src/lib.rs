@@ -4,8 +4,8 @@
 //! - [`profile`] runs a sample of the pipeline op by op and measures CPU time, bytes and
 //!   selectivity per op ([`Profile`], JSON).
 //! - [`model`] predicts a physical plan's throughput and bottleneck from a profile.
-//! - [`rules`] rewrite the plan (reorder, caching, placement, fusion, parallelism, prefetch),
-//!   each in its own module with its tests; [`driver`] runs them and checks invariants.
+//! - [`rules`] rewrite the plan (reorder, caching, placement, fusion, parallelism, offload,
+//!   prefetch), each in its own module with its tests; [`driver`] runs them and checks invariants.
 //! - [`Plan`] is the result as a readable file that a run can load.
 //!
 //! ```
@@ -39,7 +39,7 @@ pub mod rules;
 mod testing;
 
 pub use driver::{optimize_physical, OptimizeInput, Optimized};
-pub use model::{predict, Prediction, StagePrediction};
+pub use model::{predict, predict_with, Prediction, RemoteModel, StagePrediction, TransferCosts};
 pub use options::OptimizerOptions;
 pub use plan::{CachePoint, Plan, PlanStage};
 pub use profile::{profile, Machine, OpProfile, Profile, ProfileOptions};

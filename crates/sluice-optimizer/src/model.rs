@@ -9,6 +9,12 @@
 //! - A stage of N workers sustains N / (CPU seconds per source sample); stages on threads or
 //!   inline that run Python share one GIL; inline stages share the consumer thread; and all
 //!   CPU work shares the machine's cores. The prediction is the tightest of those bounds.
+//! - A stage on remote workers ([`RemoteModel`], Ray actors) runs its ops' CPU there: an
+//!   actor does one chunk at a time (`k` items: `k·c` of work plus its own per-chunk
+//!   overhead, with `in_flight` chunks queued so the round trip overlaps). Here it costs the
+//!   submitting and receiving per chunk (GIL held) and one copy of the reply; the bytes moved
+//!   per sample (item coordinates or samples in, outputs back) are bounded by the link.
+//!   On a single-node cluster the actors' CPU still counts against this machine's cores.
 
 use std::collections::HashMap;
 
@@ -26,6 +32,94 @@ pub const COPY_BYTES_PER_S: f64 = 4e9;
 /// Reading a cached sample back from the disk tier (page cache or SSD, plus decoding the
 /// record): about one GB/s.
 pub const DISK_BYTES_PER_S: f64 = 1e9;
+
+/// What moving one chunk through a remote backend costs, besides the ops' own CPU. Defaults
+/// measured on this project's 2-core reference machine with a local Ray 2.60 cluster
+/// (`benchmarks/ray_overhead.py`, noop pipeline, chunks of 64: round trip 1.05–1.36 ms, actor
+/// 0.4–0.6 ms, driver 0.5–0.8 ms of CPU per chunk over three smoke runs on a shared machine);
+/// a network link of 10 Gb/s is assumed. Every term is an option, so a user can put their
+/// cluster's figures in.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct TransferCosts {
+    /// Wall seconds a chunk's round trip takes besides its work (submit, schedule, object
+    /// store put and get): hidden when enough chunks are in flight per actor.
+    #[serde(rename = "offload_round_trip_s")]
+    pub round_trip_s: f64,
+    /// CPU seconds per chunk an actor spends besides the ops (decoding the request,
+    /// encoding and storing the reply).
+    #[serde(rename = "offload_actor_s_per_chunk")]
+    pub actor_s_per_chunk: f64,
+    /// CPU seconds per chunk in this process, holding the GIL (submitting, waiting, taking
+    /// the reply).
+    #[serde(rename = "offload_driver_s_per_chunk")]
+    pub driver_s_per_chunk: f64,
+    /// Bytes per second between the cluster and this machine.
+    #[serde(rename = "offload_bandwidth")]
+    pub bandwidth: f64,
+    /// Request bytes per item when actors reopen the source (item coordinates only).
+    #[serde(rename = "offload_item_bytes")]
+    pub item_bytes: f64,
+    /// Chunks queued per actor.
+    #[serde(rename = "offload_in_flight")]
+    pub in_flight: usize,
+}
+
+impl Default for TransferCosts {
+    fn default() -> Self {
+        TransferCosts {
+            round_trip_s: 1.2e-3,
+            actor_s_per_chunk: 0.5e-3,
+            driver_s_per_chunk: 0.7e-3,
+            bandwidth: 1.25e9,
+            item_bytes: 80.0,
+            in_flight: 2,
+        }
+    }
+}
+
+/// Remote workers a plan may put stages on: the backend's name in plans, the CPUs its
+/// cluster offers and what moving data costs.
+///
+/// ```
+/// use sluice_optimizer::{OptimizerOptions, RemoteModel};
+/// assert!(RemoteModel::from_options(&OptimizerOptions::default()).is_none());
+/// let o = OptimizerOptions { remote_cpus: Some(64.0), ..Default::default() };
+/// assert_eq!(RemoteModel::from_options(&o).unwrap().max_actors(), 64);
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct RemoteModel {
+    pub backend: String,
+    pub cpus: f64,
+    pub shares_local_cores: bool,
+    pub actor_cpus: f64,
+    pub max_actors: Option<usize>,
+    pub costs: TransferCosts,
+}
+
+/// The backend name of Ray actors in plans.
+pub const RAY: &str = "ray";
+
+impl RemoteModel {
+    /// The Ray cluster described by `o` (`None` without `remote_cpus`).
+    pub fn from_options(o: &crate::OptimizerOptions) -> Option<RemoteModel> {
+        let cpus = o.remote_cpus.filter(|c| *c > 0.0)?;
+        Some(RemoteModel {
+            backend: RAY.into(),
+            cpus,
+            shares_local_cores: o.remote_shares_local_cores,
+            actor_cpus: o.actor_cpus.max(0.0),
+            max_actors: o.max_actors,
+            costs: o.transfer.clone(),
+        })
+    }
+    /// Actors the cluster can hold at once (an actor reserving no CPU still needs one to
+    /// run on).
+    pub fn max_actors(&self) -> usize {
+        let by_cpus = (self.cpus / self.actor_cpus.max(1.0)).floor() as usize;
+        self.max_actors.map_or(by_cpus, |m| m.min(by_cpus))
+    }
+}
 
 /// What the model predicts for one stage.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -120,6 +214,17 @@ pub fn predict(
     cores: usize,
     cache: Option<&CachePoint>,
 ) -> Prediction {
+    predict_with(plan, profile, cores, cache, None)
+}
+
+/// [`predict`], with stages on `remote`'s backend modelled as running there.
+pub fn predict_with(
+    plan: &PhysicalPlan,
+    profile: &Profile,
+    cores: usize,
+    cache: Option<&CachePoint>,
+    remote: Option<&RemoteModel>,
+) -> Prediction {
     let mut flow = Flow::new(profile);
     let mut read_cpu = profile.source.cpu_per_item();
     if let Some(c) = cache {
@@ -139,6 +244,10 @@ pub fn predict(
         .map_or(0, |i| i + 1);
     let mut stages = Vec::new();
     let (mut gil, mut consumer, mut total) = (0.0, 0.0, 0.0);
+    // Bytes per source sample crossing the link to and from remote workers.
+    let mut link_bytes = 0.0;
+    let chunk = plan.source.chunk_size.max(1) as f64;
+    let source_ships = plan.source.source.ship().is_some();
     // The source thread: one position per sample plus the hand-off.
     let src_cpu = HANDOFF_S;
     stages.push(StagePrediction {
@@ -150,6 +259,37 @@ pub fn predict(
     total += src_cpu;
     for (i, st) in plan.stages.iter().enumerate() {
         let inline = i >= first_inline;
+        let on_remote = remote.filter(
+            |r| matches!(&st.variant, Variant::Pool { backend, .. } if *backend == r.backend),
+        );
+        if let (Some(r), StageKind::Chain { read, ops }) = (on_remote, &st.kind) {
+            let bytes_in = if !*read {
+                flow.bytes * flow.items
+            } else if source_ships {
+                r.costs.item_bytes
+            } else {
+                profile.source.bytes_out_per_item()
+            };
+            let mut cpu = if *read { read_cpu } else { 0.0 };
+            cpu += ops.iter().map(|o| flow.pass(o.op_id)).sum::<f64>();
+            let bytes_out = flow.bytes * flow.items;
+            let p = remote_stage(r, cpu, bytes_in, bytes_out, chunk, st.variant.workers());
+            link_bytes += bytes_in + bytes_out;
+            gil += p.driver_gil;
+            total += p.driver_cpu
+                + if r.shares_local_cores {
+                    p.remote_cpu
+                } else {
+                    0.0
+                };
+            stages.push(StagePrediction {
+                label: st.kind.label(),
+                variant: st.variant.to_string(),
+                cpu_per_sample: cpu,
+                capacity: p.capacity,
+            });
+            continue;
+        }
         let mut cpu = HANDOFF_S * flow.items;
         let mut python = 0.0;
         match &st.kind {
@@ -199,6 +339,9 @@ pub fn predict(
     if consumer > 0.0 {
         bounds.push((1.0 / consumer, "consumer".into()));
     }
+    if let Some(r) = remote.filter(|_| link_bytes > 0.0) {
+        bounds.push((r.costs.bandwidth / link_bytes, "link".into()));
+    }
     let (throughput, bottleneck) = bounds
         .into_iter()
         .min_by(|a, b| a.0.total_cmp(&b.0))
@@ -208,6 +351,38 @@ pub fn predict(
         bottleneck,
         stages,
         cpu_per_sample: total,
+    }
+}
+
+/// One remote stage's terms, per source sample.
+struct RemoteStageCost {
+    /// Samples per second its actors sustain.
+    capacity: f64,
+    /// CPU seconds here (GIL held) and in total here (plus the reply's copy).
+    driver_gil: f64,
+    driver_cpu: f64,
+    /// CPU seconds on the actors.
+    remote_cpu: f64,
+}
+
+fn remote_stage(
+    r: &RemoteModel,
+    cpu: f64,
+    bytes_in: f64,
+    bytes_out: f64,
+    chunk: f64,
+    actors: usize,
+) -> RemoteStageCost {
+    let c = &r.costs;
+    let busy = chunk * cpu + c.actor_s_per_chunk;
+    // An actor works on one chunk at a time; with `in_flight` queued, it idles only when the
+    // round trip outlasts the queued work (Little's law on its queue).
+    let per_actor = (chunk / busy).min(c.in_flight.max(1) as f64 * chunk / (busy + c.round_trip_s));
+    RemoteStageCost {
+        capacity: actors as f64 * per_actor,
+        driver_gil: c.driver_s_per_chunk / chunk,
+        driver_cpu: c.driver_s_per_chunk / chunk + (bytes_in + bytes_out) / COPY_BYTES_PER_S,
+        remote_cpu: cpu + c.actor_s_per_chunk / chunk,
     }
 }
 

@@ -2,6 +2,11 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::model::TransferCosts;
+
+/// Pecan's remote worker (GCP n2-standard-8 at $0.427/h) per CPU.
+pub const DEFAULT_REMOTE_CPU_PRICE: f64 = 0.427 / 8.0;
+
 /// Switches and targets of the optimizer. Every rule can be turned off, which is how the
 /// ablation benchmark measures what each contributes.
 ///
@@ -21,8 +26,25 @@ pub struct OptimizerOptions {
     pub est_throughput: Option<f64>,
     /// Cores the plan may use (`None`: all of this machine's).
     pub available_local_cpus: Option<usize>,
-    /// Place stages on remote (Ray) workers when that pays (needs a Ray context).
+    /// Place stages on remote (Ray) workers when the cost model says it pays (needs
+    /// `remote_cpus`, which a Ray `sluice.Context` fills in from the cluster's resources).
     pub enable_offload: bool,
+    /// CPUs of the Ray cluster the offload rule may use (`None`: no cluster known).
+    pub remote_cpus: Option<f64>,
+    /// Whether those CPUs are this machine's own cores (a single-node Ray): work moved there
+    /// escapes the GIL but still competes with the local stages for the same cores.
+    pub remote_shares_local_cores: bool,
+    /// CPUs Ray reserves per actor (an actor runs one chunk at a time either way).
+    pub actor_cpus: f64,
+    /// Most actors per offloaded stage (`None`: as many as the remote CPUs allow).
+    pub max_actors: Option<usize>,
+    /// What moving a chunk through Ray costs (measured defaults).
+    #[serde(flatten)]
+    pub transfer: TransferCosts,
+    /// $ per CPU-hour of this machine (`None`: already paid for, so free — Pecan's view).
+    pub local_cpu_price: Option<f64>,
+    /// $ per CPU-hour of remote CPUs (`None`: [`DEFAULT_REMOTE_CPU_PRICE`]).
+    pub remote_cpu_price: Option<f64>,
     /// AutoOrder: move ops where their declarations make it safe and the model says cheaper.
     pub enable_reorder: bool,
     /// Threads per stage from the cost model.
@@ -50,6 +72,13 @@ impl Default for OptimizerOptions {
             est_throughput: None,
             available_local_cpus: None,
             enable_offload: false,
+            remote_cpus: None,
+            remote_shares_local_cores: false,
+            actor_cpus: 1.0,
+            max_actors: None,
+            transfer: TransferCosts::default(),
+            local_cpu_price: None,
+            remote_cpu_price: None,
             enable_reorder: true,
             enable_local_parallelism: true,
             enable_processes: true,
@@ -78,6 +107,13 @@ impl OptimizerOptions {
             enable_controller: false,
             ..Default::default()
         }
+    }
+    /// $ per CPU-hour of this machine's and of remote CPUs.
+    pub fn prices(&self) -> (f64, f64) {
+        (
+            self.local_cpu_price.unwrap_or(0.0),
+            self.remote_cpu_price.unwrap_or(DEFAULT_REMOTE_CPU_PRICE),
+        )
     }
     /// The cores the plan may use on a machine with `cores`.
     pub fn cpus(&self, cores: usize) -> usize {

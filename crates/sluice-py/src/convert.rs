@@ -54,6 +54,28 @@ pub fn value_to_py(py: Python<'_>, v: Value) -> PyResult<Bound<'_, PyAny>> {
     })
 }
 
+/// A buffer of a split reply as a 1-D uint8 numpy array: a tensor's buffer is handed to
+/// numpy as is (viewed as bytes), a `bytes` value copied once.
+pub fn out_of_band_to_py(
+    py: Python<'_>,
+    b: sluice_remote::wire::OutOfBand,
+) -> PyResult<Bound<'_, PyAny>> {
+    use sluice_remote::wire::OutOfBand;
+    match b {
+        OutOfBand::Bytes(b) => array(py, vec![b.len()], b.to_vec()),
+        // Views: the array that owns the tensor's `Vec` stays their base.
+        OutOfBand::Tensor(t) => value_to_py(py, Value::Tensor(t))?
+            .call_method1("reshape", (-1,))?
+            .call_method1("view", ("uint8",)),
+    }
+}
+
+/// The bytes of a C-contiguous uint8 numpy array (a buffer of a split reply), borrowed.
+pub fn u8_array_bytes<'a>(a: &'a numpy::PyReadonlyArray1<'_, u8>) -> PyResult<&'a [u8]> {
+    a.as_slice()
+        .map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("reply buffer: {e}")))
+}
+
 /// A field name and its interned Python string.
 type KeyEntry = (std::sync::Arc<str>, ManuallyDrop<Py<PyString>>);
 

@@ -54,27 +54,53 @@ fn profile_text(json: &str) -> PyResult<String> {
     Ok(Profile::from_json(json).py()?.to_string())
 }
 
+/// `ray_factory`: the Ray pool maker of a `sluice.Context`, so the offload rule may place
+/// stages on Ray.
 #[pyfunction]
-#[pyo3(signature = (ds, profile_json, options_json, seed=0))]
+#[pyo3(signature = (ds, profile_json, options_json, seed=0, ray_factory=None))]
 fn optimize(
     py: Python<'_>,
     ds: &PyDataset,
     profile_json: &str,
     options_json: &str,
     seed: u64,
+    ray_factory: Option<Py<PyAny>>,
 ) -> PyResult<String> {
     let profile = Profile::from_json(profile_json).py()?;
     let options = parse_options(options_json)?;
-    // Python runs can always use the process pool, so the placement rule may choose it.
+    // Local runs can always use the process pool, so the placement rule may choose it; on
+    // Ray, Python stages run in Ray's worker processes instead.
+    let backends = match ray_factory {
+        Some(f) => sluice::exec::Backends::default().with(crate::remote::python_backend("ray", f)),
+        None => sluice::exec::Backends::default().with(crate::worker::process_backend(py)?),
+    };
     let iter = IterOptions {
         seed,
-        backends: sluice::exec::Backends::default().with(crate::worker::process_backend(py)?),
+        backends,
         ..Default::default()
     };
     let plan = py
         .detach(|| ds.ds.optimize(&profile, &options, &iter))
         .py()?;
     Ok(plan.to_json())
+}
+
+/// The cost model's prediction (JSON) for `ds` run with `plan_json` under `options_json`.
+#[pyfunction]
+fn predict(
+    py: Python<'_>,
+    ds: &PyDataset,
+    profile_json: &str,
+    plan_json: &str,
+    options_json: &str,
+) -> PyResult<String> {
+    let profile = Profile::from_json(profile_json).py()?;
+    let plan = Plan::from_json(plan_json).py()?;
+    let options = parse_options(options_json)?;
+    let p = py
+        .detach(|| ds.ds.predict(&profile, &plan, &options))
+        .py()?;
+    serde_json::to_string(&p).map_err(|e| PyValueError::new_err(e.to_string()))
 }
 
 #[pyfunction]
@@ -93,6 +119,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(profile, m)?)?;
     m.add_function(wrap_pyfunction!(profile_text, m)?)?;
     m.add_function(wrap_pyfunction!(optimize, m)?)?;
+    m.add_function(wrap_pyfunction!(predict, m)?)?;
     m.add_function(wrap_pyfunction!(plan_text, m)?)?;
     m.add_function(wrap_pyfunction!(default_optimizer_options, m)?)?;
     Ok(())

@@ -3,8 +3,9 @@
 //! The Rust side of a pooled stage is [`RemoteStage`] (init message, chunks to request frames,
 //! reply frames back to chunks — the same wire format the process pool uses); the Python side
 //! is any object made by `factory(init, workers, label)` with a `parallelism` attribute, a
-//! `run(frame: bytes) -> bytes` method and `shutdown()` (`sluice.ray_backend.RayPool`). The
-//! placement itself is [`sluice::Dataset::offload_plan`].
+//! `run(frame: bytes, items: int)` method returning the reply frame or a split reply
+//! `(frame, [uint8 arrays])`, and `shutdown()` (`sluice.ray_backend.RayPool`). The placement
+//! is the optimizer's offload rule (a plan) or [`sluice::Dataset::offload_plan`].
 
 use std::sync::Arc;
 
@@ -48,6 +49,14 @@ impl Backend for PyPoolBackend {
     }
 }
 
+/// A backend named `name` whose pools `factory` makes (for plans that place stages on it).
+pub(crate) fn python_backend(name: &str, factory: Py<PyAny>) -> Arc<dyn Backend> {
+    Arc::new(PyPoolBackend {
+        name: name.to_string(),
+        factory,
+    })
+}
+
 struct PyPoolWorkers {
     stage: RemoteStage,
     pool: Py<PyAny>,
@@ -59,17 +68,36 @@ impl Workers for PyPoolWorkers {
         self.parallelism.max(1)
     }
     fn run(&self, chunk: Chunk) -> Result<Chunk> {
+        let items = chunk.len();
         let frame = self.stage.request(chunk, None)?;
-        // The pool waits for its actor with the GIL released (Ray's get does).
-        let reply = Python::attach(|py| -> PyResult<Vec<u8>> {
+        let codec = crate::worker::codec();
+        Python::attach(|py| -> Result<Chunk> {
+            // The pool waits for its actor with the GIL released (Ray's get does).
             let out = self
                 .pool
                 .bind(py)
-                .call_method1("run", (PyBytes::new(py, &frame),))?;
-            Ok(out.cast::<PyBytes>()?.as_bytes().to_vec())
+                .call_method1("run", (PyBytes::new(py, &frame), items))
+                .map_err(from_py)?;
+            if let Ok(bytes) = out.cast::<PyBytes>() {
+                let bytes = bytes.as_bytes();
+                return py.detach(|| self.stage.reply(bytes, Some(&*codec)));
+            }
+            // A split reply: the buffers are read where they are (a Ray object on this
+            // node is shared memory) and copied once, into the tensors.
+            let (head, bufs): (Bound<'_, PyBytes>, Vec<numpy::PyReadonlyArray1<'_, u8>>) =
+                out.extract().map_err(|e: PyErr| {
+                    from_py(pyo3::exceptions::PyTypeError::new_err(format!(
+                        "a pool's run() must return bytes or (bytes, [uint8 arrays]): {e}"
+                    )))
+                })?;
+            let slices = bufs
+                .iter()
+                .map(crate::convert::u8_array_bytes)
+                .collect::<PyResult<Vec<&[u8]>>>()
+                .map_err(from_py)?;
+            let head = head.as_bytes();
+            py.detach(|| self.stage.reply_split(head, &slices, Some(&*codec)))
         })
-        .map_err(from_py)?;
-        self.stage.reply(&reply, Some(&*crate::worker::codec()))
     }
     fn shutdown(&self) {
         Python::attach(|py| {
@@ -128,12 +156,8 @@ fn iter_offloaded(
     plan_json: Option<&str>,
     fuse_ops: bool,
 ) -> PyResult<PyIter> {
-    let pool = Arc::new(PyPoolBackend {
-        name: backend.clone(),
-        factory,
-    });
     let opts = IterOptions {
-        backends: Backends::default().with(pool),
+        backends: Backends::default().with(python_backend(&backend, factory)),
         ..options(seed, num_threads, chunk_size, plan_json, fuse_ops)?
     };
     let opts = ds.ds.offloaded(&opts, &backend, workers).py()?;

@@ -7,7 +7,7 @@ use std::os::fd::FromRawFd;
 use std::sync::Arc;
 
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyBytes, PyList};
 use sluice::{ElemMode, Error, ExternalError, OpRef, Result};
 use sluice_remote::pool::serve;
 use sluice_remote::{ExternalCodec, ProcessBackend, StageRunner};
@@ -110,6 +110,25 @@ impl ChainWorker {
     fn run<'py>(&self, py: Python<'py>, chunk: &[u8]) -> Bound<'py, PyBytes> {
         let out = py.detach(|| self.runner.run(chunk));
         PyBytes::new(py, &out)
+    }
+
+    /// Runs the stage on one request frame; returns `(frame, buffers)`: buffers of at least
+    /// `threshold` bytes are not in the frame but in `buffers`, as uint8 numpy arrays that
+    /// own the output's memory (no copy), which pickle protocol 5 — and so Ray's object
+    /// store — carries out of band.
+    #[pyo3(signature = (chunk, threshold=sluice_remote::wire::SPLIT_THRESHOLD))]
+    fn run_split<'py>(
+        &self,
+        py: Python<'py>,
+        chunk: &[u8],
+        threshold: usize,
+    ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyList>)> {
+        let split = py.detach(|| self.runner.run_split(chunk, threshold));
+        let buffers = PyList::empty(py);
+        for b in split.buffers {
+            buffers.append(crate::convert::out_of_band_to_py(py, b)?)?;
+        }
+        Ok((PyBytes::new(py, &split.frame), buffers))
     }
 }
 

@@ -42,7 +42,7 @@ use sluice_core::{
 use sluice_io::{FilesSource, JsonlOptions, LabelMode, LinesFormat, LinesSource, Utf8Errors};
 
 use crate::shm::{ShmConfig, ShmWriter};
-use crate::wire::{self, ExternalCodec, Output};
+use crate::wire::{self, ExternalCodec, Output, SplitFrame};
 
 /// Version of the init JSON; a worker refuses another.
 pub const PACKAGE_VERSION: u32 = 1;
@@ -296,7 +296,16 @@ impl RemoteStage {
     }
     /// The chunk (or the stage's typed error) in a reply frame.
     pub fn reply(&self, frame: &[u8], codec: Option<&dyn ExternalCodec>) -> Result<Chunk> {
-        let out = wire::decode_reply(frame, codec)??;
+        self.reply_split(frame, &[], codec)
+    }
+    /// The chunk in a split reply ([`StageRunner::run_split`]): its frame and its buffers.
+    pub fn reply_split(
+        &self,
+        frame: &[u8],
+        buffers: &[&[u8]],
+        codec: Option<&dyn ExternalCodec>,
+    ) -> Result<Chunk> {
+        let out = wire::decode_reply_split(frame, buffers, codec)??;
         if out.skipped > 0 {
             self.work
                 .stats
@@ -332,7 +341,20 @@ impl StageRunner {
     /// Runs the stage on a request frame; the reply frame carries the output chunk or the
     /// typed error (never fails itself, so the main process always gets an answer).
     pub fn run(&self, frame: &[u8]) -> Vec<u8> {
-        let reply = wire::decode_chunk(frame)
+        wire::encode_reply(
+            &self.answer(frame),
+            self.shm.as_ref(),
+            self.codec.as_deref(),
+        )
+    }
+    /// [`StageRunner::run`] with buffers of at least `threshold` bytes handed back beside the
+    /// frame instead of copied into it (what a Ray actor returns: the object store then
+    /// carries them out of band).
+    pub fn run_split(&self, frame: &[u8], threshold: usize) -> SplitFrame {
+        wire::encode_reply_split(&self.answer(frame), threshold, self.codec.as_deref())
+    }
+    fn answer(&self, frame: &[u8]) -> wire::Reply {
+        wire::decode_chunk(frame)
             .map_err(Error::from)
             .and_then(|chunk| {
                 // Fresh counters per chunk, so concurrent calls report their own skips.
@@ -346,8 +368,7 @@ impl StageRunner {
                     chunk,
                     skipped: stats.counters(0).skipped.load(Relaxed),
                 })
-            });
-        wire::encode_reply(&reply, self.shm.as_ref(), self.codec.as_deref())
+            })
     }
 }
 
@@ -418,6 +439,39 @@ mod tests {
         assert_eq!(
             local.iter().map(|i| &i.sample).collect::<Vec<_>>(),
             remote.iter().map(|i| &i.sample).collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn split_replies_equal_framed_replies() {
+        let samples = (0..4u8)
+            .map(|i| {
+                let t = sluice_core::Tensor::new(
+                    vec![100, 1000],
+                    sluice_core::TensorData::U8(vec![i; 100_000]),
+                );
+                Sample::from_pairs([("img", Value::Tensor(t.unwrap()))])
+            })
+            .collect();
+        let w = work(
+            Arc::new(sluice_core::ItemsSource::new(samples)),
+            vec![OpSpec::Noop],
+        );
+        let main = RemoteStage::new(&w, None).unwrap();
+        let runner = StageRunner::new(main.init(), &|_| Ok(None), None).unwrap();
+        let frame = main.request(items(0..4), None).unwrap();
+        let framed = main.reply(&runner.run(&frame), None).unwrap();
+        let split = runner.run_split(&frame, 1);
+        assert_eq!(split.buffers.len(), 4);
+        assert!(
+            split.frame.len() < 4 * 1000,
+            "tensors travel beside the frame"
+        );
+        let bufs: Vec<&[u8]> = split.buffers.iter().map(|b| b.bytes()).collect();
+        let got = main.reply_split(&split.frame, &bufs, None).unwrap();
+        assert_eq!(
+            framed.iter().map(|i| &i.sample).collect::<Vec<_>>(),
+            got.iter().map(|i| &i.sample).collect::<Vec<_>>()
         );
     }
 

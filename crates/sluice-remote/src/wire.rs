@@ -4,6 +4,9 @@
 //! A frame is `MAGIC, kind, segment name, body`, little-endian, with explicit lengths. Buffers
 //! of at least [`ShmConfig::threshold`] bytes (tensors, `bytes` fields) go into one
 //! shared-memory segment per frame and the body holds their offset; everything else is inline.
+//! A *split* reply ([`encode_reply_split`]) instead hands big buffers back beside the frame
+//! as owned [`OutOfBand`] values, so a Ray actor can return them as numpy arrays that the
+//! object store carries out of band (pickle protocol 5) with no copy into the frame.
 //! Decoding checks every length against what is left before allocating, so a corrupt frame
 //! gives a [`WireError`], never a panic or a huge allocation.
 //!
@@ -89,12 +92,55 @@ pub struct Output {
 // ---------------------------------------------------------------------------------------
 // Encoding
 
+/// A big buffer of a split reply, owned: the tensor (whose buffer the reply shared, so once
+/// the reply is dropped [`Tensor::into_parts`] takes it without a copy) or a `bytes` value.
+#[derive(Debug, Clone)]
+pub enum OutOfBand {
+    Tensor(Tensor),
+    Bytes(Arc<[u8]>),
+}
+
+impl OutOfBand {
+    /// Size of the buffer in bytes.
+    pub fn len(&self) -> usize {
+        match self {
+            OutOfBand::Tensor(t) => t.nbytes(),
+            OutOfBand::Bytes(b) => b.len(),
+        }
+    }
+    /// Whether the buffer is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// The buffer's bytes (little-endian elements for a tensor), as the frame expects them.
+    pub fn bytes(&self) -> &[u8] {
+        match self {
+            OutOfBand::Tensor(t) => tensor_bytes(t.data()),
+            OutOfBand::Bytes(b) => b,
+        }
+    }
+}
+
+/// A reply frame whose big buffers travel beside it, in order of their index in the frame.
+#[derive(Debug, Default)]
+pub struct SplitFrame {
+    pub frame: Vec<u8>,
+    pub buffers: Vec<OutOfBand>,
+}
+
+/// Buffers of at least this many bytes leave a split reply out of band: below it, copying
+/// into the frame is cheaper than an object per buffer (and Ray inlines small objects).
+pub const SPLIT_THRESHOLD: usize = 32 * 1024;
+
 struct Enc<'a> {
     out: Vec<u8>,
     shm: Option<&'a ShmWriter>,
     big: Vec<(u64, &'a [u8])>,
     big_len: u64,
     names: Vec<&'a str>,
+    /// Split mode: buffers of at least `oob_threshold` bytes go here instead.
+    oob: Option<Vec<OutOfBand>>,
+    oob_threshold: usize,
 }
 
 impl<'a> Enc<'a> {
@@ -105,7 +151,24 @@ impl<'a> Enc<'a> {
             big: Vec::new(),
             big_len: 0,
             names: Vec::new(),
+            oob: None,
+            oob_threshold: usize::MAX,
         }
+    }
+    /// In split mode, takes a buffer of `len` bytes out of band (`make` gives its owner) and
+    /// writes its index; returns false when it stays in the frame.
+    fn out_of_band(&mut self, len: usize, make: impl FnOnce() -> OutOfBand) -> bool {
+        let Some(oob) = self.oob.as_mut() else {
+            return false;
+        };
+        if len < self.oob_threshold {
+            return false;
+        }
+        let index = oob.len() as u32;
+        oob.push(make());
+        self.u8(2);
+        self.u32(index);
+        true
     }
     fn u8(&mut self, v: u8) {
         self.out.push(v);
@@ -180,7 +243,9 @@ impl<'a> Enc<'a> {
             }
             Value::Bytes(b) => {
                 self.u8(5);
-                self.blob(b);
+                if !self.out_of_band(b.len(), || OutOfBand::Bytes(b.clone())) {
+                    self.blob(b);
+                }
             }
             Value::Tensor(t) => {
                 self.u8(6);
@@ -189,7 +254,9 @@ impl<'a> Enc<'a> {
                 for &d in t.shape() {
                     self.u64(d as u64);
                 }
-                self.blob(tensor_bytes(t.data()));
+                if !self.out_of_band(t.nbytes(), || OutOfBand::Tensor(t.clone())) {
+                    self.blob(tensor_bytes(t.data()));
+                }
             }
             Value::List(items) => {
                 self.u8(7);
@@ -420,6 +487,49 @@ pub fn encode_reply(
     })
 }
 
+/// Encodes a stage's reply as a [`SplitFrame`]: buffers of at least `threshold` bytes are
+/// not copied into the frame but returned beside it (the caller drops `reply` afterwards, so
+/// the buffers are then owned by the split frame alone). Errors travel in the frame.
+///
+/// ```
+/// use sluice_core::{Item, Sample, Tensor, TensorData, Value};
+/// use sluice_remote::wire::{self, Output, OutOfBand};
+/// let t = Tensor::new(vec![256, 256], TensorData::U8(vec![7; 65536])).unwrap();
+/// let item = Item { sample: Sample::from_pairs([("img", Value::Tensor(t))]), ..Default::default() };
+/// let reply = Ok(Output { chunk: vec![item], skipped: 0 });
+/// let split = wire::encode_reply_split(&reply, 1024, None);
+/// assert!(split.frame.len() < 200 && split.buffers.len() == 1);
+/// let OutOfBand::Tensor(t) = &split.buffers[0] else { unreachable!() };
+/// let TensorData::U8(bytes) = t.data() else { unreachable!() };
+/// let back = wire::decode_reply_split(&split.frame, &[bytes], None).unwrap().unwrap();
+/// assert_eq!(back.chunk[0].sample, reply.unwrap().chunk[0].sample);
+/// ```
+pub fn encode_reply_split(
+    reply: &Reply,
+    threshold: usize,
+    codec: Option<&dyn ExternalCodec>,
+) -> SplitFrame {
+    let Ok(out) = reply else {
+        return SplitFrame {
+            frame: encode_reply(reply, None, codec),
+            buffers: vec![],
+        };
+    };
+    let mut e = Enc::new(None);
+    e.oob = Some(Vec::new());
+    e.oob_threshold = threshold.max(1);
+    e.u64(out.skipped);
+    e.chunk(&out.chunk);
+    let buffers = e.oob.take().unwrap_or_default();
+    match e.finish(KIND_OK) {
+        Ok(frame) => SplitFrame { frame, buffers },
+        Err(w) => SplitFrame {
+            frame: encode_reply(&Err(Error::from(w)), None, codec),
+            buffers: vec![],
+        },
+    }
+}
+
 /// Appends one sample to `out` as a self-contained record (field names inline, every buffer
 /// inline): the spill format of blocking ops, read back by [`decode_sample`].
 ///
@@ -434,10 +544,7 @@ pub fn encode_reply(
 pub fn encode_sample(sample: &Sample, out: &mut Vec<u8>) {
     let mut e = Enc {
         out: std::mem::take(out),
-        shm: None,
-        big: Vec::new(),
-        big_len: 0,
-        names: Vec::new(),
+        ..Enc::new(None)
     };
     e.sample(sample);
     *out = e.out;
@@ -450,6 +557,7 @@ pub fn decode_sample(record: &[u8]) -> Result<Sample, WireError> {
         pos: 0,
         seg: None,
         names: Vec::new(),
+        oob: &[],
     };
     let s = d.sample()?;
     d.end()?;
@@ -464,6 +572,8 @@ struct Dec<'a> {
     pos: usize,
     seg: Option<Segment>,
     names: Vec<Arc<str>>,
+    /// The buffers of a split reply, by index.
+    oob: &'a [&'a [u8]],
 }
 
 fn corrupt<T>(what: impl Into<String>) -> Result<T, WireError> {
@@ -481,6 +591,7 @@ impl<'a> Dec<'a> {
             pos: 5,
             seg: None,
             names: Vec::new(),
+            oob: &[],
         };
         let name = d.bytes_inline()?;
         if !name.is_empty() {
@@ -560,6 +671,16 @@ impl<'a> Dec<'a> {
                     None => corrupt(format!(
                         "buffer [{off}, +{len}) outside the segment of {} bytes",
                         bytes.len()
+                    )),
+                }
+            }
+            2 => {
+                let i = self.u32()? as usize;
+                match self.oob.get(i) {
+                    Some(b) => f(b),
+                    None => corrupt(format!(
+                        "out-of-band buffer {i} of {} received",
+                        self.oob.len()
                     )),
                 }
             }
@@ -813,7 +934,18 @@ pub fn decode_chunk_in(frame: &[u8], dir: &Path) -> Result<Chunk, WireError> {
 /// Decodes a reply frame made by [`encode_reply`]: the outer `Result` is the frame's
 /// validity, the inner one the stage's outcome.
 pub fn decode_reply(frame: &[u8], codec: Option<&dyn ExternalCodec>) -> Result<Reply, WireError> {
+    decode_reply_split(frame, &[], codec)
+}
+
+/// Decodes a reply made by [`encode_reply_split`], given its buffers in order (each copied
+/// once, into the tensor it belongs to). A plain [`encode_reply`] frame decodes too.
+pub fn decode_reply_split(
+    frame: &[u8],
+    buffers: &[&[u8]],
+    codec: Option<&dyn ExternalCodec>,
+) -> Result<Reply, WireError> {
     let (mut d, kind) = Dec::open(frame, &default_dir())?;
+    d.oob = buffers;
     let reply = match kind {
         KIND_OK => {
             let skipped = d.u64()?;
@@ -940,6 +1072,46 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert_eq!(back[1].sample.get("list"), chunk[1].sample.get("list"));
+    }
+
+    #[test]
+    fn split_replies_carry_big_buffers_beside_the_frame_without_copying_them() {
+        let chunk: Chunk = (0..3).map(|i| item(i, every_value())).collect();
+        let reply: Reply = Ok(Output { chunk, skipped: 2 });
+        // Threshold 1: every non-empty tensor and bytes value leaves the frame.
+        let split = encode_reply_split(&reply, 1, None);
+        let Ok(out) = &reply else { unreachable!() };
+        let own = out.chunk[0].sample.get("f64").unwrap();
+        let (Value::Tensor(t), true) = (own, !split.buffers.is_empty()) else {
+            panic!("no buffers");
+        };
+        // The split frame shares the reply's buffers (no copy on the sending side).
+        let shared = split
+            .buffers
+            .iter()
+            .any(|b| b.bytes().as_ptr() == tensor_bytes(t.data()).as_ptr());
+        assert!(shared);
+        let bufs: Vec<&[u8]> = split.buffers.iter().map(OutOfBand::bytes).collect();
+        let back = decode_reply_split(&split.frame, &bufs, None)
+            .unwrap()
+            .unwrap();
+        assert_eq!(back.skipped, 2);
+        same(&back.chunk, &out.chunk);
+        // Small buffers stay inline under the default threshold.
+        let inline = encode_reply_split(&reply, SPLIT_THRESHOLD, None);
+        assert!(inline.buffers.is_empty());
+        let back = decode_reply(&inline.frame, None).unwrap().unwrap();
+        same(&back.chunk, &out.chunk);
+        // A frame that names a buffer it was not given is corrupt, not a panic.
+        let err = decode_reply_split(&split.frame, &bufs[..1], None).unwrap_err();
+        assert!(err.to_string().contains("out-of-band"), "{err}");
+        // Errors travel in the frame.
+        let e: Reply = Err(Error::Data("bad".into()));
+        let split = encode_reply_split(&e, 1, None);
+        assert!(split.buffers.is_empty());
+        assert!(decode_reply_split(&split.frame, &[], None)
+            .unwrap()
+            .is_err());
     }
 
     #[test]

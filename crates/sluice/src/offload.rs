@@ -1,5 +1,10 @@
-//! Offload: a plan that runs a pipeline's element-wise stages on a named worker pool (Ray
-//! actors, processes) while stateful steps (batch, shuffle buffer, take) stay local.
+//! Explicit offload: a plan that runs *every* element-wise stage whose ops can travel on a
+//! named worker pool (Ray actors, processes) while stateful steps (batch, shuffle buffer,
+//! take) stay local — what a Ray `sluice.Context` does when no optimizer plan decides.
+//!
+//! Deciding *which* stages to offload and with how many actors is the optimizer's offload
+//! rule (`sluice_optimizer::rules::offload`, `OptimizerOptions::enable_offload`); a plan it
+//! made is run as it is.
 //!
 //! It is a [`Plan`] like the optimizer's, so it prints, saves and resumes the same way, and
 //! its decisions say which stage went where and why a stage stayed.
@@ -39,7 +44,9 @@ impl Dataset {
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         let prediction = Prediction {
             throughput: 0.0,
-            bottleneck: "not modelled (offload without a profile)".into(),
+            bottleneck: "not modelled: explicit offload without a profile (the optimizer's \
+                         enable_offload decides with the cost model)"
+                .into(),
             stages: vec![],
             cpu_per_sample: 0.0,
         };
@@ -55,13 +62,18 @@ impl Dataset {
         Ok(plan)
     }
 
-    /// `opts` with [`Dataset::offload_plan`] as its plan.
+    /// `opts` with [`Dataset::offload_plan`] as its plan — unless `opts.plan` is an optimizer
+    /// plan made with `enable_offload`: its placement (which stages went to `backend`, with
+    /// how many workers, and which stayed) is then run as it is.
     pub fn offloaded(
         &self,
         opts: &IterOptions,
         backend: &str,
         workers: usize,
     ) -> Result<IterOptions> {
+        if opts.plan.as_ref().is_some_and(|p| p.options.enable_offload) {
+            return Ok(opts.clone());
+        }
         let plan = self.offload_plan(opts, backend, workers)?;
         Ok(IterOptions {
             plan: Some(Arc::new(plan)),
@@ -144,5 +156,21 @@ mod tests {
         // Without the pool registered the run fails clearly, naming it.
         let err = ds.iter(&off).err().unwrap().to_string();
         assert!(err.contains("pool"), "{err}");
+        // A plan whose offload the optimizer decided runs as it is.
+        let decided = Plan {
+            options: OptimizerOptions {
+                enable_offload: true,
+                ..Default::default()
+            },
+            ..ds.offload_plan(&opts, "pool", 5).unwrap()
+        };
+        let opts = IterOptions {
+            plan: Some(Arc::new(decided.clone())),
+            ..IterOptions::default()
+        };
+        assert_eq!(
+            ds.offloaded(&opts, "pool", 2).unwrap().plan.as_deref(),
+            Some(&decided)
+        );
     }
 }

@@ -4,7 +4,8 @@ use std::sync::Arc;
 
 use sluice_core::{CacheNode, LogicalPlan, Result};
 use sluice_optimizer::{
-    optimize_physical, OptimizeInput, OptimizerOptions, Plan, Profile, ProfileOptions,
+    optimize_physical, predict_with, OptimizeInput, OptimizerOptions, Plan, Prediction, Profile,
+    ProfileOptions, RemoteModel,
 };
 
 use crate::dataset::{Dataset, IterOptions};
@@ -99,5 +100,33 @@ impl Dataset {
         let mut plan = out.to_plan(options, options.cpus(input.cpus));
         plan.pipeline = self.fingerprint();
         Ok(plan)
+    }
+
+    /// What the cost model predicts for running this pipeline with `plan` (e.g. one made by
+    /// hand, or [`Dataset::offload_plan`]'s), with the remote cluster and transfer terms of
+    /// `options`: how a measured run validates the model.
+    ///
+    /// ```
+    /// use sluice::{Dataset, IterOptions, OpSpec, OnError};
+    /// use sluice_optimizer::{OptimizerOptions, ProfileOptions};
+    /// let ds = Dataset::range(100).map(OpSpec::Noop.build()?, OnError::Raise, None)?;
+    /// let prof = ds.profile(&ProfileOptions { samples: 20, ..Default::default() })?;
+    /// let plan = ds.offload_plan(&IterOptions::default(), "ray", 2)?;
+    /// let o = OptimizerOptions { remote_cpus: Some(2.0), ..Default::default() };
+    /// assert!(ds.predict(&prof, &plan, &o)?.throughput > 0.0);
+    /// # Ok::<(), sluice::Error>(())
+    /// ```
+    pub fn predict(
+        &self,
+        profile: &Profile,
+        plan: &Plan,
+        options: &OptimizerOptions,
+    ) -> Result<Prediction> {
+        let default = sluice_core::lower(self.plan(), &IterOptions::default().lower_options())?;
+        let phys = plan.apply(&default)?;
+        let cpus = options.cpus(std::thread::available_parallelism().map_or(1, |n| n.get()));
+        let cache = plan.cache.as_ref();
+        let remote = RemoteModel::from_options(options);
+        Ok(predict_with(&phys, profile, cpus, cache, remote.as_ref()))
     }
 }

@@ -3,6 +3,7 @@
 
 pub mod caching;
 pub mod fusion;
+pub mod offload;
 pub mod parallelism;
 pub mod placement;
 pub mod prefetch;

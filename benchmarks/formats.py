@@ -135,6 +135,16 @@ def cases(corpus: Path, wds: Path, threads: int) -> dict:
         t = sluice.read_parquet(str(corpus), columns=["text"]).to_arrow(num_threads=threads)
         return t.num_rows, t.column(0).nbytes
 
+    def ray_batches():
+        import ray
+
+        n = b = 0
+        ds = ray.data.read_parquet(str(corpus), columns=["text"])
+        for batch in ds.iter_batches(batch_size=1024, batch_format="numpy"):
+            n += len(batch["text"])
+            b += sum(map(len, batch["text"]))
+        return n, b
+
     def wds_pkg():
         n = b = 0
         for s in webdataset.WebDataset(shard_list, shardshuffle=False, empty_check=False):
@@ -155,6 +165,7 @@ def cases(corpus: Path, wds: Path, threads: int) -> dict:
         "parquet: sluice read_parquet, samples": ("parquet", sl_rows),
         "parquet: sluice read_parquet, batch(1024)": ("parquet", sl_batches),
         "parquet: sluice read_parquet().to_arrow()": ("parquet", sl_to_arrow),
+        "parquet: Ray Data read_parquet, iter_batches(1024)": ("parquet", ray_batches),
         "webdataset: webdataset package": ("webdataset", wds_pkg),
         "webdataset: sluice read_webdataset": ("webdataset", sl_wds),
         "s3 parquet: sluice read_parquet, samples": ("s3", lambda: sl_rows("s3://bench/corpus/*.parquet")),
@@ -171,6 +182,11 @@ def main() -> None:
     args = ap.parse_args()
 
     corpus, wds = build_inputs(args.shard_samples, args.shards)
+    import ray
+
+    # Ray's start-up is not part of a scan: the cluster is up before the rounds.
+    ray.init(num_cpus=args.threads, include_dashboard=False, log_to_driver=False)
+    ray.data.DataContext.get_current().enable_progress_bars = False
     proc, endpoint = start_moto()
     try:
         os.environ.update(KEYS, AWS_ENDPOINT_URL=endpoint, AWS_ALLOW_HTTP="true")

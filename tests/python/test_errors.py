@@ -162,6 +162,28 @@ def test_keyboard_interrupt_in_a_udf_is_never_skipped_or_wrapped():
             list(sluice.range(100).map(udf, on_error="skip").iter(num_threads=threads))
 
 
+def test_keyboard_interrupt_stops_a_blocking_sort_while_it_reads():
+    # The sort runs its whole input when the iteration starts (~10 s of UDF here): Ctrl-C
+    # must stop it there, not after it.
+    r = run_py(
+        """
+        import signal, threading, time, sluice
+        def slow(s):
+            time.sleep(0.001)
+            return {"k": -s["id"]}
+        threading.Timer(0.5, lambda: signal.raise_signal(signal.SIGINT)).start()
+        t0 = time.time()
+        try:
+            next(iter(sluice.range(10_000).map(slow).sort("k")))
+        except KeyboardInterrupt:
+            print("interrupted after", round(time.time() - t0, 1))
+        """,
+        timeout=60,
+    )
+    assert "interrupted after" in r.stdout, (r.stdout, r.stderr)
+    assert float(r.stdout.split()[-1]) < 5, r.stdout
+
+
 def test_worker_error_shuts_down_cleanly():
     r = run_py(
         """

@@ -18,6 +18,7 @@ pub mod cache;
 pub mod collate;
 pub mod error;
 pub mod exec;
+pub mod interrupt;
 pub mod mix;
 pub mod op;
 pub mod order;

@@ -207,7 +207,7 @@ impl PyDataset {
     }
     fn source_len(&self, py: Python<'_>) -> Option<u64> {
         // A blocking source (sort, groupby) runs its input here, maybe Python code.
-        py.detach(|| self.ds.plan().source().len())
+        crate::errors::interruptible(py, || self.ds.plan().source().len()).unwrap_or(None)
     }
     fn logical_plan(&self) -> String {
         self.ds.plan().to_string()
@@ -233,7 +233,7 @@ impl PyDataset {
             fuse_ops,
             ..Default::default()
         };
-        py.detach(|| self.ds.physical_plan(&opts))
+        crate::errors::interruptible(py, || self.ds.physical_plan(&opts))?
             .map(|p| p.to_string())
             .py()
     }
@@ -258,7 +258,7 @@ impl PyDataset {
             backends: Backends::default().with(crate::worker::process_backend(py)?),
             fuse_ops,
         };
-        let exec = py.detach(|| self.ds.iter(&opts)).py()?;
+        let exec = crate::errors::interruptible(py, || self.ds.iter(&opts))?.py()?;
         Ok(PyIter::new(exec, self.ds.clone(), opts))
     }
 }

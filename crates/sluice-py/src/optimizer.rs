@@ -45,7 +45,7 @@ fn profile(
         seed,
     };
     // Python UDFs take the GIL per call; the rest runs without it.
-    let p = py.detach(|| ds.ds.profile(&opts)).py()?;
+    let p = crate::errors::interruptible(py, || ds.ds.profile(&opts))?.py()?;
     Ok(p.to_json())
 }
 

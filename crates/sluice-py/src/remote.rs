@@ -161,7 +161,7 @@ fn iter_offloaded(
         ..options(seed, num_threads, chunk_size, plan_json, fuse_ops)?
     };
     let opts = ds.ds.offloaded(&opts, &backend, workers).py()?;
-    let exec = py.detach(|| ds.ds.iter(&opts)).py()?;
+    let exec = crate::errors::interruptible(py, || ds.ds.iter(&opts))?.py()?;
     Ok(PyIter::new(exec, ds.ds.clone(), opts))
 }
 

@@ -450,11 +450,15 @@ impl Execution {
         })
     }
 
-    /// The next output, blocking.
+    /// The next output, blocking (until an [`crate::interrupt`] is requested).
     #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> Option<Result<Sample>> {
         loop {
-            match self.next_timeout(Duration::from_secs(3600)) {
+            if crate::interrupt::requested() {
+                self.stop();
+                return Some(Err(Error::Cancelled));
+            }
+            match self.next_timeout(Duration::from_millis(100)) {
                 Next::Item(s) => return Some(Ok(s)),
                 Next::Err(e) => return Some(Err(e)),
                 Next::Timeout => continue,

@@ -208,3 +208,27 @@ fn fuzz_regression_tall_progressive_garbage() {
     ));
     let _ = decode_scaled(&f, &opts(), 8, 8);
 }
+
+#[test]
+fn fuzz_regression_zune_idct_panic_is_a_corrupt_image() {
+    // Found by cargo-fuzz (2026-11-23): a 1.1 KB baseline JPEG on which zune-jpeg 0.5.15
+    // panics (`unwrap` on `None` in its AVX2 IDCT). The decoder's catch_unwind backstop turns
+    // that into a corrupt-image error; every entry point returns instead of crashing.
+    let f = read("fuzz_zune_idct_panic.jpg");
+    let err = decode(&f, &opts()).unwrap_err();
+    assert!(matches!(err, ImageError::Corrupt(_)), "{err:?}");
+    let _ = decode_scaled(&f, &opts(), 8, 8);
+    if let Ok((h, w)) = jpeg_dimensions(&f) {
+        let _ = sluice_imgproc::decode_resized_crop(
+            &f,
+            &opts(),
+            0,
+            0,
+            h,
+            w,
+            8,
+            8,
+            sluice_imgproc::Filter::Bilinear,
+        );
+    }
+}

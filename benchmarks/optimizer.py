@@ -3,13 +3,21 @@
 For each workload the same pipeline runs under plans made with more and more rules on:
 baseline (every op its own stage, all inline in the consumer: one core) → +parallelism →
 +reorder → +fusion → +caching → +controller. Each configuration is measured in steady state
-(the first epoch is skipped, so a cache is warm and the consumer is past start-up) and
-compared with the throughput the cost model predicted for that plan.
+— the first epoch is skipped (a cache is warm, threads and the consumer are past start-up),
+then samples are counted for ``--seconds`` — and compared with the throughput the cost model
+predicted for that plan.
+
+The profile the plans are made from covers the whole epoch, is the per-step median of three
+profiles, and is taken after one unmeasured pass over the data, in the state the measured
+epochs run in: the tokenizer's word cache, for one, is warm from the
+second epoch on, and a profile of a cold tokenizer over-states its cost (``--cold-profile``
+shows by how much).
 
 The pipelines are written the way a user might (augmentations before the crop), so AutoOrder
 has work to do; the data are the benchmark datasets (``benchmarks/datasets/build.py``).
 
-Usage: python benchmarks/optimizer.py [--workloads cv,nlp,asr] [--rounds 3] [--out results.json]
+Usage: python benchmarks/optimizer.py [--workloads cv,nlp,asr] [--rounds 3] [--seconds 4]
+       [--cold-profile] [--out results.json]
 """
 
 from __future__ import annotations
@@ -32,7 +40,6 @@ import sluice.text as T  # noqa: E402
 from peers import common as C  # noqa: E402
 from sluice import OptimizerOptions  # noqa: E402
 
-EPOCHS = 3
 
 
 def cv(data: Path, n: int):
@@ -40,7 +47,7 @@ def cv(data: Path, n: int):
     return (
         sluice.read_images(paths, labels="parent_dir")
         .shuffle(seed=0)
-        .repeat(EPOCHS)
+        .repeat()
         .map(I.decode())
         .map(I.color_jitter(*C.CV_JITTER, p=C.CV_JITTER_P))
         .map(I.gaussian_blur(C.CV_BLUR_KERNEL, sigma=C.CV_BLUR_SIGMA, p=C.CV_BLUR_P))
@@ -55,7 +62,7 @@ def nlp(data: Path, n: int):
     lines = C.text_file(data).read_text(encoding="utf-8").splitlines()[:n]
     return (
         sluice.from_items([{"text": line} for line in lines])
-        .repeat(EPOCHS)
+        .repeat()
         .map(T.tokenize(str(C.tokenizer_file(data)), add_special_tokens=False))
         .map(T.truncate(C.NLP_LEN - 2))
         .map(T.add_tokens(bos=C.NLP_BOS, eos=C.NLP_EOS))
@@ -67,7 +74,7 @@ def nlp(data: Path, n: int):
 def asr(data: Path, n: int):
     return (
         sluice.read_files(C.audio_files(data)[:n])
-        .repeat(EPOCHS)
+        .repeat()
         .map(A.decode(C.ASR_RATE))
         .map(A.spectrogram(C.ASR_NFFT, C.ASR_HOP, power=2.0, out="features"))
         .map(A.time_stretch(C.ASR_STRETCH, field="features"))
@@ -91,22 +98,50 @@ STEPS = [
 ]
 
 
-def measure(ds, plan, n: int) -> float:
-    """Samples/s over epochs 2..EPOCHS (epoch 1 warms caches and threads up)."""
+def measure(ds, plan, n: int, seconds: float) -> float:
+    """Samples/s over `seconds` after the first epoch (which warms caches and threads up)."""
     seen = 0
     t0 = None
     for b in ds.iter(seed=0, plan=plan, progress=False):
-        rows = len(next(iter(b.values())))
-        seen += rows
-        if t0 is None and seen >= n:
-            t0, base = time.perf_counter(), seen
+        seen += len(next(iter(b.values())))
+        if t0 is None:
+            if seen >= n:
+                t0, base = time.perf_counter(), seen
+        elif time.perf_counter() - t0 >= seconds:
+            break
     return (seen - base) / (time.perf_counter() - t0)
+
+
+def warm_up(ds, n: int) -> None:
+    """One pass over the data in the consumer thread (every op sees every sample once)."""
+    seen = 0
+    for b in ds.iter(seed=0, num_threads=1, progress=False):
+        seen += len(next(iter(b.values())))
+        if seen >= n:
+            break
+
+
+def median_profile(profiles: list) -> sluice.Profile:
+    """Per step, the median CPU and wall time of several profiles (the machine's speed
+    drifts by ±15% over seconds; a single short profile can land in a slow or fast spell)."""
+    doc = json.loads(profiles[0].to_json())
+    for key in ("cpu_s", "wall_s"):
+        doc["source"][key] = statistics.median(p.data["source"][key] for p in profiles)
+        for i, op in enumerate(doc["ops"]):
+            op[key] = statistics.median(p.data["ops"][i][key] for p in profiles)
+    return sluice.Profile(json.dumps(doc))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workloads", default="cv,nlp,asr")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=4.0, help="measured window per configuration")
+    ap.add_argument("--profile-samples", type=int, default=0,
+                    help="samples to profile (default: the whole epoch, so the profile is no "
+                         "noisier than the measurement)")
+    ap.add_argument("--cold-profile", action="store_true",
+                    help="profile before the warm-up pass (a cold tokenizer cache, first file reads)")
     ap.add_argument("--data", default=str(C.default_data_dir()))
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
@@ -116,7 +151,9 @@ def main() -> None:
         build, n = WORKLOADS[w]
         ds = build(data, n)
         n = min(n, ds._native.source_len() or n)
-        prof = ds.profile(samples=100, seconds=20)
+        if not args.cold_profile:
+            warm_up(ds, n)
+        prof = median_profile([ds.profile(samples=args.profile_samples or n, seconds=30) for _ in range(3)])
         opts = OptimizerOptions.baseline()
         plans = []
         for name, change in STEPS:
@@ -126,7 +163,7 @@ def main() -> None:
         measured: dict[str, list[float]] = {name: [] for name, _ in plans}
         for r in range(args.rounds):  # interleaved: A B C ... A B C ...
             for name, plan in plans:
-                measured[name].append(measure(ds, plan, n))
+                measured[name].append(measure(ds, plan, n, args.seconds))
                 print(f"{w} round {r} {name}: {measured[name][-1]:.1f}/s", file=sys.stderr)
         rows = []
         for name, plan in plans:
@@ -138,7 +175,8 @@ def main() -> None:
                          for s in plan.stages]})
         results["workloads"][w] = {"samples_per_epoch": n, "steps": rows, "profile": prof.data}
         base = rows[0]["measured"]
-        print(f"\n### {w} ({n} samples/epoch, steady state over epochs 2-{EPOCHS})\n")
+        print(f"\n### {w} ({n} samples/epoch; {args.seconds:g} s after the first epoch; "
+              f"profile of {prof.data['samples']} samples, {'cold' if args.cold_profile else 'warm'})\n")
         print("| plan | samples/s | × baseline | predicted | model error | bottleneck |")
         print("|---|---:|---:|---:|---:|---|")
         for r in rows:

@@ -117,6 +117,18 @@ def test_profile_measures_each_op_and_round_trips(tmp_path):
         Profile.load(tmp_path / "bad.json")
 
 
+def test_a_plan_predicts_for_a_pipeline_whose_ops_fuse_when_run():
+    """decode → random_resized_crop fuse into one op at run time; plans (and predict) name
+    the unfused ops, so predicting a plan for such a pipeline must not trip over the fusion."""
+    ds = sluice.read_images(str(IMAGES)).map(I.decode()).map(I.random_resized_crop(32)).batch(2)
+    prof = ds.profile(samples=4)
+    plan = ds.optimize(prof)
+    assert "decode_random_resized_crop" in str(ds.explain())  # fused when run
+    p = plan.predict(ds, prof)
+    assert p["throughput"] == pytest.approx(plan.predicted_throughput)
+    assert len(list(ds.iter(plan=plan))) == len(list(ds.iter()))
+
+
 def test_autoorder_moves_the_crop_before_the_jitter_unless_exact():
     ds = cv()
     prof = ds.profile(samples=8)

@@ -122,7 +122,13 @@ impl Dataset {
         plan: &Plan,
         options: &OptimizerOptions,
     ) -> Result<Prediction> {
-        let default = sluice_core::lower(self.plan(), &IterOptions::default().lower_options())?;
+        // Plans name the unfused ops (as `optimize` makes them); a fused lowering would not
+        // have them all.
+        let lower = sluice_core::LowerOptions {
+            fuse_ops: false,
+            ..IterOptions::default().lower_options()
+        };
+        let default = sluice_core::lower(self.plan(), &lower)?;
         let phys = plan.apply(&default)?;
         let cpus = options.cpus(std::thread::available_parallelism().map_or(1, |n| n.get()));
         let cache = plan.cache.as_ref();

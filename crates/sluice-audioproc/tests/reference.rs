@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use sluice_audioproc::*;
 
 fn fixture(name: &str) -> Vec<u8> {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    let p = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap())
         .join("tests/fixtures")
         .join(name);
     std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))

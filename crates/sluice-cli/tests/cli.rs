@@ -5,7 +5,10 @@ use std::process::Command;
 fn sluice(args: &[&str]) -> (bool, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
         .args(args)
-        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+        .current_dir(format!(
+            "{}/../..",
+            std::env::var("CARGO_MANIFEST_DIR").unwrap()
+        ))
         .output()
         .expect("run sluice");
     (

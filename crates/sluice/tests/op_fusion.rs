@@ -10,7 +10,7 @@ use sluice_optimizer::{OptimizerOptions, ProfileOptions};
 fn photos() -> String {
     format!(
         "{}/../../examples/fixtures/images",
-        env!("CARGO_MANIFEST_DIR")
+        std::env::var("CARGO_MANIFEST_DIR").unwrap()
     )
 }
 

@@ -635,7 +635,7 @@ mod decoder_agreement {
     fn fixture(name: &str) -> Vec<u8> {
         std::fs::read(format!(
             "{}/tests/fixtures/{name}",
-            env!("CARGO_MANIFEST_DIR")
+            std::env::var("CARGO_MANIFEST_DIR").unwrap()
         ))
         .unwrap()
     }

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 pub fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap())
         .join("tests/fixtures")
         .join(name)
 }

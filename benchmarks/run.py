@@ -19,8 +19,11 @@ Protocol (BRIEF.md, "Performance protocol"):
 - a system that fails or produces wrongly-shaped batches is reported with its error and is not
   retried in later rounds; the run goes on.
 
-Writes <out>/<workload>.{md,json,png} (markdown ready for docs/BENCHMARKS.md) and keeps every
-child's stdout/stderr under <out>/logs/.
+Writes <out>/<workload>.{md,json,png} and keeps every child's stdout/stderr under <out>/logs/.
+With ``--docs docs/BENCHMARKS.md`` it also puts each workload's section (table, machine, exact
+command, plot in docs/img/) into that file between ``<!-- run.py WORKLOAD begin/end -->``
+markers (appended when the markers are missing); ``--render DIR`` does the same from a
+finished run's results without running anything.
 """
 from __future__ import annotations
 
@@ -386,6 +389,46 @@ def write_markdown(path: Path, workload: str, summary: dict, meta: dict) -> None
     path.write_text("\n".join(L))
 
 
+def update_docs(docs: Path, workload: str, md: str, plot: Path | None) -> None:
+    """Replaces (or appends) the workload's generated section in `docs`; the plot goes to
+    docs/img/<workload>.png next to it."""
+    import shutil
+
+    if plot is not None and plot.exists():
+        img = docs.parent / "img"
+        img.mkdir(exist_ok=True)
+        shutil.copyfile(plot, img / f"{workload}.png")
+        md = md.replace(f"]({workload}.png)", f"](img/{workload}.png)")
+    begin, end = f"<!-- run.py {workload} begin -->", f"<!-- run.py {workload} end -->"
+    block = f"{begin}\n{md.strip()}\n{end}"
+    text = docs.read_text(encoding="utf-8") if docs.exists() else ""
+    a, b = text.find(begin), text.find(end)
+    if a >= 0 and b > a:
+        text = text[:a] + block + text[b + len(end):]
+    else:
+        text = text.rstrip("\n") + "\n\n" + block + "\n"
+    docs.write_text(text, encoding="utf-8")
+    print(f"  → {docs} ({workload} section)", flush=True)
+
+
+def render(results: Path, docs: Path) -> int:
+    """Writes the sections of a finished run (`<results>/<workload>.json`) into `docs`."""
+    found = 0
+    for w in C.WORKLOADS:
+        f = results / f"{w}.json"
+        if not f.exists():
+            continue
+        doc = json.loads(f.read_text())
+        md = results / f"{w}.md"
+        write_markdown(md, w, doc["summary"], doc["meta"])
+        update_docs(docs, w, md.read_text(), results / f"{w}.png")
+        found += 1
+    if not found:
+        print(f"no <workload>.json results in {results}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def write_plot(path: Path, workload: str, summary: dict) -> None:
     import matplotlib
 
@@ -510,11 +553,19 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="small counts, no warm-up, one round")
     ap.add_argument("--data", type=Path, default=C.default_data_dir())
     ap.add_argument("--out", type=Path, default=HERE / "results")
+    ap.add_argument("--docs", type=Path, default=None,
+                    help="also write each workload's section into this markdown file (e.g. docs/BENCHMARKS.md)")
+    ap.add_argument("--render", type=Path, default=None, metavar="RESULTS_DIR",
+                    help="write the sections of a finished run into --docs, without running anything")
     ap.add_argument("--list", action="store_true", help="list systems and their workloads")
     args = ap.parse_args(argv)
 
     from peers import load
 
+    if args.render is not None:
+        if args.docs is None:
+            ap.error("--render needs --docs")
+        return render(args.render.resolve(), args.docs)
     if args.list:
         for s in SYSTEMS:
             m = load(s)
@@ -602,6 +653,8 @@ def main(argv=None) -> int:
         except Exception as e:  # noqa: BLE001 - a missing plot must not lose the results
             print(f"  (plot failed: {e})", flush=True)
         print(f"  → {out_dir / (w + '.md')}", flush=True)
+        if args.docs is not None:
+            update_docs(args.docs, w, (out_dir / f"{w}.md").read_text(), out_dir / f"{w}.png")
         print("\n" + (out_dir / f"{w}.md").read_text(), flush=True)
     return 0
 

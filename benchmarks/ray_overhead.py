@@ -129,23 +129,6 @@ def transfer_constants(chunk: int, batches: int) -> dict:
     }
 
 
-def cv_uint8(data: pathlib.Path, samples: int):
-    """CV without ``normalize``: uint8 HWC out (normalising on the accelerator quarters
-    the bytes each sample moves)."""
-    import sluice.image as img
-
-    paths = [p for p, _ in C.cv_items(data, samples, 0)]
-    return (sluice.read_images(paths, labels="parent_dir")
-            .map(img.decode())
-            .map(img.random_resized_crop(C.CV_SIZE, scale=C.CV_SCALE, ratio=C.CV_RATIO))
-            .map(img.horizontal_flip(p=C.CV_FLIP_P))
-            .map(img.color_jitter(*C.CV_JITTER, p=C.CV_JITTER_P))
-            .map(img.grayscale(p=C.CV_GRAY_P, num_output_channels=3))
-            .map(img.gaussian_blur(C.CV_BLUR_KERNEL, sigma=C.CV_BLUR_SIGMA, p=C.CV_BLUR_P))
-            .map(sluice.ops.select(["image", "label"]))
-            .batch(C.CV_BATCH))
-
-
 NODE_CPUS = 8  # Pecan's workers: n2-standard-8
 
 
@@ -161,8 +144,8 @@ def model_section(data: pathlib.Path, samples: int, reps: int, measured: dict, c
     out: dict = {"constants": constants, "scaling": {}, "validation": {}}
     series = {
         "cv float32 out, 10 Gb/s": (workload("cv", data, samples)[0], 1.25e9),
-        "cv uint8 out, 10 Gb/s": (cv_uint8(data, samples), 1.25e9),
-        "cv uint8 out, 100 Gb/s": (cv_uint8(data, samples), 12.5e9),
+        "cv uint8 out, 10 Gb/s": (N._cv(sluice, data, samples, 0, normalize=False), 1.25e9),
+        "cv uint8 out, 100 Gb/s": (N._cv(sluice, data, samples, 0, normalize=False), 12.5e9),
     }
     profiles = {}
     for name, (ds, bandwidth) in series.items():

@@ -14,20 +14,22 @@ WORKLOADS = ("cv", "nlp", "asr")
 READY = True
 
 
-def _cv(sluice, data_dir: Path, samples, seed):
+def _cv(sluice, data_dir: Path, samples, seed, normalize: bool = True):
+    """``normalize=False`` leaves uint8 HWC images (normalising on the accelerator quarters
+    the bytes each sample moves; benchmarks/ray_overhead.py models that)."""
     import sluice.image as img
 
     paths = [p for p, _ in C.cv_items(data_dir, samples, seed)]
-    return (sluice.read_images(paths, labels="parent_dir")
-            .map(img.decode())
-            .map(img.random_resized_crop(C.CV_SIZE, scale=C.CV_SCALE, ratio=C.CV_RATIO))
-            .map(img.horizontal_flip(p=C.CV_FLIP_P))
-            .map(img.color_jitter(*C.CV_JITTER, p=C.CV_JITTER_P))
-            .map(img.grayscale(p=C.CV_GRAY_P, num_output_channels=3))
-            .map(img.gaussian_blur(C.CV_BLUR_KERNEL, sigma=C.CV_BLUR_SIGMA, p=C.CV_BLUR_P))
-            .map(img.normalize(C.MEAN, C.STD))
-            .map(sluice.ops.select(["image", "label"]))
-            .batch(C.CV_BATCH))
+    ds = (sluice.read_images(paths, labels="parent_dir")
+          .map(img.decode())
+          .map(img.random_resized_crop(C.CV_SIZE, scale=C.CV_SCALE, ratio=C.CV_RATIO))
+          .map(img.horizontal_flip(p=C.CV_FLIP_P))
+          .map(img.color_jitter(*C.CV_JITTER, p=C.CV_JITTER_P))
+          .map(img.grayscale(p=C.CV_GRAY_P, num_output_channels=3))
+          .map(img.gaussian_blur(C.CV_BLUR_KERNEL, sigma=C.CV_BLUR_SIGMA, p=C.CV_BLUR_P)))
+    if normalize:
+        ds = ds.map(img.normalize(C.MEAN, C.STD))
+    return ds.map(sluice.ops.select(["image", "label"])).batch(C.CV_BATCH)
 
 
 def _nlp(sluice, data_dir: Path, samples, seed):

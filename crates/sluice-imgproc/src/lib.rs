@@ -71,6 +71,7 @@ mod error;
 mod geometry;
 mod image;
 mod orient;
+mod quality;
 mod random;
 mod simd;
 mod tensor;
@@ -85,6 +86,7 @@ pub use decode::{
 pub use error::{ImageError, Result};
 pub use geometry::{crop, hflip, resize, resized_crop, resized_crop_box, CropBox, Filter};
 pub use image::Image;
+pub use quality::psnr;
 pub use random::{
     apply_jitter, blur_sigma, color_jitter_params, rrc_params, JitterOp, JitterParams,
 };

@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 
 use sluice_core::{Emit, OpContext, OpRef, Sample, Tensor, TensorData, Value};
+use sluice_imgproc::psnr;
 use sluice_ops::OpSpec;
 
 fn build(spec: &str) -> OpRef {
@@ -36,20 +37,6 @@ fn pixels(s: &Sample) -> (Vec<usize>, Vec<u8>) {
             other => panic!("{other:?}"),
         },
         other => panic!("{other:?}"),
-    }
-}
-
-fn psnr(a: &[u8], b: &[u8]) -> f64 {
-    let mse = a
-        .iter()
-        .zip(b)
-        .map(|(&x, &y)| (f64::from(x) - f64::from(y)).powi(2))
-        .sum::<f64>()
-        / a.len() as f64;
-    if mse == 0.0 {
-        f64::INFINITY
-    } else {
-        10.0 * (255.0f64 * 255.0 / mse).log10()
     }
 }
 

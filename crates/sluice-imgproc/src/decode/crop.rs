@@ -1,8 +1,8 @@
 //! Decode and resized crop in one call, with DCT scaling when the crop shrinks a lot: the
 //! kernel of sluice's fused `decode` + `random_resized_crop`.
 
-use super::jpeg::{decode_jpeg_at, parse_header, SCALED_DENOMINATORS};
-use super::{check_pixels, decode, sniff, DecodeOptions, Format};
+use super::jpeg::{decode_jpeg_at, parse_checked_header, SCALED_DENOMINATORS};
+use super::{decode, sniff, DecodeOptions, Format};
 use crate::error::Result;
 use crate::geometry::{resized_crop, resized_crop_box, CropBox, Filter};
 use crate::image::Image;
@@ -76,9 +76,7 @@ pub fn dct_denominator(
 /// let (img, d) = decode_resized_crop(&f, &opts, 0, 10, 240, 300, 24, 24, Filter::Bilinear).unwrap();
 /// assert_eq!((img.height, img.width, d), (24, 24, 4));
 /// let full = resized_crop(&decode(&f, &opts).unwrap(), 0, 10, 240, 300, 24, 24, Filter::Bilinear).unwrap();
-/// let mse = img.data.iter().zip(&full.data).map(|(&a, &b)| (a as f64 - b as f64).powi(2)).sum::<f64>()
-///     / img.data.len() as f64;
-/// assert!(10.0 * (255.0f64.powi(2) / mse).log10() > 35.0);
+/// assert!(psnr(&img.data, &full.data) > 35.0);
 /// ```
 #[allow(clippy::too_many_arguments)]
 pub fn decode_resized_crop(
@@ -97,12 +95,7 @@ pub fn decode_resized_crop(
         _ => 1,
     };
     if d > 1 {
-        let header = parse_header(bytes)?;
-        check_pixels(
-            u64::from(header.height),
-            u64::from(header.width),
-            opts.max_pixels,
-        )?;
+        let header = parse_checked_header(bytes, opts)?;
         let d = d as usize;
         if let Some(img) = decode_jpeg_at(bytes, &header, opts, d)? {
             let (mut uh, mut uw) = (usize::from(header.height), usize::from(header.width));

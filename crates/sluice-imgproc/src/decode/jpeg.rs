@@ -35,6 +35,18 @@ fn truncated<T>(msg: impl Into<String>) -> Result<T> {
     Err(ImageError::Truncated(msg.into()))
 }
 
+/// [`parse_header`], refusing files over the pixel limit (a decompression bomb) before any
+/// decoder allocates for them.
+pub(crate) fn parse_checked_header(data: &[u8], opts: &DecodeOptions) -> Result<JpegHeader> {
+    let header = parse_header(data)?;
+    check_pixels(
+        u64::from(header.height),
+        u64::from(header.width),
+        opts.max_pixels,
+    )?;
+    Ok(header)
+}
+
 /// Walks the marker segments up to the first SOS.
 ///
 /// Besides giving dimensions without decoding, it rejects what the
@@ -271,12 +283,7 @@ fn four_channel_kind(header: &JpegHeader) -> Option<FourChannel> {
 }
 
 pub(crate) fn decode_jpeg(bytes: &[u8], opts: &DecodeOptions) -> Result<Image> {
-    let header = parse_header(bytes)?;
-    check_pixels(
-        u64::from(header.height),
-        u64::from(header.width),
-        opts.max_pixels,
-    )?;
+    let header = parse_checked_header(bytes, opts)?;
     let four = four_channel_kind(&header);
     #[cfg(feature = "turbojpeg")]
     if four.is_none() {
@@ -397,12 +404,7 @@ pub fn decode_scaled(
     if super::sniff(bytes) != Some(super::Format::Jpeg) {
         return super::decode(bytes, opts).map(|i| (i, 1));
     }
-    let header = parse_header(bytes)?;
-    check_pixels(
-        u64::from(header.height),
-        u64::from(header.width),
-        opts.max_pixels,
-    )?;
+    let header = parse_checked_header(bytes, opts)?;
     let (sh, sw) = (usize::from(header.height), usize::from(header.width));
     // The request is upright; the file is stored unrotated.
     let (req_h, req_w) = if swaps_axes(header.orientation) {

@@ -420,7 +420,7 @@ mod tests {
         }
     }
 
-    fn cached(n: u64, budget: u64) -> (CachedSource, Arc<Square>) {
+    fn cached(n: u64, budget: u64, disk_budget: u64) -> (CachedSource, Arc<Square>) {
         let op = Arc::new(Square::default());
         let chain = ChainOp {
             op: op.clone(),
@@ -430,14 +430,20 @@ mod tests {
         };
         // A range length no other test uses, so the process-wide store is this test's.
         (
-            CachedSource::new(Arc::new(RangeSource::new(n)), vec![chain], budget, 0).unwrap(),
+            CachedSource::new(
+                Arc::new(RangeSource::new(n)),
+                vec![chain],
+                budget,
+                disk_budget,
+            )
+            .unwrap(),
             op,
         )
     }
 
     #[test]
     fn computes_each_sample_once_within_budget() {
-        let (src, op) = cached(1001, 1 << 20);
+        let (src, op) = cached(1001, 1 << 20, 0);
         for _ in 0..3 {
             for i in 0..1001 {
                 assert_eq!(
@@ -466,16 +472,8 @@ mod tests {
     #[test]
     fn what_memory_cannot_hold_comes_back_from_disk() {
         install_spill_codec(Arc::new(IdCodec));
-        let op = Arc::new(Square::default());
-        let chain = ChainOp {
-            op: op.clone(),
-            mode: crate::plan::logical::ElemMode::Map,
-            on_error: Default::default(),
-            op_id: 1,
-        };
         // 10 samples fit in memory, 20 more on disk (8 bytes each), the rest recomputed.
-        let src =
-            CachedSource::new(Arc::new(RangeSource::new(1017)), vec![chain], 80, 160).unwrap();
+        let (src, op) = cached(1017, 80, 160);
         for _ in 0..3 {
             for i in 0..40 {
                 assert_eq!(
@@ -514,7 +512,7 @@ mod tests {
     #[test]
     fn stops_caching_at_the_budget_but_stays_correct() {
         // Each sample is 8 bytes: 10 fit in 80.
-        let (src, op) = cached(1002, 80);
+        let (src, op) = cached(1002, 80, 0);
         for _ in 0..2 {
             for i in 0..20 {
                 assert_eq!(

@@ -1,11 +1,15 @@
 //! Python callables as ops. The GIL is taken once per chunk, not per sample.
 
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::PyDict;
 use sluice::{ElemMode, Emit, Error, Op, OpContext, OpMeta, Result, Sample};
 
 use crate::convert::{py_to_sample, sample_to_py};
 use crate::errors::from_py;
+
+/// `numpy.random.default_rng`, looked up once rather than per sample.
+static DEFAULT_RNG: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 
 /// A Python function used by `map`, `filter`, `flat_map` or `map_batches`.
 #[derive(Debug)]
@@ -25,9 +29,8 @@ impl PyUdf {
         let func = self.func.bind(py);
         let out = if self.wants_rng {
             let seed = cx.rng().next_u64();
-            let rng = py
-                .import("numpy.random")
-                .and_then(|m| m.getattr("default_rng"))
+            let rng = DEFAULT_RNG
+                .import(py, "numpy.random", "default_rng")
                 .and_then(|f| f.call1((seed,)))
                 .map_err(from_py)?;
             let kwargs = PyDict::new(py);

@@ -1,5 +1,6 @@
 //! Engine overhead: the executor (source → chain → batch, 1 and 2 threads), batching
-//! (collate) and the chunk hand-off between threads. The numpy hand-off is measured from
+//! (collate) and the chunk hand-off between threads; and the machine figures behind the
+//! cost model's constants (`sluice-optimizer/src/model.rs`, `profile.rs`). The numpy hand-off is measured from
 //! Python in `benchmarks/engine_overhead.py` (it needs an interpreter).
 //!
 //! `cargo bench --manifest-path benchmarks/micro/Cargo.toml`
@@ -8,6 +9,9 @@ use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use sluice_core::*;
+
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[derive(Debug)]
 struct Noop;
@@ -123,5 +127,33 @@ fn hand_off(c: &mut Criterion) {
     worker.join().unwrap();
 }
 
-criterion_group!(benches, executor, batching, hand_off);
+fn model_constants(c: &mut Criterion) {
+    let mut g = c.benchmark_group("cost-model constants");
+    // What one read of the thread CPU clock costs: why the profiler times chunks, not calls.
+    g.bench_function("thread CPU clock read", |b| {
+        b.iter(sluice_optimizer::clock::thread_cpu)
+    });
+    // A CV batch: 64 float32 [3,224,224] images (38.5 MB) collated into fresh memory — the
+    // model's COPY_BYTES_PER_S.
+    let bytes = 64 * 3 * 224 * 224 * 4;
+    g.throughput(Throughput::Bytes(bytes as u64));
+    g.sample_size(20);
+    let images: Vec<Sample> = (0..64)
+        .map(|_| {
+            let t =
+                Tensor::new(vec![3, 224, 224], TensorData::F32(vec![0.5; 3 * 224 * 224])).unwrap();
+            Sample::from_pairs([("image", Value::Tensor(t))])
+        })
+        .collect();
+    g.bench_function("collate a CV batch (64 x 602 KB)", |b| {
+        b.iter_batched(
+            || images.clone(),
+            |s| collate(&s).unwrap(),
+            BatchSize::LargeInput,
+        )
+    });
+    g.finish();
+}
+
+criterion_group!(benches, executor, batching, hand_off, model_constants);
 criterion_main!(benches);

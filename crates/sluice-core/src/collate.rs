@@ -106,7 +106,15 @@ pub fn pad_to_longest(samples: &mut [Sample], pads: &[(String, f64)]) -> Result<
     Ok(())
 }
 
-fn stack_column(column: &[&Value]) -> Result<Value> {
+/// One field's values over a batch, stacked as [`collate`] does: ints, floats and bools into
+/// 1-d arrays, same-shape tensors along a new first axis, anything else into a list.
+///
+/// ```
+/// use sluice_core::{collate::stack_column, Value};
+/// let v = stack_column(&[&Value::Int(1), &Value::Float(0.5)]).unwrap();
+/// assert_eq!(v.kind(), "tensor");
+/// ```
+pub fn stack_column(column: &[&Value]) -> Result<Value> {
     let n = column.len();
     let all = |f: fn(&Value) -> bool| column.iter().all(|v| f(v));
     if all(|v| matches!(v, Value::Int(_))) {

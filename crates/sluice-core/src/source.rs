@@ -37,6 +37,27 @@ pub trait Source: Send + Sync + fmt::Debug {
     }
     /// Sample `index` (0-based) of a random-access source.
     fn get(&self, index: u64) -> Result<Sample>;
+    /// Samples at `indices`, in that order (one result each). Readers call this with a
+    /// chunk's indices; sources that decode in blocks (Parquet row groups) override it to
+    /// look each block up once per run of neighbouring indices instead of once per sample.
+    fn get_many(&self, indices: &[u64]) -> Vec<Result<Sample>> {
+        indices.iter().map(|&i| self.get(i)).collect()
+    }
+    /// Whether [`Source::get_batch`] builds batches column by column (from columnar
+    /// storage), cheaper than collating rows: a `batch()` straight after such a source then
+    /// reads its rows itself and no per-row sample is made.
+    fn columnar(&self) -> bool {
+        false
+    }
+    /// The batch of the samples at `indices`: exactly what collating [`Source::get_many`]'s
+    /// rows gives ([`crate::collate`]). Columnar sources override it.
+    fn get_batch(&self, indices: &[u64]) -> Result<Sample> {
+        let rows = self
+            .get_many(indices)
+            .into_iter()
+            .collect::<Result<Vec<_>>>()?;
+        crate::collate(&rows)
+    }
     /// All samples in order; sources without random access override this.
     fn stream(&self) -> Result<SampleStream> {
         let n = self.len().unwrap_or(0);

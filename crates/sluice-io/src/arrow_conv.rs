@@ -65,6 +65,96 @@ pub fn row_to_sample(batch: &RecordBatch, names: &[Arc<str>], row: usize) -> Res
     Ok(s)
 }
 
+/// Rows of record batches (`(batch, rows in it)`, in order) as one batch sample, column by
+/// column: exactly what collating [`row_to_sample`] of each row gives. Columns of the common
+/// types without nulls are read straight from their buffers; the rest go through row values.
+pub fn rows_to_batch(parts: &[(&RecordBatch, &[usize])], names: &[Arc<str>]) -> Result<Sample> {
+    let n: usize = parts.iter().map(|(_, rows)| rows.len()).sum();
+    let mut out = Sample::with_capacity(names.len());
+    if n == 0 {
+        return Ok(out);
+    }
+    for (c, name) in names.iter().enumerate() {
+        let arrays: Vec<(&dyn Array, &[usize])> = parts
+            .iter()
+            .map(|(b, rows)| (b.column(c).as_ref(), *rows))
+            .collect();
+        let v =
+            column_values(&arrays, n).map_err(|e| Error::data(format!("column '{name}': {e}")))?;
+        out.set(name.clone(), v);
+    }
+    Ok(out)
+}
+
+fn column_values(arrays: &[(&dyn Array, &[usize])], n: usize) -> Result<Value> {
+    use DataType as D;
+    let dtype = arrays[0].0.data_type().clone();
+    let nulls = arrays.iter().any(|(a, _)| a.null_count() > 0);
+    let each = |f: &mut dyn FnMut(&dyn Array, usize)| {
+        for (a, rows) in arrays {
+            for &r in *rows {
+                f(*a, r);
+            }
+        }
+    };
+    macro_rules! ints {
+        ($t:ty) => {{
+            let mut data = Vec::with_capacity(n);
+            each(&mut |a, r| data.push(a.as_primitive::<$t>().value(r) as i64));
+            Value::Tensor(Tensor::new(vec![n], TensorData::I64(data))?)
+        }};
+    }
+    macro_rules! floats {
+        ($t:ty) => {{
+            let mut data = Vec::with_capacity(n);
+            each(&mut |a, r| data.push(a.as_primitive::<$t>().value(r) as f64));
+            Value::Tensor(Tensor::new(vec![n], TensorData::F64(data))?)
+        }};
+    }
+    macro_rules! list {
+        ($wrap:ident, $($get:tt)+) => {{
+            let mut items = Vec::with_capacity(n);
+            each(&mut |a, r| items.push(Value::$wrap(a.$($get)+.value(r).into())));
+            Value::List(items)
+        }};
+    }
+    Ok(match dtype {
+        _ if nulls => generic_column(arrays, n)?,
+        D::Int8 => ints!(Int8Type),
+        D::Int16 => ints!(Int16Type),
+        D::Int32 => ints!(Int32Type),
+        D::Int64 => ints!(Int64Type),
+        D::UInt8 => ints!(UInt8Type),
+        D::UInt16 => ints!(UInt16Type),
+        D::UInt32 => ints!(UInt32Type),
+        D::Float32 => floats!(Float32Type),
+        D::Float64 => floats!(Float64Type),
+        D::Boolean => {
+            let mut data = Vec::with_capacity(n);
+            each(&mut |a, r| data.push(a.as_boolean().value(r)));
+            Value::Tensor(Tensor::new(vec![n], TensorData::Bool(data))?)
+        }
+        D::Utf8 => list!(Str, as_string::<i32>()),
+        D::LargeUtf8 => list!(Str, as_string::<i64>()),
+        D::Utf8View => list!(Str, as_string_view()),
+        D::Binary => list!(Bytes, as_binary::<i32>()),
+        D::LargeBinary => list!(Bytes, as_binary::<i64>()),
+        _ => generic_column(arrays, n)?,
+    })
+}
+
+/// A column through its row values and the generic stacking (nulls, lists, uint64, ...).
+fn generic_column(arrays: &[(&dyn Array, &[usize])], n: usize) -> Result<Value> {
+    let mut values = Vec::with_capacity(n);
+    for (a, rows) in arrays {
+        for &r in *rows {
+            values.push(value_at(*a, r)?);
+        }
+    }
+    let refs: Vec<&Value> = values.iter().collect();
+    sluice_core::collate::stack_column(&refs)
+}
+
 fn tensor<T: ArrowPrimitiveType>(
     a: &PrimitiveArray<T>,
     wrap: fn(Vec<T::Native>) -> TensorData,

@@ -27,7 +27,7 @@ use parquet::arrow::ProjectionMask;
 use parquet::file::reader::{ChunkReader, Length};
 use sluice_core::{Error, Result, Sample, Source, SourceRef};
 
-use crate::arrow_conv::{normalize, row_to_sample, supported};
+use crate::arrow_conv::{normalize, row_to_sample, rows_to_batch, supported};
 use crate::store::{expand, Blob};
 
 /// Decoded row groups kept (over all Parquet sources and threads).
@@ -36,11 +36,24 @@ pub const CACHED_ROW_GROUPS: usize = 4;
 static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 
 type CacheKey = (u64, usize, usize);
-/// Recently decoded row groups, shared by all reader threads (most recent last). Shared rather
+/// A row group being decoded or decoded: the thread that locks it first decodes, the others
+/// wait for that rather than decoding the same row group again (`None` after a failure:
+/// the next thread tries itself and reports its own error).
+type Slot = Arc<Mutex<Option<Arc<RecordBatch>>>>;
+/// Recently used row groups, shared by all reader threads (most recent last). Shared rather
 /// than per thread because the executor hands consecutive chunks of indices to different
 /// threads (and may resize its pools): a per-thread cache would decode each row group once per
 /// thread that touches it.
-static CACHE: Mutex<Vec<(CacheKey, Arc<RecordBatch>)>> = Mutex::new(Vec::new());
+static CACHE: Mutex<Vec<(CacheKey, Slot)>> = Mutex::new(Vec::new());
+
+#[cfg(test)]
+static DECODES: AtomicU64 = AtomicU64::new(0);
+#[cfg(test)]
+static DECODED_KEYS: Mutex<Vec<CacheKey>> = Mutex::new(Vec::new());
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 /// Parquet reads through [`Blob`]: `get_bytes` is one ranged read (enough for the footer).
 struct BlobChunks<'a>(&'a Blob);
@@ -212,6 +225,16 @@ fn open_file(path: &str, columns: Option<&[String]>) -> Result<(PqFile, SchemaRe
     ))
 }
 
+/// A decoded row group a reader holds while it reads neighbouring rows.
+struct Held {
+    fi: usize,
+    rg: usize,
+    /// Global index of its first row, and one past its last.
+    start: u64,
+    end: u64,
+    batch: Arc<RecordBatch>,
+}
+
 /// Position of `x` in sorted `starts` (cumulative counts): the `i` with `starts[i] <= x < starts[i+1]`.
 fn locate(starts: &[u64], x: u64) -> usize {
     starts.partition_point(|&s| s <= x) - 1
@@ -318,26 +341,83 @@ impl ParquetSource {
     /// The decoded row group, from the cache when it is there.
     fn row_group(&self, fi: usize, rg: usize) -> Result<Arc<RecordBatch>> {
         let key = (self.inner.id, fi, rg);
-        let lock = || CACHE.lock().unwrap_or_else(|p| p.into_inner());
-        {
-            let mut cache = lock();
-            if let Some(i) = cache.iter().position(|(k, _)| *k == key) {
-                let hit = cache.remove(i);
-                let batch = hit.1.clone();
-                cache.push(hit);
-                return Ok(batch);
-            }
+        let slot = {
+            let mut cache = lock(&CACHE);
+            let entry = match cache.iter().position(|(k, _)| *k == key) {
+                Some(i) => cache.remove(i),
+                None => {
+                    if cache.len() >= CACHED_ROW_GROUPS {
+                        cache.remove(0);
+                    }
+                    (key, Slot::default())
+                }
+            };
+            let slot = entry.1.clone();
+            cache.push(entry);
+            slot
+        };
+        // Decoded under the slot's lock only: other threads keep reading other row groups.
+        let mut decoded = lock(&slot);
+        if let Some(batch) = &*decoded {
+            return Ok(batch.clone());
         }
-        // Decoded outside the lock: other threads keep reading cached row groups meanwhile.
         let batch = Arc::new(self.decode(fi, rg)?);
-        let mut cache = lock();
-        if !cache.iter().any(|(k, _)| *k == key) {
-            if cache.len() >= CACHED_ROW_GROUPS {
-                cache.remove(0);
-            }
-            cache.push((key, batch.clone()));
+        #[cfg(test)]
+        {
+            DECODES.fetch_add(1, Ordering::Relaxed);
+            lock(&DECODED_KEYS).push(key);
         }
+        *decoded = Some(batch.clone());
         Ok(batch)
+    }
+
+    /// (file, row group, row in it) of a global row index.
+    fn locate_row(&self, index: u64) -> Result<(usize, usize, usize)> {
+        let rows = self.inner.file_starts.last().copied().unwrap_or(0);
+        if index >= rows {
+            return Err(Error::invalid(format!(
+                "row {index} is out of range: the files have {rows} rows"
+            )));
+        }
+        let fi = locate(&self.inner.file_starts, index);
+        let file = &self.inner.files[fi];
+        let local = index - self.inner.file_starts[fi];
+        let rg = locate(&file.rg_starts, local);
+        Ok((fi, rg, (local - file.rg_starts[rg]) as usize))
+    }
+
+    /// The row group holding `index` and the row in it, reusing `held` when it holds the row:
+    /// a scan, a shard or a batch asks for runs of neighbours, which then need no search and
+    /// no cache lookup.
+    fn lookup<'a>(&self, index: u64, held: &'a mut Option<Held>) -> Result<(&'a Held, usize)> {
+        let hit = held
+            .as_ref()
+            .is_some_and(|h| (h.start..h.end).contains(&index));
+        if !hit {
+            let (fi, rg, row) = self.locate_row(index)?;
+            let starts = &self.inner.files[fi].rg_starts;
+            let start = index - row as u64;
+            *held = Some(Held {
+                fi,
+                rg,
+                start,
+                end: start + (starts[rg + 1] - starts[rg]),
+                batch: self.row_group(fi, rg)?,
+            });
+        }
+        let h = held
+            .as_ref()
+            .ok_or_else(|| Error::Internal("no row group held".into()))?;
+        Ok((h, (index - h.start) as usize))
+    }
+
+    fn sample_at(&self, batch: &RecordBatch, fi: usize, rg: usize, row: usize) -> Result<Sample> {
+        row_to_sample(batch, &self.inner.names, row).map_err(|e| {
+            Error::data(format!(
+                "{}: row group {rg}, row {row}: {e}",
+                self.inner.files[fi].blob.name()
+            ))
+        })
     }
 }
 
@@ -367,18 +447,38 @@ impl Source for ParquetSource {
         )
     }
     fn get(&self, index: u64) -> Result<Sample> {
-        let fi = locate(&self.inner.file_starts, index);
-        let file = &self.inner.files[fi];
-        let local = index - self.inner.file_starts[fi];
-        let rg = locate(&file.rg_starts, local);
-        let row = (local - file.rg_starts[rg]) as usize;
-        let batch = self.row_group(fi, rg)?;
-        row_to_sample(&batch, &self.inner.names, row).map_err(|e| {
-            Error::data(format!(
-                "{}: row group {rg}, row {row}: {e}",
-                file.blob.name()
-            ))
-        })
+        let (fi, rg, row) = self.locate_row(index)?;
+        self.sample_at(&*self.row_group(fi, rg)?, fi, rg, row)
+    }
+    fn columnar(&self) -> bool {
+        true
+    }
+    fn get_batch(&self, indices: &[u64]) -> Result<Sample> {
+        // Runs of rows in the same row group, each row group looked up once per run.
+        let mut held = None;
+        let mut runs: Vec<(Arc<RecordBatch>, Vec<usize>)> = Vec::new();
+        for &index in indices {
+            let (h, row) = self.lookup(index, &mut held)?;
+            match runs.last_mut() {
+                Some((b, rows)) if Arc::ptr_eq(b, &h.batch) => rows.push(row),
+                _ => runs.push((h.batch.clone(), vec![row])),
+            }
+        }
+        let parts: Vec<(&RecordBatch, &[usize])> =
+            runs.iter().map(|(b, rows)| (&**b, &rows[..])).collect();
+        rows_to_batch(&parts, &self.inner.names)
+    }
+    fn get_many(&self, indices: &[u64]) -> Vec<Result<Sample>> {
+        // Per row, the shared cache's lock and refcount would bounce between reader threads'
+        // cores: rows of the row group held are read without them.
+        let mut held = None;
+        indices
+            .iter()
+            .map(|&index| {
+                let (h, row) = self.lookup(index, &mut held)?;
+                self.sample_at(&h.batch, h.fi, h.rg, row)
+            })
+            .collect()
     }
     fn clone_arc(&self) -> SourceRef {
         Arc::new(self.clone())
@@ -432,6 +532,136 @@ mod tests {
                 Some(format!("row {i}").as_str())
             );
         }
+    }
+
+    #[test]
+    fn get_many_matches_get_across_row_groups_and_files() {
+        let dir = tempfile::tempdir().unwrap();
+        write_file(&dir.path().join("a.parquet"), 0..25, 10);
+        write_file(&dir.path().join("b.parquet"), 25..40, 7);
+        let src = ParquetSource::open(&[dir.path().display().to_string()], None).unwrap();
+        let indices = [3u64, 4, 9, 10, 11, 24, 25, 39, 0, 31, 31, 40];
+        let many = src.get_many(&indices);
+        assert_eq!(many.len(), indices.len());
+        for (&i, got) in indices.iter().zip(&many) {
+            match src.get(i) {
+                Ok(want) => assert_eq!(got.as_ref().unwrap(), &want),
+                Err(_) => assert!(got.is_err(), "index {i} past the end must fail"),
+            }
+        }
+    }
+
+    #[test]
+    fn get_batch_equals_collated_rows_for_every_column_kind() {
+        use arrow_array::builder::{Int32Builder, ListBuilder};
+        use arrow_array::*;
+        let n = 30;
+        let mut lists = ListBuilder::new(Int32Builder::new());
+        for i in 0..n {
+            for j in 0..(i % 3) {
+                lists.values().append_value(j);
+            }
+            lists.append(i % 7 != 0);
+        }
+        let cols: Vec<(&str, ArrayRef)> = vec![
+            ("i32", Arc::new(Int32Array::from_iter_values(0..n))),
+            (
+                "i64_nulls",
+                Arc::new(Int64Array::from_iter(
+                    (0..n as i64).map(|i| (i % 4 != 0).then_some(i)),
+                )),
+            ),
+            (
+                "u64",
+                Arc::new(UInt64Array::from_iter_values((0..n as u64).map(|i| i * 3))),
+            ),
+            (
+                "f32",
+                Arc::new(Float32Array::from_iter_values(
+                    (0..n).map(|i| i as f32 / 4.0),
+                )),
+            ),
+            (
+                "flag",
+                Arc::new(BooleanArray::from_iter((0..n).map(|i| Some(i % 2 == 0)))),
+            ),
+            (
+                "text",
+                Arc::new(StringArray::from_iter_values(
+                    (0..n).map(|i| format!("row {i}")),
+                )),
+            ),
+            (
+                "text_nulls",
+                Arc::new(StringArray::from_iter(
+                    (0..n).map(|i| (i % 5 != 1).then(|| "é".repeat(i as usize))),
+                )),
+            ),
+            (
+                "blob",
+                Arc::new(BinaryArray::from_iter_values(
+                    (0..n).map(|i| vec![i as u8; 3]),
+                )),
+            ),
+            ("ids", Arc::new(lists.finish())),
+        ];
+        let batch = RecordBatch::try_from_iter(cols).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let props = WriterProperties::builder()
+            .set_max_row_group_row_count(Some(8))
+            .build();
+        let path = dir.path().join("kinds.parquet");
+        let mut w = ArrowWriter::try_new(
+            std::fs::File::create(&path).unwrap(),
+            batch.schema(),
+            Some(props),
+        )
+        .unwrap();
+        w.write(&batch).unwrap();
+        w.close().unwrap();
+        let src = ParquetSource::open(&[path.display().to_string()], None).unwrap();
+        assert!(src.columnar());
+        for indices in [
+            (0..30).collect::<Vec<u64>>(),
+            vec![29, 3, 4, 5, 17, 8, 9, 0],
+            vec![7],
+            vec![],
+        ] {
+            let rows: Vec<Sample> = src
+                .get_many(&indices)
+                .into_iter()
+                .map(Result::unwrap)
+                .collect();
+            let want = sluice_core::collate(&rows).unwrap();
+            assert_eq!(src.get_batch(&indices).unwrap(), want, "{indices:?}");
+        }
+        assert!(src.get_batch(&[2, 30]).is_err(), "past the end");
+    }
+
+    #[test]
+    fn threads_reading_one_row_group_decode_it_once() {
+        let dir = tempfile::tempdir().unwrap();
+        write_file(&dir.path().join("a.parquet"), 0..2000, 2000);
+        let src = ParquetSource::open(&[dir.path().display().to_string()], None).unwrap();
+        let before = DECODES.load(Ordering::Relaxed);
+        std::thread::scope(|s| {
+            for t in 0..4u64 {
+                let src = &src;
+                s.spawn(move || {
+                    let ids: Vec<u64> = (t * 500..(t + 1) * 500).collect();
+                    assert!(src.get_many(&ids).iter().all(Result::is_ok));
+                });
+            }
+        });
+        // Other tests may decode concurrently, but never this file's row group twice.
+        let here = DECODED_KEYS
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|k| k.0 == src.inner.id)
+            .count();
+        assert_eq!(here, 1);
+        assert!(DECODES.load(Ordering::Relaxed) > before);
     }
 
     #[test]

@@ -217,7 +217,9 @@ pub(crate) fn make_transform(
             drop_last,
             per_epoch,
             pad,
+            read,
         } => Box::new(Batch {
+            read: read.then(|| source.clone()),
             size: *size,
             drop_last: *drop_last,
             per_epoch: *per_epoch,
@@ -250,6 +252,23 @@ pub(crate) fn make_transform(
         )),
         StageKind::Pack(spec) => Box::new(super::pack::Pack::new(spec.clone(), stage, resume)),
     }
+}
+
+/// Reads each item's sample from a random-access source; a failure names the sample.
+fn read_items(src: &SourceRef, items: Chunk) -> Result<Chunk> {
+    let indices: Vec<u64> = items.iter().map(|it| it.source_index).collect();
+    items
+        .into_iter()
+        .zip(src.get_many(&indices))
+        .map(|(it, res)| match res {
+            Ok(sample) => Ok(it.with_sample(sample)),
+            Err(e) => Err(Error::InSample {
+                op: src.name().to_string(),
+                sample: it.sample_ref(),
+                source: Box::new(e),
+            }),
+        })
+        .collect()
 }
 
 /// Fused element-wise ops, applied op by op over the whole chunk (so ops that pay a
@@ -287,17 +306,7 @@ impl Chain {
 impl Chain {
     pub(crate) fn run(&self, mut items: Chunk) -> Result<Chunk> {
         if let Some(src) = &self.read {
-            items = items
-                .into_iter()
-                .map(|it| match src.get(it.source_index) {
-                    Ok(sample) => Ok(it.with_sample(sample)),
-                    Err(e) => Err(Error::InSample {
-                        op: src.name().to_string(),
-                        sample: it.sample_ref(),
-                        source: Box::new(e),
-                    }),
-                })
-                .collect::<Result<_>>()?;
+            items = read_items(src, items)?;
         }
         for cop in &self.ops {
             items = self.apply(cop, items)?;
@@ -384,6 +393,8 @@ impl Transform for Chain {
 }
 
 struct Batch {
+    /// The source this batch reads its rows from (column by column), if it reads.
+    read: Option<SourceRef>,
     resume: StageResume,
     size: usize,
     drop_last: bool,
@@ -436,11 +447,28 @@ impl Batch {
             n.count += 1;
         }
         batch.rows = items.iter().map(|i| i.rows).sum();
-        let mut samples: Vec<Sample> = items.into_iter().map(|i| i.sample).collect();
-        if !self.pad.is_empty() {
-            crate::collate::pad_to_longest(&mut samples, &self.pad)?;
-        }
-        batch.sample = collate(&samples)?;
+        let columnar = match &self.read {
+            Some(src) if self.pad.is_empty() => {
+                let indices: Vec<u64> = items.iter().map(|it| it.source_index).collect();
+                // On failure the rows are read one by one below, so the error names the sample.
+                src.get_batch(&indices).ok()
+            }
+            _ => None,
+        };
+        batch.sample = match (columnar, &self.read) {
+            (Some(sample), _) => sample,
+            (None, read) => {
+                let items = match read {
+                    Some(src) => read_items(src, items)?,
+                    None => items,
+                };
+                let mut samples: Vec<Sample> = items.into_iter().map(|i| i.sample).collect();
+                if !self.pad.is_empty() {
+                    crate::collate::pad_to_longest(&mut samples, &self.pad)?;
+                }
+                collate(&samples)?
+            }
+        };
         out.push(vec![batch]);
         self.pending = Vec::with_capacity(self.size);
         Ok(())

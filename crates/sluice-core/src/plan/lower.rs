@@ -169,14 +169,23 @@ pub fn lower(plan: &Arc<LogicalPlan>, opts: &LowerOptions) -> Result<PhysicalPla
                 &mut needs_read,
             ),
             other => {
+                // A batch straight after a columnar source reads it column by column (a
+                // fusion: plans the optimizer makes or applies, lowered unfused, keep the
+                // read in its own stage).
+                let batch_reads = needs_read
+                    && opts.fuse_ops
+                    && matches!(other, LogicalPlan::Batch(_))
+                    && source.columnar();
                 if needs_read && !matches!(other, LogicalPlan::Source(_)) && is_stage(other) {
-                    stages.push(stage(
-                        StageKind::Chain {
-                            read: true,
-                            ops: vec![],
-                        },
-                        threads(),
-                    ));
+                    if !batch_reads {
+                        stages.push(stage(
+                            StageKind::Chain {
+                                read: true,
+                                ops: vec![],
+                            },
+                            threads(),
+                        ));
+                    }
                     needs_read = false;
                 }
                 match other {
@@ -186,6 +195,7 @@ pub fn lower(plan: &Arc<LogicalPlan>, opts: &LowerOptions) -> Result<PhysicalPla
                             drop_last: n.drop_last,
                             per_epoch: repeat_after_batch,
                             pad: n.pad.clone(),
+                            read: batch_reads,
                         },
                         Variant::Threads { threads: 1 },
                     )),
@@ -196,6 +206,7 @@ pub fn lower(plan: &Arc<LogicalPlan>, opts: &LowerOptions) -> Result<PhysicalPla
                                 drop_last: false,
                                 per_epoch: true,
                                 pad: Vec::new(),
+                                read: false,
                             },
                             Variant::Threads { threads: 1 },
                         ));

@@ -88,6 +88,10 @@ pub enum StageKind {
         /// Fields padded to the longest in the batch (name, pad value).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         pad: Vec<(String, f64)>,
+        /// The batch reads its rows from a columnar source itself ([`crate::Source::get_batch`]),
+        /// when it follows the source directly: no per-row samples are made.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        read: bool,
     },
     /// Split batches back into samples.
     Unbatch,
@@ -123,6 +127,9 @@ impl StageKind {
                 }));
                 names.join("+")
             }
+            StageKind::Batch {
+                size, read: true, ..
+            } => format!("read+batch({size})"),
             StageKind::Batch { size, .. } => format!("batch({size})"),
             StageKind::Unbatch => "unbatch".into(),
             StageKind::Take { n } => format!("take({n})"),

@@ -8,6 +8,7 @@
 use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use sluice_core::cache::CachedSource;
 use sluice_core::*;
 
 #[global_allocator]
@@ -152,7 +153,49 @@ fn model_constants(c: &mut Criterion) {
             BatchSize::LargeInput,
         )
     });
+    g.throughput(Throughput::Elements(64));
+    g.sample_size(50);
+    // A warm in-memory cache serving a chunk of 64 NLP-like samples (a 100-byte text and 128
+    // token ids): the model's CACHE_HIT_S, the per-sample part of a cache hit.
+    let cached = CachedSource::new(
+        Arc::new(RangeSource::new(4096)),
+        vec![ChainOp {
+            op: Arc::new(Tokens),
+            mode: ElemMode::Map,
+            on_error: OnError::Raise,
+            op_id: 1,
+        }],
+        1 << 30,
+        0,
+    )
+    .unwrap();
+    let chunk: Vec<u64> = (1000..1064).collect();
+    assert!(cached.get_many(&chunk).iter().all(|s| s.is_ok()));
+    g.bench_function("cache hit, chunk of 64 token samples", |b| {
+        b.iter(|| cached.get_many(&chunk))
+    });
     g.finish();
+}
+
+/// Adds a text and 128 token ids to a sample, like a tokenizer.
+#[derive(Debug)]
+struct Tokens;
+impl Op for Tokens {
+    fn name(&self) -> &str {
+        "tokens"
+    }
+    fn spec(&self) -> serde_json::Value {
+        serde_json::json!({"op": "tokens"})
+    }
+    fn meta(&self) -> OpMeta {
+        OpMeta::opaque(false)
+    }
+    fn apply(&self, mut s: Sample, _: &OpContext) -> Result<Emit> {
+        s.set("text", Value::from("x".repeat(100)));
+        let ids = Tensor::new(vec![128], TensorData::I64(vec![7; 128]))?;
+        s.set("input_ids", Value::Tensor(ids));
+        Ok(Emit::One(s))
+    }
 }
 
 criterion_group!(benches, executor, batching, hand_off, model_constants);

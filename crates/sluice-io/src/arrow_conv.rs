@@ -13,7 +13,7 @@ use arrow_array::types::*;
 use arrow_array::*;
 use arrow_buffer::{NullBuffer, OffsetBuffer, ScalarBuffer};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
-use sluice_core::{DType, Error, Result, Sample, Tensor, TensorData, Value};
+use sluice_core::{uncollate, DType, Error, Result, Sample, Tensor, TensorData, Value};
 
 /// Whether sluice can read a column of this type (after [`normalize`]).
 pub fn supported(dt: &DataType) -> bool {
@@ -537,6 +537,97 @@ impl<I: Iterator<Item = Result<Sample>>> RecordBatchReader for SampleBatches<I> 
     fn schema(&self) -> SchemaRef {
         self.schema.clone()
     }
+}
+
+/// Batches (collated samples) as record batches of the same rows: what [`SampleBatches`]
+/// makes from their rows, with the columns built from the batch's arrays and lists, so no
+/// per-row sample is made (`to_arrow` of a columnar source read in batches). The schema
+/// comes from the rows of the first batch, as the row path infers it.
+pub struct BatchRecords<I: Iterator<Item = Result<Sample>>> {
+    batches: I,
+    schema: SchemaRef,
+    first: Option<RecordBatch>,
+}
+
+impl<I: Iterator<Item = Result<Sample>>> BatchRecords<I> {
+    /// Reads the first batch to learn the schema.
+    pub fn new(mut batches: I) -> Result<Self> {
+        let first = batches.next().transpose()?;
+        let schema = match &first {
+            Some(b) => infer_schema(&uncollate(b.clone())?)?,
+            None => infer_schema(&[])?,
+        };
+        let first = first.map(|b| batch_to_record(b, &schema)).transpose()?;
+        Ok(BatchRecords {
+            batches,
+            schema,
+            first,
+        })
+    }
+}
+
+impl<I: Iterator<Item = Result<Sample>>> Iterator for BatchRecords<I> {
+    type Item = std::result::Result<RecordBatch, arrow_schema::ArrowError>;
+    fn next(&mut self) -> Option<Self::Item> {
+        if let Some(b) = self.first.take() {
+            return Some(Ok(b));
+        }
+        let batch = self
+            .batches
+            .next()?
+            .and_then(|b| batch_to_record(b, &self.schema));
+        Some(batch.map_err(|e| arrow_schema::ArrowError::ExternalError(Box::new(e))))
+    }
+}
+
+impl<I: Iterator<Item = Result<Sample>>> RecordBatchReader for BatchRecords<I> {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+}
+
+/// One batch sample as a record batch of `schema`: 1-d arrays become primitive columns,
+/// `[n, k]` arrays list columns of k items, lists go through the row path's builder. A field
+/// that fits none of these converts through its rows, exactly as [`samples_to_batch`] would.
+fn batch_to_record(batch: Sample, schema: &SchemaRef) -> Result<RecordBatch> {
+    let mut columns = Vec::with_capacity(schema.fields().len());
+    for field in schema.fields() {
+        let column = match (batch.get(field.name()), field.data_type()) {
+            (Some(Value::Tensor(t)), dt)
+                if t.shape().len() == 1 && dtype_to_arrow(t.dtype()) == *dt =>
+            {
+                Some(tensor_array(t.data().clone()))
+            }
+            (Some(Value::Tensor(t)), DataType::List(item))
+                if t.shape().len() == 2 && dtype_to_arrow(t.dtype()) == *item.data_type() =>
+            {
+                let (n, k) = (t.shape()[0], t.shape()[1]);
+                let offsets = (0..=n)
+                    .map(|i| i32::try_from(i * k))
+                    .collect::<std::result::Result<Vec<_>, _>>()
+                    .map_err(|_| Error::data("batch too large for an Arrow list column"))?;
+                ListArray::try_new(
+                    item.clone(),
+                    OffsetBuffer::new(ScalarBuffer::from(offsets)),
+                    tensor_array(t.data().clone()),
+                    None,
+                )
+                .ok()
+                .map(|a| Arc::new(a) as ArrayRef)
+            }
+            (Some(Value::List(values)), dt) => {
+                let refs: Vec<&Value> = values.iter().collect();
+                build_array(&refs, dt).ok()
+            }
+            _ => None,
+        };
+        match column {
+            Some(c) => columns.push(c),
+            None => return samples_to_batch(&uncollate(batch)?, schema),
+        }
+    }
+    RecordBatch::try_new(schema.clone(), columns)
+        .or_else(|_| samples_to_batch(&uncollate(batch)?, schema))
 }
 
 #[cfg(test)]

@@ -10,8 +10,7 @@ use pyo3::types::PyCapsule;
 use sluice::arrow_array::ffi_stream::{ArrowArrayStreamReader, FFI_ArrowArrayStream};
 use sluice::arrow_array::{RecordBatch, RecordBatchReader};
 use sluice::{
-    csv_options, CsvSource, Dataset, Error, IterOptions, JsonlOptions, SampleBatches, ShardShuffle,
-    SinkOptions,
+    csv_options, CsvSource, Dataset, Error, IterOptions, JsonlOptions, ShardShuffle, SinkOptions,
 };
 
 use crate::dataset::PyDataset;
@@ -201,7 +200,10 @@ fn to_arrow_stream<'py>(
     num_threads: Option<usize>,
 ) -> PyResult<Bound<'py, PyCapsule>> {
     let batches = py
-        .detach(|| SampleBatches::new(ds.ds.iter(&iter_opts(seed, num_threads))?, batch_rows))
+        .detach(|| {
+            ds.ds
+                .arrow_batches(batch_rows, &iter_opts(seed, num_threads))
+        })
         .py()?;
     let stream = FFI_ArrowArrayStream::new(Box::new(Detached(batches)));
     PyCapsule::new_with_value(py, stream, STREAM)

@@ -3,7 +3,9 @@
 
 use std::sync::Arc;
 
-use sluice_core::{Execution, Result, Sample};
+use sluice_core::{Execution, Result, Sample, StageKind};
+use sluice_io::arrow_array::RecordBatchReader;
+use sluice_io::arrow_conv::{BatchRecords, SampleBatches};
 use sluice_io::{
     sink, ArrowSource, CsvOptions, CsvSource, ParquetSource, ShardShuffle, SinkOptions,
     WebDatasetSource,
@@ -68,6 +70,33 @@ impl Dataset {
             None => sink::write_parquet(exec, dir, sink),
             Some(sizes) => sink::write_parquet_parts(Parted::new(exec, &sizes), dir, sink),
         }
+    }
+
+    /// The outputs as Arrow record batches of up to `rows` rows (what `to_arrow` exports). A
+    /// pipeline that is a columnar source and nothing per row (shuffled, sharded or not) is
+    /// read in batches built column by column; others are collected from their samples.
+    ///
+    /// ```no_run
+    /// let ds = sluice::Dataset::read_parquet(&["corpus/*.parquet".into()], None)?;
+    /// let rows: usize = ds.arrow_batches(65536, &Default::default())?.map(|b| b.unwrap().num_rows()).sum();
+    /// # Ok::<(), sluice::Error>(())
+    /// ```
+    pub fn arrow_batches(
+        &self,
+        rows: usize,
+        opts: &IterOptions,
+    ) -> Result<Box<dyn RecordBatchReader + Send>> {
+        let rows = rows.max(1);
+        if opts.plan.is_none() && opts.processes.is_none() {
+            let batched = self.batch(rows, false)?;
+            let plan = batched.physical_plan(opts)?;
+            if let [only] = plan.stages.as_slice() {
+                if matches!(only.kind, StageKind::Batch { read: true, .. }) {
+                    return Ok(Box::new(BatchRecords::new(batched.iter(opts)?)?));
+                }
+            }
+        }
+        Ok(Box::new(SampleBatches::new(self.iter(opts)?, rows)?))
     }
 
     /// Runs the pipeline and writes its outputs into `dir` as `part-NNNNN.jsonl` files

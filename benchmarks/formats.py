@@ -112,9 +112,17 @@ def cases(corpus: Path, wds: Path, threads: int) -> dict:
     def pa_rows():
         n = b = 0
         for batch in pads.dataset(corpus, format="parquet").to_batches(columns=["text"]):
-            for t in batch.column(0).to_pylist():
+            for row in batch.to_pylist():
                 n += 1
-                b += len(t)
+                b += len(row["text"])
+        return n, b
+
+    def pa_values():
+        n = b = 0
+        for batch in pads.dataset(corpus, format="parquet").to_batches(columns=["text"]):
+            column = batch.column(0).to_pylist()
+            n += len(column)
+            b += sum(map(len, column))
         return n, b
 
     def sl_rows(path=str(corpus)):
@@ -161,7 +169,8 @@ def cases(corpus: Path, wds: Path, threads: int) -> dict:
 
     return {
         "parquet: pyarrow.dataset, arrow batches": ("parquet", pa_columnar),
-        "parquet: pyarrow.dataset, Python rows": ("parquet", pa_rows),
+        "parquet: pyarrow.dataset, Python rows (dicts)": ("parquet", pa_rows),
+        "parquet: pyarrow.dataset, Python columns (a str list per batch)": ("parquet", pa_values),
         "parquet: sluice read_parquet, samples": ("parquet", sl_rows),
         "parquet: sluice read_parquet, batch(1024)": ("parquet", sl_batches),
         "parquet: sluice read_parquet().to_arrow()": ("parquet", sl_to_arrow),
@@ -212,12 +221,21 @@ def main() -> None:
         n, b = counts[name]
         rows.append({"case": name, "group": table[name][0], "median_s": med, "samples": n,
                      "samples_per_s": n / med, "mib_per_s": b / med / 2**20})
-    base = {"parquet": "parquet: pyarrow.dataset, Python rows", "webdataset": "webdataset: webdataset package"}
-    local = {"s3 parquet: sluice read_parquet, samples": "parquet: sluice read_parquet, samples",
-             "s3 webdataset: sluice read_webdataset": "webdataset: sluice read_webdataset"}
+    # Each case against what it does the same work as: rows as dicts against rows as dicts,
+    # batches of str lists against pyarrow's str lists per batch, Arrow against Arrow.
+    pa_cols = "parquet: pyarrow.dataset, Python columns (a str list per batch)"
+    like = {"parquet: sluice read_parquet, samples": "parquet: pyarrow.dataset, Python rows (dicts)",
+            "parquet: sluice read_parquet, batch(1024)": pa_cols,
+            "parquet: sluice read_parquet().to_arrow()": "parquet: pyarrow.dataset, arrow batches",
+            "parquet: Ray Data read_parquet, iter_batches(1024)": pa_cols,
+            "parquet: pyarrow.dataset, Python rows (dicts)": pa_cols,
+            "parquet: pyarrow.dataset, arrow batches": pa_cols,
+            "webdataset: sluice read_webdataset": "webdataset: webdataset package",
+            "s3 parquet: sluice read_parquet, samples": "parquet: sluice read_parquet, samples",
+            "s3 webdataset: sluice read_webdataset": "webdataset: sluice read_webdataset"}
     by = {r["case"]: r for r in rows}
     for r in rows:
-        ref = base.get(r["group"]) or local.get(r["case"])
+        ref = like.get(r["case"])
         r["ratio"] = r["samples_per_s"] / by[ref]["samples_per_s"] if ref else None
         r["vs"] = ref
     out = HERE / "results"

@@ -95,6 +95,11 @@ def test_parquet_batches_read_column_by_column_equal_the_row_path(corpus):
     assert "read+batch" not in ident.batch(6).explain()
     for f in [lambda d: d, lambda d: d.shuffle(seed=5), lambda d: d.shard(1, 3).repeat(2)]:
         same_batches(f(ds).batch(6), f(ident).batch(6))
+    # The batch's arrays go to Python as they are when only take() follows; map_batches
+    # after it sees ordinary values.
+    same_batches(ds.batch(6).take(3), ident.batch(6).take(3))
+    lens = lambda b: {"n": np.array([len(t) for t in b["text"]])}
+    same_batches(ds.batch(6).map_batches(lens, batch_size=6), ident.batch(6).map_batches(lens, batch_size=6))
     # score has nulls: a list with None, like the row path.
     b = next(iter(ds.batch(6)))
     assert b["score"][0] is None and b["text"][:2] == ["line 0", "line 1"]

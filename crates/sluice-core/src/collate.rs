@@ -199,7 +199,7 @@ pub fn uncollate(batch: Sample) -> Result<Vec<Sample>> {
 }
 
 fn split_value(name: &str, value: Value) -> Result<Vec<Value>> {
-    match value {
+    match value.materialized()? {
         Value::List(items) => Ok(items),
         Value::Tensor(t) => {
             let shape = t.shape().to_vec();

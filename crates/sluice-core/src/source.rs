@@ -58,6 +58,11 @@ pub trait Source: Send + Sync + fmt::Debug {
             .collect::<Result<Vec<_>>>()?;
         crate::collate(&rows)
     }
+    /// [`Source::get_batch`] for a batch that goes straight to the consumer: columnar sources
+    /// may return [`crate::Column`]s (their decoded arrays, no value per row).
+    fn get_columns(&self, indices: &[u64]) -> Result<Sample> {
+        self.get_batch(indices)
+    }
     /// All samples in order; sources without random access override this.
     fn stream(&self) -> Result<SampleStream> {
         let n = self.len().unwrap_or(0);

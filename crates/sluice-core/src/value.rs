@@ -232,9 +232,55 @@ pub enum Value {
     Bytes(Arc<[u8]>),
     Tensor(Tensor),
     List(Vec<Value>),
+    /// A batch column kept as its source decoded it (see [`Column`]).
+    Column(Column),
+}
+
+/// A batch's column as its source decoded it (an Arrow array for Parquet), handed to the
+/// consumer with no value made per row. Only a `batch()` that reads a columnar source and is
+/// the plan's last stage makes columns, so ops never see one; anything else that meets one
+/// works on [`Column::to_value`].
+#[derive(Clone, Debug)]
+pub struct Column(pub Arc<dyn ColumnData>);
+
+/// What a [`Column`] holds.
+pub trait ColumnData: Send + Sync + fmt::Debug {
+    /// Rows in the column.
+    fn len(&self) -> usize;
+    /// Whether it has no rows.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Payload size in bytes.
+    fn nbytes(&self) -> usize;
+    /// The column as ordinary values: exactly what collating its rows gives.
+    fn to_value(&self) -> Result<Value>;
+    /// The concrete column, for code that knows its type (the bindings, Arrow export).
+    fn as_any(&self) -> &dyn std::any::Any;
+}
+
+impl Column {
+    /// The column as ordinary values (see [`ColumnData::to_value`]).
+    pub fn to_value(&self) -> Result<Value> {
+        self.0.to_value()
+    }
+}
+
+impl PartialEq for Column {
+    /// Columns are equal when their values are (what collating the rows gives).
+    fn eq(&self, other: &Column) -> bool {
+        matches!((self.to_value(), other.to_value()), (Ok(a), Ok(b)) if a == b)
+    }
 }
 
 impl Value {
+    /// This value with any [`Column`] turned into ordinary values.
+    pub fn materialized(self) -> Result<Value> {
+        match self {
+            Value::Column(c) => c.to_value(),
+            v => Ok(v),
+        }
+    }
     /// A short name of the value's kind, for error messages.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -246,6 +292,7 @@ impl Value {
             Value::Bytes(_) => "bytes",
             Value::Tensor(_) => "tensor",
             Value::List(_) => "list",
+            Value::Column(_) => "column",
         }
     }
     /// Approximate payload size in bytes (for stats and memory budgets).
@@ -258,6 +305,7 @@ impl Value {
             Value::Bytes(b) => b.len(),
             Value::Tensor(t) => t.nbytes(),
             Value::List(l) => l.iter().map(Value::nbytes).sum(),
+            Value::Column(c) => c.0.nbytes(),
         }
     }
     /// The string, if this is one.

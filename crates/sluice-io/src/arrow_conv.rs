@@ -13,7 +13,9 @@ use arrow_array::types::*;
 use arrow_array::*;
 use arrow_buffer::{NullBuffer, OffsetBuffer, ScalarBuffer};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
-use sluice_core::{uncollate, DType, Error, Result, Sample, Tensor, TensorData, Value};
+use sluice_core::{
+    uncollate, Column, ColumnData, DType, Error, Result, Sample, Tensor, TensorData, Value,
+};
 
 /// Whether sluice can read a column of this type (after [`normalize`]).
 pub fn supported(dt: &DataType) -> bool {
@@ -287,6 +289,7 @@ fn value_type(v: &Value) -> Result<Option<DataType>> {
             }
             list_of(dtype_to_arrow(t.dtype()))
         }
+        Value::Column(c) => return value_type(&c.to_value()?),
         Value::List(items) => {
             let mut inner = None;
             for it in items {
@@ -405,6 +408,13 @@ fn tensor_array(data: TensorData) -> ArrayRef {
 }
 
 fn build_array(vals: &[&Value], dt: &DataType) -> Result<ArrayRef> {
+    if vals.iter().any(|v| matches!(v, Value::Column(_))) {
+        let owned = vals
+            .iter()
+            .map(|v| (*v).clone().materialized())
+            .collect::<Result<Vec<_>>>()?;
+        return build_array(&owned.iter().collect::<Vec<_>>(), dt);
+    }
     macro_rules! scalars {
         ($arr:ty, $($pat:pat => $e:expr),*) => {{
             let v = vals
@@ -539,6 +549,73 @@ impl<I: Iterator<Item = Result<Sample>>> RecordBatchReader for SampleBatches<I> 
     }
 }
 
+/// A batch column that is an Arrow array as its source decoded it: the bindings turn string
+/// arrays into Python lists straight from its buffers and Arrow export hands it over as is.
+///
+/// ```
+/// use std::sync::Arc;
+/// use sluice_core::{Column, ColumnData, Value};
+/// let c = sluice_io::arrow_conv::ArrowColumn(Arc::new(arrow_array::StringArray::from(vec!["a", "b"])));
+/// assert_eq!(c.to_value().unwrap(), Value::List(vec![Value::from("a"), Value::from("b")]));
+/// ```
+#[derive(Debug)]
+pub struct ArrowColumn(pub ArrayRef);
+
+impl ColumnData for ArrowColumn {
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+    fn nbytes(&self) -> usize {
+        self.0.to_data().get_slice_memory_size().unwrap_or(0)
+    }
+    fn to_value(&self) -> Result<Value> {
+        let rows: Vec<usize> = (0..self.0.len()).collect();
+        column_values(&[(self.0.as_ref(), &rows)], rows.len())
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+/// Rows of record batches (`(batch, rows in it)`, in order) as one batch of [`ArrowColumn`]s:
+/// a run of consecutive rows is a zero-copy slice, other rows are gathered, runs from several
+/// record batches are concatenated.
+pub fn rows_to_columns(parts: &[(&RecordBatch, &[usize])], names: &[Arc<str>]) -> Result<Sample> {
+    let mut out = Sample::with_capacity(names.len());
+    if parts.iter().all(|(_, rows)| rows.is_empty()) {
+        return Ok(out);
+    }
+    for (c, name) in names.iter().enumerate() {
+        let pieces = parts
+            .iter()
+            .map(|(b, rows)| {
+                let a = b.column(c);
+                let first = rows.first().copied().unwrap_or(0);
+                if rows.iter().enumerate().all(|(i, &r)| r == first + i) {
+                    Ok(a.slice(first, rows.len()))
+                } else {
+                    let idx = UInt32Array::from_iter_values(rows.iter().map(|&r| r as u32));
+                    arrow_select::take::take(a.as_ref(), &idx, None)
+                }
+            })
+            .collect::<std::result::Result<Vec<ArrayRef>, _>>()
+            .map_err(|e| Error::data(format!("column '{name}': {e}")))?;
+        let column = match pieces.as_slice() {
+            [one] => one.clone(),
+            many => {
+                let refs: Vec<&dyn Array> = many.iter().map(|a| a.as_ref()).collect();
+                arrow_select::concat::concat(&refs)
+                    .map_err(|e| Error::data(format!("column '{name}': {e}")))?
+            }
+        };
+        out.set(
+            name.clone(),
+            Value::Column(Column(Arc::new(ArrowColumn(column)))),
+        );
+    }
+    Ok(out)
+}
+
 /// Batches (collated samples) as record batches of the same rows: what [`SampleBatches`]
 /// makes from their rows, with the columns built from the batch's arrays and lists, so no
 /// per-row sample is made (`to_arrow` of a columnar source read in batches). The schema
@@ -593,6 +670,12 @@ fn batch_to_record(batch: Sample, schema: &SchemaRef) -> Result<RecordBatch> {
     let mut columns = Vec::with_capacity(schema.fields().len());
     for field in schema.fields() {
         let column = match (batch.get(field.name()), field.data_type()) {
+            (Some(Value::Column(c)), dt) => {
+                c.0.as_any()
+                    .downcast_ref::<ArrowColumn>()
+                    .filter(|a| a.0.data_type() == dt)
+                    .map(|a| a.0.clone())
+            }
             (Some(Value::Tensor(t)), dt)
                 if t.shape().len() == 1 && dtype_to_arrow(t.dtype()) == *dt =>
             {

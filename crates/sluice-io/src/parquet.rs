@@ -27,7 +27,7 @@ use parquet::arrow::ProjectionMask;
 use parquet::file::reader::{ChunkReader, Length};
 use sluice_core::{Error, Result, Sample, Source, SourceRef};
 
-use crate::arrow_conv::{normalize, row_to_sample, rows_to_batch, supported};
+use crate::arrow_conv::{normalize, row_to_sample, rows_to_batch, rows_to_columns, supported};
 use crate::store::{expand, Blob};
 
 /// Decoded row groups kept (over all Parquet sources and threads).
@@ -138,6 +138,8 @@ struct Inner {
     file_starts: Vec<u64>,
     names: Vec<Arc<str>>,
     columns: Option<Vec<String>>,
+    /// A read-ahead decode is running (at most one per source).
+    ahead: std::sync::atomic::AtomicBool,
 }
 
 /// Rows of Parquet files as samples.
@@ -279,6 +281,7 @@ impl ParquetSource {
                     .map(|f| f.name().as_str().into())
                     .collect(),
                 columns: columns.map(<[String]>::to_vec),
+                ahead: Default::default(),
             }),
         })
     }
@@ -395,6 +398,9 @@ impl ParquetSource {
             .is_some_and(|h| (h.start..h.end).contains(&index));
         if !hit {
             let (fi, rg, row) = self.locate_row(index)?;
+            if row == 0 {
+                self.read_ahead(fi, rg);
+            }
             let starts = &self.inner.files[fi].rg_starts;
             let start = index - row as u64;
             *held = Some(Held {
@@ -409,6 +415,51 @@ impl ParquetSource {
             .as_ref()
             .ok_or_else(|| Error::Internal("no row group held".into()))?;
         Ok((h, (index - h.start) as usize))
+    }
+
+    /// A reader starting a row group at its first row is scanning: the next row group is
+    /// decoded meanwhile on a helper thread, so a scan's decoding overlaps its conversion
+    /// (one row group ahead, so memory stays bounded by the cache). Readers that get there
+    /// first wait for it instead of decoding it again; its errors are left for them to meet.
+    fn read_ahead(&self, fi: usize, rg: usize) {
+        let next = if rg + 2 < self.inner.files[fi].rg_starts.len() {
+            (fi, rg + 1)
+        } else if fi + 1 < self.inner.files.len() {
+            (fi + 1, 0)
+        } else {
+            return;
+        };
+        if self.inner.ahead.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let me = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("sluice-parquet-ahead".into())
+            .spawn(move || {
+                let _ = me.row_group(next.0, next.1);
+                me.inner.ahead.store(false, Ordering::Release);
+            });
+        if spawned.is_err() {
+            self.inner.ahead.store(false, Ordering::Release);
+        }
+    }
+
+    /// `indices` as runs of rows in one row group each (each row group looked up once per run).
+    fn runs(&self, indices: &[u64]) -> Result<Vec<(Arc<RecordBatch>, Vec<usize>)>> {
+        let mut held = None;
+        let mut runs: Vec<(Arc<RecordBatch>, Vec<usize>)> = Vec::new();
+        for &index in indices {
+            let (h, row) = self.lookup(index, &mut held)?;
+            match runs.last_mut() {
+                Some((b, rows)) if Arc::ptr_eq(b, &h.batch) => rows.push(row),
+                _ => runs.push((h.batch.clone(), vec![row])),
+            }
+        }
+        Ok(runs)
+    }
+
+    fn parts(runs: &[(Arc<RecordBatch>, Vec<usize>)]) -> Vec<(&RecordBatch, &[usize])> {
+        runs.iter().map(|(b, rows)| (&**b, &rows[..])).collect()
     }
 
     fn sample_at(&self, batch: &RecordBatch, fi: usize, rg: usize, row: usize) -> Result<Sample> {
@@ -454,19 +505,12 @@ impl Source for ParquetSource {
         true
     }
     fn get_batch(&self, indices: &[u64]) -> Result<Sample> {
-        // Runs of rows in the same row group, each row group looked up once per run.
-        let mut held = None;
-        let mut runs: Vec<(Arc<RecordBatch>, Vec<usize>)> = Vec::new();
-        for &index in indices {
-            let (h, row) = self.lookup(index, &mut held)?;
-            match runs.last_mut() {
-                Some((b, rows)) if Arc::ptr_eq(b, &h.batch) => rows.push(row),
-                _ => runs.push((h.batch.clone(), vec![row])),
-            }
-        }
-        let parts: Vec<(&RecordBatch, &[usize])> =
-            runs.iter().map(|(b, rows)| (&**b, &rows[..])).collect();
-        rows_to_batch(&parts, &self.inner.names)
+        let runs = self.runs(indices)?;
+        rows_to_batch(&Self::parts(&runs), &self.inner.names)
+    }
+    fn get_columns(&self, indices: &[u64]) -> Result<Sample> {
+        let runs = self.runs(indices)?;
+        rows_to_columns(&Self::parts(&runs), &self.inner.names)
     }
     fn get_many(&self, indices: &[u64]) -> Vec<Result<Sample>> {
         // Per row, the shared cache's lock and refcount would bounce between reader threads'
@@ -634,6 +678,14 @@ mod tests {
                 .collect();
             let want = sluice_core::collate(&rows).unwrap();
             assert_eq!(src.get_batch(&indices).unwrap(), want, "{indices:?}");
+            // Arrow columns (slices within a row group, gathers across) hold the same values.
+            let columns = src.get_columns(&indices).unwrap();
+            let materialized = Sample::from_pairs(
+                columns
+                    .into_iter()
+                    .map(|(k, v)| (k, v.materialized().unwrap())),
+            );
+            assert_eq!(materialized, want, "{indices:?}");
         }
         assert!(src.get_batch(&[2, 30]).is_err(), "past the end");
     }

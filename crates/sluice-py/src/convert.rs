@@ -7,7 +7,9 @@ use numpy::ndarray::{ArrayD, IxDyn};
 use numpy::{IntoPyArray, PyArrayDyn, PyArrayMethods, PyUntypedArray};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
-use sluice::{Error, Sample, Tensor, TensorData, Value};
+use sluice::{ColumnData, Error, Sample, Tensor, TensorData, Value};
+
+use crate::errors::IntoPy;
 
 fn array<'py, T: numpy::Element>(
     py: Python<'py>,
@@ -51,7 +53,32 @@ pub fn value_to_py(py: Python<'_>, v: Value) -> PyResult<Bound<'_, PyAny>> {
                 TensorData::F64(v) => array(py, shape, v)?,
             }
         }
+        Value::Column(c) => match c.0.as_any().downcast_ref::<sluice::ArrowColumn>() {
+            Some(a) => arrow_to_py(py, a)?,
+            None => value_to_py(py, c.to_value().py()?)?,
+        },
     })
+}
+
+/// An Arrow column as Python values: strings straight from the array's buffers into a list
+/// (as pyarrow's `to_pylist` does); anything else as its ordinary values.
+fn arrow_to_py<'py>(py: Python<'py>, a: &sluice::ArrowColumn) -> PyResult<Bound<'py, PyAny>> {
+    use sluice::arrow_array::cast::AsArray;
+    use sluice::arrow_array::Array;
+    use sluice::arrow_schema::DataType;
+    let arr = &a.0;
+    if arr.null_count() == 0 {
+        match arr.data_type() {
+            DataType::Utf8 => {
+                return Ok(PyList::new(py, arr.as_string::<i32>().iter().flatten())?.into_any())
+            }
+            DataType::LargeUtf8 => {
+                return Ok(PyList::new(py, arr.as_string::<i64>().iter().flatten())?.into_any())
+            }
+            _ => {}
+        }
+    }
+    value_to_py(py, a.to_value().py()?)
 }
 
 /// A buffer of a split reply as a 1-D uint8 numpy array: a tensor's buffer is handed to

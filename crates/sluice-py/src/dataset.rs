@@ -257,6 +257,7 @@ impl PyDataset {
             processes,
             backends: Backends::default().with(crate::worker::process_backend(py)?),
             fuse_ops,
+            columns: true,
         };
         let exec = crate::errors::interruptible(py, || self.ds.iter(&opts))?.py()?;
         Ok(PyIter::new(exec, self.ds.clone(), opts))

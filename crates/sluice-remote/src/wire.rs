@@ -265,6 +265,14 @@ impl<'a> Enc<'a> {
                     self.value(it);
                 }
             }
+            // Columns are only made at a plan's end, so none is sent today; one sent anyway
+            // travels as its values, encoded inline (they live only here).
+            Value::Column(c) => {
+                let values = c.to_value().unwrap_or_default();
+                let mut inline = Enc::new(None);
+                inline.value(&values);
+                self.out.extend_from_slice(&inline.out);
+            }
         }
     }
     fn sample(&mut self, s: &'a Sample) {

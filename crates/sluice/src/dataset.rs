@@ -43,6 +43,8 @@ pub struct IterOptions {
     /// within ~35 dB PSNR of the unfused run). Default on; off gives the unfused ops' exact
     /// output. Plans with `exact` never fuse.
     pub fuse_ops: bool,
+    /// The consumer takes [`sluice_core::Column`]s in batches ([`ExecOptions::columns`]).
+    pub columns: bool,
 }
 
 impl Default for IterOptions {
@@ -55,6 +57,7 @@ impl Default for IterOptions {
             plan: None,
             processes: None,
             fuse_ops: true,
+            columns: false,
         }
     }
 }
@@ -382,6 +385,7 @@ impl Dataset {
                 seed: opts.seed,
                 resume,
                 elastic,
+                columns: opts.columns,
                 backends: opts.backends.clone(),
                 controller: opts.plan.as_ref().filter(|p| p.controller).map(|p| {
                     sluice_core::exec::controller::ControllerOptions {

@@ -92,7 +92,11 @@ impl Dataset {
             let plan = batched.physical_plan(opts)?;
             if let [only] = plan.stages.as_slice() {
                 if matches!(only.kind, StageKind::Batch { read: true, .. }) {
-                    return Ok(Box::new(BatchRecords::new(batched.iter(opts)?)?));
+                    let opts = IterOptions {
+                        columns: true,
+                        ..opts.clone()
+                    };
+                    return Ok(Box::new(BatchRecords::new(batched.iter(&opts)?)?));
                 }
             }
         }

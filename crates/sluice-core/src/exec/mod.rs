@@ -25,7 +25,7 @@ use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
 
 pub use backend::{Backend, Backends, StageWork, ThreadBackend, Workers};
 use transform::StageResume;
-use transform::{make_transform, nonempty, Ready, Transform};
+use transform::{make_transform, nonempty, Following, Ready, Transform};
 pub use transform::{Chunk, Cursor, Item, Outer, Restart, Skip};
 
 use crate::error::{Error, Result};
@@ -246,6 +246,9 @@ pub struct ExecOptions {
     pub backends: Backends,
     /// Tune the workers of parallel stages at run time.
     pub controller: Option<controller::ControllerOptions>,
+    /// The consumer takes [`crate::Column`]s in batches (the Python bindings and Arrow export
+    /// do): a final batch that reads a columnar source then hands over the source's arrays.
+    pub columns: bool,
 }
 
 /// A running pipeline. Iterate with [`Execution::next_timeout`]; dropping it shuts the
@@ -362,7 +365,13 @@ impl Execution {
                 stats.clone(),
                 slot,
                 resumes[i].clone(),
-                plan.stages[i + 1..].iter().any(|s| drops(&s.kind)),
+                Following {
+                    resequence: plan.stages[i + 1..].iter().any(|s| drops(&s.kind)),
+                    columns: opts.columns
+                        && plan.stages[i + 1..]
+                            .iter()
+                            .all(|s| matches!(s.kind, StageKind::Take { .. })),
+                },
             );
             if i >= first_inline {
                 tail.push((slot, t));

@@ -192,8 +192,17 @@ pub(crate) trait Transform: Send + Sync {
     }
 }
 
-/// Builds stage `stage`'s work. `resequence`: per-item work follows this stage (a batch then
-/// numbers its outputs and records restarts, see the module docs).
+/// What follows a stage, as far as building its work is concerned.
+pub(crate) struct Following {
+    /// Per-item work follows (a batch then numbers its outputs and records restarts, see the
+    /// module docs).
+    pub resequence: bool,
+    /// Nothing after it looks at values (only `take`s follow) and the consumer takes
+    /// columns, so a batch may hand over a source's columns.
+    pub columns: bool,
+}
+
+/// Builds stage `stage`'s work.
 pub(crate) fn make_transform(
     kind: &StageKind,
     source: &SourceRef,
@@ -201,8 +210,12 @@ pub(crate) fn make_transform(
     stats: Arc<PipelineStats>,
     stage: usize,
     resume: StageResume,
-    resequence: bool,
+    following: Following,
 ) -> Box<dyn Transform> {
+    let Following {
+        resequence,
+        columns: last,
+    } = following;
     match kind {
         StageKind::Chain { read, ops } => Box::new(Chain::new(
             read.then(|| source.clone()),
@@ -220,6 +233,7 @@ pub(crate) fn make_transform(
             read,
         } => Box::new(Batch {
             read: read.then(|| source.clone()),
+            columns: last,
             size: *size,
             drop_last: *drop_last,
             per_epoch: *per_epoch,
@@ -395,6 +409,8 @@ impl Transform for Chain {
 struct Batch {
     /// The source this batch reads its rows from (column by column), if it reads.
     read: Option<SourceRef>,
+    /// Its outputs go straight to the consumer: the source may hand over its own columns.
+    columns: bool,
     resume: StageResume,
     size: usize,
     drop_last: bool,
@@ -451,7 +467,11 @@ impl Batch {
             Some(src) if self.pad.is_empty() => {
                 let indices: Vec<u64> = items.iter().map(|it| it.source_index).collect();
                 // On failure the rows are read one by one below, so the error names the sample.
-                src.get_batch(&indices).ok()
+                if self.columns {
+                    src.get_columns(&indices).ok()
+                } else {
+                    src.get_batch(&indices).ok()
+                }
             }
             _ => None,
         };

@@ -30,16 +30,31 @@ use sluice_core::{Error, Result, Sample, Source, SourceRef};
 use crate::arrow_conv::{normalize, row_to_sample, rows_to_batch, rows_to_columns, supported};
 use crate::store::{expand, Blob};
 
-/// Decoded row groups kept (over all Parquet sources and threads).
-pub const CACHED_ROW_GROUPS: usize = 4;
+/// Decoded row groups kept (over all Parquet sources and threads). Unit tests run side by
+/// side over this one cache, so there it holds more: no test evicts another's row groups.
+pub const CACHED_ROW_GROUPS: usize = if cfg!(test) { 64 } else { 4 };
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 
 type CacheKey = (u64, usize, usize);
-/// A row group being decoded or decoded: the thread that locks it first decodes, the others
-/// wait for that rather than decoding the same row group again (`None` after a failure:
-/// the next thread tries itself and reports its own error).
-type Slot = Arc<Mutex<Option<Arc<RecordBatch>>>>;
+/// A cached row group: being decoded, decoded, or neither (not yet, or its decode failed:
+/// the next reader tries itself and meets its own error). Readers that find it being
+/// decoded wait rather than decode it again.
+#[derive(Default)]
+struct SlotData {
+    state: Mutex<SlotState>,
+    done: std::sync::Condvar,
+}
+
+#[derive(Default)]
+enum SlotState {
+    #[default]
+    Empty,
+    Pending,
+    Ready(Arc<RecordBatch>),
+}
+
+type Slot = Arc<SlotData>;
 /// Recently used row groups, shared by all reader threads (most recent last). Shared rather
 /// than per thread because the executor hands consecutive chunks of indices to different
 /// threads (and may resize its pools): a per-thread cache would decode each row group once per
@@ -341,37 +356,65 @@ impl ParquetSource {
             .map_err(|e| Error::Internal(e.to_string()))
     }
 
+    /// The cache slot of a row group (made if missing; most recently used last).
+    fn slot(&self, fi: usize, rg: usize) -> Slot {
+        let key = (self.inner.id, fi, rg);
+        let mut cache = lock(&CACHE);
+        let entry = match cache.iter().position(|(k, _)| *k == key) {
+            Some(i) => cache.remove(i),
+            None => {
+                if cache.len() >= CACHED_ROW_GROUPS {
+                    // The least recently used that is not being decoded: evicting one being
+                    // decoded (a read-ahead) would throw its work away.
+                    let busy = |s: &Slot| {
+                        s.state
+                            .try_lock()
+                            .map_or(true, |st| matches!(*st, SlotState::Pending))
+                    };
+                    let victim = cache.iter().position(|(_, s)| !busy(s)).unwrap_or(0);
+                    cache.remove(victim);
+                }
+                (key, Slot::default())
+            }
+        };
+        let slot = entry.1.clone();
+        cache.push(entry);
+        slot
+    }
+
     /// The decoded row group, from the cache when it is there.
     fn row_group(&self, fi: usize, rg: usize) -> Result<Arc<RecordBatch>> {
-        let key = (self.inner.id, fi, rg);
-        let slot = {
-            let mut cache = lock(&CACHE);
-            let entry = match cache.iter().position(|(k, _)| *k == key) {
-                Some(i) => cache.remove(i),
-                None => {
-                    if cache.len() >= CACHED_ROW_GROUPS {
-                        cache.remove(0);
+        let slot = self.slot(fi, rg);
+        {
+            let mut state = lock(&slot.state);
+            loop {
+                match &*state {
+                    SlotState::Ready(batch) => return Ok(batch.clone()),
+                    SlotState::Pending => {
+                        state = slot.done.wait(state).unwrap_or_else(|p| p.into_inner())
                     }
-                    (key, Slot::default())
+                    SlotState::Empty => break,
                 }
-            };
-            let slot = entry.1.clone();
-            cache.push(entry);
-            slot
-        };
-        // Decoded under the slot's lock only: other threads keep reading other row groups.
-        let mut decoded = lock(&slot);
-        if let Some(batch) = &*decoded {
-            return Ok(batch.clone());
+            }
+            *state = SlotState::Pending;
         }
-        let batch = Arc::new(self.decode(fi, rg)?);
+        self.fill(&slot, fi, rg)
+    }
+
+    /// Decodes a row group into its slot (marked pending by the caller) and wakes waiters.
+    fn fill(&self, slot: &SlotData, fi: usize, rg: usize) -> Result<Arc<RecordBatch>> {
+        let res = self.decode(fi, rg).map(Arc::new);
         #[cfg(test)]
         {
             DECODES.fetch_add(1, Ordering::Relaxed);
-            lock(&DECODED_KEYS).push(key);
+            lock(&DECODED_KEYS).push((self.inner.id, fi, rg));
         }
-        *decoded = Some(batch.clone());
-        Ok(batch)
+        *lock(&slot.state) = match &res {
+            Ok(batch) => SlotState::Ready(batch.clone()),
+            Err(_) => SlotState::Empty,
+        };
+        slot.done.notify_all();
+        res
     }
 
     /// (file, row group, row in it) of a global row index.
@@ -432,14 +475,27 @@ impl ParquetSource {
         if self.inner.ahead.swap(true, Ordering::AcqRel) {
             return;
         }
-        let me = self.clone();
+        // Marked pending here, before the helper starts, so a reader that gets there first
+        // waits for it instead of decoding the same row group.
+        let slot = self.slot(next.0, next.1);
+        {
+            let mut state = lock(&slot.state);
+            if !matches!(*state, SlotState::Empty) {
+                self.inner.ahead.store(false, Ordering::Release);
+                return;
+            }
+            *state = SlotState::Pending;
+        }
+        let (me, waiting) = (self.clone(), slot.clone());
         let spawned = std::thread::Builder::new()
             .name("sluice-parquet-ahead".into())
             .spawn(move || {
-                let _ = me.row_group(next.0, next.1);
+                let _ = me.fill(&waiting, next.0, next.1);
                 me.inner.ahead.store(false, Ordering::Release);
             });
         if spawned.is_err() {
+            *lock(&slot.state) = SlotState::Empty;
+            slot.done.notify_all();
             self.inner.ahead.store(false, Ordering::Release);
         }
     }
@@ -714,6 +770,39 @@ mod tests {
             .count();
         assert_eq!(here, 1);
         assert!(DECODES.load(Ordering::Relaxed) > before);
+    }
+
+    #[test]
+    fn a_scan_reads_ahead_and_decodes_each_row_group_once() {
+        let dir = tempfile::tempdir().unwrap();
+        write_file(&dir.path().join("a.parquet"), 0..3000, 500);
+        write_file(&dir.path().join("b.parquet"), 3000..4000, 500);
+        let src = ParquetSource::open(&[dir.path().display().to_string()], None).unwrap();
+        for chunk in (0..4000u64).collect::<Vec<_>>().chunks(700) {
+            let batch = src.get_columns(chunk).unwrap();
+            let ids = batch.get("id").unwrap().clone().materialized().unwrap();
+            let want: Vec<i64> = chunk.iter().map(|&i| i as i64).collect();
+            let want = Value::Tensor(
+                sluice_core::Tensor::new(vec![want.len()], sluice_core::TensorData::I64(want))
+                    .unwrap(),
+            );
+            assert_eq!(ids, want);
+        }
+        // Let a last read-ahead finish, then count: 8 row groups, each decoded once.
+        while src.inner.ahead.load(Ordering::Acquire) {
+            std::thread::yield_now();
+        }
+        let mut mine: Vec<CacheKey> = DECODED_KEYS
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|k| k.0 == src.inner.id)
+            .copied()
+            .collect();
+        let n = mine.len();
+        mine.sort();
+        mine.dedup();
+        assert_eq!((n, mine.len()), (8, 8));
     }
 
     #[test]

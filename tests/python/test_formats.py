@@ -252,7 +252,7 @@ def test_arrow_and_pandas_interop(corpus):
         sluice.from_arrow([1, 2])
 
 
-def test_to_arrow_of_a_columnar_source_equals_the_row_path(corpus):
+def test_to_arrow_of_a_columnar_source_equals_the_row_path(corpus, tmp_path):
     # read_parquet(...).to_arrow() builds record batches from column-wise batches; an
     # identity map forces the row path. Same schema, same values, whatever the batch size.
     ds = sluice.read_parquet(corpus, columns=["id", "text", "vec", "tag", "score"])
@@ -262,6 +262,14 @@ def test_to_arrow_of_a_columnar_source_equals_the_row_path(corpus):
             slow = f(ds.map(lambda s: s)).to_arrow(batch_rows=rows)
             assert fast.schema == slow.schema and fast.equals(slow)
     assert fast.column("vec").type == pa.list_(pa.float32())
+    # Narrow types widen as the row path's values do; an all-null column is null-typed.
+    narrow = tmp_path / "narrow.parquet"
+    pq.write_table(pa.table({"i": pa.array(range(50), pa.int32()), "f": pa.array([0.5] * 50, pa.float32()),
+                             "none": pa.array([None] * 50, pa.string())}), narrow, row_group_size=20)
+    fast = sluice.read_parquet(narrow).to_arrow()
+    slow = sluice.read_parquet(narrow).map(lambda s: s).to_arrow()
+    assert fast.schema == slow.schema and fast.equals(slow)
+    assert fast.schema.field("i").type == pa.int64() and fast.schema.field("none").type == pa.null()
     assert sluice.read_parquet(corpus, columns=["id"]).take(0) == []
 
 

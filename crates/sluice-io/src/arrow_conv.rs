@@ -631,7 +631,10 @@ impl<I: Iterator<Item = Result<Sample>>> BatchRecords<I> {
     pub fn new(mut batches: I) -> Result<Self> {
         let first = batches.next().transpose()?;
         let schema = match &first {
-            Some(b) => infer_schema(&uncollate(b.clone())?)?,
+            Some(b) => match columns_schema(b) {
+                Some(schema) => schema,
+                None => infer_schema(&uncollate(b.clone())?)?,
+            },
             None => infer_schema(&[])?,
         };
         let first = first.map(|b| batch_to_record(b, &schema)).transpose()?;
@@ -663,6 +666,39 @@ impl<I: Iterator<Item = Result<Sample>>> RecordBatchReader for BatchRecords<I> {
     }
 }
 
+/// The type the row path gives the values of an Arrow column of type `dt` (see
+/// [`infer_schema`]); `None` for types whose values it types otherwise (lists, ...).
+fn row_type(dt: &DataType) -> Option<DataType> {
+    use DataType as D;
+    Some(match dt {
+        D::Int8 | D::Int16 | D::Int32 | D::Int64 | D::UInt8 | D::UInt16 | D::UInt32 => D::Int64,
+        D::Float32 | D::Float64 => D::Float64,
+        D::Boolean => D::Boolean,
+        D::Utf8 | D::LargeUtf8 | D::Utf8View => D::Utf8,
+        D::Binary | D::LargeBinary => D::Binary,
+        _ => return None,
+    })
+}
+
+/// The schema [`infer_schema`] gives the rows of `batch`, read off its Arrow columns' types
+/// without making the rows; `None` unless every field is such a column.
+fn columns_schema(batch: &Sample) -> Option<SchemaRef> {
+    let fields = batch
+        .iter()
+        .map(|(name, v)| {
+            let Value::Column(c) = v else { return None };
+            let a = &c.0.as_any().downcast_ref::<ArrowColumn>()?.0;
+            let dt = if a.null_count() == a.len() {
+                DataType::Null
+            } else {
+                row_type(a.data_type())?
+            };
+            Some(Field::new(name.to_string(), dt, true))
+        })
+        .collect::<Option<Vec<_>>>()?;
+    Some(Arc::new(Schema::new(fields)))
+}
+
 /// One batch sample as a record batch of `schema`: 1-d arrays become primitive columns,
 /// `[n, k]` arrays list columns of k items, lists go through the row path's builder. A field
 /// that fits none of these converts through its rows, exactly as [`samples_to_batch`] would.
@@ -671,10 +707,14 @@ fn batch_to_record(batch: Sample, schema: &SchemaRef) -> Result<RecordBatch> {
     for field in schema.fields() {
         let column = match (batch.get(field.name()), field.data_type()) {
             (Some(Value::Column(c)), dt) => {
-                c.0.as_any()
-                    .downcast_ref::<ArrowColumn>()
-                    .filter(|a| a.0.data_type() == dt)
-                    .map(|a| a.0.clone())
+                match c.0.as_any().downcast_ref::<ArrowColumn>() {
+                    Some(a) if a.0.data_type() == dt => Some(a.0.clone()),
+                    // Widening (int32 → int64, float32 → float64), as the row path's values.
+                    Some(a) if row_type(a.0.data_type()).as_ref() == Some(dt) => {
+                        arrow_cast::cast(&a.0, dt).ok()
+                    }
+                    _ => None,
+                }
             }
             (Some(Value::Tensor(t)), dt)
                 if t.shape().len() == 1 && dtype_to_arrow(t.dtype()) == *dt =>

@@ -6,7 +6,8 @@ reads against the `webdataset` package, and S3 (a moto server on loopback) again
 Needs the bench venv (benchmarks/setup.sh; it installs pyarrow, webdataset and moto[server]),
 the text corpus and images from benchmarks/datasets/build.py (~/.cache/sluice-bench), and a
 sluice build (`make build`; the script imports it from python/ when it is not installed).
-Cases run interleaved, round after round; the table gives medians. Writes
+Cases run interleaved, round after round, each repeating its pass for at least --min-seconds
+(the time is per pass); the table gives medians over rounds. Writes
 benchmarks/results/formats.{json,md}.
 """
 
@@ -188,6 +189,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--shards", type=int, default=8)
     ap.add_argument("--shard-samples", type=int, default=500)
+    ap.add_argument("--min-seconds", type=float, default=0.5,
+                    help="each case repeats its pass until this long (a 0.05 s pass alone is noise)")
     args = ap.parse_args()
 
     corpus, wds = build_inputs(args.shard_samples, args.shards)
@@ -207,9 +210,11 @@ def main() -> None:
         for r in range(args.rounds):
             order = names[r % len(names):] + names[: r % len(names)]  # rotate: no fixed position
             for name in order:
-                t0 = time.perf_counter()
-                counts[name] = table[name][1]()
-                times[name].append(time.perf_counter() - t0)
+                t0, passes = time.perf_counter(), 0
+                while passes == 0 or time.perf_counter() - t0 < args.min_seconds:
+                    counts[name] = table[name][1]()
+                    passes += 1
+                times[name].append((time.perf_counter() - t0) / passes)
                 print(f"round {r}: {name}: {times[name][-1]:.3f} s", file=sys.stderr)
     finally:
         proc.terminate()
@@ -240,7 +245,8 @@ def main() -> None:
         r["vs"] = ref
     out = HERE / "results"
     out.mkdir(exist_ok=True)
-    meta = {"rounds": args.rounds, "threads": args.threads, "cpu_count": os.cpu_count(),
+    meta = {"rounds": args.rounds, "threads": args.threads, "min_seconds": args.min_seconds,
+            "cpu_count": os.cpu_count(),
             "load_avg_at_end": os.getloadavg(),
             "pyarrow": pa.__version__, "command": " ".join([Path(sys.executable).name] + sys.argv)}
     (out / "formats.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))

@@ -61,8 +61,7 @@ type Slot = Arc<SlotData>;
 /// thread that touches it.
 static CACHE: Mutex<Vec<(CacheKey, Slot)>> = Mutex::new(Vec::new());
 
-#[cfg(test)]
-static DECODES: AtomicU64 = AtomicU64::new(0);
+/// Row groups decoded, for tests counting decodes.
 #[cfg(test)]
 static DECODED_KEYS: Mutex<Vec<CacheKey>> = Mutex::new(Vec::new());
 
@@ -405,10 +404,7 @@ impl ParquetSource {
     fn fill(&self, slot: &SlotData, fi: usize, rg: usize) -> Result<Arc<RecordBatch>> {
         let res = self.decode(fi, rg).map(Arc::new);
         #[cfg(test)]
-        {
-            DECODES.fetch_add(1, Ordering::Relaxed);
-            lock(&DECODED_KEYS).push((self.inner.id, fi, rg));
-        }
+        lock(&DECODED_KEYS).push((self.inner.id, fi, rg));
         *lock(&slot.state) = match &res {
             Ok(batch) => SlotState::Ready(batch.clone()),
             Err(_) => SlotState::Empty,
@@ -751,7 +747,6 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         write_file(&dir.path().join("a.parquet"), 0..2000, 2000);
         let src = ParquetSource::open(&[dir.path().display().to_string()], None).unwrap();
-        let before = DECODES.load(Ordering::Relaxed);
         std::thread::scope(|s| {
             for t in 0..4u64 {
                 let src = &src;
@@ -761,15 +756,37 @@ mod tests {
                 });
             }
         });
-        // Other tests may decode concurrently, but never this file's row group twice.
-        let here = DECODED_KEYS
-            .lock()
-            .unwrap()
+        assert_eq!(decoded(&src), [(src.inner.id, 0, 0)]);
+    }
+
+    /// The row groups of `src` decoded so far, in order (other tests decode concurrently).
+    fn decoded(src: &ParquetSource) -> Vec<CacheKey> {
+        lock(&DECODED_KEYS)
             .iter()
             .filter(|k| k.0 == src.inner.id)
-            .count();
-        assert_eq!(here, 1);
-        assert!(DECODES.load(Ordering::Relaxed) > before);
+            .copied()
+            .collect()
+    }
+
+    #[test]
+    fn the_cache_stays_within_its_size_and_evicts_the_least_recently_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let groups = CACHED_ROW_GROUPS as i64 + 6;
+        write_file(&dir.path().join("a.parquet"), 0..groups * 2, 2);
+        let src = ParquetSource::open(&[dir.path().display().to_string()], None).unwrap();
+        // Backwards, so no read-ahead runs: each row group is decoded by the reader.
+        for i in (0..groups as u64 * 2).rev() {
+            assert_eq!(src.get(i).unwrap().get("id"), Some(&Value::Int(i as i64)));
+        }
+        let mine =
+            |c: &Vec<(CacheKey, Slot)>| c.iter().filter(|(k, _)| k.0 == src.inner.id).count();
+        assert!(lock(&CACHE).len() <= CACHED_ROW_GROUPS);
+        assert!(mine(&lock(&CACHE)) <= CACHED_ROW_GROUPS);
+        // The last row group read (row group 0) is cached; reading it again decodes nothing.
+        let n = decoded(&src).len();
+        assert_eq!(n, groups as usize);
+        src.get(1).unwrap();
+        assert_eq!(decoded(&src).len(), n);
     }
 
     #[test]
@@ -792,13 +809,7 @@ mod tests {
         while src.inner.ahead.load(Ordering::Acquire) {
             std::thread::yield_now();
         }
-        let mut mine: Vec<CacheKey> = DECODED_KEYS
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|k| k.0 == src.inner.id)
-            .copied()
-            .collect();
+        let mut mine = decoded(&src);
         let n = mine.len();
         mine.sort();
         mine.dedup();

@@ -4,8 +4,7 @@
 use std::sync::Arc;
 
 use sluice_core::{Execution, Result, Sample, StageKind};
-use sluice_io::arrow_array::RecordBatchReader;
-use sluice_io::arrow_conv::{BatchRecords, SampleBatches};
+use sluice_io::arrow_conv::Records;
 use sluice_io::{
     sink, ArrowSource, CsvOptions, CsvSource, ParquetSource, ShardShuffle, SinkOptions,
     WebDatasetSource,
@@ -81,11 +80,7 @@ impl Dataset {
     /// let rows: usize = ds.arrow_batches(65536, &Default::default())?.map(|b| b.unwrap().num_rows()).sum();
     /// # Ok::<(), sluice::Error>(())
     /// ```
-    pub fn arrow_batches(
-        &self,
-        rows: usize,
-        opts: &IterOptions,
-    ) -> Result<Box<dyn RecordBatchReader + Send>> {
+    pub fn arrow_batches(&self, rows: usize, opts: &IterOptions) -> Result<Records> {
         let rows = rows.max(1);
         if opts.plan.is_none() && opts.processes.is_none() {
             let batched = self.batch(rows, false)?;
@@ -96,11 +91,11 @@ impl Dataset {
                         columns: true,
                         ..opts.clone()
                     };
-                    return Ok(Box::new(BatchRecords::new(batched.iter(&opts)?)?));
+                    return Records::from_batches(batched.iter(&opts)?);
                 }
             }
         }
-        Ok(Box::new(SampleBatches::new(self.iter(opts)?, rows)?))
+        Records::from_samples(self.iter(opts)?, rows)
     }
 
     /// Runs the pipeline and writes its outputs into `dir` as `part-NNNNN.jsonl` files

@@ -42,7 +42,7 @@ pub use relational::GroupedDataset;
 pub use sluice_core::mix::StopPolicy;
 pub use sluice_core::*;
 pub use sluice_io::{
-    arrow_array, arrow_conv::ArrowColumn, arrow_conv::SampleBatches, arrow_schema, CsvOnError,
+    arrow_array, arrow_conv::ArrowColumn, arrow_conv::Records, arrow_schema, CsvOnError,
     CsvOptions, CsvSource, CsvType, SinkOptions,
 };
 pub use sluice_io::{JsonlOptions, LabelMode, LinesFormat, ShardShuffle, Utf8Errors};

@@ -212,10 +212,6 @@ pub(crate) fn make_transform(
     resume: StageResume,
     following: Following,
 ) -> Box<dyn Transform> {
-    let Following {
-        resequence,
-        columns: last,
-    } = following;
     match kind {
         StageKind::Chain { read, ops } => Box::new(Chain::new(
             read.then(|| source.clone()),
@@ -233,13 +229,13 @@ pub(crate) fn make_transform(
             read,
         } => Box::new(Batch {
             read: read.then(|| source.clone()),
-            columns: last,
+            columns: following.columns,
             size: *size,
             drop_last: *drop_last,
             per_epoch: *per_epoch,
             pad: pad.clone(),
             pending: Vec::with_capacity(*size),
-            numbering: resequence.then_some(BatchNumbers {
+            numbering: following.resequence.then_some(BatchNumbers {
                 slot: stage,
                 epoch: resume.epoch.map(|e| if *per_epoch { e } else { 0 }),
                 count: resume.counter,
@@ -463,35 +459,37 @@ impl Batch {
             n.count += 1;
         }
         batch.rows = items.iter().map(|i| i.rows).sum();
-        let columnar = match &self.read {
-            Some(src) if self.pad.is_empty() => {
-                let indices: Vec<u64> = items.iter().map(|it| it.source_index).collect();
-                // On failure the rows are read one by one below, so the error names the sample.
-                if self.columns {
-                    src.get_columns(&indices).ok()
-                } else {
-                    src.get_batch(&indices).ok()
-                }
-            }
-            _ => None,
-        };
-        batch.sample = match (columnar, &self.read) {
-            (Some(sample), _) => sample,
-            (None, read) => {
-                let items = match read {
-                    Some(src) => read_items(src, items)?,
-                    None => items,
-                };
-                let mut samples: Vec<Sample> = items.into_iter().map(|i| i.sample).collect();
-                if !self.pad.is_empty() {
-                    crate::collate::pad_to_longest(&mut samples, &self.pad)?;
-                }
-                collate(&samples)?
-            }
-        };
+        batch.sample = self.stack(items)?;
         out.push(vec![batch]);
         self.pending = Vec::with_capacity(self.size);
         Ok(())
+    }
+}
+
+impl Batch {
+    /// The batch of `items`: read by the source as a whole when this batch reads, else (or
+    /// when that fails, so the error names the sample) row by row, padded and collated.
+    fn stack(&self, items: Chunk) -> Result<Sample> {
+        if let Some(src) = self.read.as_ref().filter(|_| self.pad.is_empty()) {
+            let indices: Vec<u64> = items.iter().map(|it| it.source_index).collect();
+            let whole = if self.columns {
+                src.get_columns(&indices)
+            } else {
+                src.get_batch(&indices)
+            };
+            if let Ok(sample) = whole {
+                return Ok(sample);
+            }
+        }
+        let items = match &self.read {
+            Some(src) => read_items(src, items)?,
+            None => items,
+        };
+        let mut samples: Vec<Sample> = items.into_iter().map(|i| i.sample).collect();
+        if !self.pad.is_empty() {
+            crate::collate::pad_to_longest(&mut samples, &self.pad)?;
+        }
+        collate(&samples)
     }
 }
 

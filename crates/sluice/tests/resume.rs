@@ -660,3 +660,20 @@ proptest! {
         prop_assert_eq!(rest, full[k..].to_vec());
     }
 }
+
+/// A batch numbered across epochs (repeat before it) followed by pack: pack counts its blocks
+/// per epoch of its input's cursors (one epoch here), so a checkpoint in the second source
+/// epoch resumes exactly (it lost a block per block already made in that epoch).
+#[test]
+fn pack_after_a_batch_numbered_across_epochs_resumes_exactly() {
+    let ds = Dataset::range(24)
+        .repeat(Some(2))
+        .unwrap()
+        .batch(1, true)
+        .unwrap()
+        .map(Arc::new(Tokens), OnError::Raise, None)
+        .unwrap()
+        .pack(pack(1, true))
+        .unwrap();
+    round_trip(&ds, 1);
+}

@@ -119,9 +119,8 @@ impl Pack {
                 Vec::with_capacity(len),
             ))?,
         );
-        let epoch = first.epoch;
         let cursor = Cursor {
-            epoch,
+            epoch: first.cursor.epoch,
             pos: self.blocks,
             ord: 0,
         };
@@ -137,7 +136,7 @@ impl Pack {
         self.blocks += 1;
         self.segment = 0;
         if self.resume.keep_output(&cursor) {
-            let mut block = Item::at(epoch, first.index, first.source_index, cursor);
+            let mut block = Item::at(first.epoch, first.index, first.source_index, cursor);
             block.sub = first.sub;
             block.outer = outer;
             block.sample = s;
@@ -154,11 +153,14 @@ impl Transform for Pack {
             if !self.resume.keep_input(&it.cursor) {
                 continue;
             }
-            if self.epoch != Some(it.epoch) {
+            // Blocks are counted per epoch of the input's cursors, the epoch a resume's
+            // restart record names: after a batch numbered across epochs that is one epoch,
+            // though the items' own (randomness) epochs change.
+            if self.epoch != Some(it.cursor.epoch) {
                 if self.epoch.is_some() {
                     self.emit(&mut blocks, !self.spec.drop_remainder)?;
                 }
-                self.epoch = Some(it.epoch);
+                self.epoch = Some(it.cursor.epoch);
                 self.blocks = 0;
             }
             let tokens = self.tokens_of(&it).map_err(|e| Error::InSample {

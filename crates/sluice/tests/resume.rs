@@ -677,3 +677,21 @@ fn pack_after_a_batch_numbered_across_epochs_resumes_exactly() {
         .unwrap();
     round_trip(&ds, 1);
 }
+
+/// map_batches after a batch numbered across epochs (repeat before it): map_batches' own
+/// batches are numbered per epoch of their input's cursors (one epoch here), as its restart
+/// record says; numbered by the rows' epoch, a resume in the second source epoch lost the
+/// last batch.
+#[test]
+fn map_batches_after_a_batch_numbered_across_epochs_resumes_exactly() {
+    let ds = Dataset::range(10)
+        .shuffle(None)
+        .unwrap()
+        .repeat(Some(2))
+        .unwrap()
+        .batch(3, false)
+        .unwrap()
+        .map_batches(noop(), 1)
+        .unwrap();
+    round_trip(&ds, 1);
+}

@@ -437,7 +437,14 @@ impl Batch {
         batch.sub = first.sub;
         batch.outer = last.outer.clone();
         if let Some(n) = &mut self.numbering {
-            let epoch = if self.per_epoch { first.epoch } else { 0 };
+            // Numbered per epoch of the input's cursors, the epoch its restart record names
+            // (after a batch numbered across epochs, not the rows' epoch), so a resume
+            // continues the count it saved.
+            let epoch = if self.per_epoch {
+                first.cursor.epoch
+            } else {
+                0
+            };
             if n.epoch != Some(epoch) {
                 n.epoch = Some(epoch);
                 n.count = 0;

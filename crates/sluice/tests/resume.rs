@@ -612,7 +612,7 @@ fn elastic_resume_covers_the_epoch_once() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, .. ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 256, .. ProptestConfig::default() })]
     /// Random pipelines, random checkpoint points.
     #[test]
     fn random_pipelines_resume_exactly(steps in proptest::collection::vec(0u8..10, 1..6),
@@ -694,4 +694,30 @@ fn map_batches_after_a_batch_numbered_across_epochs_resumes_exactly() {
         .map_batches(noop(), 1)
         .unwrap();
     round_trip(&ds, 1);
+}
+
+/// A window shuffle after a stage that numbers across source epochs (a batch after repeat,
+/// a take over a repeat): its windows restart with the epoch of its input's cursors, as its
+/// restart record says; by the rows' epoch, a resume in the second source epoch lost outputs.
+#[test]
+fn shuffle_buffer_after_a_stream_numbered_across_epochs_resumes_exactly() {
+    let batched = Dataset::range(27)
+        .repeat(Some(2))
+        .unwrap()
+        .map(Arc::new(Tokens), OnError::Raise, None)
+        .unwrap()
+        .pack(pack(4, false))
+        .unwrap()
+        .batch(4, true)
+        .unwrap()
+        .shuffle_buffer(1, None)
+        .unwrap();
+    round_trip(&batched, 1);
+    let taken = Dataset::range(10)
+        .repeat(Some(2))
+        .unwrap()
+        .take(17)
+        .shuffle_buffer(4, None)
+        .unwrap();
+    round_trip(&taken, 1);
 }

@@ -210,12 +210,15 @@ impl Transform for WindowShuffle {
             if !self.resume.keep_input(&it.cursor) {
                 continue;
             }
-            if self.epoch != Some(it.epoch) {
+            // Windows restart with each epoch of the input's cursors — the epoch the restart
+            // record names. After a stage that numbers across source epochs (`take`, a
+            // `batch` after `repeat`) that is one epoch, not the rows' epochs.
+            if self.epoch != Some(it.cursor.epoch) {
                 if self.epoch.is_some() {
                     self.flush_a(&mut emitted);
                     self.flush_b(&mut emitted);
                 }
-                self.reset_epoch(it.epoch);
+                self.reset_epoch(it.cursor.epoch);
             }
             if self.a_buf.is_empty() {
                 self.a_start = Some(WindowStart {

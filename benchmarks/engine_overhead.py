@@ -5,7 +5,8 @@ Measures, interleaved over several rounds (medians):
     and the per-sample cost per built-in op (difference between 2 and 1 no-op maps);
   * a Python identity UDF through sluice vs plain Python doing the same work: a generator
     yielding ``identity({"id": i})`` (per-sample outputs) and a loop stacking the results into
-    numpy batches of 256 (batched outputs); the bare call loop is reported too;
+    numpy batches of 256 (batched outputs); the bare call loop is reported too. sluice runs
+    on its background threads (num_threads=1) and in the iterating thread (num_threads=0);
   * time to first batch;
   * torch DataLoader over the same range (only if torch is importable: the bench venv).
 
@@ -145,6 +146,9 @@ def main():
         "udf_identity_1t": lambda: t_udf(a.udf_n, 1),
         "udf_identity_2t": lambda: t_udf(a.udf_n, 2),
         "udf_identity_batched_1t": lambda: t_udf_batched(a.udf_n, 1),
+        # num_threads=0: every stage in the iterating thread (DataLoader(num_workers=0)).
+        "udf_identity_0t": lambda: t_udf(a.udf_n, 0),
+        "udf_identity_batched_0t": lambda: t_udf_batched(a.udf_n, 0),
         "python_loop": lambda: t_loop(a.udf_n),
         "python_generator": lambda: t_generator(a.udf_n),
         "python_batched_loop": lambda: t_batched_loop(a.udf_n),
@@ -174,6 +178,9 @@ def main():
         "udf_vs_generator_slowdown_1t": med["python_generator"] / med["udf_identity_1t"],
         "udf_batched_vs_batched_loop_slowdown_1t": med["python_batched_loop"]
         / med["udf_identity_batched_1t"],
+        "udf_vs_generator_slowdown_0t": med["python_generator"] / med["udf_identity_0t"],
+        "udf_batched_vs_batched_loop_slowdown_0t": med["python_batched_loop"]
+        / med["udf_identity_batched_0t"],
     }
     print(json.dumps(out, indent=2))
     if a.out:

@@ -1,6 +1,7 @@
 """Every public API name of the foundation, with real behaviour."""
 
 import json
+import threading
 
 import numpy as np
 import pytest
@@ -150,5 +151,36 @@ def test_order_is_independent_of_threads():
 
     ds = sluice.range(300).map(slow_odd).filter(lambda s: s["id"] % 7 != 0).batch(16)
     ref = ids(ds.iter(num_threads=1))
-    for t in (2, 8):
+    for t in (0, 2, 8):
         assert ids(ds.iter(num_threads=t)) == ref
+
+
+def test_num_threads_zero_runs_stages_in_the_consumer():
+    # Every stage runs in the iterating thread (as DataLoader(num_workers=0)): the Python
+    # function sees that thread, outputs are the same, the plan says inline.
+    seen = set()
+
+    def where(s):
+        seen.add(threading.get_ident())
+        return {"id": s["id"] * 2}
+
+    ds = sluice.range(100).map(where).map(sluice.ops.noop()).batch(8)
+    out = [b["id"].tolist() for b in ds.iter(num_threads=0)]
+    assert seen == {threading.get_ident()}
+    stages = str(ds.stats()).splitlines()[2:-2]  # after the header and the source
+    assert len(stages) == 4 and all(" inline " in line for line in stages), stages
+    assert out == [b["id"].tolist() for b in ds.iter(num_threads=2)]
+
+
+def test_num_threads_zero_early_break_and_errors():
+    def boom(s):
+        if s["id"] == 37:
+            raise RuntimeError("bad sample")
+        return s
+
+    it = iter(sluice.range(10**9).map(lambda s: s).batch(4).iter(num_threads=0))
+    next(it)
+    it.close()
+    with pytest.raises(sluice.PipelineError, match="sample 37") as e:
+        list(sluice.range(100).map(boom).iter(num_threads=0))
+    assert isinstance(e.value.__cause__, RuntimeError)

@@ -74,7 +74,7 @@ def test_missing_field_is_key_error():
         (lambda: sluice.range(3).map(lambda s: s, bogus=1), TypeError),
         (lambda: sluice.range(3).filter(lambda s: True).shuffle(), ValueError),
         (lambda: sluice.read_images("x", labels="folder"), ValueError),
-        (lambda: sluice.range(3).iter(num_threads=0), ValueError),
+        (lambda: sluice.range(3).iter(num_threads=-1), ValueError),
     ],
 )
 def test_invalid_arguments_fail_at_build_time(build, exc):
@@ -157,7 +157,7 @@ def test_keyboard_interrupt_in_a_udf_is_never_skipped_or_wrapped():
             raise KeyboardInterrupt
         return s
 
-    for threads in (1, 2):
+    for threads in (0, 1, 2):
         with pytest.raises(KeyboardInterrupt):
             list(sluice.range(100).map(udf, on_error="skip").iter(num_threads=threads))
 

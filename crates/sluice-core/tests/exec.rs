@@ -170,6 +170,40 @@ fn take_stops_an_endless_pipeline() {
     assert_eq!(out.len(), 25);
 }
 
+/// `in_consumer` (Python's `num_threads=0`): every stage inline, the same outputs as threads,
+/// and a `take` that ends inline still lets the batch after it flush its partial batch.
+#[test]
+fn stages_in_the_consumer_give_the_same_outputs() {
+    let rep = Arc::new(LogicalPlan::Repeat(
+        RepeatNode::try_new(source(10), None).unwrap(),
+    ));
+    let jit = map(rep, Arc::new(Jitter { fail_at: None }), OnError::Raise);
+    let take = Arc::new(LogicalPlan::Take(TakeNode { input: jit, n: 27 }));
+    let plan = Arc::new(LogicalPlan::Batch(
+        BatchNode::try_new(take, 4, false).unwrap(),
+    ));
+    let opts = LowerOptions {
+        in_consumer: true,
+        chunk_size: 3,
+        max_chunk: 3,
+        ..Default::default()
+    };
+    let phys = lower(&plan, &opts).unwrap();
+    assert!(phys.stages.iter().all(|s| s.variant == Variant::Inline));
+    let inline: Vec<_> = Execution::start(&phys, ExecOptions::default())
+        .unwrap()
+        .collect();
+    let threaded = run(&plan, 2, 0);
+    assert_eq!(inline.len(), 7, "27 rows in batches of 4: the last holds 3");
+    let rows = |out: &[Result<Sample>]| -> Vec<String> {
+        out.iter()
+            .map(|b| format!("{:?}", b.as_ref().unwrap().get("r")))
+            .collect()
+    };
+    assert_eq!(rows(&inline), rows(&threaded));
+    assert!(format!("{:?}", inline[6].as_ref().unwrap().get("id")).contains("[3]"));
+}
+
 #[derive(Debug)]
 struct Count(Arc<AtomicUsize>);
 impl Op for Count {

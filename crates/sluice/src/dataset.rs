@@ -26,7 +26,8 @@ pub use crate::state::IterState;
 pub struct IterOptions {
     /// The seed all randomness derives from.
     pub seed: u64,
-    /// Threads per parallel stage (`None`: the number of cores).
+    /// Threads per parallel stage (`None`: the number of cores; `Some(0)`: every stage runs
+    /// in the consumer's thread, see [`LowerOptions::in_consumer`]).
     pub num_threads: Option<usize>,
     /// Items per chunk handed between stages.
     pub chunk_size: Option<usize>,
@@ -68,9 +69,11 @@ impl IterOptions {
     pub fn lower_options(&self) -> LowerOptions {
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
         let mut o = LowerOptions {
-            num_threads: self.num_threads.unwrap_or(cores),
+            // 0 threads: every stage in the consumer (a plan sets its own variants).
+            num_threads: self.num_threads.unwrap_or(cores).max(1),
             seed: self.seed,
             fuse_ops: self.fuse_ops && self.plan.is_none(),
+            in_consumer: self.num_threads == Some(0) && self.plan.is_none(),
             ..LowerOptions::default()
         };
         if let Some(c) = self.chunk_size {

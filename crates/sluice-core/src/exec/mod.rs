@@ -546,10 +546,12 @@ impl Execution {
                 c.items_in.fetch_add(ch.len() as u64, Relaxed);
                 t.push(ch, &mut out)?;
             }
-            if end || t.exhausted() {
+            // A stage that takes no more input (a `take` that is done) ends the stages
+            // after it too: a batch flushes its last, partial batch.
+            exhausted |= t.exhausted();
+            if end || exhausted {
                 t.finish(&mut out)?;
             }
-            exhausted |= t.exhausted();
             nonempty(&mut out);
             c.items_out
                 .fetch_add(out.iter().map(|c| c.len() as u64).sum(), Relaxed);

@@ -28,6 +28,15 @@ pub struct LowerOptions {
     /// Fuse adjacent ops that offer a fused form ([`crate::Op::fuse_next`]; see
     /// [`crate::plan::fuse`]). Plans made or applied by the optimizer need it off.
     pub fuse_ops: bool,
+    /// Run every stage in the consumer's thread ([`Variant::Inline`]; `num_threads=0` in
+    /// Python, like PyTorch's `num_workers=0`); the source is still read on a thread of its
+    /// own. Python ops then run in the thread that already holds the GIL: no GIL hand-off
+    /// per chunk, no second thread taking turns with the loop. The default, background
+    /// threads, is what overlaps data work with a training step that releases the GIL
+    /// (waiting for the accelerator, I/O, numpy) and lets a function that releases the GIL
+    /// itself (sleep, I/O) run ahead, so this is opt-in. Stages are not merged, so a
+    /// checkpoint taken with threads resumes here and the other way round.
+    pub in_consumer: bool,
 }
 
 impl Default for LowerOptions {
@@ -40,6 +49,7 @@ impl Default for LowerOptions {
             prefetch: 2,
             seed: 0,
             fuse_ops: true,
+            in_consumer: false,
         }
     }
 }
@@ -290,6 +300,11 @@ pub fn lower(plan: &Arc<LogicalPlan>, opts: &LowerOptions) -> Result<PhysicalPla
     let explicit_prefetch = nodes
         .iter()
         .any(|n| matches!(**n, LogicalPlan::Prefetch(_)));
+    if opts.in_consumer {
+        for s in &mut stages {
+            s.variant = Variant::Inline;
+        }
+    }
     if let Some(last) = stages.last_mut() {
         if !explicit_prefetch && matches!(last.kind, StageKind::Batch { .. }) {
             last.queue_depth = opts.prefetch;

@@ -146,6 +146,10 @@ def test_parquet_corrupt_row_group_fails_when_read(tmp_path):
     with pytest.raises(sluice.SluiceError, match=r"x\.parquet") as e:
         next(iter(ds.batch(16)))
     assert "read_parquet' failed on sample 0" in str(e.value)
+    # The bare source's Arrow scan (row groups decoded on a pool) names the file too.
+    for threads in (1, 2):
+        with pytest.raises(sluice.SluiceError, match=r"x\.parquet.*row group 0"):
+            ds.to_arrow(num_threads=threads)
 
 
 CSV = 'id,name,score\n1,"Smith, J",0.5\n2,"two\nlines",\n3,plain,2\n'
@@ -262,6 +266,15 @@ def test_to_arrow_of_a_columnar_source_equals_the_row_path(corpus, tmp_path):
             slow = f(ds.map(lambda s: s)).to_arrow(batch_rows=rows)
             assert fast.schema == slow.schema and fast.equals(slow)
     assert fast.column("vec").type == pa.list_(pa.float32())
+    # The bare source is scanned row group by row group on a decode pool: the same table for
+    # any thread count, batches never larger than batch_rows nor spanning row groups.
+    want = ds.map(lambda s: s).to_arrow()
+    for threads in (1, 3):
+        for rows in (3, 1 << 16):
+            got = ds.to_arrow(num_threads=threads, batch_rows=rows)
+            assert got.equals(want)
+            sizes = [b.num_rows for b in got.to_batches()]
+            assert max(sizes) <= min(rows, 7) and sum(sizes) == 40
     # Narrow types widen as the row path's values do; an all-null column is null-typed.
     narrow = tmp_path / "narrow.parquet"
     pq.write_table(pa.table({"i": pa.array(range(50), pa.int32()), "f": pa.array([0.5] * 50, pa.float32()),

@@ -63,6 +63,13 @@ pub trait Source: Send + Sync + fmt::Debug {
     fn get_columns(&self, indices: &[u64]) -> Result<Sample> {
         self.get_batch(indices)
     }
+    /// The whole source in order as batches of at most `rows` rows holding its own columns
+    /// ([`crate::Column`]s, as [`Source::get_columns`] gives), read ahead by `threads`
+    /// threads — or `None` if it has no such scan. A pipeline that is only this source and
+    /// goes to Arrow (`to_arrow`) uses it: no executor stages, no per-batch hand-offs.
+    fn scan_columns(&self, _threads: usize, _rows: usize) -> Option<SampleStream> {
+        None
+    }
     /// All samples in order; sources without random access override this.
     fn stream(&self) -> Result<SampleStream> {
         let n = self.len().unwrap_or(0);

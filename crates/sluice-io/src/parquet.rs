@@ -25,9 +25,11 @@ use parquet::arrow::arrow_reader::{
 };
 use parquet::arrow::ProjectionMask;
 use parquet::file::reader::{ChunkReader, Length};
-use sluice_core::{Error, Result, Sample, Source, SourceRef};
+use sluice_core::{Column, Error, Result, Sample, SampleStream, Source, SourceRef, Value};
 
-use crate::arrow_conv::{normalize, row_to_sample, rows_to_batch, rows_to_columns, supported};
+use crate::arrow_conv::{
+    normalize, row_to_sample, rows_to_batch, rows_to_columns, supported, ArrowColumn,
+};
 use crate::store::{expand, Blob};
 
 /// Decoded row groups kept (over all Parquet sources and threads). Unit tests run side by
@@ -355,6 +357,59 @@ impl ParquetSource {
             .map_err(|e| Error::Internal(e.to_string()))
     }
 
+    /// Every row group in order, as batches of at most `rows` rows of its decoded columns
+    /// (zero-copy slices), `threads` threads decoding the next row groups meanwhile. A scan
+    /// reads each row group once, so it bypasses the shared cache (and evicts nothing).
+    ///
+    /// ```no_run
+    /// let src = sluice_io::ParquetSource::open(&["corpus/*.parquet".into()], None)?;
+    /// for batch in src.scan(2, 65536) {
+    ///     let batch = batch?; // one `Value::Column` per column
+    /// }
+    /// # Ok::<(), sluice_core::Error>(())
+    /// ```
+    pub fn scan(&self, threads: usize, rows: usize) -> impl Iterator<Item = Result<Sample>> + Send {
+        let groups: Vec<(usize, usize)> = self
+            .inner
+            .files
+            .iter()
+            .enumerate()
+            .flat_map(|(fi, f)| {
+                f.rg_starts
+                    .windows(2)
+                    .enumerate()
+                    .filter(|(_, w)| w[1] > w[0])
+                    .map(move |(rg, _)| (fi, rg))
+            })
+            .collect();
+        let threads = threads.clamp(1, groups.len().max(1));
+        let (jobs, queue) = crossbeam_channel::unbounded::<ScanJob>();
+        for _ in 0..threads {
+            let (me, queue) = (self.clone(), queue.clone());
+            let _ = std::thread::Builder::new()
+                .name("sluice-parquet-scan".into())
+                .spawn(move || {
+                    // Ends when the scan is dropped (its job sender with it).
+                    for (fi, rg, reply) in queue {
+                        let _ = reply.send(me.decode(fi, rg));
+                    }
+                });
+        }
+        let mut scan = Scan {
+            names: self.inner.names.clone(),
+            groups: groups.into_iter(),
+            jobs,
+            pending: std::collections::VecDeque::new(),
+            current: None,
+            rows: rows.max(1),
+        };
+        // Row groups in flight: one per thread plus one ready, so memory stays bounded.
+        for _ in 0..threads + 1 {
+            scan.dispatch();
+        }
+        scan
+    }
+
     /// The cache slot of a row group (made if missing; most recently used last).
     fn slot(&self, fi: usize, rg: usize) -> Slot {
         let key = (self.inner.id, fi, rg);
@@ -524,6 +579,65 @@ impl ParquetSource {
     }
 }
 
+type ScanJob = (usize, usize, crossbeam_channel::Sender<Result<RecordBatch>>);
+
+/// [`ParquetSource::scan`]'s iterator: replies come back in row-group order because each
+/// job carries its own reply channel, queued in order.
+struct Scan {
+    names: Vec<Arc<str>>,
+    groups: std::vec::IntoIter<(usize, usize)>,
+    jobs: crossbeam_channel::Sender<ScanJob>,
+    pending: std::collections::VecDeque<crossbeam_channel::Receiver<Result<RecordBatch>>>,
+    /// The row group being handed out and the next row of it.
+    current: Option<(RecordBatch, usize)>,
+    rows: usize,
+}
+
+impl Scan {
+    fn dispatch(&mut self) {
+        if let Some((fi, rg)) = self.groups.next() {
+            let (reply, rx) = crossbeam_channel::bounded(1);
+            if self.jobs.send((fi, rg, reply)).is_ok() {
+                self.pending.push_back(rx);
+            }
+        }
+    }
+}
+
+impl Iterator for Scan {
+    type Item = Result<Sample>;
+    fn next(&mut self) -> Option<Result<Sample>> {
+        loop {
+            if let Some((batch, at)) = &mut self.current {
+                if *at < batch.num_rows() {
+                    let n = self.rows.min(batch.num_rows() - *at);
+                    let mut out = Sample::with_capacity(self.names.len());
+                    for (name, a) in self.names.iter().zip(batch.columns()) {
+                        let column = ArrowColumn(a.slice(*at, n));
+                        out.set(name.clone(), Value::Column(Column(Arc::new(column))));
+                    }
+                    *at += n;
+                    return Some(Ok(out));
+                }
+                self.current = None;
+            }
+            let rx = self.pending.pop_front()?;
+            let batch = rx
+                .recv()
+                .unwrap_or_else(|_| Err(Error::Internal("a Parquet scan thread ended".into())));
+            self.dispatch();
+            match batch {
+                Ok(b) => self.current = Some((b, 0)),
+                Err(e) => {
+                    // Nothing after an error.
+                    self.pending.clear();
+                    return Some(Err(e));
+                }
+            }
+        }
+    }
+}
+
 impl Source for ParquetSource {
     fn name(&self) -> &str {
         "read_parquet"
@@ -563,6 +677,9 @@ impl Source for ParquetSource {
     fn get_columns(&self, indices: &[u64]) -> Result<Sample> {
         let runs = self.runs(indices)?;
         rows_to_columns(&Self::parts(&runs), &self.inner.names)
+    }
+    fn scan_columns(&self, threads: usize, rows: usize) -> Option<SampleStream> {
+        Some(Box::new(self.scan(threads, rows)))
     }
     fn get_many(&self, indices: &[u64]) -> Vec<Result<Sample>> {
         // Per row, the shared cache's lock and refcount would bounce between reader threads'
@@ -787,6 +904,45 @@ mod tests {
         assert_eq!(n, groups as usize);
         src.get(1).unwrap();
         assert_eq!(decoded(&src).len(), n);
+    }
+
+    #[test]
+    fn scan_hands_out_every_row_group_in_order_in_slices() {
+        let dir = tempfile::tempdir().unwrap();
+        write_file(&dir.path().join("a.parquet"), 0..3000, 500);
+        write_file(&dir.path().join("b.parquet"), 3000..4000, 500);
+        let src = ParquetSource::open(&[dir.path().display().to_string()], None).unwrap();
+        for (threads, rows, sizes) in [(3, 700, vec![500; 8]), (1, 200, [200, 200, 100].repeat(8))]
+        {
+            let batches: Vec<Sample> = src.scan(threads, rows).map(|b| b.unwrap()).collect();
+            let got: Vec<usize> = batches
+                .iter()
+                .map(|b| match b.get("id") {
+                    Some(Value::Column(c)) => c.0.len(),
+                    other => panic!("not a column: {other:?}"),
+                })
+                .collect();
+            assert_eq!(got, sizes);
+            let ids: Vec<Value> = batches
+                .iter()
+                .map(|b| b.get("id").unwrap().clone().materialized().unwrap())
+                .collect();
+            let all: Vec<i64> = ids
+                .iter()
+                .flat_map(|v| match v {
+                    Value::Tensor(t) => match t.data() {
+                        sluice_core::TensorData::I64(v) => v.to_vec(),
+                        _ => panic!(),
+                    },
+                    _ => panic!(),
+                })
+                .collect();
+            assert_eq!(all, (0..4000).collect::<Vec<_>>());
+        }
+        // Dropped after one batch: the scan ends (its threads with it) without reading on.
+        let mut scan = src.scan(2, 100);
+        assert!(scan.next().unwrap().is_ok());
+        drop(scan);
     }
 
     #[test]

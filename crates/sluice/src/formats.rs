@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use sluice_core::{Execution, Result, Sample, StageKind};
+use sluice_core::{Execution, LogicalPlan, Result, Sample, StageKind};
 use sluice_io::arrow_conv::Records;
 use sluice_io::{
     sink, ArrowSource, CsvOptions, CsvSource, ParquetSource, ShardShuffle, SinkOptions,
@@ -83,6 +83,16 @@ impl Dataset {
     pub fn arrow_batches(&self, rows: usize, opts: &IterOptions) -> Result<Records> {
         let rows = rows.max(1);
         if opts.plan.is_none() && opts.processes.is_none() {
+            // Only a source: its own scan, when it has one (Parquet decodes row groups on a
+            // pool and hands out slices of them), skips the executor altogether.
+            if let [only] = self.plan().chain().as_slice() {
+                if let LogicalPlan::Source(n) = &**only {
+                    let threads = opts.lower_options().num_threads;
+                    if let Some(scan) = n.source.scan_columns(threads, rows) {
+                        return Records::from_batches(scan);
+                    }
+                }
+            }
             let batched = self.batch(rows, false)?;
             let plan = batched.physical_plan(opts)?;
             if let [only] = plan.stages.as_slice() {

@@ -125,7 +125,7 @@ def median_profile(profiles: list) -> sluice.Profile:
     """Per step, the median CPU and wall time of several profiles (the machine's speed
     drifts by ±15% over seconds; a single short profile can land in a slow or fast spell)."""
     doc = json.loads(profiles[0].to_json())
-    for key in ("cpu_s", "wall_s"):
+    for key in ("cpu_s", "wall_s", "parallel_efficiency"):
         doc["source"][key] = statistics.median(p.data["source"][key] for p in profiles)
         for i, op in enumerate(doc["ops"]):
             op[key] = statistics.median(p.data["ops"][i][key] for p in profiles)

@@ -120,7 +120,8 @@ class _JsonDoc:
 
 class Profile(_JsonDoc):
     """Per-op measurements of a pipeline: ``profile.ops`` (list of dicts with ``name``,
-    ``cpu_s``, ``items_in``, ``bytes_in``/``bytes_out``…), ``profile.machine`` (cores)."""
+    ``cpu_s``, ``items_in``, ``bytes_in``/``bytes_out``, ``parallel_efficiency``…),
+    ``profile.machine`` (cores)."""
 
     _text_fn = staticmethod(_native.profile_text)
 

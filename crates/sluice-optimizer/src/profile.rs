@@ -214,19 +214,20 @@ impl std::fmt::Display for Profile {
         )?;
         writeln!(
             f,
-            "{:<28} {:>12} {:>12} {:>12} {:>12} {:>8}",
-            "step", "cpu µs/item", "wall µs/item", "bytes in", "bytes out", "sel"
+            "{:<28} {:>12} {:>12} {:>12} {:>12} {:>8} {:>9}",
+            "step", "cpu µs/item", "wall µs/item", "bytes in", "bytes out", "sel", "par. eff."
         )?;
         for o in std::iter::once(&self.source).chain(&self.ops) {
             writeln!(
                 f,
-                "{:<28} {:>12.1} {:>12.1} {:>12.0} {:>12.0} {:>8.3}",
+                "{:<28} {:>12.1} {:>12.1} {:>12.0} {:>12.0} {:>8.3} {:>9.2}",
                 o.name,
                 o.cpu_per_item() * 1e6,
                 o.wall_s / o.items_in.max(1) as f64 * 1e6,
                 o.bytes_in_per_item(),
                 o.bytes_out_per_item(),
-                o.selectivity()
+                o.selectivity(),
+                o.parallel_efficiency
             )?;
         }
         Ok(())

@@ -17,7 +17,7 @@ The pipelines are written the way a user might (augmentations before the crop), 
 has work to do; the data are the benchmark datasets (``benchmarks/datasets/build.py``).
 
 Usage: python benchmarks/optimizer.py [--workloads cv,nlp,asr] [--rounds 3] [--seconds 4]
-       [--cold-profile] [--out results.json]
+       [--cold-profile] [--profile-only] [--out results.json]
 """
 
 from __future__ import annotations
@@ -142,6 +142,8 @@ def main() -> None:
                          "noisier than the measurement)")
     ap.add_argument("--cold-profile", action="store_true",
                     help="profile before the warm-up pass (a cold tokenizer cache, first file reads)")
+    ap.add_argument("--profile-only", action="store_true",
+                    help="print each op's CPU per item and parallel efficiency, measure no plans")
     ap.add_argument("--data", default=str(C.default_data_dir()))
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
@@ -154,6 +156,14 @@ def main() -> None:
         if not args.cold_profile:
             warm_up(ds, n)
         prof = median_profile([ds.profile(samples=args.profile_samples or n, seconds=30) for _ in range(3)])
+        # What the model prices: each op's CPU per item and how it scales over the cores.
+        ops = {o["name"]: {"cpu_us": round(o["cpu_s"] / max(o["items_in"], 1) * 1e6, 2),
+                           "parallel_efficiency": round(o["parallel_efficiency"], 2)}
+               for o in prof.data["ops"]}
+        print(f"{w} profile (median of 3): {json.dumps(ops)}", file=sys.stderr)
+        if args.profile_only:
+            results["workloads"][w] = {"profile": prof.data}
+            continue
         opts = OptimizerOptions.baseline()
         plans = []
         for name, change in STEPS:

@@ -906,38 +906,40 @@ mod tests {
         assert_eq!(decoded(&src).len(), n);
     }
 
+    /// Two files, ids 0..4000, row groups of 500 rows (8 in all).
+    fn eight_row_groups(dir: &tempfile::TempDir) -> ParquetSource {
+        write_file(&dir.path().join("a.parquet"), 0..3000, 500);
+        write_file(&dir.path().join("b.parquet"), 3000..4000, 500);
+        ParquetSource::open(&[dir.path().display().to_string()], None).unwrap()
+    }
+
+    /// The ids `range` as the batch column a source's columns materialise to.
+    fn ids(range: Range<i64>) -> Value {
+        let ids: Vec<i64> = range.collect();
+        Value::Tensor(
+            sluice_core::Tensor::new(vec![ids.len()], sluice_core::TensorData::I64(ids)).unwrap(),
+        )
+    }
+
     #[test]
     fn scan_hands_out_every_row_group_in_order_in_slices() {
         let dir = tempfile::tempdir().unwrap();
-        write_file(&dir.path().join("a.parquet"), 0..3000, 500);
-        write_file(&dir.path().join("b.parquet"), 3000..4000, 500);
-        let src = ParquetSource::open(&[dir.path().display().to_string()], None).unwrap();
+        let src = eight_row_groups(&dir);
         for (threads, rows, sizes) in [(3, 700, vec![500; 8]), (1, 200, [200, 200, 100].repeat(8))]
         {
-            let batches: Vec<Sample> = src.scan(threads, rows).map(|b| b.unwrap()).collect();
-            let got: Vec<usize> = batches
-                .iter()
-                .map(|b| match b.get("id") {
-                    Some(Value::Column(c)) => c.0.len(),
-                    other => panic!("not a column: {other:?}"),
-                })
-                .collect();
+            let mut next = 0i64;
+            let mut got = Vec::new();
+            for batch in src.scan(threads, rows) {
+                let column = batch.unwrap().get("id").unwrap().clone();
+                let Value::Column(c) = &column else {
+                    panic!("not the source's column: {column:?}")
+                };
+                let n = c.0.len() as i64;
+                assert_eq!(column.materialized().unwrap(), ids(next..next + n));
+                next += n;
+                got.push(n as usize);
+            }
             assert_eq!(got, sizes);
-            let ids: Vec<Value> = batches
-                .iter()
-                .map(|b| b.get("id").unwrap().clone().materialized().unwrap())
-                .collect();
-            let all: Vec<i64> = ids
-                .iter()
-                .flat_map(|v| match v {
-                    Value::Tensor(t) => match t.data() {
-                        sluice_core::TensorData::I64(v) => v.to_vec(),
-                        _ => panic!(),
-                    },
-                    _ => panic!(),
-                })
-                .collect();
-            assert_eq!(all, (0..4000).collect::<Vec<_>>());
         }
         // Dropped after one batch: the scan ends (its threads with it) without reading on.
         let mut scan = src.scan(2, 100);
@@ -948,18 +950,12 @@ mod tests {
     #[test]
     fn a_scan_reads_ahead_and_decodes_each_row_group_once() {
         let dir = tempfile::tempdir().unwrap();
-        write_file(&dir.path().join("a.parquet"), 0..3000, 500);
-        write_file(&dir.path().join("b.parquet"), 3000..4000, 500);
-        let src = ParquetSource::open(&[dir.path().display().to_string()], None).unwrap();
+        let src = eight_row_groups(&dir);
         for chunk in (0..4000u64).collect::<Vec<_>>().chunks(700) {
             let batch = src.get_columns(chunk).unwrap();
-            let ids = batch.get("id").unwrap().clone().materialized().unwrap();
-            let want: Vec<i64> = chunk.iter().map(|&i| i as i64).collect();
-            let want = Value::Tensor(
-                sluice_core::Tensor::new(vec![want.len()], sluice_core::TensorData::I64(want))
-                    .unwrap(),
-            );
-            assert_eq!(ids, want);
+            let got = batch.get("id").unwrap().clone().materialized().unwrap();
+            let (a, b) = (chunk[0] as i64, chunk[chunk.len() - 1] as i64 + 1);
+            assert_eq!(got, ids(a..b));
         }
         // Let a last read-ahead finish, then count: 8 row groups, each decoded once.
         while src.inner.ahead.load(Ordering::Acquire) {

@@ -298,7 +298,8 @@ pub fn profile(plan: &Arc<LogicalPlan>, opts: &ProfileOptions) -> Result<Profile
     };
     let mut done = 0u64;
     let mut chunk = 1usize;
-    let mut last_inputs: Vec<Vec<(u64, u64, Sample)>> = vec![Vec::new(); steps.len()];
+    // The last chunk's source samples, to measure how each op scales once the loop is done.
+    let mut last_chunk: Vec<(u64, u64, Sample)> = Vec::new();
     let mut exhausted = false;
     while !exhausted && done < want && (done == 0 || Instant::now() < deadline) {
         let n = chunk.min((want - done) as usize);
@@ -328,7 +329,18 @@ pub fn profile(plan: &Arc<LogicalPlan>, opts: &ProfileOptions) -> Result<Profile
         let n = samples.len() as u64;
         src_prof.items_in += n;
         src_prof.items_out += n;
-        let peak = run_steps(&steps, &mut ops, samples, opts.seed, &mut last_inputs)?;
+        // Random access keeps only the indices (read again afterwards): a sample held here
+        // would share its tensors with the one being timed, and an op that writes in place
+        // would then be timed copying it first. A stream cannot be read again: its samples
+        // are kept (its first op is a decoder that only reads them).
+        last_chunk = match &stream {
+            None => samples
+                .iter()
+                .map(|(i, _, _)| (*i, 0, Sample::new()))
+                .collect(),
+            Some(_) => samples.clone(),
+        };
+        let peak = run_steps(&steps, &mut ops, samples, opts.seed)?;
         done += n;
         let fits = (CHUNK_BYTES * n / peak.max(1)).clamp(1, MAX_CHUNK as u64) as usize;
         chunk = if t0.elapsed() < CHUNK_WALL {
@@ -339,11 +351,31 @@ pub fn profile(plan: &Arc<LogicalPlan>, opts: &ProfileOptions) -> Result<Profile
     }
     src_prof.bytes_in = src_prof.bytes_out;
     let machine = Machine::here();
-    if machine.cores > 1 {
-        for ((step, prof), inputs) in steps.iter().zip(&mut ops).zip(&last_inputs) {
-            if !prof.python && !inputs.is_empty() {
-                prof.parallel_efficiency = efficiency(step, inputs, machine.cores, opts.seed);
+    if machine.cores > 1 && !last_chunk.is_empty() {
+        if stream.is_none() {
+            // Random access: read the chunk again rather than hold it while it was timed.
+            for (index, _, sample) in &mut last_chunk {
+                *sample = source
+                    .get(*index)
+                    .map_err(|e| in_sample(source.name(), *index, None, e))?;
             }
+        }
+        let mut live = last_chunk;
+        for (step, prof) in steps.iter().zip(&mut ops) {
+            if live.is_empty() {
+                break;
+            }
+            if !prof.python {
+                prof.parallel_efficiency = efficiency(step, &live, machine.cores, opts.seed);
+            }
+            let mut next = Vec::with_capacity(live.len());
+            for (index, sub, res) in apply_step(step, live, opts.seed) {
+                // Failures were met (and reported or skipped) in the timed run.
+                if let Ok(emit) = res {
+                    push_emitted(&mut next, index, sub, emit);
+                }
+            }
+            live = next;
         }
     }
     Ok(Profile {
@@ -375,44 +407,23 @@ fn run_steps(
     ops: &mut [OpProfile],
     mut live: Vec<(u64, u64, Sample)>,
     seed: u64,
-    last_inputs: &mut [Vec<(u64, u64, Sample)>],
 ) -> Result<u64> {
     let mut peak: u64 = live.iter().map(|(_, _, s)| s.nbytes() as u64).sum();
-    for ((step, prof), kept) in steps.iter().zip(ops.iter_mut()).zip(last_inputs) {
+    for (step, prof) in steps.iter().zip(ops.iter_mut()) {
         if live.is_empty() {
             break;
         }
-        // The chunk's inputs (tensors shared, not copied) for measuring how the op scales.
-        kept.clone_from(&live);
         prof.items_in += live.len() as u64;
         prof.bytes_in += live.iter().map(|(_, _, s)| s.nbytes() as u64).sum::<u64>();
         // Paths for error messages, taken before the samples move into the op.
         let paths: Vec<Option<String>> = live.iter().map(|(_, _, s)| s.path()).collect();
         let (t0, c0) = (Instant::now(), thread_cpu());
-        let results: Vec<(u64, u64, Result<Emit>)> = live
-            .into_iter()
-            .map(|(index, sub, s)| {
-                let cx = OpContext {
-                    seed,
-                    epoch: 0,
-                    index,
-                    sub,
-                    op_id: step.op_id,
-                };
-                (index, sub, step.op.apply(s, &cx))
-            })
-            .collect();
+        let results = apply_step(step, live, seed);
         prof.record(thread_cpu() - c0, t0.elapsed());
         let mut next = Vec::with_capacity(results.len());
         for ((index, sub, res), path) in results.into_iter().zip(paths) {
             match res {
-                Ok(Emit::One(s)) => next.push((index, sub, s)),
-                Ok(Emit::Drop) => {}
-                Ok(Emit::Many(v)) => next.extend(
-                    v.into_iter()
-                        .enumerate()
-                        .map(|(j, s)| (index, sluice_core::rng::combine(sub, j as u64 + 1), s)),
-                ),
+                Ok(emit) => push_emitted(&mut next, index, sub, emit),
                 Err(_) if step.on_error == OnError::Skip => {}
                 Err(e) => return Err(in_sample(step.op.name(), index, path, e)),
             }
@@ -424,6 +435,47 @@ fn run_steps(
         live = next;
     }
     Ok(peak)
+}
+
+/// The context `step` sees for `(index, sub)` in the profile (epoch 0).
+fn context(step: &Step, index: u64, sub: u64, seed: u64) -> OpContext {
+    OpContext {
+        seed,
+        epoch: 0,
+        index,
+        sub,
+        op_id: step.op_id,
+    }
+}
+
+/// `step` over a chunk, one result per input.
+fn apply_step(
+    step: &Step,
+    live: Vec<(u64, u64, Sample)>,
+    seed: u64,
+) -> Vec<(u64, u64, Result<Emit>)> {
+    live.into_iter()
+        .map(|(index, sub, s)| {
+            (
+                index,
+                sub,
+                step.op.apply(s, &context(step, index, sub, seed)),
+            )
+        })
+        .collect()
+}
+
+/// Appends what an op emitted for `(index, sub)` (a flat_map's outputs get sub-indices).
+fn push_emitted(next: &mut Vec<(u64, u64, Sample)>, index: u64, sub: u64, emit: Emit) {
+    match emit {
+        Emit::One(s) => next.push((index, sub, s)),
+        Emit::Drop => {}
+        Emit::Many(v) => next.extend(
+            v.into_iter()
+                .enumerate()
+                .map(|(j, s)| (index, sluice_core::rng::combine(sub, j as u64 + 1), s)),
+        ),
+    }
 }
 
 /// Wall time each measurement of [`efficiency`] runs for, at least.
@@ -443,33 +495,27 @@ fn efficiency(step: &Step, inputs: &[(u64, u64, Sample)], threads: usize, seed: 
 /// One measurement of [`efficiency`]: alone and together back to back, so both see the
 /// machine in the same state; errors count as "scales" (1).
 fn efficiency_trial(step: &Step, inputs: &[(u64, u64, Sample)], threads: usize, seed: u64) -> f64 {
+    // CPU seconds per item over `passes` passes (`None` if the op fails).
     let run = |passes: usize| -> Option<f64> {
         let c0 = thread_cpu();
         for _ in 0..passes {
             for (index, sub, s) in inputs {
-                let cx = OpContext {
-                    seed,
-                    epoch: 0,
-                    index: *index,
-                    sub: *sub,
-                    op_id: step.op_id,
-                };
+                let cx = context(step, *index, *sub, seed);
                 step.op.apply(s.clone(), &cx).ok()?;
             }
         }
         Some((thread_cpu() - c0).as_secs_f64() / (passes * inputs.len()) as f64)
     };
     let t0 = Instant::now();
-    let Some(one_pass) = run(1) else {
+    if run(1).is_none() {
         return 1.0;
-    };
+    }
     let passes = (SCALING_WALL.as_secs_f64() / t0.elapsed().as_secs_f64().max(1e-9))
         .ceil()
         .clamp(1.0, 10_000.0) as usize;
-    let (Some(alone), start) = (run(passes), std::sync::Barrier::new(threads)) else {
-        return 1.0;
-    };
-    let together: Vec<Option<f64>> = std::thread::scope(|sc| {
+    let start = std::sync::Barrier::new(threads);
+    let alone = run(passes);
+    let together: Option<Vec<f64>> = std::thread::scope(|sc| {
         let workers: Vec<_> = (0..threads)
             .map(|_| {
                 sc.spawn(|| {
@@ -483,9 +529,8 @@ fn efficiency_trial(step: &Step, inputs: &[(u64, u64, Sample)], threads: usize, 
             .map(|w| w.join().ok().flatten())
             .collect()
     });
-    let together: Option<Vec<f64>> = together.into_iter().collect();
-    match together {
-        Some(t) if !t.is_empty() && one_pass > 0.0 => {
+    match (alone, together) {
+        (Some(alone), Some(t)) if alone > 0.0 && !t.is_empty() => {
             let mean = t.iter().sum::<f64>() / t.len() as f64;
             // Noise can make it look better than linear; no op gets faster with company.
             (alone / mean.max(1e-12)).clamp(0.1, 1.0)

@@ -12,7 +12,7 @@ use sluice_core::cache::CachedSource;
 use sluice_core::*;
 
 #[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOC: sluice::alloc::MiMalloc = sluice::alloc::MiMalloc;
 
 #[derive(Debug)]
 struct Noop;

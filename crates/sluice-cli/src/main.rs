@@ -129,9 +129,9 @@ fn write(path: &str, text: &str) -> Result<(), sluice::Error> {
         .map_err(|e| sluice::Error::invalid(format!("cannot write {path}: {e}")))
 }
 
-// Samples are built on worker threads and freed on others, which glibc malloc handles slowly.
+// Samples are made and freed on different threads: see `sluice::alloc` for the allocator.
 #[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOC: sluice::alloc::MiMalloc = sluice::alloc::MiMalloc;
 
 fn main() -> ExitCode {
     match run(Cli::parse()) {

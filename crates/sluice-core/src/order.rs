@@ -312,29 +312,16 @@ impl ElasticEpoch {
     }
     /// This rank's global positions from local position `start` on (O(n) to reach `start`,
     /// then O(world / density) per position; nothing is materialised).
-    pub fn positions(&self, n: u64, start: u64) -> impl Iterator<Item = u64> + '_ {
-        let len = self.len(n);
-        let mut k = 0u64; // remaining positions seen so far
-        let mut g = 0u64;
-        let mut local = 0u64;
-        std::iter::from_fn(move || {
-            while local < len && g < n {
-                let here = g;
-                g += 1;
-                if !self.remains(here) {
-                    continue;
-                }
-                let mine = k % self.world == self.rank;
-                k += 1;
-                if mine {
-                    local += 1;
-                    if local > start {
-                        return Some(here);
-                    }
-                }
-            }
-            None
-        })
+    pub fn positions(&self, n: u64, start: u64) -> Positions {
+        Positions {
+            len: self.len(n),
+            epoch: self.clone(),
+            n,
+            start,
+            k: 0,
+            g: 0,
+            local: 0,
+        }
     }
     /// Local positions of this rank holding an old rank's in-progress position, with the
     /// ordinal delivered there: the outputs to drop again.
@@ -358,6 +345,43 @@ impl ElasticEpoch {
         }
         out.sort_unstable();
         out
+    }
+}
+
+/// An elastic epoch's positions for one rank (see [`ElasticEpoch::positions`]); owns its
+/// epoch so a producer can keep it between chunks.
+#[derive(Debug, Clone)]
+pub struct Positions {
+    epoch: ElasticEpoch,
+    n: u64,
+    len: u64,
+    start: u64,
+    /// Remaining positions seen so far.
+    k: u64,
+    g: u64,
+    local: u64,
+}
+
+impl Iterator for Positions {
+    type Item = u64;
+    fn next(&mut self) -> Option<u64> {
+        let e = &self.epoch;
+        while self.local < self.len && self.g < self.n {
+            let here = self.g;
+            self.g += 1;
+            if !e.remains(here) {
+                continue;
+            }
+            let mine = self.k % e.world == e.rank;
+            self.k += 1;
+            if mine {
+                self.local += 1;
+                if self.local > self.start {
+                    return Some(here);
+                }
+            }
+        }
+        None
     }
 }
 

@@ -256,6 +256,36 @@ fn backpressure_bounds_work_ahead_and_close_joins_threads() {
     assert!(t0.elapsed() < Duration::from_secs(2));
 }
 
+/// With every stage in the consumer, a random-access source makes its items there too: no
+/// thread, and nothing computed before the consumer asks for it.
+#[test]
+fn a_source_in_the_consumer_works_only_when_asked() {
+    let counter = Arc::new(AtomicUsize::new(0));
+    let plan = map(
+        source(1_000_000),
+        Arc::new(Count(counter.clone())),
+        OnError::Raise,
+    );
+    let opts = LowerOptions {
+        in_consumer: true,
+        chunk_size: 10,
+        max_chunk: 10,
+        ..Default::default()
+    };
+    let mut ex = Execution::start(&lower(&plan, &opts).unwrap(), ExecOptions::default()).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(counter.load(Ordering::Relaxed), 0);
+    ex.next().unwrap().unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(
+        counter.load(Ordering::Relaxed),
+        10,
+        "one chunk, made on demand"
+    );
+    assert_eq!(ex.stats().stages[0].variant, "inline");
+    assert!(ex.close(Duration::from_secs(1)));
+}
+
 #[test]
 fn physical_plan_prints_and_serialises() {
     let plan = map(

@@ -15,8 +15,9 @@ mod worker;
 
 use pyo3::prelude::*;
 
+// Samples are made and freed on different threads: see `sluice::alloc` for the allocator.
 #[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOC: sluice::alloc::MiMalloc = sluice::alloc::MiMalloc;
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {

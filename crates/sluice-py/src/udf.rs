@@ -2,7 +2,7 @@
 
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::PyDict;
+use pyo3::types::{PyDict, PyTuple};
 use sluice::{ElemMode, Emit, Error, Op, OpContext, OpMeta, Result, Sample};
 
 use crate::convert::{py_to_sample, sample_to_py};
@@ -22,11 +22,36 @@ pub struct PyUdf {
     pub wants_rng: bool,
 }
 
+/// A one-element argument tuple holding `arg`: `reuse` again when nothing else holds it (as
+/// CPython's own `map` does), so a chunk's calls make no tuple each; a new one otherwise.
+fn one_arg<'py>(
+    reuse: &mut Option<Bound<'py, PyTuple>>,
+    arg: Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyTuple>> {
+    match reuse.take() {
+        // SAFETY: reading the count of an object we hold a reference to.
+        Some(t) if unsafe { pyo3::ffi::Py_REFCNT(t.as_ptr()) } == 1 => {
+            // SAFETY: a tuple only we hold may be written; SetItem takes `arg`'s reference
+            // and releases the previous item's.
+            unsafe { pyo3::ffi::PyTuple_SetItem(t.as_ptr(), 0, arg.into_ptr()) };
+            Ok(t)
+        }
+        _ => PyTuple::new(arg.py(), [arg]),
+    }
+}
+
 impl PyUdf {
-    fn call(&self, py: Python<'_>, s: Sample, cx: &OpContext) -> Result<Emit> {
+    fn call<'py>(
+        &self,
+        py: Python<'py>,
+        s: Sample,
+        cx: &OpContext,
+        args: &mut Option<Bound<'py, PyTuple>>,
+    ) -> Result<Emit> {
         let keep = (self.mode == ElemMode::Filter).then(|| s.clone());
         let arg = sample_to_py(py, s).map_err(from_py)?;
         let func = self.func.bind(py);
+        let tuple = one_arg(args, arg.into_any()).map_err(from_py)?;
         let out = if self.wants_rng {
             let seed = cx.rng().next_u64();
             let rng = DEFAULT_RNG
@@ -35,11 +60,12 @@ impl PyUdf {
                 .map_err(from_py)?;
             let kwargs = PyDict::new(py);
             kwargs.set_item("rng", rng).map_err(from_py)?;
-            func.call((arg,), Some(&kwargs))
+            func.call(&tuple, Some(&kwargs))
         } else {
-            func.call1((arg,))
-        }
-        .map_err(from_py)?;
+            func.call1(&tuple)
+        };
+        *args = Some(tuple);
+        let out = out.map_err(from_py)?;
         match self.mode {
             ElemMode::Map => Ok(Emit::One(py_to_sample(&out, "the map function's result")?)),
             ElemMode::Filter => {
@@ -101,11 +127,12 @@ impl Op for PyUdf {
         }))
     }
     fn apply(&self, s: Sample, cx: &OpContext) -> Result<Emit> {
-        Python::attach(|py| self.call(py, s, cx))
+        Python::attach(|py| self.call(py, s, cx, &mut None))
     }
     fn apply_many(&self, inputs: Vec<(Sample, OpContext)>) -> Vec<Result<Emit>> {
         Python::attach(|py| {
             let mut interrupted = false;
+            let mut args = None;
             inputs
                 .into_iter()
                 .map(|(s, cx)| {
@@ -113,7 +140,7 @@ impl Op for PyUdf {
                     if interrupted {
                         return Err(Error::Cancelled);
                     }
-                    let r = self.call(py, s, &cx);
+                    let r = self.call(py, s, &cx, &mut args);
                     interrupted = matches!(r, Err(Error::Interrupted { .. }));
                     r
                 })

@@ -9,6 +9,7 @@
 //! # Ok::<(), sluice::Error>(())
 //! ```
 
+pub mod alloc;
 mod dataset;
 mod formats;
 mod mixing;

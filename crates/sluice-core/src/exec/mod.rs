@@ -81,6 +81,12 @@ impl Control {
 /// The receiving end of a stage: plain, or ordered reply slots from a parallel stage.
 enum Input {
     Direct(Receiver<Msg>),
+    /// A random-access source's items made in the consumer, when every stage runs there:
+    /// no thread and no hand-off for what is only a run of indices.
+    Inline {
+        items: Box<OrderedItems>,
+        stats: Arc<PipelineStats>,
+    },
     Ordered {
         slots: Receiver<Receiver<Msg>>,
         waiting: Option<Receiver<Msg>>,
@@ -106,6 +112,14 @@ impl Input {
             Some(t) => rx.recv_timeout(t),
         };
         match self {
+            Input::Inline { items, stats } => match items.next_chunk(stats) {
+                Some(chunk) => {
+                    let c = stats.counters(0);
+                    c.items_out.fetch_add(chunk.len() as u64, Relaxed);
+                    Recv::Msg(Ok(chunk))
+                }
+                None => Recv::End,
+            },
             Input::Direct(rx) => match wait(rx) {
                 Ok(m) => Recv::Msg(m),
                 Err(RecvTimeoutError::Timeout) => Recv::Timeout,
@@ -144,6 +158,7 @@ impl Input {
         match self {
             Input::Direct(rx) => rx.len(),
             Input::Ordered { slots, .. } => slots.len(),
+            Input::Inline { .. } => 0,
         }
     }
 }
@@ -285,10 +300,11 @@ impl Execution {
             .iter()
             .rposition(|s| s.variant != Variant::Inline)
             .map_or(0, |i| i + 1);
+        let inline_source = first_inline == 0 && plan.source.order.is_some();
         let mut infos = vec![StageInfo {
             name: format!("source: {}", plan.source.source.name()),
             threads: 1,
-            inline: false,
+            inline: inline_source,
             queue_capacity: plan.source.queue_depth,
         }];
         for (i, st) in plan.stages.iter().enumerate() {
@@ -352,7 +368,13 @@ impl Execution {
                 ..rp.cursor
             });
         }
-        let mut input = spawn_source(&source_stage, start, opts.seed, &ctl, &stats)?;
+        let mut input = match OrderedItems::new(&source_stage, start).filter(|_| inline_source) {
+            Some(items) => Input::Inline {
+                items: Box::new(items),
+                stats: stats.clone(),
+            },
+            None => spawn_source(&source_stage, start, opts.seed, &ctl, &stats)?,
+        };
         let mut tail = Vec::new();
         let mut tuned: Vec<(usize, Arc<AtomicUsize>)> = Vec::new();
         for (i, st) in plan.stages.iter().enumerate() {
@@ -629,46 +651,11 @@ fn spawn_source(
     ctl.spawn("sluice-source".into(), move || {
         let c = stats.counters(0);
         let mut sizer = ChunkSizer::new(&src);
-        if let Some(order) = &src.order {
-            let mut epoch = resume.map_or(0, |r| r.epoch);
-            let mut start = resume.map_or(0, |r| r.pos);
-            let more = |epoch: u64| {
-                order.epoch_len() > 0 || order.elastic.as_ref().is_some_and(|e| e.epoch >= epoch)
-            };
-            while !order.is_done(epoch) && more(epoch) {
-                let n = order.epoch_len_of(epoch);
-                let mut pos = std::mem::take(&mut start);
-                // An elastic epoch's positions are enumerated, not computed one by one.
-                let mut elastic = order
-                    .elastic
-                    .as_ref()
-                    .filter(|e| e.epoch == epoch)
-                    .map(|e| e.positions(order.len, pos));
-                while pos < n {
-                    if ctl2.cancelled() {
-                        return;
-                    }
-                    let end = (pos + sizer.next(&stats)).min(n);
-                    let items: Chunk = (pos..end)
-                        .map(|p| {
-                            let at = match elastic.as_mut().and_then(Iterator::next) {
-                                Some(g) => order.at_global(epoch, g),
-                                None => order.position(epoch, p),
-                            };
-                            let cursor = Cursor {
-                                epoch,
-                                pos: p,
-                                ord: 0,
-                            };
-                            Item::at(epoch, at.index, at.source_index, cursor)
-                        })
-                        .collect();
-                    if !send_counted(&tx, Ok(items), c) {
-                        return;
-                    }
-                    pos = end;
+        if let Some(mut items) = OrderedItems::new(&src, resume) {
+            while let Some(chunk) = items.next_chunk(&stats) {
+                if ctl2.cancelled() || !send_counted(&tx, Ok(chunk), c) {
+                    return;
                 }
-                epoch += 1;
             }
             return;
         }
@@ -730,6 +717,83 @@ fn spawn_source(
         }
     })?;
     Ok(Input::Direct(rx))
+}
+
+/// A random-access source's items in its order (shuffle, shard, epochs), chunk by chunk,
+/// with no sample read yet: reading is the first chain's work. Cheap enough to run in the
+/// consumer when every stage does.
+struct OrderedItems {
+    order: crate::order::IndexOrder,
+    epoch: u64,
+    pos: u64,
+    /// The elastic epoch's positions, once the producer is in that epoch.
+    elastic: Option<crate::order::Positions>,
+    sizer: ChunkSizer,
+}
+
+impl OrderedItems {
+    /// From `resume` on; `None` for a streaming source.
+    fn new(src: &SourceStage, resume: Option<Cursor>) -> Option<Self> {
+        let order = src.order.clone()?;
+        let (epoch, pos) = resume.map_or((0, 0), |r| (r.epoch, r.pos));
+        let elastic = order
+            .elastic
+            .as_ref()
+            .filter(|e| e.epoch == epoch)
+            .map(|e| e.positions(order.len, pos));
+        Some(OrderedItems {
+            order,
+            epoch,
+            pos,
+            elastic,
+            sizer: ChunkSizer::new(src),
+        })
+    }
+
+    fn next_chunk(&mut self, stats: &PipelineStats) -> Option<Chunk> {
+        let order = &self.order;
+        loop {
+            let more = order.epoch_len() > 0
+                || order
+                    .elastic
+                    .as_ref()
+                    .is_some_and(|e| e.epoch >= self.epoch);
+            if order.is_done(self.epoch) || !more {
+                return None;
+            }
+            let n = order.epoch_len_of(self.epoch);
+            if self.pos >= n {
+                self.epoch += 1;
+                self.pos = 0;
+                // An elastic epoch's positions are enumerated, not computed one by one.
+                self.elastic = order
+                    .elastic
+                    .as_ref()
+                    .filter(|e| e.epoch == self.epoch)
+                    .map(|e| e.positions(order.len, 0));
+                continue;
+            }
+            let (epoch, start) = (self.epoch, self.pos);
+            let end = (start + self.sizer.next(stats)).min(n);
+            let elastic = &mut self.elastic;
+            let items = (start..end)
+                .map(|p| {
+                    let at = match elastic.as_mut().and_then(Iterator::next) {
+                        Some(g) => order.at_global(epoch, g),
+                        None => order.position(epoch, p),
+                    };
+                    let cursor = Cursor {
+                        epoch,
+                        pos: p,
+                        ord: 0,
+                    };
+                    Item::at(epoch, at.index, at.source_index, cursor)
+                })
+                .collect();
+            self.pos = end;
+            return Some(items);
+        }
+    }
 }
 
 /// Downstream CPU each chunk should carry: hand-offs (a few µs each) then cost ≤ ~2%.

@@ -63,12 +63,17 @@ impl Item {
 
     /// Sets the sample and remembers its path.
     pub(crate) fn with_sample(mut self, sample: Sample) -> Item {
+        self.set_sample(sample);
+        self
+    }
+
+    /// Sets the sample and remembers its path.
+    pub(crate) fn set_sample(&mut self, sample: Sample) {
         self.path = match sample.get("path") {
             Some(Value::Str(p)) => Some(p.clone()),
             _ => None,
         };
         self.sample = sample;
-        self
     }
 
     pub(crate) fn sample_ref(&self) -> SampleRef {
@@ -265,20 +270,22 @@ pub(crate) fn make_transform(
 }
 
 /// Reads each item's sample from a random-access source; a failure names the sample.
-fn read_items(src: &SourceRef, items: Chunk) -> Result<Chunk> {
+fn read_items(src: &SourceRef, mut items: Chunk) -> Result<Chunk> {
     let indices: Vec<u64> = items.iter().map(|it| it.source_index).collect();
-    items
-        .into_iter()
-        .zip(src.get_many(&indices))
-        .map(|(it, res)| match res {
-            Ok(sample) => Ok(it.with_sample(sample)),
-            Err(e) => Err(Error::InSample {
-                op: src.name().to_string(),
-                sample: it.sample_ref(),
-                source: Box::new(e),
-            }),
-        })
-        .collect()
+    // In place: an item is moved only to hand it on.
+    for (it, res) in items.iter_mut().zip(src.get_many(&indices)) {
+        match res {
+            Ok(sample) => it.set_sample(sample),
+            Err(e) => {
+                return Err(Error::InSample {
+                    op: src.name().to_string(),
+                    sample: it.sample_ref(),
+                    source: Box::new(e),
+                })
+            }
+        }
+    }
+    Ok(items)
 }
 
 /// Fused element-wise ops, applied op by op over the whole chunk (so ops that pay a
@@ -356,6 +363,15 @@ impl Chain {
             })
             .collect();
         let results = cop.op.apply_many(inputs);
+        // One output per input (a map): the items stay where they are.
+        if results.iter().all(|r| matches!(r, Ok(Emit::One(_)))) {
+            for (it, res) in items.iter_mut().zip(results) {
+                if let Ok(Emit::One(s)) = res {
+                    it.sample = s;
+                }
+            }
+            return Ok(items);
+        }
         let mut out = Vec::with_capacity(items.len());
         for (mut it, res) in items.into_iter().zip(results) {
             match res {

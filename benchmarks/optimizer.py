@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import statistics
 import sys
 import time
@@ -98,18 +99,25 @@ STEPS = [
 ]
 
 
-def measure(ds, plan, n: int, seconds: float) -> float:
-    """Samples/s over `seconds` after the first epoch (which warms caches and threads up)."""
+def cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def measure(ds, plan, n: int, seconds: float) -> tuple[float, float]:
+    """Samples/s over `seconds` after the first epoch (which warms caches and threads up),
+    and the process's CPU µs per sample over the same window (all threads)."""
     seen = 0
     t0 = None
     for b in ds.iter(seed=0, plan=plan, progress=False):
         seen += len(next(iter(b.values())))
         if t0 is None:
             if seen >= n:
-                t0, base = time.perf_counter(), seen
+                t0, base, c0 = time.perf_counter(), seen, cpu_s()
         elif time.perf_counter() - t0 >= seconds:
             break
-    return (seen - base) / (time.perf_counter() - t0)
+    done = seen - base
+    return done / (time.perf_counter() - t0), (cpu_s() - c0) / done * 1e6
 
 
 def warm_up(ds, n: int) -> None:
@@ -171,15 +179,20 @@ def main() -> None:
                 setattr(opts, k, v)
             plans.append((name, ds.optimize(prof, OptimizerOptions(**vars(opts)))))
         measured: dict[str, list[float]] = {name: [] for name, _ in plans}
+        cpu: dict[str, list[float]] = {name: [] for name, _ in plans}
         for r in range(args.rounds):  # interleaved: A B C ... A B C ...
             for name, plan in plans:
-                measured[name].append(measure(ds, plan, n, args.seconds))
-                print(f"{w} round {r} {name}: {measured[name][-1]:.1f}/s", file=sys.stderr)
+                rate, us = measure(ds, plan, n, args.seconds)
+                measured[name].append(rate)
+                cpu[name].append(us)
+                print(f"{w} round {r} {name}: {rate:.1f}/s, {us:.2f} CPU µs/sample", file=sys.stderr)
         rows = []
         for name, plan in plans:
             m = statistics.median(measured[name])
             p = plan.predicted_throughput
+            c = statistics.median(cpu[name])
             rows.append({"step": name, "measured": m, "predicted": p, "error": p / m - 1,
+                         "cpu_us_per_sample": c, "cores_busy": m * c / 1e6,
                          "bottleneck": plan.bottleneck, "stages": [s["label"] + f" [{s.get('variant')}"
                          + (f"={s.get('threads') or s.get('workers')}" if s.get("variant") != "inline" else "") + "]"
                          for s in plan.stages]})
@@ -187,11 +200,12 @@ def main() -> None:
         base = rows[0]["measured"]
         print(f"\n### {w} ({n} samples/epoch; {args.seconds:g} s after the first epoch; "
               f"profile of {prof.data['samples']} samples, {'cold' if args.cold_profile else 'warm'})\n")
-        print("| plan | samples/s | × baseline | predicted | model error | bottleneck |")
-        print("|---|---:|---:|---:|---:|---|")
+        print("| plan | samples/s | × baseline | predicted | model error | bottleneck | CPU µs/sample | cores busy |")
+        print("|---|---:|---:|---:|---:|---|---:|---:|")
         for r in rows:
             print(f"| {r['step']} | {r['measured']:.1f} | {r['measured'] / base:.2f} | {r['predicted']:.1f} "
-                  f"| {100 * r['error']:+.0f}% | {r['bottleneck']} |")
+                  f"| {100 * r['error']:+.0f}% | {r['bottleneck']} | {r['cpu_us_per_sample']:.2f} "
+                  f"| {r['cores_busy']:.2f} |")
     if args.out:
         Path(args.out).write_text(json.dumps(results, indent=1))
 

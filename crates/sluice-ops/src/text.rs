@@ -135,28 +135,102 @@ impl std::fmt::Debug for TextOp {
     }
 }
 
-/// The ids of `field` as i64 (accepts int32/int64 tensors).
-fn take_ids(s: &mut Sample, field: &str, op: &str) -> Result<(Vec<i64>, bool)> {
-    match s.take(field, op)? {
-        Value::Tensor(t) if t.shape().len() == 1 => match t.into_parts().1 {
-            TensorData::I64(v) => Ok((v, true)),
-            TensorData::I32(v) => Ok((v.into_iter().map(i64::from).collect(), false)),
-            other => Err(Error::type_error(format!(
-                "field '{field}' must hold int32/int64 ids, got {}",
-                other.dtype().name()
-            ))),
-        },
-        Value::List(items) => items
-            .iter()
-            .map(Value::as_int)
-            .collect::<Option<Vec<i64>>>()
-            .map(|v| (v, true))
-            .ok_or_else(|| Error::type_error(format!("field '{field}' must be a list of ints"))),
-        other => Err(Error::type_error(format!(
-            "field '{field}' must be a 1-d id array (tokenize first), got {}",
-            other.kind()
-        ))),
+/// Token ids in either dtype the text ops write.
+trait Id: Copy {
+    fn from_i64(v: i64) -> Self;
+}
+impl Id for i32 {
+    fn from_i64(v: i64) -> Self {
+        v as i32
     }
+}
+impl Id for i64 {
+    fn from_i64(v: i64) -> Self {
+        v
+    }
+}
+
+/// What truncate, add_tokens and pad do to a sequence of ids.
+enum IdEdit<'a> {
+    Truncate(usize),
+    Add { bos: &'a [i64], eos: &'a [i64] },
+    Pad { length: usize, pad_id: i64 },
+}
+
+impl IdEdit<'_> {
+    fn check(&self, n: usize) -> Result<()> {
+        match *self {
+            IdEdit::Pad { length, .. } if n > length => Err(Error::data(format!(
+                "sequence of {n} ids is longer than pad length {length}; truncate first"
+            ))),
+            _ => Ok(()),
+        }
+    }
+    /// The edited ids, written once into a buffer of their final size.
+    fn apply<T: Id>(&self, ids: &[T]) -> Vec<T> {
+        match *self {
+            IdEdit::Truncate(n) => ids[..n.min(ids.len())].to_vec(),
+            IdEdit::Add { bos, eos } => {
+                let mut v = Vec::with_capacity(bos.len() + ids.len() + eos.len());
+                v.extend(bos.iter().map(|&x| T::from_i64(x)));
+                v.extend_from_slice(ids);
+                v.extend(eos.iter().map(|&x| T::from_i64(x)));
+                v
+            }
+            IdEdit::Pad { length, pad_id } => {
+                let mut v = Vec::with_capacity(length);
+                v.extend_from_slice(ids);
+                v.resize(length, T::from_i64(pad_id));
+                v
+            }
+        }
+    }
+}
+
+/// Applies `edit` to `field`'s ids (int32/int64 tensors keep their dtype, lists of ints become
+/// int64), reading them where they are: ids shared with a cache are read, not copied out
+/// first, and nothing is widened and narrowed again. Returns the number of ids before the
+/// edit and whether the result is int64.
+fn edit_ids(s: &mut Sample, field: &str, op: &str, edit: &IdEdit<'_>) -> Result<(usize, bool)> {
+    let (data, n) = match s.require(field, op)? {
+        Value::Tensor(t) if t.shape().len() == 1 => match t.data() {
+            TensorData::I64(v) => {
+                edit.check(v.len())?;
+                (TensorData::I64(edit.apply(v)), v.len())
+            }
+            TensorData::I32(v) => {
+                edit.check(v.len())?;
+                (TensorData::I32(edit.apply(v)), v.len())
+            }
+            other => {
+                return Err(Error::type_error(format!(
+                    "field '{field}' must hold int32/int64 ids, got {}",
+                    other.dtype().name()
+                )))
+            }
+        },
+        Value::List(items) => {
+            let v = items
+                .iter()
+                .map(Value::as_int)
+                .collect::<Option<Vec<i64>>>()
+                .ok_or_else(|| {
+                    Error::type_error(format!("field '{field}' must be a list of ints"))
+                })?;
+            edit.check(v.len())?;
+            (TensorData::I64(edit.apply(&v)), v.len())
+        }
+        other => {
+            return Err(Error::type_error(format!(
+                "field '{field}' must be a 1-d id array (tokenize first), got {}",
+                other.kind()
+            )))
+        }
+    };
+    let wide = matches!(data, TensorData::I64(_));
+    let len = data.len();
+    s.set(field, Value::Tensor(Tensor::new(vec![len], data)?));
+    Ok((n, wide))
 }
 
 fn ids_value(ids: Vec<i64>, wide: bool) -> Result<Value> {
@@ -268,17 +342,11 @@ impl Op for TextOp {
                 }
             }
             TextSpec::Truncate { length, field } => {
-                let (mut ids, wide) = take_ids(&mut s, field, name)?;
-                ids.truncate(*length);
-                s.set(field.as_str(), ids_value(ids, wide)?);
+                edit_ids(&mut s, field, name, &IdEdit::Truncate(*length))?;
             }
             TextSpec::AddTokens { bos, eos, field } => {
-                let (ids, wide) = take_ids(&mut s, field, name)?;
-                let mut out = Vec::with_capacity(ids.len() + 2);
-                out.extend(bos);
-                out.extend(ids);
-                out.extend(eos);
-                s.set(field.as_str(), ids_value(out, wide)?);
+                let (bos, eos) = (bos.as_slice(), eos.as_slice());
+                edit_ids(&mut s, field, name, &IdEdit::Add { bos, eos })?;
             }
             TextSpec::Pad {
                 length,
@@ -286,16 +354,11 @@ impl Op for TextOp {
                 field,
                 mask,
             } => {
-                let (mut ids, wide) = take_ids(&mut s, field, name)?;
-                if ids.len() > *length {
-                    return Err(Error::data(format!(
-                        "sequence of {} ids is longer than pad length {length}; truncate first",
-                        ids.len()
-                    )));
-                }
-                let n = ids.len();
-                ids.resize(*length, *pad_id);
-                s.set(field.as_str(), ids_value(ids, wide)?);
+                let pad = IdEdit::Pad {
+                    length: *length,
+                    pad_id: *pad_id,
+                };
+                let (n, wide) = edit_ids(&mut s, field, name, &pad)?;
                 if let Some(mask) = mask {
                     let m: Vec<i64> = (0..*length).map(|i| (i < n) as i64).collect();
                     s.set(mask.as_str(), ids_value(m, wide)?);
@@ -338,6 +401,34 @@ mod tests {
         assert_eq!(ids(&s, "m"), [1, 1, 1, 1, 1, 0, 0]);
         let e = run(r#"{"op":"text.pad","length":2}"#, s, 0).unwrap_err();
         assert!(e.to_string().contains("truncate first"));
+    }
+
+    /// int32 ids stay int32 through every edit; ids shared with another sample (a cache's
+    /// copy) are read, never changed; a list of ints comes out as int64.
+    #[test]
+    fn edits_keep_the_dtype_and_leave_shared_ids_alone() {
+        let t = Tensor::new(vec![3], TensorData::I32(vec![7, 8, 9])).unwrap();
+        let cached = Sample::from_pairs([("input_ids", Value::Tensor(t))]);
+        let s = run(r#"{"op":"text.truncate","length":2}"#, cached.clone(), 0).unwrap();
+        let s = run(r#"{"op":"text.add_tokens","bos":1,"eos":2}"#, s, 0).unwrap();
+        let s = run(r#"{"op":"text.pad","length":6,"mask":"m"}"#, s, 0).unwrap();
+        match (s.get("input_ids"), s.get("m")) {
+            (Some(Value::Tensor(ids)), Some(Value::Tensor(m))) => {
+                assert_eq!(ids.data(), &TensorData::I32(vec![1, 7, 8, 2, 0, 0]));
+                assert_eq!(m.data(), &TensorData::I32(vec![1, 1, 1, 1, 0, 0]));
+            }
+            other => panic!("{other:?}"),
+        }
+        match cached.get("input_ids") {
+            Some(Value::Tensor(t)) => assert_eq!(t.data(), &TensorData::I32(vec![7, 8, 9])),
+            other => panic!("{other:?}"),
+        }
+        let list = Sample::from_pairs([("input_ids", Value::List(vec![Value::Int(5)]))]);
+        let s = run(r#"{"op":"text.pad","length":3,"pad_id":-1}"#, list, 0).unwrap();
+        assert_eq!(ids(&s, "input_ids"), [5, -1, -1]);
+        let bad = Sample::from_pairs([("input_ids", Value::Str("x".into()))]);
+        let e = run(r#"{"op":"text.truncate","length":1}"#, bad, 0).unwrap_err();
+        assert!(e.to_string().contains("tokenize first"), "{e}");
     }
 
     #[test]

@@ -11,7 +11,10 @@ The profile the plans are made from covers the whole epoch, is the per-step medi
 profiles, and is taken after one unmeasured pass over the data, in the state the measured
 epochs run in: the tokenizer's word cache, for one, is warm from the
 second epoch on, and a profile of a cold tokenizer over-states its cost (``--cold-profile``
-shows by how much).
+shows by how much). The predictions are then judged with the median of those three and one
+more profile per round (``Plan.predict``; the plans stay those made first): the machine's
+speed drifts by ±20% over tens of seconds, so op costs and measured rates are sampled over
+the same minutes.
 
 The pipelines are written the way a user might (augmentations before the crop), so AutoOrder
 has work to do; the data are the benchmark datasets (``benchmarks/datasets/build.py``).
@@ -163,7 +166,11 @@ def main() -> None:
         n = min(n, ds._native.source_len() or n)
         if not args.cold_profile:
             warm_up(ds, n)
-        prof = median_profile([ds.profile(samples=args.profile_samples or n, seconds=30) for _ in range(3)])
+        def profile():
+            return ds.profile(samples=args.profile_samples or n, seconds=30)
+
+        profiles = [profile() for _ in range(3)]
+        prof = median_profile(profiles)
         # What the model prices: each op's CPU per item and how it scales over the cores.
         ops = {o["name"]: {"cpu_us": round(o["cpu_s"] / max(o["items_in"], 1) * 1e6, 2),
                            "parallel_efficiency": round(o["parallel_efficiency"], 2)}
@@ -181,25 +188,32 @@ def main() -> None:
         measured: dict[str, list[float]] = {name: [] for name, _ in plans}
         cpu: dict[str, list[float]] = {name: [] for name, _ in plans}
         for r in range(args.rounds):  # interleaved: A B C ... A B C ...
+            # A profile per round too: the machine's speed drifts by ±20% over tens of
+            # seconds, so the op costs the predictions are judged with are sampled over the
+            # same minutes as the rates they are compared to (the plans stay those made above).
+            profiles.append(profile())
             for name, plan in plans:
                 rate, us = measure(ds, plan, n, args.seconds)
                 measured[name].append(rate)
                 cpu[name].append(us)
                 print(f"{w} round {r} {name}: {rate:.1f}/s, {us:.2f} CPU µs/sample", file=sys.stderr)
+        judged = median_profile(profiles)
         rows = []
         for name, plan in plans:
             m = statistics.median(measured[name])
-            p = plan.predicted_throughput
+            p = plan.predict(ds, judged)["throughput"]
             c = statistics.median(cpu[name])
             rows.append({"step": name, "measured": m, "predicted": p, "error": p / m - 1,
+                         "predicted_when_planned": plan.predicted_throughput,
                          "cpu_us_per_sample": c, "cores_busy": m * c / 1e6,
                          "bottleneck": plan.bottleneck, "stages": [s["label"] + f" [{s.get('variant')}"
                          + (f"={s.get('threads') or s.get('workers')}" if s.get("variant") != "inline" else "") + "]"
                          for s in plan.stages]})
-        results["workloads"][w] = {"samples_per_epoch": n, "steps": rows, "profile": prof.data}
+        results["workloads"][w] = {"samples_per_epoch": n, "steps": rows, "profile": judged.data}
         base = rows[0]["measured"]
         print(f"\n### {w} ({n} samples/epoch; {args.seconds:g} s after the first epoch; "
-              f"profile of {prof.data['samples']} samples, {'cold' if args.cold_profile else 'warm'})\n")
+              f"profile of {prof.data['samples']} samples, {'cold' if args.cold_profile else 'warm'}; "
+              f"predictions from the median of {len(profiles)} profiles spread over the rounds)\n")
         print("| plan | samples/s | × baseline | predicted | model error | bottleneck | CPU µs/sample | cores busy |")
         print("|---|---:|---:|---:|---:|---|---:|---:|")
         for r in rows:

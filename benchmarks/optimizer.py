@@ -107,12 +107,13 @@ def cpu_s() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def measure(ds, plan, n: int, seconds: float) -> tuple[float, float]:
+def measure(ds, plan, n: int, seconds: float, chunk_size: int | None = None) -> tuple[float, float]:
     """Samples/s over `seconds` after the first epoch (which warms caches and threads up),
-    and the process's CPU µs per sample over the same window (all threads)."""
+    and the process's CPU µs per sample over the same window (all threads). `chunk_size`
+    caps the source's chunks (they still start at the plan's size)."""
     seen = 0
     t0 = None
-    for b in ds.iter(seed=0, plan=plan, progress=False):
+    for b in ds.iter(seed=0, plan=plan, progress=False, chunk_size=chunk_size):
         seen += len(next(iter(b.values())))
         if t0 is None:
             if seen >= n:

@@ -173,6 +173,21 @@ def test_num_threads_zero_runs_stages_in_the_consumer():
     assert out == [b["id"].tolist() for b in ds.iter(num_threads=2)]
 
 
+def test_a_function_that_keeps_its_arguments_sees_each_sample():
+    # A chunk's calls share one argument tuple only while nothing else holds it.
+    kept = []
+
+    def keep(*args):
+        kept.append(args)
+        return args[0]
+
+    for threads in (0, 1):
+        kept.clear()
+        out = [s["id"] for s in sluice.range(50).map(keep).iter(num_threads=threads)]
+        assert out == list(range(50))
+        assert [a[0]["id"] for a in kept] == list(range(50))
+
+
 def test_num_threads_zero_early_break_and_errors():
     def boom(s):
         if s["id"] == 37:

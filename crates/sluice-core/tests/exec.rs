@@ -225,14 +225,16 @@ impl Op for Count {
     }
 }
 
+/// `source(n)` through an op that counts the samples it sees.
+fn counted(n: u64) -> (Arc<LogicalPlan>, Arc<AtomicUsize>) {
+    let counter = Arc::new(AtomicUsize::new(0));
+    let plan = map(source(n), Arc::new(Count(counter.clone())), OnError::Raise);
+    (plan, counter)
+}
+
 #[test]
 fn backpressure_bounds_work_ahead_and_close_joins_threads() {
-    let counter = Arc::new(AtomicUsize::new(0));
-    let plan = map(
-        source(1_000_000),
-        Arc::new(Count(counter.clone())),
-        OnError::Raise,
-    );
+    let (plan, counter) = counted(1_000_000);
     let phys = lower(
         &plan,
         &LowerOptions {
@@ -260,12 +262,7 @@ fn backpressure_bounds_work_ahead_and_close_joins_threads() {
 /// thread, and nothing computed before the consumer asks for it.
 #[test]
 fn a_source_in_the_consumer_works_only_when_asked() {
-    let counter = Arc::new(AtomicUsize::new(0));
-    let plan = map(
-        source(1_000_000),
-        Arc::new(Count(counter.clone())),
-        OnError::Raise,
-    );
+    let (plan, counter) = counted(1_000_000);
     let opts = LowerOptions {
         in_consumer: true,
         chunk_size: 10,

@@ -158,17 +158,9 @@ enum IdEdit<'a> {
 }
 
 impl IdEdit<'_> {
-    fn check(&self, n: usize) -> Result<()> {
-        match *self {
-            IdEdit::Pad { length, .. } if n > length => Err(Error::data(format!(
-                "sequence of {n} ids is longer than pad length {length}; truncate first"
-            ))),
-            _ => Ok(()),
-        }
-    }
     /// The edited ids, written once into a buffer of their final size.
-    fn apply<T: Id>(&self, ids: &[T]) -> Vec<T> {
-        match *self {
+    fn apply<T: Id>(&self, ids: &[T]) -> Result<Vec<T>> {
+        Ok(match *self {
             IdEdit::Truncate(n) => ids[..n.min(ids.len())].to_vec(),
             IdEdit::Add { bos, eos } => {
                 let mut v = Vec::with_capacity(bos.len() + ids.len() + eos.len());
@@ -177,13 +169,19 @@ impl IdEdit<'_> {
                 v.extend(eos.iter().map(|&x| T::from_i64(x)));
                 v
             }
+            IdEdit::Pad { length, .. } if ids.len() > length => {
+                return Err(Error::data(format!(
+                    "sequence of {} ids is longer than pad length {length}; truncate first",
+                    ids.len()
+                )))
+            }
             IdEdit::Pad { length, pad_id } => {
                 let mut v = Vec::with_capacity(length);
                 v.extend_from_slice(ids);
                 v.resize(length, T::from_i64(pad_id));
                 v
             }
-        }
+        })
     }
 }
 
@@ -194,14 +192,8 @@ impl IdEdit<'_> {
 fn edit_ids(s: &mut Sample, field: &str, op: &str, edit: &IdEdit<'_>) -> Result<(usize, bool)> {
     let (data, n) = match s.require(field, op)? {
         Value::Tensor(t) if t.shape().len() == 1 => match t.data() {
-            TensorData::I64(v) => {
-                edit.check(v.len())?;
-                (TensorData::I64(edit.apply(v)), v.len())
-            }
-            TensorData::I32(v) => {
-                edit.check(v.len())?;
-                (TensorData::I32(edit.apply(v)), v.len())
-            }
+            TensorData::I64(v) => (TensorData::I64(edit.apply(v)?), v.len()),
+            TensorData::I32(v) => (TensorData::I32(edit.apply(v)?), v.len()),
             other => {
                 return Err(Error::type_error(format!(
                     "field '{field}' must hold int32/int64 ids, got {}",
@@ -217,8 +209,7 @@ fn edit_ids(s: &mut Sample, field: &str, op: &str, edit: &IdEdit<'_>) -> Result<
                 .ok_or_else(|| {
                     Error::type_error(format!("field '{field}' must be a list of ints"))
                 })?;
-            edit.check(v.len())?;
-            (TensorData::I64(edit.apply(&v)), v.len())
+            (TensorData::I64(edit.apply(&v)?), v.len())
         }
         other => {
             return Err(Error::type_error(format!(
@@ -233,12 +224,13 @@ fn edit_ids(s: &mut Sample, field: &str, op: &str, edit: &IdEdit<'_>) -> Result<
     Ok((n, wide))
 }
 
-fn ids_value(ids: Vec<i64>, wide: bool) -> Result<Value> {
+/// `ids` as a 1-d tensor of int64 (`wide`) or int32, built once in that dtype.
+fn ids_value(ids: impl ExactSizeIterator<Item = i64>, wide: bool) -> Result<Value> {
     let n = ids.len();
     let data = if wide {
-        TensorData::I64(ids)
+        TensorData::I64(ids.collect())
     } else {
-        TensorData::I32(ids.into_iter().map(|x| x as i32).collect())
+        TensorData::I32(ids.map(|x| x as i32).collect())
     };
     Ok(Value::Tensor(Tensor::new(vec![n], data)?))
 }
@@ -331,14 +323,15 @@ impl Op for TextOp {
                 let enc = tok
                     .encode(text.as_ref(), *add_special_tokens)
                     .map_err(|e| Error::data(format!("tokenizer failed: {e}")))?;
-                let mut ids: Vec<i64> = enc.get_ids().iter().map(|&i| i as i64).collect();
-                if let Some(m) = max_length {
-                    ids.truncate(*m);
-                }
-                let n = ids.len();
-                s.set(out.as_str(), ids_value(ids, dtype == "int64")?);
+                let ids = enc.get_ids();
+                let n = max_length.map_or(ids.len(), |m| m.min(ids.len()));
+                let wide = dtype == "int64";
+                s.set(
+                    out.as_str(),
+                    ids_value(ids[..n].iter().map(|&i| i64::from(i)), wide)?,
+                );
                 if let Some(mask) = attention_mask {
-                    s.set(mask.as_str(), ids_value(vec![1; n], dtype == "int64")?);
+                    s.set(mask.as_str(), ids_value(std::iter::repeat_n(1, n), wide)?);
                 }
             }
             TextSpec::Truncate { length, field } => {
@@ -360,7 +353,7 @@ impl Op for TextOp {
                 };
                 let (n, wide) = edit_ids(&mut s, field, name, &pad)?;
                 if let Some(mask) = mask {
-                    let m: Vec<i64> = (0..*length).map(|i| (i < n) as i64).collect();
+                    let m = (0..*length).map(|i| (i < n) as i64);
                     s.set(mask.as_str(), ids_value(m, wide)?);
                 }
             }

@@ -34,26 +34,32 @@ pub struct MiMalloc;
 /// start, so alignments up to 8 need nothing more than a plain allocation.
 const PLAIN_ALIGN: usize = 8;
 
+/// A new block for `layout`: mimalloc's plain call when every block has the alignment, its
+/// aligned call otherwise.
+#[inline]
+unsafe fn fresh(
+    layout: Layout,
+    plain: unsafe extern "C" fn(usize) -> *mut c_void,
+    aligned: unsafe extern "C" fn(usize, usize) -> *mut c_void,
+) -> *mut u8 {
+    let p = if layout.align() <= PLAIN_ALIGN {
+        plain(layout.size())
+    } else {
+        aligned(layout.size(), layout.align())
+    };
+    p.cast()
+}
+
 // SAFETY: mimalloc's calls meet the `GlobalAlloc` contract: plain calls for alignments every
 // block has, its aligned calls for the rest; `mi_free` takes pointers from either.
 unsafe impl GlobalAlloc for MiMalloc {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let p = if layout.align() <= PLAIN_ALIGN {
-            mi::mi_malloc(layout.size())
-        } else {
-            mi::mi_malloc_aligned(layout.size(), layout.align())
-        };
-        p.cast()
+        fresh(layout, mi::mi_malloc, mi::mi_malloc_aligned)
     }
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        let p = if layout.align() <= PLAIN_ALIGN {
-            mi::mi_zalloc(layout.size())
-        } else {
-            mi::mi_zalloc_aligned(layout.size(), layout.align())
-        };
-        p.cast()
+        fresh(layout, mi::mi_zalloc, mi::mi_zalloc_aligned)
     }
     #[inline]
     unsafe fn dealloc(&self, ptr: *mut u8, _layout: Layout) {

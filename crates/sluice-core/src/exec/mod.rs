@@ -650,7 +650,6 @@ fn spawn_source(
     let (ctl2, stats) = (ctl.clone(), stats.clone());
     ctl.spawn("sluice-source".into(), move || {
         let c = stats.counters(0);
-        let mut sizer = ChunkSizer::new(&src);
         if let Some(mut items) = OrderedItems::new(&src, resume) {
             while let Some(chunk) = items.next_chunk(&stats) {
                 if ctl2.cancelled() || !send_counted(&tx, Ok(chunk), c) {
@@ -660,6 +659,7 @@ fn spawn_source(
             return;
         }
         // Streams cannot seek: resuming reads and drops the delivered prefix of the epoch.
+        let mut sizer = ChunkSizer::new(&src);
         let mut epoch = resume.map_or(0, |r| r.epoch);
         let mut skip_to = resume.map_or(0, |r| r.pos);
         while src.stream_epochs.is_none_or(|e| epoch < e) {
@@ -736,11 +736,7 @@ impl OrderedItems {
     fn new(src: &SourceStage, resume: Option<Cursor>) -> Option<Self> {
         let order = src.order.clone()?;
         let (epoch, pos) = resume.map_or((0, 0), |r| (r.epoch, r.pos));
-        let elastic = order
-            .elastic
-            .as_ref()
-            .filter(|e| e.epoch == epoch)
-            .map(|e| e.positions(order.len, pos));
+        let elastic = elastic_positions(&order, epoch, pos);
         Some(OrderedItems {
             order,
             epoch,
@@ -765,12 +761,7 @@ impl OrderedItems {
             if self.pos >= n {
                 self.epoch += 1;
                 self.pos = 0;
-                // An elastic epoch's positions are enumerated, not computed one by one.
-                self.elastic = order
-                    .elastic
-                    .as_ref()
-                    .filter(|e| e.epoch == self.epoch)
-                    .map(|e| e.positions(order.len, 0));
+                self.elastic = elastic_positions(order, self.epoch, 0);
                 continue;
             }
             let (epoch, start) = (self.epoch, self.pos);
@@ -796,11 +787,24 @@ impl OrderedItems {
     }
 }
 
-/// Downstream CPU each chunk should carry. A chunk crossing threads costs ~20 µs here in
-/// wake-ups (source → workers → batch → consumer on a 2-vCPU VM): at 250 µs a chunk, the
-/// NLP benchmark's two-thread plan (13 µs per line, 19 lines a chunk) spent 15% more CPU per
-/// line than its inline plan; at 1 ms, 4% (`benchmarks/optimizer.py` prints CPU per sample
-/// per plan). Costly items still travel alone or in small chunks.
+/// The elastic epoch's positions from local position `pos` on, if `epoch` is that epoch
+/// (they are enumerated, not computed one by one).
+fn elastic_positions(
+    order: &crate::order::IndexOrder,
+    epoch: u64,
+    pos: u64,
+) -> Option<crate::order::Positions> {
+    order
+        .elastic
+        .as_ref()
+        .filter(|e| e.epoch == epoch)
+        .map(|e| e.positions(order.len, pos))
+}
+
+/// Downstream CPU each chunk should carry. A chunk's trip across threads costs wake-ups
+/// (source → workers → batch → consumer): with chunks of ~250 µs the NLP benchmark's
+/// two-thread plan spent 5–15% more CPU per line than its inline plan, with ~1 ms −4 to +4%
+/// (`benchmarks/chunk_cost.py`, two runs). Costly items still travel alone or in small chunks.
 const CHUNK_WORK_NS: f64 = 1_000_000.0;
 /// Chunks grow only while their largest items stay under this many bytes per chunk.
 const CHUNK_BYTES: f64 = 8.0 * 1024.0 * 1024.0;

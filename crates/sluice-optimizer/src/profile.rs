@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use sluice_core::{
-    Emit, Error, LogicalPlan, OnError, OpContext, OpKind, OpRef, Result, Sample, SampleRef,
+    Emit, Error, LogicalPlan, OnError, OpContext, OpKind, OpRef, Result, Sample, SampleRef, Value,
 };
 
 use crate::clock::thread_cpu;
@@ -143,6 +143,40 @@ impl OpProfile {
     }
 }
 
+/// What the profiled part of the pipeline hands on per sample: its fields, and the values
+/// among them that the consumer turns into one Python object per row (strings, bytes, list
+/// elements; numbers and tensors are collated into arrays). Converting outputs for Python
+/// costs by these (see [`crate::model::CONSUMER`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct OutputShape {
+    pub items: u64,
+    pub fields: u64,
+    pub objects: u64,
+}
+
+impl OutputShape {
+    fn add(&mut self, s: &Sample) {
+        fn objects(v: &Value) -> u64 {
+            match v {
+                Value::Str(_) | Value::Bytes(_) => 1,
+                Value::List(items) => items.iter().map(|v| objects(v).max(1)).sum(),
+                _ => 0,
+            }
+        }
+        self.items += 1;
+        self.fields += s.len() as u64;
+        self.objects += s.iter().map(|(_, v)| objects(v)).sum::<u64>();
+    }
+    /// Mean fields per sample.
+    pub fn fields_per_item(&self) -> f64 {
+        self.fields as f64 / self.items.max(1) as f64
+    }
+    /// Mean Python objects per sample.
+    pub fn objects_per_item(&self) -> f64 {
+        self.objects as f64 / self.items.max(1) as f64
+    }
+}
+
 /// A profile of a pipeline: the source read and every element-wise op before the first
 /// stateful step (batch, shuffle buffer, take), measured on the same samples.
 ///
@@ -171,6 +205,9 @@ pub struct Profile {
     pub source: OpProfile,
     /// Element-wise ops in pipeline order.
     pub ops: Vec<OpProfile>,
+    /// What the last profiled step hands on (empty in profiles saved before it was kept).
+    #[serde(default)]
+    pub output: OutputShape,
 }
 
 impl Profile {
@@ -300,6 +337,7 @@ pub fn profile(plan: &Arc<LogicalPlan>, opts: &ProfileOptions) -> Result<Profile
     let mut chunk = 1usize;
     // The last chunk's source samples, to measure how each op scales once the loop is done.
     let mut last_chunk: Vec<(u64, u64, Sample)> = Vec::new();
+    let mut output = OutputShape::default();
     let mut exhausted = false;
     while !exhausted && done < want && (done == 0 || Instant::now() < deadline) {
         let n = chunk.min((want - done) as usize);
@@ -340,7 +378,7 @@ pub fn profile(plan: &Arc<LogicalPlan>, opts: &ProfileOptions) -> Result<Profile
                 .collect(),
             Some(_) => samples.clone(),
         };
-        let peak = run_steps(&steps, &mut ops, samples, opts.seed)?;
+        let peak = run_steps(&steps, &mut ops, samples, opts.seed, &mut output)?;
         done += n;
         let fits = (CHUNK_BYTES * n / peak.max(1)).clamp(1, MAX_CHUNK as u64) as usize;
         chunk = if t0.elapsed() < CHUNK_WALL {
@@ -386,6 +424,7 @@ pub fn profile(plan: &Arc<LogicalPlan>, opts: &ProfileOptions) -> Result<Profile
         elapsed_s: started.elapsed().as_secs_f64(),
         source: src_prof,
         ops,
+        output,
     })
 }
 
@@ -401,12 +440,14 @@ fn spread(k: u64, want: u64, len: u64) -> u64 {
 }
 
 /// Runs a chunk of `(source index, sub-index, sample)` through the steps, timing each step
-/// once over the whole chunk; returns the most bytes the chunk held after any step.
+/// once over the whole chunk; returns the most bytes the chunk held after any step and adds
+/// what the last step handed on to `output`.
 fn run_steps(
     steps: &[Step],
     ops: &mut [OpProfile],
     mut live: Vec<(u64, u64, Sample)>,
     seed: u64,
+    output: &mut OutputShape,
 ) -> Result<u64> {
     let mut peak: u64 = live.iter().map(|(_, _, s)| s.nbytes() as u64).sum();
     for (step, prof) in steps.iter().zip(ops.iter_mut()) {
@@ -433,6 +474,9 @@ fn run_steps(
         prof.bytes_out += bytes;
         peak = peak.max(bytes);
         live = next;
+    }
+    for (_, _, s) in &live {
+        output.add(s);
     }
     Ok(peak)
 }

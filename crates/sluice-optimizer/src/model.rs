@@ -20,6 +20,7 @@
 use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
+use sluice_core::exec::{CHUNK_BYTES, CHUNK_WORK_NS};
 use sluice_core::{OpKind, PhysicalPlan, StageKind, Variant};
 
 use crate::plan::CachePoint;
@@ -39,6 +40,13 @@ pub const COPY_BYTES_PER_S: f64 = 8e9;
 /// samples`) measures 0.10 µs per NLP sample on one thread, before its memory is freed on
 /// another.
 pub const CACHE_HIT_S: f64 = 0.1e-6;
+/// CPU seconds one chunk's trip from one thread to the next costs besides its items: the
+/// sender's wake-up call, the receiver's spin, park and unpark, the caches it refills. With
+/// the NLP two-thread plan (two such trips per chunk), chunks of ~250 µs of work cost 5% /
+/// 15% more CPU per line than the inline plan and chunks of ~1 ms −4% / +4%
+/// (`benchmarks/chunk_cost.py`, two runs on 2026-11-23): three more chunks per ms of work,
+/// two trips each, ~10% of that ms — about 17 µs a trip.
+pub const TRIP_S: f64 = 17e-6;
 /// Reading a cached sample back from the disk tier (page cache or SSD, plus decoding the
 /// record): about one GB/s.
 pub const DISK_BYTES_PER_S: f64 = 1e9;
@@ -331,6 +339,10 @@ fn predict_busy(
     let (mut gil, mut consumer, mut total) = (0.0, 0.0, 0.0);
     // Samples per output (batches stack them).
     let mut rows = 1.0;
+    // Stages that receive from another thread (index in `stages`, rows per item then), and
+    // the largest item any chain makes: what the executor sizes chunks by.
+    let mut trips: Vec<(usize, f64)> = Vec::new();
+    let mut item_bytes: f64 = 0.0;
     // Bytes per source sample crossing the link to and from remote workers.
     let mut link_bytes = 0.0;
     let chunk = plan.source.chunk_size.max(1) as f64;
@@ -379,17 +391,27 @@ fn predict_busy(
         }
         let mut cpu = HANDOFF_S * flow.items;
         let mut python = 0.0;
+        // A threaded stage receives its items from another thread: chunk trips (priced once
+        // the chunk size is known, below) and, for a chain that takes samples, their bytes
+        // read from another core's cache.
+        if !inline {
+            trips.push((stages.len(), rows));
+        }
         match &st.kind {
             StageKind::Chain { read, ops } => {
                 if *read {
                     cpu += read_cpu;
+                } else if !inline {
+                    cpu += flow.bytes * flow.items / COPY_BYTES_PER_S;
                 }
+                item_bytes = item_bytes.max(flow.bytes);
                 for o in ops {
                     let c = flow.pass(o.op_id);
                     cpu += c;
                     if o.op.meta().python {
                         python += c;
                     }
+                    item_bytes = item_bytes.max(flow.bytes);
                 }
             }
             StageKind::Batch { read, size, .. } => {
@@ -421,6 +443,29 @@ fn predict_busy(
             cpu_per_sample: cpu,
             capacity: workers / cpu.max(1e-12),
         });
+    }
+    // Chunks carry ~1 ms of the stages' work unless their items are large, as the executor
+    // sizes them; after a batch, a trip carries at least a batch.
+    if !trips.is_empty() {
+        let work: f64 = stages[1..].iter().map(|s| s.cpu_per_sample).sum();
+        let max_chunk = plan.source.max_chunk.max(plan.source.chunk_size).max(1) as f64;
+        let chunk = (CHUNK_WORK_NS * 1e-9 / work.max(1e-12))
+            .min(CHUNK_BYTES / item_bytes.max(1.0))
+            .clamp(chunk, max_chunk);
+        for &(i, rows) in &trips {
+            let trip = TRIP_S / chunk.max(rows);
+            let s = &mut stages[i];
+            s.cpu_per_sample += trip;
+            // `stages[0]` is the source thread.
+            s.capacity = plan.stages[i - 1].variant.workers() as f64 / s.cpu_per_sample;
+            total += trip;
+        }
+        // The consumer receives the last threaded stage's outputs.
+        if first_inline > 0 {
+            let trip = TRIP_S / chunk.max(rows);
+            consumer += trip;
+            total += trip;
+        }
     }
     // The consumer thread converts each output for Python.
     let out = &profile.output;
@@ -577,13 +622,61 @@ mod tests {
         assert_eq!(one.bottleneck, "consumer");
         let bytes = p.ops[0].bytes_out_per_item();
         let per_row = CONSUMER.per_row(1.0, bytes, 2.0, 1000.0);
-        assert!((one.throughput * per_row - 1.0).abs() < 1e-9, "{one:?}");
+        // (Plus the chunks' trips into the consumer: well under 1% here.)
+        assert!((one.throughput * per_row - 1.0).abs() < 0.01, "{one:?}");
         let many = predict(&batches, &p, 2, None);
         let per_row = CONSUMER.per_row(100.0, bytes, 2.0, 1000.0);
-        assert!((many.throughput * per_row - 1.0).abs() < 1e-9, "{many:?}");
+        assert!((many.throughput * per_row - 1.0).abs() < 0.01, "{many:?}");
         // A profile saved before outputs were recorded prices no conversion.
         p.output = Default::default();
         assert_ne!(predict(&rows, &p, 2, None).bottleneck, "consumer");
+    }
+
+    #[test]
+    fn every_thread_a_sample_crosses_costs_a_trip_and_a_read_of_its_bytes() {
+        let ops = ["a", "b", "c"]
+            .map(|n| busy_op(n, 2, OpKind::Opaque))
+            .to_vec();
+        let plan = pipeline(40, ops);
+        let p = profile(
+            &plan,
+            &ProfileOptions {
+                samples: 40,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let fused = lower(&plan, &Default::default()).unwrap();
+        // The same ops, each on threads of its own.
+        let mut split = fused.clone();
+        let StageKind::Chain { ops, .. } = split.stages.remove(0).kind else {
+            panic!("{fused}");
+        };
+        for (i, op) in ops.into_iter().enumerate().rev() {
+            let kind = StageKind::Chain {
+                read: i == 0,
+                ops: vec![op],
+            };
+            split.stages.insert(
+                0,
+                sluice_core::Stage {
+                    kind,
+                    ..fused.stages[0].clone()
+                },
+            );
+        }
+        assert_eq!(split.stages.len(), 3);
+        let (a, b) = (predict(&fused, &p, 2, None), predict(&split, &p, 2, None));
+        // Two more crossings, each: the hand-off, the sample's bytes read on another core and
+        // a chunk's trip shared by the chunk's items (~1 ms of work: a few hundred of these).
+        let bytes = p.ops[0].bytes_out_per_item();
+        let per_crossing = HANDOFF_S + bytes / COPY_BYTES_PER_S;
+        let extra = b.cpu_per_sample - a.cpu_per_sample;
+        assert!(extra > 2.0 * per_crossing, "{extra} vs {per_crossing}");
+        assert!(
+            extra < 2.0 * (per_crossing + TRIP_S / 100.0),
+            "{extra}: {b:?}"
+        );
     }
 
     #[test]

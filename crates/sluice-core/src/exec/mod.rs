@@ -805,9 +805,10 @@ fn elastic_positions(
 /// (source → workers → batch → consumer): with chunks of ~250 µs the NLP benchmark's
 /// two-thread plan spent 5–15% more CPU per line than its inline plan, with ~1 ms −4 to +4%
 /// (`benchmarks/chunk_cost.py`, two runs). Costly items still travel alone or in small chunks.
-const CHUNK_WORK_NS: f64 = 1_000_000.0;
+/// The cost model sizes chunks the same way.
+pub const CHUNK_WORK_NS: f64 = 1_000_000.0;
 /// Chunks grow only while their largest items stay under this many bytes per chunk.
-const CHUNK_BYTES: f64 = 8.0 * 1024.0 * 1024.0;
+pub const CHUNK_BYTES: f64 = 8.0 * 1024.0 * 1024.0;
 
 /// Sizes the source's chunks from the measured cost and size per item of the stages after
 /// it, between `chunk_size` and `max_chunk`, at most doubling per chunk, and only once every

@@ -30,15 +30,16 @@ use crate::profile::{OpProfile, Profile};
 /// amortised over a chunk: `benchmarks/engine_overhead.py` measures 0.10 µs per sample for
 /// source → op → batch → numpy, three hand-offs and the sample itself; rounded up.
 pub const HANDOFF_S: f64 = 0.1e-6;
-/// Collating costs about one memory copy of the batch. `benchmarks/micro` measures a CV
-/// batch (64 × 602 KB) at 21 GB/s into memory mimalloc reuses and 2 GB/s into fresh pages
-/// (system allocator); a batch handed to numpy is freed on another thread, so part of its
-/// memory comes back fresh: 8 GB/s, between the two.
+/// Collating costs about one memory copy of the batch, and a stage reading samples another
+/// core made pays about as much for fetching them. `benchmarks/micro` measures a CV batch
+/// (64 × 602 KB) at 21 GB/s into memory mimalloc reuses and 2 GB/s into fresh pages (system
+/// allocator); in a pipeline (`benchmarks/collate_cost.py`, rows read cold, batches freed
+/// by the consumer) 6.6–12.9 GB/s: 8 GB/s.
 pub const COPY_BYTES_PER_S: f64 = 8e9;
-/// CPU seconds per sample a memory-cache hit costs besides copying its bytes: the lookup and
-/// the clone of the sample's fields. `benchmarks/micro` (`cache hit, chunk of 64 token
-/// samples`) measures 0.10 µs per NLP sample on one thread, before its memory is freed on
-/// another.
+/// CPU seconds per sample a memory-cache hit costs: the lookup and the clone of the
+/// sample's fields, whose buffers it shares (no bytes are copied; whoever reads them next
+/// pays for fetching them). `benchmarks/micro` (`cache hit, chunk of 64 token samples`)
+/// measures 0.10 µs per NLP sample on one thread.
 pub const CACHE_HIT_S: f64 = 0.1e-6;
 /// CPU seconds one chunk's trip from one thread to the next costs besides its items: the
 /// sender's wake-up call, the receiver's spin, park and unpark, the caches it refills. With
@@ -47,6 +48,12 @@ pub const CACHE_HIT_S: f64 = 0.1e-6;
 /// (`benchmarks/chunk_cost.py`, two runs on 2026-11-23): three more chunks per ms of work,
 /// two trips each, ~10% of that ms — about 17 µs a trip.
 pub const TRIP_S: f64 = 17e-6;
+/// CPU seconds collating costs per field of each sample besides copying its bytes (the
+/// column's values gathered, the sample's fields dropped): `PYTHONPATH=python python
+/// benchmarks/collate_cost.py` (2026-11-23) measures 0.04–0.09 µs per extra string field on
+/// top of 0.15 µs for a sample of one small tensor, and 8.5 GB/s for the tensors' bytes
+/// (6.6 GB/s for 64 × 602 KB image batches, 12.9 GB/s for 16 × 96 KB spectrograms).
+pub const COLLATE_FIELD_S: f64 = 0.05e-6;
 /// Reading a cached sample back from the disk tier (page cache or SSD, plus decoding the
 /// record): about one GB/s.
 pub const DISK_BYTES_PER_S: f64 = 1e9;
@@ -325,7 +332,7 @@ fn predict_busy(
         let expected = c.expected_bytes.max(1) as f64;
         let memory = (c.budget as f64 / expected).min(1.0);
         let disk = (c.disk_budget as f64 / expected).min(1.0 - memory);
-        read_cpu = memory * (CACHE_HIT_S + flow.bytes / COPY_BYTES_PER_S)
+        read_cpu = memory * CACHE_HIT_S
             + disk * flow.bytes / DISK_BYTES_PER_S
             + (1.0 - memory - disk) * computed;
     }
@@ -418,7 +425,9 @@ fn predict_busy(
                 if *read {
                     cpu += read_cpu;
                 }
-                cpu += flow.bytes * flow.items / COPY_BYTES_PER_S;
+                cpu += flow.items
+                    * (flow.bytes / COPY_BYTES_PER_S
+                        + COLLATE_FIELD_S * profile.output.fields_per_item());
                 rows *= *size as f64;
             }
             StageKind::Unbatch => rows = 1.0,

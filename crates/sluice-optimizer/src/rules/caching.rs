@@ -7,7 +7,7 @@
 use sluice_core::{Result, StageKind};
 
 use super::{Draft, Rule};
-use crate::model::{Flow, COPY_BYTES_PER_S, DISK_BYTES_PER_S};
+use crate::model::{Flow, CACHE_HIT_S, DISK_BYTES_PER_S};
 use crate::plan::CachePoint;
 
 /// The caching rule.
@@ -54,7 +54,7 @@ impl Rule for Caching {
             cost += flow.pass(id);
             let total = (flow.bytes * len).max(1.0);
             let memory = (budget as f64 / total).min(1.0);
-            let mut saving = (cost - flow.bytes / COPY_BYTES_PER_S) * memory;
+            let mut saving = (cost - CACHE_HIT_S) * memory;
             // The rest on disk, when reading it back beats recomputing it.
             let disk_gain = cost - flow.bytes / DISK_BYTES_PER_S;
             let mut disk = 0u64;

@@ -205,6 +205,24 @@ pub struct Prediction {
     pub cpu_per_sample: f64,
 }
 
+/// Whether `op` rewrites its input's buffer in place (a pixel-wise op writing only fields it
+/// reads). Samples served by a memory cache share their buffers with it, so the first such
+/// op after a hit copies the buffer first (copy-on-write): a hit itself copies nothing.
+pub fn writes_in_place(op: &sluice_core::OpRef) -> bool {
+    let m = op.meta();
+    m.kind == OpKind::PixelWise && m.writes.iter().all(|w| m.reads.contains(w))
+}
+
+/// What a sample served from a memory cache costs the op after the cache point: the copy
+/// of its `bytes` when that op writes in place (see [`writes_in_place`]).
+pub fn after_hit(next: Option<&sluice_core::OpRef>, bytes: f64) -> f64 {
+    if next.is_some_and(writes_in_place) {
+        bytes / COPY_BYTES_PER_S
+    } else {
+        0.0
+    }
+}
+
 /// The sizes and costs of ops as they flow, given an order.
 #[derive(Debug, Clone)]
 pub struct Flow<'a> {
@@ -327,12 +345,17 @@ fn predict_busy(
 ) -> Prediction {
     let mut flow = Flow::contended(profile, busy, cores.max(1) as f64);
     let mut read_cpu = profile.source.cpu_per_item();
+    // The op after a memory cache point, when it copies the shared buffers first.
+    let first_op = plan.stages.iter().find_map(|s| match &s.kind {
+        StageKind::Chain { ops, .. } => ops.first().map(|o| &o.op),
+        _ => None,
+    });
     if let Some(c) = cache {
         let computed: f64 = read_cpu + c.op_ids.iter().map(|&id| flow.pass(id)).sum::<f64>();
         let expected = c.expected_bytes.max(1) as f64;
         let memory = (c.budget as f64 / expected).min(1.0);
         let disk = (c.disk_budget as f64 / expected).min(1.0 - memory);
-        read_cpu = memory * CACHE_HIT_S
+        read_cpu = memory * (CACHE_HIT_S + after_hit(first_op, flow.bytes))
             + disk * flow.bytes / DISK_BYTES_PER_S
             + (1.0 - memory - disk) * computed;
     }
@@ -686,6 +709,22 @@ mod tests {
             extra < 2.0 * (per_crossing + TRIP_S / 100.0),
             "{extra}: {b:?}"
         );
+    }
+
+    #[test]
+    fn a_cache_hit_is_copied_only_by_an_op_that_writes_in_place() {
+        let op = |t: TestOp| -> sluice_core::OpRef { std::sync::Arc::new(t) };
+        let jitter = op(TestOp::new("jitter", OpKind::PixelWise));
+        let crop = op(TestOp::new("crop", OpKind::SizeReducing));
+        let to_float = op(TestOp {
+            writes: vec!["float".into()],
+            ..TestOp::new("to_float", OpKind::PixelWise)
+        });
+        let mb = 1e6;
+        assert_eq!(after_hit(Some(&jitter), mb), mb / COPY_BYTES_PER_S);
+        assert_eq!(after_hit(Some(&crop), mb), 0.0);
+        assert_eq!(after_hit(Some(&to_float), mb), 0.0);
+        assert_eq!(after_hit(None, mb), 0.0);
     }
 
     #[test]

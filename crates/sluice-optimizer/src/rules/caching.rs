@@ -7,7 +7,7 @@
 use sluice_core::{Result, StageKind};
 
 use super::{Draft, Rule};
-use crate::model::{Flow, CACHE_HIT_S, DISK_BYTES_PER_S};
+use crate::model::{after_hit, Flow, CACHE_HIT_S, DISK_BYTES_PER_S};
 use crate::plan::CachePoint;
 
 /// The caching rule.
@@ -28,6 +28,7 @@ impl Rule for Caching {
         }
         let len = order.len as f64;
         // The deterministic prefix: leading one-to-one, non-random, non-Python maps.
+        let chain: Vec<_> = d.chain_ops().into_iter().map(|o| o.op.clone()).collect();
         let prefix: Vec<u64> = d
             .chain_ops()
             .into_iter()
@@ -54,7 +55,8 @@ impl Rule for Caching {
             cost += flow.pass(id);
             let total = (flow.bytes * len).max(1.0);
             let memory = (budget as f64 / total).min(1.0);
-            let mut saving = (cost - CACHE_HIT_S) * memory;
+            let hit = CACHE_HIT_S + after_hit(chain.get(k + 1), flow.bytes);
+            let mut saving = (cost - hit) * memory;
             // The rest on disk, when reading it back beats recomputing it.
             let disk_gain = cost - flow.bytes / DISK_BYTES_PER_S;
             let mut disk = 0u64;

@@ -240,6 +240,7 @@ fn backpressure_bounds_work_ahead_and_close_joins_threads() {
         &LowerOptions {
             num_threads: 2,
             chunk_size: 10,
+            max_chunk: 10,
             queue_depth: 4,
             ..Default::default()
         },
@@ -248,6 +249,8 @@ fn backpressure_bounds_work_ahead_and_close_joins_threads() {
     let mut ex = Execution::start(&phys, ExecOptions::default()).unwrap();
     ex.next().unwrap().unwrap();
     std::thread::sleep(Duration::from_millis(200));
+    // Chunks of 10: the source's queue (4), the workers' hand-off and hands (2 + 2) and the
+    // stage's ordered output window (6 per worker) — about 200 samples.
     let done = counter.load(Ordering::Relaxed);
     assert!(
         done < 500,

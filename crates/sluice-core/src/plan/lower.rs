@@ -127,10 +127,13 @@ pub fn lower(plan: &Arc<LogicalPlan>, opts: &LowerOptions) -> Result<PhysicalPla
         threads: opts.num_threads,
     };
     let mut stages: Vec<Stage> = Vec::new();
-    let stage = |kind, variant| Stage {
+    let stage = |kind, variant: Variant| Stage {
+        queue_depth: match kind {
+            StageKind::Chain { .. } => opts.queue_depth.max(variant.min_depth()),
+            _ => opts.queue_depth,
+        },
         kind,
         variant,
-        queue_depth: opts.queue_depth,
     };
     // Random-access sources are read by the first chain, in parallel.
     let mut needs_read = order.is_some();

@@ -34,6 +34,7 @@ impl Rule for Parallelism {
                 Variant::Pool { workers: w, .. } => *w = workers,
                 _ => continue,
             }
+            st.queue_depth = st.queue_depth.max(st.variant.min_depth());
             notes.push(format!(
                 "{} × {workers} ({:.1} µs CPU/sample)",
                 st.kind.label(),

@@ -1,6 +1,7 @@
 //! Prefetch: queue depths within the memory budget. The output queue holds a few ready
 //! batches so a bursty consumer never waits; inter-stage queues hold enough chunks to keep
-//! every worker busy; all of it must fit the budget.
+//! every worker busy (a parallel chain [`sluice_core::plan::physical::WINDOW_PER_WORKER`]
+//! per worker); all of it must fit the budget.
 
 use sluice_core::{Result, StageKind};
 
@@ -43,10 +44,10 @@ impl Rule for Prefetch {
         // Half the budget for inter-stage queues, half for ready outputs.
         let per_queue = budget / 2.0 / n.max(1) as f64;
         for (i, st) in d.plan.stages.iter_mut().enumerate() {
-            let want = if i + 1 == n {
-                MAX_READY
-            } else {
-                2 * st.variant.workers() + 2
+            let want = match &st.kind {
+                _ if i + 1 == n => MAX_READY,
+                StageKind::Chain { .. } => st.variant.min_depth(),
+                _ => 2 * st.variant.workers() + 2,
             };
             let fits = if i + 1 == n {
                 (budget / 2.0 / unit[i]) as usize

@@ -450,3 +450,42 @@ fn streams_resume_right_after_the_last_output_with_or_without_stages() {
         }
     }
 }
+
+/// Worker threads of a parallel stage run below the consumer's priority (Linux), so the
+/// light threads that hand work on are not kept waiting behind them.
+#[cfg(target_os = "linux")]
+#[test]
+fn parallel_workers_run_at_a_lower_priority_than_the_consumer() {
+    fn nice(task: &std::path::Path) -> i64 {
+        let stat = std::fs::read_to_string(task.join("stat")).unwrap_or_default();
+        // Fields after the command name: state is field 3, nice field 19.
+        let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+        rest.split_whitespace()
+            .nth(16)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    }
+    if std::env::var_os("SLUICE_WORKER_NICE").is_some() {
+        return; // the environment chose a priority
+    }
+    let (plan, _) = counted(100_000);
+    let phys = lower(&plan, &LowerOptions::default()).unwrap();
+    let mut ex = Execution::start(&phys, ExecOptions::default()).unwrap();
+    ex.next().unwrap().unwrap();
+    let me = nice(std::path::Path::new("/proc/thread-self"));
+    // Thread names are cut to 15 bytes: the chain's workers and dispatcher both read
+    // "sluice-stage-1-"; the dispatcher hands work on and keeps the consumer's priority.
+    let threads: Vec<(String, i64)> = std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .flatten()
+        .filter_map(|t| {
+            let comm = std::fs::read_to_string(t.path().join("comm")).ok()?;
+            Some((comm.trim().to_string(), nice(&t.path())))
+        })
+        .collect();
+    let lowered = |name: &str| threads.iter().filter(|(c, n)| c == name && *n > me).count();
+    // (Other tests in this process run pipelines too.)
+    assert!(lowered("sluice-stage-1-") >= 2, "{threads:?} vs {me}");
+    assert_eq!(lowered("sluice-source"), 0, "{threads:?} vs {me}");
+    assert!(ex.close(Duration::from_secs(5)));
+}

@@ -121,7 +121,9 @@ class _JsonDoc:
 class Profile(_JsonDoc):
     """Per-op measurements of a pipeline: ``profile.ops`` (list of dicts with ``name``,
     ``cpu_s``, ``items_in``, ``bytes_in``/``bytes_out``, ``parallel_efficiency``…),
-    ``profile.machine`` (cores)."""
+    ``profile.machine`` (cores) and ``profile.data["output"]`` (what the last profiled op hands
+    on: ``items``, ``fields`` and ``objects`` — strings/bytes the consumer makes Python objects
+    of — summed over the items; the model prices converting outputs by them)."""
 
     _text_fn = staticmethod(_native.profile_text)
 

@@ -45,4 +45,4 @@ pub use rng::{mix64, SampleRng};
 pub use sample::Sample;
 pub use source::{ItemsSource, RangeSource, SampleStream, Source, SourceRef};
 pub use stats::{ConsumerReport, PipelineStats, StageReport, StatsReport};
-pub use value::{Column, ColumnData, DType, Tensor, TensorData, Value};
+pub use value::{Column, ColumnData, DType, Shape, Tensor, TensorData, Value};

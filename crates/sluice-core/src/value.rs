@@ -160,6 +160,12 @@ impl fmt::Debug for TensorData {
     }
 }
 
+/// A tensor's shape, inline up to four dimensions: cloning a tensor (a cache hit, a sample
+/// handed to two branches) or taking it apart and rebuilding it in an op then allocates
+/// nothing — at a million cached samples a second, the shape's allocation and its free on
+/// the collating thread cost more than the lookup. `vec![h, w, c].into()` makes one.
+pub type Shape = SmallVec<[usize; 4]>;
+
 /// An n-dimensional array: dtype + shape + a shared, copy-on-write buffer (row-major).
 ///
 /// ```
@@ -169,16 +175,14 @@ impl fmt::Debug for TensorData {
 /// ```
 #[derive(Clone, PartialEq)]
 pub struct Tensor {
-    /// Inline up to four dimensions: cloning a tensor (a cache hit, a sample handed to two
-    /// branches) then allocates nothing — at a million cached samples a second, the shape's
-    /// allocation and its free on the collating thread cost more than the lookup.
-    shape: SmallVec<[usize; 4]>,
+    shape: Shape,
     data: Arc<TensorData>,
 }
 
 impl Tensor {
     /// A tensor of `shape` over `data`; fails if the sizes disagree.
-    pub fn new(shape: Vec<usize>, data: TensorData) -> Result<Self> {
+    pub fn new(shape: impl Into<Shape>, data: TensorData) -> Result<Self> {
+        let shape = shape.into();
         let n: usize = shape.iter().product();
         if n != data.len() {
             return Err(Error::invalid(format!(
@@ -187,7 +191,7 @@ impl Tensor {
             )));
         }
         Ok(Tensor {
-            shape: SmallVec::from_slice(&shape),
+            shape,
             data: Arc::new(data),
         })
     }
@@ -208,9 +212,9 @@ impl Tensor {
         Arc::make_mut(&mut self.data)
     }
     /// Takes the shape and buffer out, copying the buffer only if it is shared.
-    pub fn into_parts(self) -> (Vec<usize>, TensorData) {
+    pub fn into_parts(self) -> (Shape, TensorData) {
         let data = Arc::try_unwrap(self.data).unwrap_or_else(|shared| (*shared).clone());
-        (self.shape.into_vec(), data)
+        (self.shape, data)
     }
     /// Total size of the buffer in bytes.
     pub fn nbytes(&self) -> usize {

@@ -20,7 +20,8 @@ use std::sync::{Arc, Mutex};
 use serde::{Deserialize, Serialize};
 use sluice_audioproc as ap;
 use sluice_core::{
-    Emit, Error, Op, OpContext, OpKind, OpMeta, OpRef, Result, Sample, Tensor, TensorData, Value,
+    Emit, Error, Op, OpContext, OpKind, OpMeta, OpRef, Result, Sample, Shape, Tensor, TensorData,
+    Value,
 };
 
 /// Field written by `audio.decode` / `audio.resample` and read by `audio.resample` /
@@ -684,7 +685,7 @@ fn read_rate(s: &Sample, op: &str) -> Result<u32> {
 
 /// The float32 tensor in `field` as (shape, data): moved out when the op overwrites the field
 /// (no copy if the buffer is not shared), copied otherwise. float64 is converted.
-fn take_f32(s: &mut Sample, field: &str, out: &str, op: &str) -> Result<(Vec<usize>, Vec<f32>)> {
+fn take_f32(s: &mut Sample, field: &str, out: &str, op: &str) -> Result<(Shape, Vec<f32>)> {
     let v = if field == out {
         s.take(field, op)?
     } else {
@@ -743,7 +744,7 @@ fn spec_dims(shape: &[usize], field: &str) -> Result<(Vec<usize>, usize, usize)>
     }
 }
 
-fn put(s: &mut Sample, out: &str, shape: Vec<usize>, data: Vec<f32>) -> Result<()> {
+fn put(s: &mut Sample, out: &str, shape: impl Into<Shape>, data: Vec<f32>) -> Result<()> {
     s.set(
         out,
         Value::Tensor(Tensor::new(shape, TensorData::F32(data))?),

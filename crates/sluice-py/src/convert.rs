@@ -13,10 +13,10 @@ use crate::errors::IntoPy;
 
 fn array<'py, T: numpy::Element>(
     py: Python<'py>,
-    shape: Vec<usize>,
+    shape: &[usize],
     v: Vec<T>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let a = ArrayD::from_shape_vec(IxDyn(&shape), v)
+    let a = ArrayD::from_shape_vec(IxDyn(shape), v)
         .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))?;
     Ok(a.into_pyarray(py).into_any())
 }
@@ -40,17 +40,17 @@ pub fn value_to_py(py: Python<'_>, v: Value) -> PyResult<Bound<'_, PyAny>> {
         Value::Tensor(t) => {
             let (shape, data) = t.into_parts();
             match data {
-                TensorData::Bool(v) => array(py, shape, v)?,
-                TensorData::U8(v) => array(py, shape, v)?,
-                TensorData::I8(v) => array(py, shape, v)?,
-                TensorData::U16(v) => array(py, shape, v)?,
-                TensorData::I16(v) => array(py, shape, v)?,
-                TensorData::U32(v) => array(py, shape, v)?,
-                TensorData::I32(v) => array(py, shape, v)?,
-                TensorData::U64(v) => array(py, shape, v)?,
-                TensorData::I64(v) => array(py, shape, v)?,
-                TensorData::F32(v) => array(py, shape, v)?,
-                TensorData::F64(v) => array(py, shape, v)?,
+                TensorData::Bool(v) => array(py, &shape, v)?,
+                TensorData::U8(v) => array(py, &shape, v)?,
+                TensorData::I8(v) => array(py, &shape, v)?,
+                TensorData::U16(v) => array(py, &shape, v)?,
+                TensorData::I16(v) => array(py, &shape, v)?,
+                TensorData::U32(v) => array(py, &shape, v)?,
+                TensorData::I32(v) => array(py, &shape, v)?,
+                TensorData::U64(v) => array(py, &shape, v)?,
+                TensorData::I64(v) => array(py, &shape, v)?,
+                TensorData::F32(v) => array(py, &shape, v)?,
+                TensorData::F64(v) => array(py, &shape, v)?,
             }
         }
         Value::Column(c) => match c.0.as_any().downcast_ref::<sluice::ArrowColumn>() {
@@ -89,7 +89,7 @@ pub fn out_of_band_to_py(
 ) -> PyResult<Bound<'_, PyAny>> {
     use sluice_remote::wire::OutOfBand;
     match b {
-        OutOfBand::Bytes(b) => array(py, vec![b.len()], b.to_vec()),
+        OutOfBand::Bytes(b) => array(py, &[b.len()], b.to_vec()),
         // Views: the array that owns the tensor's `Vec` stays their base.
         OutOfBand::Tensor(t) => value_to_py(py, Value::Tensor(t))?
             .call_method1("reshape", (-1,))?

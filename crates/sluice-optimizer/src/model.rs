@@ -33,8 +33,8 @@ pub const HANDOFF_S: f64 = 0.1e-6;
 /// Collating costs about one memory copy of the batch, and a stage reading samples another
 /// core made pays about as much for fetching them. `benchmarks/micro` measures a CV batch
 /// (64 × 602 KB) at 21 GB/s into memory mimalloc reuses and 2 GB/s into fresh pages (system
-/// allocator); in a pipeline (`benchmarks/collate_cost.py`, rows read cold, batches freed
-/// by the consumer) 6.6–12.9 GB/s: 8 GB/s.
+/// allocator); in a pipeline (`benchmarks/batch_costs.py`, rows read cold, batches freed
+/// by the consumer) 6.6–12.7 GB/s: 8 GB/s.
 pub const COPY_BYTES_PER_S: f64 = 8e9;
 /// CPU seconds per sample a memory-cache hit costs: the lookup and the clone of the
 /// sample's fields, whose buffers it shares (no bytes are copied; whoever reads them next
@@ -50,9 +50,10 @@ pub const CACHE_HIT_S: f64 = 0.1e-6;
 pub const TRIP_S: f64 = 17e-6;
 /// CPU seconds collating costs per field of each sample besides copying its bytes (the
 /// column's values gathered, the sample's fields dropped): `PYTHONPATH=python python
-/// benchmarks/collate_cost.py` (2026-11-23) measures 0.04–0.09 µs per extra string field on
-/// top of 0.15 µs for a sample of one small tensor, and 8.5 GB/s for the tensors' bytes
-/// (6.6 GB/s for 64 × 602 KB image batches, 12.9 GB/s for 16 × 96 KB spectrograms).
+/// benchmarks/batch_costs.py` (2026-11-23, two runs) measures 0.04–0.09 µs per extra
+/// string field on top of 0.14–0.15 µs for a sample of one small tensor, and ~8.5 GB/s for
+/// the tensors' bytes (6.6 GB/s for 64 × 602 KB image batches, 12.7 GB/s for 16 × 96 KB
+/// spectrograms).
 pub const COLLATE_FIELD_S: f64 = 0.05e-6;
 /// Reading a cached sample back from the disk tier (page cache or SSD, plus decoding the
 /// record): about one GB/s.
@@ -61,12 +62,13 @@ pub const DISK_BYTES_PER_S: f64 = 1e9;
 /// What handing outputs to a Python consumer costs in its thread (GIL held): per output
 /// (the iterator call, the dict), per field of an output (a numpy array or a list), per byte
 /// of an output (freeing the one before, in the consumer's thread) and per string or bytes
-/// value made a Python object. Fitted to `PYTHONPATH=python python benchmarks/consumer_cost.py`
+/// value made a Python object. Fitted to `PYTHONPATH=python python benchmarks/batch_costs.py`
 /// (2026-11-23, reference VM, outputs kept 32 ahead so the consumer never waits): an output
-/// with no fields 0.76 µs; one 2 KB-per-row int64 field 1.8 µs at 32 rows, 3.7 µs at 128;
-/// two such fields 5.5 µs; each string 0.04–0.06 µs. At a million NLP lines a second (a
-/// string and a token tensor per line) that is a tenth of the CPU, which the model did not
-/// count before.
+/// with no fields 0.72 µs; one int64 field of 32 KB 1.8 µs, 64 KB 1.7 µs, 256 KB 3.6 µs; two
+/// of 256 KB 5.1 µs; a 1.5 MB spectrogram batch 5.9 µs, a 38.5 MB image batch 60 µs (large
+/// buffers go back to the OS whole); each string 0.04–0.05 µs. At a million NLP lines a
+/// second (a string and a token tensor per line) that is a tenth of the CPU, which the model
+/// did not count before.
 #[derive(Debug, Clone, Copy)]
 pub struct ConsumerCosts {
     pub per_output_s: f64,
@@ -78,8 +80,8 @@ pub struct ConsumerCosts {
 /// The measured [`ConsumerCosts`] (see there).
 pub const CONSUMER: ConsumerCosts = ConsumerCosts {
     per_output_s: 0.8e-6,
-    per_field_s: 0.5e-6,
-    freed_bytes_per_s: 120e9,
+    per_field_s: 1.0e-6,
+    freed_bytes_per_s: 400e9,
     per_object_s: 0.045e-6,
 };
 
@@ -499,16 +501,17 @@ fn predict_busy(
             total += trip;
         }
     }
-    // The consumer thread converts each output for Python.
+    // The consumer thread converts each output for Python (priced when the profile recorded
+    // what the outputs hold).
     let out = &profile.output;
-    let hand_over = flow.items
-        * CONSUMER.per_row(
-            rows,
-            flow.bytes,
-            out.fields_per_item(),
-            out.objects_per_item(),
-        );
     if out.items > 0 {
+        let hand_over = flow.items
+            * CONSUMER.per_row(
+                rows,
+                flow.bytes,
+                out.fields_per_item(),
+                out.objects_per_item(),
+            );
         consumer += hand_over;
         gil += hand_over;
         total += hand_over;
@@ -575,7 +578,6 @@ fn remote_stage(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::profile::{profile, ProfileOptions};
     use crate::testing::*;
     use sluice_core::{lower, BatchNode, LogicalPlan, LowerOptions};
     use std::sync::Arc;
@@ -600,14 +602,7 @@ mod tests {
     #[test]
     fn pixel_ops_cost_less_after_a_size_reducing_op() {
         let plan = jitter_then_crop();
-        let p = profile(
-            &plan,
-            &ProfileOptions {
-                samples: 30,
-                ..Default::default()
-            },
-        )
-        .unwrap();
+        let p = profiled(&plan, 30);
         let (jitter, crop) = (p.ops[0].op_id.unwrap(), p.ops[1].op_id.unwrap());
         let as_written = chain_cost(&p, &[jitter, crop]);
         let crop_first = chain_cost(&p, &[crop, jitter]);
@@ -622,14 +617,7 @@ mod tests {
     fn handing_outputs_to_python_costs_the_consumer() {
         // Samples of an int and a 1000-byte `img` (bytes: one Python object per row).
         let plan = pipeline(40, vec![busy_op("work", 1, OpKind::Opaque)]);
-        let mut p = profile(
-            &plan,
-            &ProfileOptions {
-                samples: 40,
-                ..Default::default()
-            },
-        )
-        .unwrap();
+        let mut p = profiled(&plan, 40);
         assert_eq!(p.output.items, 40);
         assert_eq!(p.output.fields_per_item(), 2.0);
         assert_eq!(p.output.objects_per_item(), 1.0);
@@ -670,14 +658,7 @@ mod tests {
             .map(|n| busy_op(n, 2, OpKind::Opaque))
             .to_vec();
         let plan = pipeline(40, ops);
-        let p = profile(
-            &plan,
-            &ProfileOptions {
-                samples: 40,
-                ..Default::default()
-            },
-        )
-        .unwrap();
+        let p = profiled(&plan, 40);
         let fused = lower(&plan, &Default::default()).unwrap();
         // The same ops, each on threads of its own.
         let mut split = fused.clone();
@@ -730,14 +711,7 @@ mod tests {
     #[test]
     fn threads_raise_capacity_until_cores_bind() {
         let plan = pipeline(20, vec![busy_op("work", 500, OpKind::Opaque)]);
-        let mut p = profile(
-            &plan,
-            &ProfileOptions {
-                samples: 20,
-                ..Default::default()
-            },
-        )
-        .unwrap();
+        let mut p = profiled(&plan, 20);
         // Measured on the machine the test runs on; this test is about linear scaling.
         assert!(p.ops[0].parallel_efficiency > 0.0 && p.ops[0].parallel_efficiency <= 1.0);
         p.ops[0].parallel_efficiency = 1.0;

@@ -598,7 +598,7 @@ fn in_sample(op: &str, index: u64, path: Option<String>, e: Error) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{busy_op, pipeline};
+    use crate::testing::{busy_op, pipeline, profiled};
 
     #[test]
     fn measures_cpu_bytes_and_selectivity_per_op() {
@@ -610,14 +610,7 @@ mod tests {
                 busy_op("fast", 20, OpKind::PixelWise),
             ],
         );
-        let p = profile(
-            &plan,
-            &ProfileOptions {
-                samples: 40,
-                ..Default::default()
-            },
-        )
-        .unwrap();
+        let p = profiled(&plan, 40);
         assert_eq!(p.samples, 40);
         assert_eq!(p.ops.len(), 3);
         let (slow, even, fast) = (&p.ops[0], &p.ops[1], &p.ops[2]);

@@ -133,6 +133,18 @@ pub fn images(n: usize, img_len: usize) -> Arc<LogicalPlan> {
     ))))
 }
 
+/// A profile of `samples` samples of `plan` (panics on an error).
+pub fn profiled(plan: &Arc<LogicalPlan>, samples: u64) -> crate::Profile {
+    crate::profile::profile(
+        plan,
+        &crate::ProfileOptions {
+            samples,
+            ..Default::default()
+        },
+    )
+    .expect("profile")
+}
+
 /// `images(n, 1000)` followed by `ops`.
 pub fn pipeline(n: usize, ops: Vec<TestOp>) -> Arc<LogicalPlan> {
     then(images(n, 1000), ops)

@@ -28,16 +28,17 @@ impl Rule for Caching {
         }
         let len = order.len as f64;
         // The deterministic prefix: leading one-to-one, non-random, non-Python maps.
-        let chain: Vec<_> = d.chain_ops().into_iter().map(|o| o.op.clone()).collect();
-        let prefix: Vec<u64> = d
-            .chain_ops()
-            .into_iter()
+        let chain = d.chain_ops();
+        let prefix: Vec<u64> = chain
+            .iter()
             .take_while(|o| {
                 let m = o.op.meta();
                 !m.random && !m.python && o.mode == sluice_core::ElemMode::Map
             })
             .map(|o| o.op_id)
             .collect();
+        // The op after each candidate cut (a hit's copy-on-write is charged to it).
+        let next: Vec<_> = chain.iter().skip(1).map(|o| o.op.clone()).collect();
         if prefix.is_empty() {
             d.note(
                 "caching",
@@ -55,7 +56,7 @@ impl Rule for Caching {
             cost += flow.pass(id);
             let total = (flow.bytes * len).max(1.0);
             let memory = (budget as f64 / total).min(1.0);
-            let hit = CACHE_HIT_S + after_hit(chain.get(k + 1), flow.bytes);
+            let hit = CACHE_HIT_S + after_hit(next.get(k), flow.bytes);
             let mut saving = (cost - hit) * memory;
             // The rest on disk, when reading it back beats recomputing it.
             let disk_gain = cost - flow.bytes / DISK_BYTES_PER_S;

@@ -1,12 +1,9 @@
 """Bad input and failures: clear errors naming the sample and the op, at the right time."""
 
-import subprocess
-import sys
-import textwrap
-
 import pytest
 
 import sluice
+from procs import run_py
 
 
 def test_udf_exception_names_sample_and_op_and_chains_cause():
@@ -90,12 +87,6 @@ def test_map_must_return_dict():
 def test_unsupported_values():
     with pytest.raises(TypeError):
         sluice.from_items([{"a": object()}])
-
-
-def run_py(code: str, timeout: float = 30):
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=timeout
-    )
 
 
 def test_early_break_does_not_hang():

@@ -14,6 +14,7 @@ import pytest
 
 import sluice
 from sluice import _native
+from procs import Child
 
 
 def workers():
@@ -189,8 +190,6 @@ def test_plan_shows_the_pool():
 
 def test_workers_die_with_a_killed_parent():
     import signal
-    import subprocess
-    import sys
 
     code = (
         "import os, sys, time, sluice\n"
@@ -200,13 +199,11 @@ def test_workers_die_with_a_killed_parent():
         "print(' '.join(str(c.pid) for c in psutil.Process().children()), flush=True)\n"
         "time.sleep(60)\n"
     )
-    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-    try:
-        pids = [int(p) for p in parent.stdout.readline().split()]
+    with Child(code) as parent:
+        pids = [int(p) for p in parent.readline().split()]
         assert len(pids) == 2
-    finally:
         parent.send_signal(signal.SIGKILL)
-        parent.wait()
+        parent.proc.wait(timeout=30)
 
     def alive(pid):
         try:
@@ -222,8 +219,6 @@ def test_workers_die_with_a_killed_parent():
 
 def test_keyboard_interrupt_stops_the_workers():
     import signal
-    import subprocess
-    import sys
 
     code = (
         "import gc, time, psutil, sluice\n"
@@ -237,11 +232,7 @@ def test_keyboard_interrupt_stops_the_workers():
         "    while psutil.Process().children() and time.time() < deadline: time.sleep(0.05)\n"
         "    print('left', len(psutil.Process().children()), flush=True)\n"
     )
-    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-    try:
-        assert parent.stdout.readline().strip() == "started"
+    with Child(code) as parent:
+        assert parent.readline() == "started"
         parent.send_signal(signal.SIGINT)
-        assert parent.stdout.readline().strip() == "left 0"
-    finally:
-        parent.kill()
-        parent.wait()
+        assert parent.readline() == "left 0"

@@ -39,17 +39,11 @@ pub struct OptimizeInput {
 }
 
 impl OptimizeInput {
-    /// An input for tests: default lowering, a quick profile, 2 cores, no pools.
-    #[doc(hidden)]
+    /// An input for tests: default lowering, a profile with the test ops' declared costs, 2
+    /// cores, no pools.
+    #[cfg(test)]
     pub fn for_test(logical: &Arc<LogicalPlan>, options: &OptimizerOptions) -> Self {
-        let profile = crate::profile::profile(
-            logical,
-            &crate::ProfileOptions {
-                samples: 64,
-                ..Default::default()
-            },
-        )
-        .expect("profile");
+        let profile = crate::testing::profiled(logical, 64);
         OptimizeInput {
             logical: logical.clone(),
             default: lower(

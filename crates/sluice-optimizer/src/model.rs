@@ -712,9 +712,6 @@ mod tests {
     fn threads_raise_capacity_until_cores_bind() {
         let plan = pipeline(20, vec![busy_op("work", 500, OpKind::Opaque)]);
         let mut p = profiled(&plan, 20);
-        // Measured on the machine the test runs on; this test is about linear scaling.
-        assert!(p.ops[0].parallel_efficiency > 0.0 && p.ops[0].parallel_efficiency <= 1.0);
-        p.ops[0].parallel_efficiency = 1.0;
         let one = lower(
             &plan,
             &LowerOptions {

@@ -1,4 +1,9 @@
 //! Test ops with known costs and declared fields, shared by the rule tests.
+//!
+//! Unit tests never time anything: a test op *declares* its CPU cost and [`profiled`] writes
+//! the declared costs into a profile whose counts (items, bytes, selectivity) come from a
+//! real run. The optimizer's decisions in tests are then the same on any machine, idle or
+//! busy; measured costs live in `benchmarks/`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -7,8 +12,9 @@ use sluice_core::*;
 
 use crate::clock::thread_cpu;
 
-/// A configurable op: burns `fixed_us` + `ns_per_byte` × bytes of `img` of CPU, optionally
-/// resizes `img` to `out_len` bytes, filters odd ids, or fails at one index.
+/// A configurable op that costs `fixed_us` + `ns_per_byte` × bytes of `img` of CPU (declared,
+/// and burned only when `burn` is set), optionally resizes `img` to `out_len` bytes, filters
+/// odd ids, or fails at one index.
 #[derive(Debug, Clone)]
 pub struct TestOp {
     pub name: String,
@@ -23,6 +29,8 @@ pub struct TestOp {
     pub writes: Vec<String>,
     pub fail_at: Option<u64>,
     pub keep_position: Option<bool>,
+    /// Really spend the declared CPU (for the profiler's own tests).
+    pub burn: bool,
 }
 
 impl TestOp {
@@ -40,7 +48,12 @@ impl TestOp {
             writes: vec!["img".into()],
             fail_at: None,
             keep_position: None,
+            burn: false,
         }
+    }
+    /// CPU seconds this op declares for an input whose `img` has `len` bytes.
+    pub fn cost_s(&self, len: usize) -> f64 {
+        self.fixed_us as f64 * 1e-6 + self.ns_per_byte * 1e-9 * len as f64
     }
 }
 
@@ -56,7 +69,7 @@ impl Op for TestOp {
         &self.name
     }
     fn spec(&self) -> serde_json::Value {
-        serde_json::json!({"op": self.name})
+        serde_json::json!({"op": self.name, "fixed_us": self.fixed_us, "ns_per_byte": self.ns_per_byte})
     }
     fn meta(&self) -> OpMeta {
         OpMeta {
@@ -75,8 +88,9 @@ impl Op for TestOp {
             .get("img")
             .and_then(|v| v.as_bytes())
             .map_or(0, <[u8]>::len);
-        let ns = self.fixed_us as f64 * 1e3 + self.ns_per_byte * len as f64;
-        spin(Duration::from_nanos(ns as u64));
+        if self.burn {
+            spin(Duration::from_secs_f64(self.cost_s(len)));
+        }
         if let Some(n) = self.out_len {
             s.set("img", Value::Bytes(vec![cx.index as u8; n].into()));
         }
@@ -133,16 +147,47 @@ pub fn images(n: usize, img_len: usize) -> Arc<LogicalPlan> {
     ))))
 }
 
-/// A profile of `samples` samples of `plan` (panics on an error).
+/// CPU seconds per item the source read declares in a synthetic profile.
+pub const SOURCE_COST_S: f64 = 1e-7;
+
+/// A profile of `samples` samples of `plan` (panics on an error) on a 2-core machine: items,
+/// bytes and selectivity as the run found them, CPU as the ops declare it (see the module
+/// docs), every op scaling linearly.
 pub fn profiled(plan: &Arc<LogicalPlan>, samples: u64) -> crate::Profile {
-    crate::profile::profile(
+    let mut p = crate::profile::profile(
         plan,
         &crate::ProfileOptions {
             samples,
             ..Default::default()
         },
     )
-    .expect("profile")
+    .expect("profile");
+    p.machine.cores = 2;
+    let read = SOURCE_COST_S * p.source.items_in as f64;
+    declare(&mut p.source, read);
+    let declared: Vec<(u64, serde_json::Value)> = plan
+        .chain()
+        .iter()
+        .filter_map(|node| match &**node {
+            LogicalPlan::Map(n) => Some((n.op_id, n.op.spec())),
+            _ => None,
+        })
+        .collect();
+    for op in &mut p.ops {
+        let spec = declared.iter().find(|(id, _)| Some(*id) == op.op_id);
+        let cost = |key: &str| spec.and_then(|(_, s)| s.get(key)?.as_f64()).unwrap_or(0.0);
+        // The `img` bytes dominate a test sample; the other fields are a few dozen bytes.
+        let cpu = cost("fixed_us") * 1e-6 * op.items_in as f64
+            + cost("ns_per_byte") * 1e-9 * op.bytes_in as f64;
+        declare(op, cpu);
+    }
+    p
+}
+
+fn declare(op: &mut crate::OpProfile, cpu_s: f64) {
+    op.cpu_s = cpu_s;
+    op.wall_s = cpu_s;
+    op.parallel_efficiency = 1.0;
 }
 
 /// `images(n, 1000)` followed by `ops`.

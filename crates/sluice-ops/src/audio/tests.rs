@@ -1,4 +1,5 @@
 use super::*;
+use sluice_core::{OpKind, OpRef, Sample, Tensor, TensorData, Value};
 use crate::testing::{cx, one};
 use crate::OpSpec;
 use serde_json::json;

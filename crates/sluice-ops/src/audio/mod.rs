@@ -13,6 +13,8 @@
 //! in small per-op pools, so concurrent workers each take their own instance for the duration
 //! of one call and never wait on each other for the work itself.
 
+#[cfg(test)]
+mod contract_tests;
 mod ops;
 mod plumbing;
 mod spec;
@@ -25,10 +27,14 @@ use std::sync::{Arc, Mutex};
 use sluice_audioproc as ap;
 use sluice_core::{Error, OpRef, Result};
 
+use crate::limits::{product, refuse, MAX_N_FFT};
+
 use ops::*;
 use plumbing::{Base, Pool};
 pub use spec::{AudioSpec, DbReference, WindowName};
 
+/// Field written by `audio.decode` / `audio.resample` and read by `audio.resample` /
+/// `audio.mel`: the sample rate of the audio, in Hz.
 pub const SAMPLE_RATE_FIELD: &str = "sample_rate";
 
 fn bad(op: &str, msg: impl std::fmt::Display) -> Error {
@@ -56,6 +62,19 @@ fn kernel_err(e: ap::AudioError) -> Error {
     Error::data(e.to_string())
 }
 
+/// Refuses a target rate above `max_samples`: one second of audio would already exceed it.
+fn check_target_rate(op: &str, what: &str, rate: u32, max_samples: u64) -> Result<()> {
+    if u64::from(rate) > max_samples {
+        return Err(refuse(
+            &format!("audio.{op}"),
+            &format!("{what}={rate} makes {rate} samples per second of audio"),
+            "max_samples",
+            max_samples,
+        ));
+    }
+    Ok(())
+}
+
 /// Builds an `audio.*` op, validating its arguments.
 pub fn build(spec: &AudioSpec) -> Result<OpRef> {
     let name = spec.name();
@@ -68,22 +87,30 @@ pub fn build(spec: &AudioSpec) -> Result<OpRef> {
             field,
             out,
             sample_rate,
+            max_samples,
             ..
         } => {
             check_field(name, "field", field)?;
             check_field(name, "out", out)?;
             if let Some(r) = sample_rate {
                 check_rate(name, "sample_rate", *r)?;
+                check_target_rate(name, "sample_rate", *r, *max_samples)?;
             }
             Arc::new(Decode {
                 base,
                 resamplers: Pool::default(),
             })
         }
-        AudioSpec::Resample { rate, field, out } => {
+        AudioSpec::Resample {
+            rate,
+            field,
+            out,
+            max_samples,
+        } => {
             let rate =
                 rate.ok_or_else(|| bad(name, "rate (target sample rate in Hz) is required"))?;
             check_rate(name, "rate", rate)?;
+            check_target_rate(name, "rate", rate, *max_samples)?;
             check_field(name, "field", field)?;
             check_field(name, "out", out.as_deref().unwrap_or(field))?;
             Arc::new(Resample {
@@ -101,6 +128,7 @@ pub fn build(spec: &AudioSpec) -> Result<OpRef> {
             center,
             field,
             out,
+            max_samples,
         } => {
             check_field(name, "field", field)?;
             check_field(name, "out", out)?;
@@ -120,6 +148,22 @@ pub fn build(spec: &AudioSpec) -> Result<OpRef> {
                     ),
                 ));
             }
+            // The FFT plan and its buffers are a few times n_fft: capped, as kernel sizes are.
+            if *n_fft > MAX_N_FFT || win > MAX_N_FFT {
+                return Err(bad(
+                    name,
+                    format!("n_fft and win_length must be at most {MAX_N_FFT}, got n_fft={n_fft}, win_length={win}"),
+                ));
+            }
+            let rows = (*n_fft / 2 + 1) as u64;
+            if rows > *max_samples {
+                return Err(refuse(
+                    &format!("audio.{name}"),
+                    &format!("n_fft={n_fft} makes {rows} frequency bins per frame"),
+                    "max_samples",
+                    *max_samples,
+                ));
+            }
             let stft = ap::Stft::new(*n_fft, hop, *win_length, window.kernel(), *center)
                 .map_err(|e| bad(name, e))?;
             Arc::new(Spectrogram {
@@ -127,6 +171,10 @@ pub fn build(spec: &AudioSpec) -> Result<OpRef> {
                 power: *power,
                 proto: stft,
                 pool: Pool::default(),
+                n_fft: *n_fft,
+                hop,
+                center: *center,
+                max_samples: *max_samples,
             })
         }
         AudioSpec::TimeStretch {
@@ -134,6 +182,7 @@ pub fn build(spec: &AudioSpec) -> Result<OpRef> {
             power,
             field,
             out,
+            max_samples,
         } => {
             let rate = rate.ok_or_else(|| bad(name, "rate is required"))?;
             if !(rate.is_finite() && rate > 0.0) {
@@ -150,21 +199,34 @@ pub fn build(spec: &AudioSpec) -> Result<OpRef> {
             }
             check_field(name, "field", field)?;
             check_field(name, "out", out.as_deref().unwrap_or(field))?;
+            // One frame becomes ceil(1 / rate) frames.
+            let per_frame = (1.0 / rate).ceil();
+            if per_frame > *max_samples as f64 {
+                return Err(refuse(
+                    &format!("audio.{name}"),
+                    &format!("rate={rate} stretches one frame to {per_frame} frames"),
+                    "max_samples",
+                    *max_samples,
+                ));
+            }
             Arc::new(TimeStretch {
                 base,
                 rate,
                 power: *power,
+                max_samples: *max_samples,
             })
         }
         AudioSpec::TimeMask {
             max_width,
             fill,
             field,
+            out,
         }
         | AudioSpec::FreqMask {
             max_width,
             fill,
             field,
+            out,
         } => {
             let max_width =
                 max_width.ok_or_else(|| bad(name, "max_width (in frames or bins) is required"))?;
@@ -172,6 +234,7 @@ pub fn build(spec: &AudioSpec) -> Result<OpRef> {
                 return Err(bad(name, format!("fill must be finite, got {fill}")));
             }
             check_field(name, "field", field)?;
+            check_field(name, "out", out.as_deref().unwrap_or(field))?;
             Arc::new(Mask {
                 base,
                 max_width,
@@ -189,11 +252,26 @@ pub fn build(spec: &AudioSpec) -> Result<OpRef> {
             norm,
             field,
             out,
+            max_samples,
         } => {
             check_field(name, "field", field)?;
             check_field(name, "out", out.as_deref().unwrap_or(field))?;
             if *n_mels == 0 {
                 return Err(bad(name, "n_mels must be > 0"));
+            }
+            // The filterbank holds n_mels x (n_fft/2 + 1) weights, the output n_mels a frame.
+            let bins = n_fft.map_or(1, |n| (n / 2 + 1) as u64);
+            let weights = product(&[*n_mels as u64, bins]);
+            if weights > *max_samples {
+                return Err(refuse(
+                    &format!("audio.{name}"),
+                    &match n_fft {
+                        Some(n) => format!("n_mels={n_mels} with n_fft={n} makes a filterbank of {weights} weights"),
+                        None => format!("n_mels={n_mels} makes {n_mels} values per frame"),
+                    },
+                    "max_samples",
+                    *max_samples,
+                ));
             }
             if let Some(r) = sample_rate {
                 check_rate(name, "sample_rate", *r)?;
@@ -238,6 +316,7 @@ pub fn build(spec: &AudioSpec) -> Result<OpRef> {
                 base,
                 template,
                 banks: Mutex::new(HashMap::new()),
+                max_samples: *max_samples,
             };
             // Parameters fully known: plan the filterbank now (and report bad ones now).
             if let (Some(sr), Some(n)) = (sample_rate, n_fft) {

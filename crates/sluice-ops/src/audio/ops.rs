@@ -48,6 +48,7 @@ impl Op for Decode {
             out,
             sample_rate,
             mono,
+            max_samples,
         } = &self.base.spec
         else {
             unreachable!()
@@ -65,7 +66,14 @@ impl Op for Decode {
         let mut rate = audio.sample_rate;
         let mut samples = audio.samples;
         if let Some(to) = sample_rate {
-            samples = resample_with(&self.resamplers, samples, channels, rate, *to)?;
+            samples = resample_with(
+                &self.resamplers,
+                samples,
+                channels,
+                rate,
+                ("sample_rate", *to),
+                *max_samples,
+            )?;
             rate = *to;
         }
         let shape = if *mono {
@@ -86,6 +94,15 @@ pub(super) struct Resample {
     pub(super) resamplers: ResamplerPool,
 }
 
+impl Resample {
+    fn max_samples(&self) -> u64 {
+        match self.base.spec {
+            AudioSpec::Resample { max_samples, .. } => max_samples,
+            _ => unreachable!(),
+        }
+    }
+}
+
 impl Op for Resample {
     op_common!();
     fn meta(&self) -> OpMeta {
@@ -102,25 +119,15 @@ impl Op for Resample {
         let (field, out) = self.base.spec.io();
         let from = read_rate(&s, "resample")?;
         let (shape, data) = take_f32(&mut s, field, out, "resample")?;
-        let (shape, data) = match shape.as_slice() {
-            [_] => {
-                let y = resample_with(&self.resamplers, data, 1, from, self.rate)?;
-                (vec![y.len()], y)
-            }
-            [c, _] => {
-                let c = *c;
-                if c == 0 {
-                    return Err(Error::data(format!("field '{field}' has 0 channels")));
-                }
-                let y = resample_with(&self.resamplers, data, c, from, self.rate)?;
-                (vec![c, y.len() / c], y)
-            }
-            other => {
-                return Err(Error::data(format!(
-                    "field '{field}' must be audio [n] or [channels, n], got shape {other:?}"
-                )))
-            }
+        let c = audio_channels(&shape, field)?;
+        let to = ("rate", self.rate);
+        let y = resample_with(&self.resamplers, data, c, from, to, self.max_samples())?;
+        let shape = if shape.len() == 1 {
+            vec![y.len()]
+        } else {
+            vec![c, y.len() / c]
         };
+        let data = y;
         put(&mut s, out, shape, data)?;
         s.set(SAMPLE_RATE_FIELD, Value::Int(self.rate as i64));
         Ok(Emit::One(s))
@@ -134,6 +141,22 @@ pub(super) struct Spectrogram {
     /// Planned at build time; cloned (sharing the FFT plan) for each concurrent worker.
     pub(super) proto: ap::Stft,
     pub(super) pool: Pool<(), ap::Stft>,
+    pub(super) n_fft: usize,
+    pub(super) hop: usize,
+    pub(super) center: bool,
+    pub(super) max_samples: u64,
+}
+
+impl Spectrogram {
+    /// Frames of a clip of `n` samples (0 when too short for one; the kernel reports that).
+    fn frames(&self, n: usize) -> usize {
+        let padded = n + if self.center { 2 * (self.n_fft / 2) } else { 0 };
+        if padded < self.n_fft {
+            0
+        } else {
+            1 + (padded - self.n_fft) / self.hop
+        }
+    }
 }
 
 impl Op for Spectrogram {
@@ -150,12 +173,20 @@ impl Op for Spectrogram {
         };
         // Borrowed, not taken: the audio usually stays in the sample (out != field).
         let (shape, spec) = with_f32(&s, field, "spectrogram", |shape, data| {
-            let Some((&n, lead)) = shape.split_last() else {
-                return Err(Error::data(format!(
-                    "field '{field}' must be audio [..., n], got a scalar"
-                )));
-            };
-            let count: usize = lead.iter().product();
+            let count = audio_channels(shape, field)?;
+            let (n, lead) = (shape[shape.len() - 1], &shape[..shape.len() - 1]);
+            let (rows, frames) = (self.n_fft / 2 + 1, self.frames(n));
+            check_output(
+                &[count as u64, rows as u64, frames as u64],
+                self.max_samples,
+                || {
+                    format!(
+                        "n_fft={}, hop_length={} on {count} x {n} samples makes {count} x {rows} x \
+                         {frames} values",
+                        self.n_fft, self.hop
+                    )
+                },
+            )?;
             self.pool.with(
                 &(),
                 || Ok(self.proto.clone()),
@@ -193,6 +224,7 @@ pub(super) struct TimeStretch {
     pub(super) base: Base,
     pub(super) rate: f64,
     pub(super) power: f32,
+    pub(super) max_samples: u64,
 }
 
 impl Op for TimeStretch {
@@ -211,6 +243,18 @@ impl Op for TimeStretch {
         let (field, out) = self.base.spec.io();
         let (shape, data) = take_f32(&mut s, field, out, "time_stretch")?;
         let (lead, rows, cols) = spec_dims(&shape, field)?;
+        let frames = (cols as f64 / self.rate).ceil();
+        let count = lead.iter().product::<usize>() as u64;
+        check_output(
+            &[count, rows as u64, frames.min(u64::MAX as f64) as u64],
+            self.max_samples,
+            || {
+                format!(
+                    "rate={} on {cols} frames makes {count} x {rows} x {frames} values",
+                    self.rate
+                )
+            },
+        )?;
         let (shape, data) = per_spectrogram(lead, rows, cols, data, |sp| {
             ap::time_stretch_power(&sp, self.rate, self.power).map_err(kernel_err)
         })?;
@@ -228,24 +272,15 @@ pub(super) struct Mask {
     pub(super) time: bool,
 }
 
-impl Mask {
-    fn field(&self) -> &str {
-        match &self.base.spec {
-            AudioSpec::TimeMask { field, .. } | AudioSpec::FreqMask { field, .. } => field,
-            _ => unreachable!(),
-        }
-    }
-}
-
 impl Op for Mask {
     op_common!();
     fn meta(&self) -> OpMeta {
-        let f = self.field();
-        meta(vec![f], vec![f], OpKind::PixelWise, true)
+        let (field, out) = self.base.spec.io();
+        meta(vec![field], vec![out], OpKind::PixelWise, true)
     }
     fn apply(&self, mut s: Sample, cx: &OpContext) -> Result<Emit> {
-        let field = self.field();
-        let (shape, mut data) = take_f32(&mut s, field, field, self.base.name)?;
+        let (field, out) = self.base.spec.io();
+        let (shape, mut data) = take_f32(&mut s, field, out, self.base.name)?;
         let (_, rows, cols) = spec_dims(&shape, field)?;
         let mut rng = cx.rng();
         let size = if self.time { cols } else { rows };
@@ -263,7 +298,7 @@ impl Op for Mask {
                 }
             }
         }
-        put(&mut s, field, shape, data)?;
+        put(&mut s, out, shape, data)?;
         Ok(Emit::One(s))
     }
 }
@@ -273,6 +308,7 @@ pub(super) struct Mel {
     /// `sample_rate` / `n_fft` are filled per call when the spec leaves them open.
     pub(super) template: ap::MelConfig,
     pub(super) banks: Mutex<HashMap<(u32, usize), Arc<ap::MelFilterbank>>>,
+    pub(super) max_samples: u64,
 }
 
 impl Mel {
@@ -295,6 +331,14 @@ impl Mel {
         if let Some(b) = lock(&self.banks).get(&key) {
             return Ok(b.clone());
         }
+        let n_mels = self.template.n_mels;
+        check_output(
+            &[n_mels as u64, (n_fft / 2 + 1) as u64],
+            self.max_samples,
+            || {
+                format!("n_mels={n_mels} with n_fft={n_fft} makes a filterbank of {n_mels} x {} weights", n_fft / 2 + 1)
+            },
+        )?;
         let cfg = ap::MelConfig {
             sample_rate,
             n_fft,
@@ -344,6 +388,11 @@ impl Op for Mel {
                 )))
             }
         };
+        let n_mels = self.template.n_mels as u64;
+        let count = lead.iter().product::<usize>() as u64;
+        check_output(&[count, n_mels, cols as u64], self.max_samples, || {
+            format!("n_mels={n_mels} on {cols} frames makes {count} x {n_mels} x {cols} values")
+        })?;
         let bank = self.bank(sr, n_fft)?;
         let (shape, data) = per_spectrogram(lead, rows, cols, data, |sp| {
             bank.apply(&sp).map_err(kernel_err)
@@ -385,4 +434,3 @@ impl Op for Compress {
         Ok(Emit::One(s))
     }
 }
-

@@ -8,6 +8,7 @@ use sluice_audioproc as ap;
 use sluice_core::{Error, OpKind, OpMeta, Result, Sample, Shape, Tensor, TensorData, Value};
 
 use super::{kernel_err, AudioSpec, SAMPLE_RATE_FIELD};
+use crate::limits::{check, product};
 
 // ---------------------------------------------------------------------------------------------
 // Shared plumbing
@@ -82,17 +83,39 @@ pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 pub(super) type ResamplerPool = Pool<(u32, u32), ap::Resampler>;
 
-/// Resamples channel-major `samples` (`channels` rows) from `from` to `to` Hz.
+/// Resamples channel-major `samples` (`channels` rows) from `from` to `to` Hz, the rate the
+/// op's argument `arg` asked for. The output and the resampler's plan must each stay within
+/// `max_samples` float32 values; both are checked before anything is allocated.
 pub(super) fn resample_with(
     pool: &ResamplerPool,
     samples: Vec<f32>,
     channels: usize,
     from: u32,
-    to: u32,
+    (arg, to): (&str, u32),
+    max_samples: u64,
 ) -> Result<Vec<f32>> {
     if from == to {
         return Ok(samples);
     }
+    let n = (samples.len() / channels.max(1)) as u64;
+    let per_channel = (u128::from(n) * u128::from(to)).div_ceil(u128::from(from));
+    let total = u64::try_from(per_channel)
+        .unwrap_or(u64::MAX)
+        .saturating_mul(channels.max(1) as u64);
+    check(total, max_samples, "max_samples", || {
+        format!("{arg}={to} on {n} samples at {from} Hz makes {per_channel} samples x {channels} channel(s)")
+    })?;
+    check(
+        ap::Resampler::plan_len(from, to),
+        max_samples,
+        "max_samples",
+        || {
+            format!(
+                "{arg}={to}: a resampler from {from} Hz holds ~{} values",
+                ap::Resampler::plan_len(from, to)
+            )
+        },
+    )?;
     pool.with(
         &(from, to),
         || ap::Resampler::new(from, to).map_err(kernel_err),
@@ -128,7 +151,12 @@ pub(super) fn read_rate(s: &Sample, op: &str) -> Result<u32> {
 
 /// The float32 tensor in `field` as (shape, data): moved out when the op overwrites the field
 /// (no copy if the buffer is not shared), copied otherwise. float64 is converted.
-pub(super) fn take_f32(s: &mut Sample, field: &str, out: &str, op: &str) -> Result<(Shape, Vec<f32>)> {
+pub(super) fn take_f32(
+    s: &mut Sample,
+    field: &str,
+    out: &str,
+    op: &str,
+) -> Result<(Shape, Vec<f32>)> {
     let v = if field == out {
         s.take(field, op)?
     } else {
@@ -177,17 +205,46 @@ pub(super) fn with_f32<R>(
     )))
 }
 
-/// Splits a `[..., rows, cols]` shape into (leading shape, rows, cols).
+/// Splits a spectrogram's shape, `[rows, cols]` or `[channels, rows, cols]`, into (leading
+/// shape, rows, cols).
 pub(super) fn spec_dims(shape: &[usize], field: &str) -> Result<(Vec<usize>, usize, usize)> {
     match shape {
-        [lead @ .., rows, cols] => Ok((lead.to_vec(), *rows, *cols)),
-        _ => Err(Error::data(format!(
-            "field '{field}' must be a spectrogram [..., freq, time], got shape {shape:?}"
+        [rows, cols] => Ok((vec![], *rows, *cols)),
+        [c, rows, cols] => Ok((vec![*c], *rows, *cols)),
+        _ => Err(Error::type_error(format!(
+            "field '{field}' must be a spectrogram [freq, time] or [channels, freq, time], got \
+             shape {shape:?}"
         ))),
     }
 }
 
-pub(super) fn put(s: &mut Sample, out: &str, shape: impl Into<Shape>, data: Vec<f32>) -> Result<()> {
+/// The channels of audio of `shape`: `[n]` (mono) or `[channels, n]`.
+pub(super) fn audio_channels(shape: &[usize], field: &str) -> Result<usize> {
+    match shape {
+        [_] => Ok(1),
+        [c, _] if *c > 0 => Ok(*c),
+        _ => Err(Error::type_error(format!(
+            "field '{field}' must be audio [n] or [channels, n] with channels > 0, got shape \
+             {shape:?}"
+        ))),
+    }
+}
+
+/// Fails the sample when an output of `dims` float32 values exceeds `max_samples`.
+pub(super) fn check_output(
+    dims: &[u64],
+    max_samples: u64,
+    what: impl FnOnce() -> String,
+) -> Result<()> {
+    check(product(dims), max_samples, "max_samples", what)
+}
+
+pub(super) fn put(
+    s: &mut Sample,
+    out: &str,
+    shape: impl Into<Shape>,
+    data: Vec<f32>,
+) -> Result<()> {
     s.set(
         out,
         Value::Tensor(Tensor::new(shape, TensorData::F32(data))?),
@@ -264,4 +321,3 @@ pub(super) fn ext_hint(s: &Sample) -> Option<String> {
     let (stem, ext) = name.rsplit_once('.')?;
     (!stem.is_empty() && !ext.is_empty() && ext.len() <= 5).then(|| ext.to_ascii_lowercase())
 }
-

@@ -3,6 +3,8 @@
 use serde::{Deserialize, Serialize};
 use sluice_audioproc as ap;
 
+use crate::limits::{default_max_samples, is_default_max_samples};
+
 fn d_bytes() -> String {
     "bytes".into()
 }
@@ -91,6 +93,12 @@ pub enum AudioSpec {
         sample_rate: Option<u32>,
         #[serde(default = "d_true")]
         mono: bool,
+        /// The most float32 values the op may make for one sample ([`crate::limits`]).
+        #[serde(
+            default = "default_max_samples",
+            skip_serializing_if = "is_default_max_samples"
+        )]
+        max_samples: u64,
     },
     /// Resamples `field` from the `sample_rate` field's rate to `rate` and updates
     /// `sample_rate`.
@@ -103,6 +111,12 @@ pub enum AudioSpec {
         /// `None`: same as `field`.
         #[serde(default)]
         out: Option<String>,
+        /// The most float32 values the op may make for one sample ([`crate::limits`]).
+        #[serde(
+            default = "default_max_samples",
+            skip_serializing_if = "is_default_max_samples"
+        )]
+        max_samples: u64,
     },
     /// `|STFT|^power` as float32 `[n_fft/2 + 1, frames]` (freq × time), like `librosa.stft`.
     #[serde(rename = "audio.spectrogram")]
@@ -125,6 +139,12 @@ pub enum AudioSpec {
         field: String,
         #[serde(default = "d_spec")]
         out: String,
+        /// The most float32 values the op may make for one sample ([`crate::limits`]).
+        #[serde(
+            default = "default_max_samples",
+            skip_serializing_if = "is_default_max_samples"
+        )]
+        max_samples: u64,
     },
     /// Phase-vocoder time stretch of a `|X|^power` spectrogram (librosa's
     /// `|phase_vocoder(X, rate)|^power`): `ceil(frames / rate)` frames.
@@ -139,6 +159,12 @@ pub enum AudioSpec {
         field: String,
         #[serde(default)]
         out: Option<String>,
+        /// The most float32 values the op may make for one sample ([`crate::limits`]).
+        #[serde(
+            default = "default_max_samples",
+            skip_serializing_if = "is_default_max_samples"
+        )]
+        max_samples: u64,
     },
     /// SpecAugment time mask (torchaudio `TimeMasking`): up to `max_width` frames set to `fill`.
     #[serde(rename = "audio.time_mask")]
@@ -149,6 +175,9 @@ pub enum AudioSpec {
         fill: f32,
         #[serde(default = "d_spec")]
         field: String,
+        /// `None`: same as `field`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        out: Option<String>,
     },
     /// SpecAugment frequency mask (torchaudio `FrequencyMasking`): up to `max_width` bins set
     /// to `fill`.
@@ -160,6 +189,9 @@ pub enum AudioSpec {
         fill: f32,
         #[serde(default = "d_spec")]
         field: String,
+        /// `None`: same as `field`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        out: Option<String>,
     },
     /// Mel projection of a power spectrogram (`librosa.feature.melspectrogram(S=...)`):
     /// `[n_mels, frames]`.
@@ -187,6 +219,12 @@ pub enum AudioSpec {
         field: String,
         #[serde(default)]
         out: Option<String>,
+        /// The most float32 values the op may make for one sample ([`crate::limits`]).
+        #[serde(
+            default = "default_max_samples",
+            skip_serializing_if = "is_default_max_samples"
+        )]
+        max_samples: u64,
     },
     /// `ln(x + eps)`.
     #[serde(rename = "audio.log")]
@@ -255,14 +293,14 @@ impl AudioSpec {
             }
             AudioSpec::Resample { field, out, .. }
             | AudioSpec::TimeStretch { field, out, .. }
+            | AudioSpec::TimeMask { field, out, .. }
+            | AudioSpec::FreqMask { field, out, .. }
             | AudioSpec::Mel { field, out, .. }
             | AudioSpec::Log { field, out, .. }
             | AudioSpec::PowerToDb { field, out, .. }
             | AudioSpec::AmplitudeToDb { field, out, .. } => {
                 (field, out.as_deref().unwrap_or(field))
             }
-            AudioSpec::TimeMask { field, .. } | AudioSpec::FreqMask { field, .. } => (field, field),
         }
     }
 }
-

@@ -345,13 +345,20 @@ fn scaled_crop_edges_read_only_the_crop() {
     ] {
         let (fused, d) =
             decode_resized_crop(&bytes, &opts, t, l, ch, cw, out, out, Filter::Bilinear).unwrap();
-        assert!(d > 1, "{t} {l} {ch} {cw} {out}: the crop should be DCT-scaled");
+        assert!(
+            d > 1,
+            "{t} {l} {ch} {cw} {out}: the crop should be DCT-scaled"
+        );
         let exact = resized_crop(&full, t, l, ch, cw, out, out, Filter::Bilinear).unwrap();
         // The same 1/d decode the fused path resized from (the file has no EXIF rotation).
         let dd = d as usize;
-        let (scaled, d2) =
-            decode_scaled(&bytes, &opts, full.height.div_ceil(dd), full.width.div_ceil(dd))
-                .unwrap();
+        let (scaled, d2) = decode_scaled(
+            &bytes,
+            &opts,
+            full.height.div_ceil(dd),
+            full.width.div_ceil(dd),
+        )
+        .unwrap();
         assert_eq!(d2, d);
         let s = d as f64;
         let b = CropBox {
@@ -367,5 +374,8 @@ fn scaled_crop_edges_read_only_the_crop() {
         fused_total += fe;
         box_total += be;
     }
-    assert!(fused_total < 0.8 * box_total, "{fused_total} vs {box_total}");
+    assert!(
+        fused_total < 0.8 * box_total,
+        "{fused_total} vs {box_total}"
+    );
 }

@@ -231,8 +231,8 @@ impl Op for TimeStretch {
     op_common!();
     fn meta(&self) -> OpMeta {
         let (field, out) = self.base.spec.io();
-        // Speeding up (rate > 1) shrinks the spectrogram; slowing down grows it.
-        let kind = if self.rate > 1.0 {
+        // Speeding up (rate > 1) shrinks the spectrogram, in place; slowing down grows it.
+        let kind = if self.rate > 1.0 && field == out {
             OpKind::SizeReducing
         } else {
             OpKind::Opaque

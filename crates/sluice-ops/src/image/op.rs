@@ -394,6 +394,12 @@ impl Op for ImageOp {
             | ImageSpec::Grayscale { .. }
             | ImageSpec::GaussianBlur { .. } => (OpKind::PixelWise, true),
         };
+        // Writing another field keeps the input: the sample grows, whatever the op.
+        let kind = if kind == OpKind::SizeReducing && self.spec.out() != self.spec.field() {
+            OpKind::Opaque
+        } else {
+            kind
+        };
         OpMeta {
             reads: vec![self.spec.field().to_string()],
             writes: vec![self.spec.out().to_string()],

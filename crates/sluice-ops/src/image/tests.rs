@@ -252,6 +252,11 @@ fn out_leaves_the_input_field_untouched() {
         assert_eq!(a.get("aug"), b.get("image"), "{spec}");
         let op = OpSpec::from_json(&with_out).unwrap().build().unwrap();
         let meta = op.meta();
+        assert_ne!(
+            meta.kind,
+            sluice_core::OpKind::SizeReducing,
+            "{spec}: the sample grows"
+        );
         assert_eq!(
             (meta.reads, meta.writes),
             (vec!["image".to_string()], vec!["aug".to_string()])

@@ -363,7 +363,10 @@ impl Op for TextOp {
         let (reads, writes) = self.fields();
         let kind = match self.spec {
             TextSpec::Tokenize { .. } => OpKind::Decode,
-            TextSpec::Truncate { .. } => OpKind::SizeReducing,
+            // Writing another field keeps the input: the sample grows.
+            TextSpec::Truncate { .. } if self.spec.io().0 == self.spec.io().1 => {
+                OpKind::SizeReducing
+            }
             _ => OpKind::Opaque,
         };
         OpMeta {

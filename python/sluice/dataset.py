@@ -133,8 +133,10 @@ class Dataset(FormatsMixin):  # FormatsMixin: write_parquet/jsonl, to_arrow/pand
     ) -> "Dataset":
         """GPT-style packing: concatenates the 1-D integer ``field`` of consecutive samples
         (with ``separator`` after each, e.g. an EOS id) and cuts blocks of exactly ``length``
-        tokens: ``{field, attention_mask, segment_ids}`` (``segment_ids`` numbers the samples in
-        a block from 1; padding has mask 0 and segment 0). Packing restarts every epoch; the
+        tokens (``length`` at most 2**24): ``{field, attention_mask, segment_ids}``
+        (``segment_ids`` numbers the samples in a block from 1 — a sample that adds no tokens,
+        empty without a separator, takes none; padding has mask 0 and segment 0). Packing
+        restarts every epoch; the
         last short block is padded with ``pad_id`` or dropped (``drop_remainder``). Other
         fields are dropped. Checkpoints save where the current block starts, not its tokens.
 

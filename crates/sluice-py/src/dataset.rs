@@ -22,8 +22,7 @@ pub struct PyOp {
 impl PyOp {
     #[new]
     fn new(spec_json: &str) -> PyResult<Self> {
-        let spec: OpSpec = serde_json::from_str(spec_json)
-            .map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("invalid op: {e}")))?;
+        let spec = OpSpec::from_json(spec_json).py()?;
         Ok(PyOp {
             op: spec.build().py()?,
         })

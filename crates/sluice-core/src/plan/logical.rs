@@ -147,6 +147,10 @@ pub struct PackNode {
 }
 
 /// What `pack` does.
+/// The longest `pack` block, in tokens (2^24, the text ops' default `max_tokens`): a block's
+/// buffers are allocated whole, so an absurd length is refused when the pipeline is built.
+pub const MAX_PACK_LENGTH: usize = 1 << 24;
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PackSpec {
     /// Tokens per block.
@@ -166,6 +170,12 @@ impl PackNode {
     pub fn try_new(input: Arc<LogicalPlan>, spec: PackSpec) -> Result<Self> {
         if spec.length == 0 {
             return Err(Error::invalid("pack: length must be > 0"));
+        }
+        if spec.length > MAX_PACK_LENGTH {
+            return Err(Error::invalid(format!(
+                "pack: length={} makes blocks of {} tokens, above the limit of {MAX_PACK_LENGTH}",
+                spec.length, spec.length
+            )));
         }
         if let Some(fields) = input.schema() {
             if !fields.contains(&spec.field) {

@@ -190,3 +190,49 @@ def test_worker_error_shuts_down_cleanly():
         """
     )
     assert "threads 1" in r.stdout, r.stdout + r.stderr
+
+
+def _until_error(it):
+    """The outputs before the error, and the error (None if the run ended)."""
+    got = []
+    try:
+        for x in it:
+            got.append(x)
+    except sluice.PipelineError as e:
+        # Nothing after the error.
+        assert list(it) == []
+        return got, e
+    return got, None
+
+
+def _boom_at(n):
+    def boom(s):
+        if s["id"] == n:
+            raise ValueError(f"boom {n}")
+        return s
+
+    return boom
+
+
+@pytest.mark.parametrize("threads", [0, 1, 2, 4])
+def test_every_sample_before_a_failing_one_is_delivered(threads):
+    # It used to depend on where chunks ended: 16 at num_threads=0, 32 with threads.
+    got, err = _until_error(sluice.range(1000).map(_boom_at(37)).iter(num_threads=threads))
+    assert [s["id"] for s in got] == list(range(37))
+    assert "sample 37" in str(err) and "boom 37" in str(err)
+
+    evens = sluice.range(1000).filter(lambda s: s["id"] % 2 == 0).map(_boom_at(36))
+    got, err = _until_error(evens.iter(num_threads=threads))
+    assert [s["id"] for s in got] == list(range(0, 36, 2)) and err is not None
+
+    doubled = sluice.range(1000).flat_map(lambda s: [s, s]).map(_boom_at(37))
+    got, err = _until_error(doubled.iter(num_threads=threads))
+    assert [s["id"] for s in got] == [i for i in range(37) for _ in (0, 1)] and err is not None
+
+
+@pytest.mark.parametrize("threads", [0, 1, 2, 4])
+def test_batches_before_a_failing_sample_are_delivered_not_the_one_holding_it(threads):
+    got, err = _until_error(sluice.range(1000).map(_boom_at(37)).batch(8).iter(num_threads=threads))
+    assert [b["id"].tolist() for b in got] == [list(range(i, i + 8)) for i in (0, 8, 16, 24)]
+    assert "sample 37" in str(err)
+

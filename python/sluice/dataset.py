@@ -33,9 +33,12 @@ _LIVE: "weakref.WeakSet[_native.Iterator]" = weakref.WeakSet()
 
 @atexit.register
 def _close_all() -> None:
-    # Stop pipeline threads before the interpreter tears down (no hang at exit).
+    # Stop pipeline threads before the interpreter tears down (no hang at exit), and let the
+    # workers of runs an error or Ctrl-C ended finish their call: one still in Python code
+    # when the interpreter finalizes would abort the process.
     for it in list(_LIVE):
         it.close()
+    _native.join_stopped()
 
 
 def _int(name: str, value: Any, minimum: int, allow_none: bool = False) -> Any:

@@ -236,3 +236,49 @@ def test_batches_before_a_failing_sample_are_delivered_not_the_one_holding_it(th
     assert [b["id"].tolist() for b in got] == [list(range(i, i + 8)) for i in (0, 8, 16, 24)]
     assert "sample 37" in str(err)
 
+
+
+CTRL_C = """
+import os, signal, sys, threading, time, sluice
+threads, close = {threads}, {close}
+started = []
+busy = threading.Event()
+def slow(s):
+    started.append(time.monotonic())
+    if len(started) >= max(threads, 1):
+        busy.set()
+    time.sleep(4)
+    return s
+sent = []
+def interrupt():
+    busy.wait(30)  # every worker is inside a 4 s call
+    # (time.sleep does not look at a signal that came just before it started)
+    time.sleep(0.3)
+    sent.append(time.monotonic())
+    os.kill(os.getpid(), signal.SIGINT)
+threading.Thread(target=interrupt, daemon=True).start()
+it = sluice.range(100).map(slow).iter(num_threads=threads)
+try:
+    for _ in it:
+        pass
+except KeyboardInterrupt:
+    print("latency", round(time.monotonic() - sent[0], 3), flush=True)
+if close:
+    it.close()  # waits for the workers to finish the call they are in
+    print("late calls", sum(t > sent[0] for t in started), flush=True)
+"""
+
+
+@pytest.mark.parametrize("threads,close", [(0, True), (1, True), (2, True), (2, False)])
+def test_ctrl_c_reaches_the_consumer_while_workers_run_long_calls(threads, close):
+    # It took 10 s (the close timeout) with workers in 5 s calls: the consumer waited for
+    # them and they went on with their chunk. Now the interrupt is raised at once; the
+    # workers finish their call, start no other, and the interpreter exits cleanly (it
+    # waits for those calls: a worker still in Python when it finalizes aborts the process).
+    r = run_py(CTRL_C.format(threads=threads, close=close), timeout=60)
+    print(r.stdout, r.stderr)
+    assert r.returncode == 0, r.stderr
+    latency = float(r.stdout.split("latency")[1].split()[0])
+    assert latency < 2, r.stdout
+    if close:
+        assert "late calls 0" in r.stdout, r.stdout

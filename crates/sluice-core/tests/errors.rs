@@ -130,12 +130,20 @@ fn batches_wholly_before_the_failing_sample_are_delivered_the_partial_one_is_not
     for threads in [0, 1, 2, 4] {
         for chunk in [1, 5, 16] {
             // 37 fails: batches [0..8), ..., [24..32) are whole before it; [32..40) holds it.
-            let (outs, err) = run(&batched(pipeline(1000, 37, ElemMode::Map), 8), threads, chunk);
+            let (outs, err) = run(
+                &batched(pipeline(1000, 37, ElemMode::Map), 8),
+                threads,
+                chunk,
+            );
             let want: Vec<Vec<i64>> = (0..4).map(|b| (b * 8..b * 8 + 8).collect()).collect();
             assert_eq!(outs, want, "threads={threads} chunk={chunk}");
             expect_error_at(err, 37);
             // The failing sample opens a batch: the batches before are all delivered.
-            let (outs, err) = run(&batched(pipeline(1000, 32, ElemMode::Map), 8), threads, chunk);
+            let (outs, err) = run(
+                &batched(pipeline(1000, 32, ElemMode::Map), 8),
+                threads,
+                chunk,
+            );
             assert_eq!(outs, want, "fail at a batch start, threads={threads}");
             expect_error_at(err, 32);
         }

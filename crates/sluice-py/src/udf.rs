@@ -136,8 +136,11 @@ impl Op for PyUdf {
             inputs
                 .into_iter()
                 .map(|(s, cx)| {
-                    // After Ctrl-C the rest of the chunk is not run.
-                    if interrupted {
+                    // After Ctrl-C, or once the run is stopped (the consumer was interrupted,
+                    // failed or closed), the rest of the chunk is not run: a worker finishes
+                    // the call in progress and exits.
+                    if interrupted || sluice::exec::cancelled() {
+                        interrupted = true;
                         return Err(Error::Cancelled);
                     }
                     let r = self.call(py, s, &cx, &mut args);

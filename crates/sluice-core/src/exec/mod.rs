@@ -24,9 +24,9 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
 
 pub use backend::{Backend, Backends, StageWork, ThreadBackend, Workers};
+use transform::is_interrupt;
 use transform::StageResume;
 use transform::{make_transform, nonempty, Following, Ready, Transform};
-use transform::is_interrupt;
 pub use transform::{Chunk, Cursor, Item, Outer, Partial, Restart, Skip};
 
 use crate::error::{Error, Result};
@@ -194,6 +194,18 @@ impl Input {
             Input::Ordered { slots, .. } => slots.len(),
             Input::Inline { .. } => 0,
         }
+    }
+}
+
+/// The threads of an [`Execution`], to wait for after it is stopped.
+#[derive(Clone, Debug)]
+pub struct Threads(Arc<Control>);
+
+impl Threads {
+    /// Waits up to `timeout` for every thread to exit; true if they all have. Call without
+    /// holding locks that workers may need (the GIL).
+    pub fn wait(&self, timeout: Duration) -> bool {
+        self.0.wait(timeout)
     }
 }
 
@@ -660,6 +672,12 @@ impl Execution {
         self.ready.clear();
         self.failed = None;
         self.ctl.wait(timeout)
+    }
+
+    /// A handle that waits for this execution's threads, also after it is dropped (a run
+    /// abandoned while a worker finishes a long call is waited for at interpreter exit).
+    pub fn threads(&self) -> Threads {
+        Threads(self.ctl.clone())
     }
 
     /// Statistics so far.

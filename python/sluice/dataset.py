@@ -596,11 +596,14 @@ class Iterator:
         """
         return json.loads(self._native.state_dict_json())
 
-    def load_state_dict(self, state: dict) -> None:
-        """Continues right after the checkpointed output (same pipeline and seed required)."""
+    def load_state_dict(self, state: dict, strict: bool = True) -> None:
+        """Continues right after the checkpointed output (same pipeline and seed required).
+        A checkpoint whose position lies outside the data, or whose Python functions' code
+        (bytecode, constants, captured values) changed since, raises ``ValueError``;
+        ``strict=False`` accepts changed functions on purpose."""
         if not isinstance(state, dict):
             raise TypeError(f"state must be a dict, got {type(state).__name__}")
-        self._native.load_state_dict_json(json.dumps(state))
+        self._native.load_state_dict_json(json.dumps(state), bool(strict))
         if self._owner is not None:
             self._owner._last_stats = self._native.stats_handle()
 

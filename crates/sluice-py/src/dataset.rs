@@ -10,7 +10,7 @@ use sluice::{Dataset, ElemMode, IterOptions, LabelMode, OnError, OpRef, OpSpec, 
 use crate::convert::py_to_sample;
 use crate::errors::IntoPy;
 use crate::iter::PyIter;
-use crate::udf::PyUdf;
+use crate::udf::{code_digest, PyUdf};
 
 /// A built-in op, from its serde form.
 #[pyclass(name = "Op", module = "sluice._native", frozen)]
@@ -109,7 +109,7 @@ impl PyDataset {
     #[pyo3(signature = (func, name, mode, wants_rng=false, on_error="raise", keep_position=None))]
     fn map_udf(
         &self,
-        func: Py<PyAny>,
+        func: Bound<'_, PyAny>,
         name: String,
         mode: &str,
         wants_rng: bool,
@@ -126,11 +126,13 @@ impl PyDataset {
                 )))
             }
         };
+        let digest = Some(code_digest(func.py(), &func)?);
         let op: OpRef = Arc::new(PyUdf {
-            func,
+            func: func.unbind(),
             name,
             mode,
             wants_rng,
+            digest,
         });
         let on_error = self::on_error(on_error)?;
         wrap(match mode {
@@ -141,15 +143,18 @@ impl PyDataset {
     }
     fn map_batches_udf(
         &self,
+        py: Python<'_>,
         func: Py<PyAny>,
         name: String,
         batch_size: usize,
     ) -> PyResult<PyDataset> {
+        let digest = Some(code_digest(py, func.bind(py))?);
         let op: OpRef = Arc::new(PyUdf {
             func,
             name,
             mode: ElemMode::Map,
             wants_rng: false,
+            digest,
         });
         wrap(self.ds.map_batches(op, batch_size))
     }

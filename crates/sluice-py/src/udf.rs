@@ -20,6 +20,16 @@ pub struct PyUdf {
     /// The function declares an `rng` parameter: pass a numpy Generator seeded for
     /// (seed, epoch, sample, op).
     pub wants_rng: bool,
+    /// `sluice._fingerprint.digest` of the function (for checkpoints); `None` in worker
+    /// processes, which never checkpoint.
+    pub digest: Option<String>,
+}
+
+/// The digest of `func`'s code and captured values (`sluice._fingerprint.digest`).
+pub fn code_digest(py: Python<'_>, func: &Bound<'_, PyAny>) -> PyResult<String> {
+    py.import("sluice._fingerprint")?
+        .call_method1("digest", (func,))?
+        .extract()
 }
 
 /// A one-element argument tuple holding `arg`: `reuse` again when nothing else holds it (as
@@ -101,6 +111,9 @@ impl Op for PyUdf {
             random: self.wants_rng,
             ..OpMeta::opaque(true)
         }
+    }
+    fn code_digest(&self) -> Option<String> {
+        self.digest.clone()
     }
     /// The function pickled with cloudpickle (so lambdas and closures travel too), for a
     /// worker process or a Ray actor to rebuild the op.

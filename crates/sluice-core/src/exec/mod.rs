@@ -750,13 +750,14 @@ fn spawn_source(
             };
             let mut chunk = sizer.next(&stats);
             let mut items = Vec::with_capacity(chunk as usize);
-            let mut any = false;
+            let (mut any, mut seen) = (false, 0usize);
             let skip = std::mem::take(&mut skip_to) as usize;
             for (index, res) in stream.enumerate() {
                 if ctl2.cancelled() {
                     return;
                 }
                 any = true;
+                seen = index + 1;
                 if index < skip {
                     continue;
                 }
@@ -786,6 +787,15 @@ fn spawn_source(
                 }
             }
             if !items.is_empty() && !send_counted(&tx, Ok(items), c) {
+                return;
+            }
+            if seen < skip {
+                // A checkpoint past the end would silently skip the rest of the data.
+                let e = Error::invalid(format!(
+                    "checkpoint: the stream resumes at position {skip} of epoch {epoch}, past \
+                     its end ({seen} samples in that epoch)"
+                ));
+                send_counted(&tx, Err(e), c);
                 return;
             }
             if !any && skip == 0 {

@@ -179,10 +179,16 @@ class Dataset(FormatsMixin):  # FormatsMixin: write_parquet/jsonl, to_arrow/pand
         return Dataset(self._native.map_batches_udf(fn, name or _name(fn), _int("batch_size", batch_size, 1)))
 
     @_recipe.step
-    def batch(self, size: int, drop_last: bool = False, *, pad: "dict[str, float] | None" = None) -> "Dataset":
-        """Stacks ``size`` samples into one batch: arrays gain a leading dimension; strings,
-        bytes and ragged arrays become lists. ``pad={"input_ids": 0, "attention_mask": 0}``
-        first pads those fields along their first axis to the longest in the batch.
+    def batch(
+        self, size: int, drop_last: bool = False, *, pad: "dict[str, float] | None" = None, ragged: bool = False
+    ) -> "Dataset":
+        """Stacks ``size`` samples into one batch: arrays gain a leading dimension (ints with
+        floats become float64); strings, bytes, lists, arrays of one dtype but different
+        shapes, and fields with ``None`` values become lists. A field mixing kinds (an array
+        and an int) or array dtypes (float32 and int64) raises ``TypeError`` naming it, unless
+        ``ragged=True``, which makes any field that does not stack a list (like tf.data's
+        ``ragged_batch``). ``pad={"input_ids": 0, "attention_mask": 0}`` first pads those
+        fields along their first axis to the longest in the batch.
 
         >>> import sluice, numpy as np
         >>> ds = sluice.from_items([{"ids": np.arange(n)} for n in (1, 3, 2)])
@@ -192,7 +198,7 @@ class Dataset(FormatsMixin):  # FormatsMixin: write_parquet/jsonl, to_arrow/pand
         if pad is not None and not isinstance(pad, dict):
             raise TypeError("pad must be a dict {field: pad value}")
         pairs = None if not pad else [(str(k), float(v)) for k, v in pad.items()]
-        return Dataset(self._native.batch(_int("batch size", size, 1), bool(drop_last), pairs))
+        return Dataset(self._native.batch(_int("batch size", size, 1), bool(drop_last), pairs, bool(ragged)))
 
     @_recipe.step
     def shuffle(self, seed: int | None = None) -> "Dataset":

@@ -158,17 +158,18 @@ impl PyDataset {
         });
         wrap(self.ds.map_batches(op, batch_size))
     }
-    #[pyo3(signature = (size, drop_last, pad=None))]
+    #[pyo3(signature = (size, drop_last, pad=None, ragged=false))]
     fn batch(
         &self,
         size: usize,
         drop_last: bool,
         pad: Option<Vec<(String, f64)>>,
+        ragged: bool,
     ) -> PyResult<PyDataset> {
-        match pad {
-            Some(pad) if !pad.is_empty() => wrap(self.ds.batch_padded(size, drop_last, pad)),
-            _ => wrap(self.ds.batch(size, drop_last)),
-        }
+        wrap(
+            self.ds
+                .batch_with(size, drop_last, pad.unwrap_or_default(), ragged),
+        )
     }
     #[pyo3(signature = (seed=None))]
     fn shuffle(&self, seed: Option<u64>) -> PyResult<PyDataset> {

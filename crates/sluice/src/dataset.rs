@@ -199,8 +199,21 @@ impl Dataset {
         drop_last: bool,
         pad: Vec<(String, f64)>,
     ) -> Result<Self> {
+        self.batch_with(size, drop_last, pad, false)
+    }
+    /// [`Dataset::batch_padded`]; with `ragged`, a field whose values do not stack (mixed
+    /// kinds or dtypes, an error otherwise) becomes a list.
+    pub fn batch_with(
+        &self,
+        size: usize,
+        drop_last: bool,
+        pad: Vec<(String, f64)>,
+        ragged: bool,
+    ) -> Result<Self> {
         Ok(Dataset::wrap(LogicalPlan::Batch(
-            BatchNode::try_new(self.input(), size, drop_last)?.with_pad(pad),
+            BatchNode::try_new(self.input(), size, drop_last)?
+                .with_pad(pad)
+                .with_ragged(ragged),
         )))
     }
     /// Global per-epoch shuffle of a random-access pipeline.

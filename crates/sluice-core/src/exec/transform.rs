@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-use crate::collate::{collate, uncollate};
+use crate::collate::{collate_with, uncollate};
 use crate::error::{Error, Result, SampleRef};
 use crate::op::{Emit, OpContext};
 use crate::plan::logical::OnError;
@@ -234,8 +234,10 @@ pub(crate) fn make_transform(
             per_epoch,
             pad,
             read,
+            ragged,
         } => Box::new(Batch {
             read: read.then(|| source.clone()),
+            ragged: *ragged,
             columns: following.columns,
             size: *size,
             drop_last: *drop_last,
@@ -463,6 +465,8 @@ struct Batch {
     read: Option<SourceRef>,
     /// Its outputs go straight to the consumer: the source may hand over its own columns.
     columns: bool,
+    /// Fields that do not stack become lists ([`crate::collate::collate_with`]).
+    ragged: bool,
     resume: StageResume,
     size: usize,
     drop_last: bool,
@@ -522,7 +526,15 @@ impl Batch {
             n.count += 1;
         }
         batch.rows = items.iter().map(|i| i.rows).sum();
-        batch.sample = self.stack(items)?;
+        let rows = (first.epoch, first.index, last.index);
+        batch.sample = self.stack(items).map_err(|e| match e {
+            // Name the samples: the error itself names the field and rows in the batch.
+            Error::Type(m) => Error::Type(format!(
+                "{m} (the batch of samples {}..={} of epoch {})",
+                rows.1, rows.2, rows.0
+            )),
+            other => other,
+        })?;
         out.push(vec![batch]);
         self.pending = Vec::with_capacity(self.size);
         Ok(())
@@ -533,7 +545,11 @@ impl Batch {
     /// The batch of `items`: read by the source as a whole when this batch reads, else (or
     /// when that fails, so the error names the sample) row by row, padded and collated.
     fn stack(&self, items: Chunk) -> Result<Sample> {
-        if let Some(src) = self.read.as_ref().filter(|_| self.pad.is_empty()) {
+        if let Some(src) = self
+            .read
+            .as_ref()
+            .filter(|_| self.pad.is_empty() && !self.ragged)
+        {
             let indices: Vec<u64> = items.iter().map(|it| it.source_index).collect();
             let whole = if self.columns {
                 src.get_columns(&indices)
@@ -555,7 +571,7 @@ impl Batch {
         if !self.pad.is_empty() {
             crate::collate::pad_to_longest(&mut samples, &self.pad)?;
         }
-        collate(&samples)
+        collate_with(&samples, self.ragged)
     }
 }
 

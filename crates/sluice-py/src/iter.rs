@@ -50,14 +50,24 @@ struct Inner {
 }
 
 impl Inner {
-    /// Ends the run and waits for its threads with the GIL released.
+    /// Ends the run and waits for its threads with the GIL released, then hands the memory
+    /// it freed back to the system.
     fn close(&mut self, py: Python<'_>) {
+        let mut closed = false;
         if let Some(mut exec) = self.exec.take() {
             self.last_state = self.ds.state(&self.opts, &exec).ok();
-            py.detach(|| exec.close(CLOSE_TIMEOUT));
+            py.detach(|| {
+                exec.close(CLOSE_TIMEOUT);
+                drop(exec);
+            });
+            closed = true;
         }
         if let Some(threads) = self.stopping.take() {
             py.detach(|| threads.wait(CLOSE_TIMEOUT));
+            closed = true;
+        }
+        if closed {
+            py.detach(sluice::alloc::release_free_memory);
         }
     }
 
@@ -253,7 +263,13 @@ impl Drop for PyIter {
     fn drop(&mut self) {
         let inner = self.inner.get_mut().unwrap_or_else(|p| p.into_inner());
         if let Some(mut exec) = inner.exec.take() {
-            Python::attach(|py| py.detach(|| exec.close(CLOSE_TIMEOUT)));
+            Python::attach(|py| {
+                py.detach(|| {
+                    exec.close(CLOSE_TIMEOUT);
+                    drop(exec);
+                    sluice::alloc::release_free_memory();
+                })
+            });
         }
     }
 }

@@ -669,7 +669,10 @@ impl Execution {
     /// Call without holding locks that workers may need (e.g. release the GIL first).
     pub fn close(&mut self, timeout: Duration) -> bool {
         self.stop();
-        self.ready.clear();
+        // What the run holds goes now, not when it is dropped: outputs ready, and the inline
+        // stages' state (a shuffle buffer's samples, a partial batch).
+        self.ready = VecDeque::new();
+        self.tail.clear();
         self.failed = None;
         self.ctl.wait(timeout)
     }

@@ -3,6 +3,8 @@
 import threading
 import time
 
+import pytest
+
 import sluice
 
 
@@ -64,3 +66,16 @@ def test_close_from_another_thread_ends_a_waiting_next():
     assert done.wait(30), "close() did not end the waiting __next__"
     t.join(30)
     assert out == []
+
+
+def test_using_an_iterator_from_inside_its_own_pipeline_is_an_error_not_a_deadlock():
+    holder = []
+
+    def peek(s):
+        holder[0].state_dict()  # runs inside holder[0].__next__ at num_threads=0
+        return s
+
+    it = sluice.range(10).map(peek).iter(num_threads=0)
+    holder.append(it)
+    with pytest.raises(sluice.PipelineError, match="already running a call in this thread"):
+        next(it)

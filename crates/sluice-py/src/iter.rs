@@ -5,7 +5,7 @@
 //! class is frozen), so the single-thread path pays nothing more; a thread that finds the
 //! lock taken waits for it with the GIL released, since the holder may need the GIL back.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::Duration;
 
@@ -30,6 +30,8 @@ pub struct PyIter {
     count: AtomicU64,
     /// `close()` was called: a `__next__` waiting in another thread returns.
     closing: AtomicBool,
+    /// The thread holding `inner` ([`thread_key`]; 0: none).
+    owner: AtomicUsize,
 }
 
 /// Runs ended by an error or Ctrl-C whose workers were still finishing a call: waited for
@@ -101,20 +103,69 @@ impl PyIter {
             }),
             count: AtomicU64::new(0),
             closing: AtomicBool::new(false),
+            owner: AtomicUsize::new(0),
         }
     }
 
-    /// The state, waiting with the GIL released while another thread holds it.
-    fn lock(&self, py: Python<'_>) -> MutexGuard<'_, Inner> {
+    /// The state, waiting with the GIL released while another thread holds it. This
+    /// thread holding it already (the iterator used from inside its own pipeline, e.g. by a
+    /// function at `num_threads=0`) is an error, not a deadlock.
+    fn lock(&self, py: Python<'_>) -> PyResult<Held<'_>> {
+        let me = thread_key();
         loop {
-            match self.inner.try_lock() {
-                Ok(guard) => return guard,
-                Err(TryLockError::Poisoned(p)) => return p.into_inner(),
+            let guard = match self.inner.try_lock() {
+                Ok(guard) => guard,
+                Err(TryLockError::Poisoned(p)) => p.into_inner(),
                 Err(TryLockError::WouldBlock) => {
+                    if self.owner.load(Relaxed) == me {
+                        return Err(pyo3::exceptions::PyRuntimeError::new_err(
+                            "this sluice Iterator is already running a call in this thread \
+                             (it was used from inside its own pipeline, e.g. by a map \
+                             function at num_threads=0)",
+                        ));
+                    }
                     py.detach(|| drop(self.inner.lock()));
+                    continue;
                 }
-            }
+            };
+            self.owner.store(me, Relaxed);
+            return Ok(Held {
+                guard,
+                owner: &self.owner,
+            });
         }
+    }
+}
+
+/// A key for the calling thread (the address of a thread-local), to tell re-entry from a
+/// wait for another thread.
+fn thread_key() -> usize {
+    thread_local!(static KEY: u8 = const { 0 });
+    KEY.with(|k| k as *const u8 as usize)
+}
+
+/// The locked state; forgets its owner thread before the lock is released.
+struct Held<'a> {
+    guard: MutexGuard<'a, Inner>,
+    owner: &'a AtomicUsize,
+}
+
+impl std::ops::Deref for Held<'_> {
+    type Target = Inner;
+    fn deref(&self) -> &Inner {
+        &self.guard
+    }
+}
+
+impl std::ops::DerefMut for Held<'_> {
+    fn deref_mut(&mut self) -> &mut Inner {
+        &mut self.guard
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.owner.store(0, Relaxed);
     }
 }
 
@@ -125,7 +176,7 @@ impl PyIter {
     }
 
     fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
-        let mut inner = self.lock(py);
+        let mut inner = self.lock(py)?;
         loop {
             let Some(exec) = inner.exec.as_mut() else {
                 return Ok(None);
@@ -162,10 +213,10 @@ impl PyIter {
     }
 
     /// A handle on this iteration's statistics that outlives the iterator.
-    fn stats_handle(&self, py: Python<'_>) -> PyStats {
-        PyStats {
-            stats: self.lock(py).stats.clone(),
-        }
+    fn stats_handle(&self, py: Python<'_>) -> PyResult<PyStats> {
+        Ok(PyStats {
+            stats: self.lock(py)?.stats.clone(),
+        })
     }
 
     /// Outputs delivered so far.
@@ -176,14 +227,15 @@ impl PyIter {
 
     /// Stops the pipeline's threads and waits for them (with the GIL released). A
     /// `__next__` waiting in another thread returns (the iteration is over).
-    fn close(&self, py: Python<'_>) {
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
         self.closing.store(true, Relaxed);
-        self.lock(py).close(py);
+        self.lock(py)?.close(py);
+        Ok(())
     }
 
     /// The checkpoint after the last output delivered, as JSON text.
     fn state_dict_json(&self, py: Python<'_>) -> PyResult<String> {
-        let inner = self.lock(py);
+        let inner = self.lock(py)?;
         let state = match &inner.exec {
             Some(exec) => inner.ds.state(&inner.opts, exec).py()?,
             None => match &inner.last_state {
@@ -201,7 +253,7 @@ impl PyIter {
     fn load_state_dict_json(&self, py: Python<'_>, state: &str, strict: bool) -> PyResult<()> {
         let state: IterState = serde_json::from_str(state)
             .map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("invalid state: {e}")))?;
-        let mut inner = self.lock(py);
+        let mut inner = self.lock(py)?;
         let exec = {
             let (ds, opts) = (&inner.ds, &inner.opts);
             py.detach(|| ds.iter_resume(opts, Some(&state), strict))
@@ -219,8 +271,14 @@ impl PyIter {
         slf
     }
 
-    fn __exit__(&self, py: Python<'_>, _a: Py<PyAny>, _b: Py<PyAny>, _c: Py<PyAny>) {
-        self.close(py);
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        _a: Py<PyAny>,
+        _b: Py<PyAny>,
+        _c: Py<PyAny>,
+    ) -> PyResult<()> {
+        self.close(py)
     }
 }
 

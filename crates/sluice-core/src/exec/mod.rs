@@ -9,6 +9,7 @@
 //!   workers stop between chunks. Errors travel downstream in order like data.
 
 pub mod backend;
+mod control;
 pub mod controller;
 mod pack;
 mod transform;
@@ -16,14 +17,16 @@ mod window;
 
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
 
 pub use backend::{Backend, Backends, StageWork, ThreadBackend, Workers};
+use control::Control;
+pub use control::{cancelled, Threads};
 use transform::is_interrupt;
 use transform::StageResume;
 use transform::{make_transform, nonempty, Following, Ready, Transform};
@@ -35,63 +38,6 @@ use crate::sample::Sample;
 use crate::stats::{PipelineStats, StageCounters, StageInfo, StatsReport};
 
 type Msg = Result<Chunk>;
-
-thread_local! {
-    /// The execution whose thread this is (set for threads it spawns).
-    static CURRENT: std::cell::RefCell<Option<Arc<Control>>> = const { std::cell::RefCell::new(None) };
-}
-
-/// Whether the execution that spawned the calling thread has been stopped (closed, dropped,
-/// failed or interrupted); false on threads it did not spawn. Ops that run long loops over a
-/// chunk (Python UDFs) check it between samples, so a stopped run's workers finish the call
-/// in progress and exit instead of working through their whole chunk.
-pub fn cancelled() -> bool {
-    CURRENT.with(|c| c.borrow().as_ref().is_some_and(|c| c.cancelled()))
-}
-
-/// Shared control block: the cancel flag and a count of live threads (to wait for exit).
-#[derive(Debug, Default)]
-struct Control {
-    cancel: AtomicBool,
-    live: Mutex<usize>,
-    exited: Condvar,
-}
-
-impl Control {
-    fn cancelled(&self) -> bool {
-        self.cancel.load(Relaxed)
-    }
-    fn spawn(self: &Arc<Self>, name: String, f: impl FnOnce() + Send + 'static) -> Result<()> {
-        *self.live.lock().unwrap_or_else(|p| p.into_inner()) += 1;
-        let ctl = self.clone();
-        let spawned = thread::Builder::new().name(name).spawn(move || {
-            CURRENT.with(|c| *c.borrow_mut() = Some(ctl.clone()));
-            struct Exit(Arc<Control>);
-            impl Drop for Exit {
-                fn drop(&mut self) {
-                    let mut live = self.0.live.lock().unwrap_or_else(|p| p.into_inner());
-                    *live -= 1;
-                    self.0.exited.notify_all();
-                }
-            }
-            let _exit = Exit(ctl);
-            f();
-        });
-        spawned.map(|_| ()).map_err(|e| {
-            *self.live.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
-            Error::Internal(format!("cannot spawn thread: {e}"))
-        })
-    }
-    /// Waits until every thread has exited; false on timeout.
-    fn wait(&self, timeout: Duration) -> bool {
-        let live = self.live.lock().unwrap_or_else(|p| p.into_inner());
-        let (live, _) = self
-            .exited
-            .wait_timeout_while(live, timeout, |n| *n > 0)
-            .unwrap_or_else(|p| p.into_inner());
-        *live == 0
-    }
-}
 
 /// The receiving end of a stage: plain, or ordered reply slots from a parallel stage.
 enum Input {
@@ -194,18 +140,6 @@ impl Input {
             Input::Ordered { slots, .. } => slots.len(),
             Input::Inline { .. } => 0,
         }
-    }
-}
-
-/// The threads of an [`Execution`], to wait for after it is stopped.
-#[derive(Clone, Debug)]
-pub struct Threads(Arc<Control>);
-
-impl Threads {
-    /// Waits up to `timeout` for every thread to exit; true if they all have. Call without
-    /// holding locks that workers may need (the GIL).
-    pub fn wait(&self, timeout: Duration) -> bool {
-        self.0.wait(timeout)
     }
 }
 

@@ -2,8 +2,8 @@
 //!
 //! Scalars and same-shaped tensors stack into arrays with a leading batch dimension (ints
 //! with floats into float64); fields that are ragged by design become lists: strings, bytes,
-//! Python lists, arrays of one dtype but different shapes, and fields with missing values
-//! (`None`). A field that mixes kinds (an array and an int) or arrays of different dtypes is
+//! Python lists (with arrays too: a batch of batches), arrays of one dtype but different
+//! shapes, and fields with missing values (`None`). A field that mixes kinds (an array and an int) or arrays of different dtypes is
 //! an error naming it, unless ragged output was asked for ([`collate_with`] with `ragged`),
 //! which makes any field that does not stack a list.
 
@@ -188,12 +188,13 @@ fn stack_uniform(column: &[&Value]) -> Result<Option<Value>> {
 }
 
 /// What a value is, for telling a field that is ragged by design (one kind throughout, or
-/// missing values) from one that mixes kinds.
-fn kind_of(v: &Value) -> String {
+/// missing values) from one that mixes kinds. Arrays and lists are both sequences (a batch
+/// of batches holds arrays, and lists where an inner batch was ragged).
+fn kind_of(v: &Value) -> &'static str {
     match v {
-        Value::Int(_) | Value::Float(_) => "number".into(),
-        Value::Tensor(t) => format!("{} array", t.dtype().name()),
-        other => other.kind().into(),
+        Value::Int(_) | Value::Float(_) => "number",
+        Value::Tensor(_) | Value::List(_) => "sequence",
+        other => other.kind(),
     }
 }
 
@@ -218,24 +219,33 @@ fn describe(v: &Value) -> String {
 /// Refuses a column that would become a list although it is not ragged by design: values
 /// of different kinds, or arrays of different dtypes. Missing values (`None`) are allowed.
 fn check_listable(name: &str, column: &[&Value]) -> Result<()> {
-    let mut present = column
-        .iter()
-        .enumerate()
-        .filter(|(_, v)| !matches!(v, Value::Null));
-    let Some((i, first)) = present.next() else {
+    let present = || {
+        column
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| !matches!(v, Value::Null))
+    };
+    let Some((i, first)) = present().next() else {
         return Ok(());
     };
-    let kind = kind_of(first);
-    for (j, v) in present {
-        if kind_of(v) != kind {
-            return Err(Error::type_error(format!(
-                "cannot batch field '{name}': row {i} of the batch holds {} and row {j} {}; \
-                 make them one kind and dtype in a map (e.g. arr.astype(...)), or ask for \
-                 lists with batch(size, ragged=True)",
-                describe(first),
-                describe(v)
-            )));
-        }
+    let first_array = present().find(|(_, v)| matches!(v, Value::Tensor(_)));
+    for (j, v) in present() {
+        // The first value it conflicts with: the first array of another dtype, or the first
+        // value of another kind.
+        let (i, first) = match (v, first_array) {
+            (Value::Tensor(t), Some((a, Value::Tensor(f)))) if t.dtype() != f.dtype() => {
+                (a, column[a])
+            }
+            _ if kind_of(v) != kind_of(first) => (i, *first),
+            _ => continue,
+        };
+        return Err(Error::type_error(format!(
+            "cannot batch field '{name}': row {i} of the batch holds {} and row {j} {}; \
+             make them one kind and dtype in a map (e.g. arr.astype(...)), or ask for lists \
+             with batch(size, ragged=True)",
+            describe(first),
+            describe(v)
+        )));
     }
     Ok(())
 }
@@ -393,11 +403,7 @@ mod tests {
             (Value::from("a"), Value::Int(3), "a string"),
             (Value::Bool(true), Value::Int(3), "a bool"),
             (Value::from("a"), Value::Bytes(vec![1u8].into()), "bytes"),
-            (
-                Value::List(vec![]),
-                t(TensorData::I64(vec![0; 2])),
-                "a list",
-            ),
+            (Value::List(vec![]), Value::from("a"), "a list"),
         ];
         for (a, b, says) in cases {
             let r = rows(a, b);
@@ -438,6 +444,23 @@ mod tests {
             Sample::from_pairs([("l", Value::List(vec![]))]),
         ];
         assert_eq!(collate(&lists).unwrap().get("l").unwrap().kind(), "list");
+        // A batch of batches: arrays, and a list where an inner batch was ragged.
+        let t = |d: TensorData| Value::Tensor(Tensor::new(vec![1], d).unwrap());
+        let nested = [
+            Sample::from_pairs([("b", t(TensorData::I64(vec![1])))]),
+            Sample::from_pairs([("b", Value::List(vec![t(TensorData::I64(vec![2]))]))]),
+            Sample::from_pairs([("b", t(TensorData::I64(vec![3])))]),
+        ];
+        assert_eq!(collate(&nested).unwrap().get("b").unwrap().kind(), "list");
+        // ... but arrays of another dtype among them are still an error.
+        let mut bad = nested.to_vec();
+        bad.push(Sample::from_pairs([("b", t(TensorData::F32(vec![3.0])))]));
+        let msg = collate(&bad).unwrap_err().to_string();
+        assert!(
+            msg.contains("row 0 of the batch holds an int64 array")
+                && msg.contains("row 3 a float32"),
+            "{msg}"
+        );
         let nums = [
             Sample::from_pairs([("f", Value::Int(1))]),
             Sample::from_pairs([("f", Value::Float(0.5))]),

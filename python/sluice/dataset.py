@@ -33,9 +33,12 @@ _LIVE: "weakref.WeakSet[_native.Iterator]" = weakref.WeakSet()
 
 @atexit.register
 def _close_all() -> None:
-    # Stop pipeline threads before the interpreter tears down (no hang at exit).
+    # Stop pipeline threads before the interpreter tears down (no hang at exit), and let the
+    # workers of runs an error or Ctrl-C ended finish their call: one still in Python code
+    # when the interpreter finalizes would abort the process.
     for it in list(_LIVE):
         it.close()
+    _native.join_stopped()
 
 
 def _int(name: str, value: Any, minimum: int, allow_none: bool = False) -> Any:
@@ -178,10 +181,16 @@ class Dataset(FormatsMixin):  # FormatsMixin: write_parquet/jsonl, to_arrow/pand
         return Dataset(self._native.map_batches_udf(fn, name or _name(fn), _int("batch_size", batch_size, 1)))
 
     @_recipe.step
-    def batch(self, size: int, drop_last: bool = False, *, pad: "dict[str, float] | None" = None) -> "Dataset":
-        """Stacks ``size`` samples into one batch: arrays gain a leading dimension; strings,
-        bytes and ragged arrays become lists. ``pad={"input_ids": 0, "attention_mask": 0}``
-        first pads those fields along their first axis to the longest in the batch.
+    def batch(
+        self, size: int, drop_last: bool = False, *, pad: "dict[str, float] | None" = None, ragged: bool = False
+    ) -> "Dataset":
+        """Stacks ``size`` samples into one batch: arrays gain a leading dimension (ints with
+        floats become float64); strings, bytes, lists, arrays of one dtype but different
+        shapes, and fields with ``None`` values become lists. A field mixing kinds (an array
+        and an int) or array dtypes (float32 and int64) raises ``TypeError`` naming it, unless
+        ``ragged=True``, which makes any field that does not stack a list (like tf.data's
+        ``ragged_batch``). ``pad={"input_ids": 0, "attention_mask": 0}`` first pads those
+        fields along their first axis to the longest in the batch.
 
         >>> import sluice, numpy as np
         >>> ds = sluice.from_items([{"ids": np.arange(n)} for n in (1, 3, 2)])
@@ -191,7 +200,7 @@ class Dataset(FormatsMixin):  # FormatsMixin: write_parquet/jsonl, to_arrow/pand
         if pad is not None and not isinstance(pad, dict):
             raise TypeError("pad must be a dict {field: pad value}")
         pairs = None if not pad else [(str(k), float(v)) for k, v in pad.items()]
-        return Dataset(self._native.batch(_int("batch size", size, 1), bool(drop_last), pairs))
+        return Dataset(self._native.batch(_int("batch size", size, 1), bool(drop_last), pairs, bool(ragged)))
 
     @_recipe.step
     def shuffle(self, seed: int | None = None) -> "Dataset":
@@ -595,11 +604,14 @@ class Iterator:
         """
         return json.loads(self._native.state_dict_json())
 
-    def load_state_dict(self, state: dict) -> None:
-        """Continues right after the checkpointed output (same pipeline and seed required)."""
+    def load_state_dict(self, state: dict, strict: bool = True) -> None:
+        """Continues right after the checkpointed output (same pipeline and seed required).
+        A checkpoint whose position lies outside the data, or whose Python functions' code
+        (bytecode, constants, captured values) changed since, raises ``ValueError``;
+        ``strict=False`` accepts changed functions on purpose."""
         if not isinstance(state, dict):
             raise TypeError(f"state must be a dict, got {type(state).__name__}")
-        self._native.load_state_dict_json(json.dumps(state))
+        self._native.load_state_dict_json(json.dumps(state), bool(strict))
         if self._owner is not None:
             self._owner._last_stats = self._native.stats_handle()
 

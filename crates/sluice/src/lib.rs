@@ -53,4 +53,4 @@ pub use sluice_relational::{
     Agg, AggFn, AggregateSpec, BlockingOptions, SortSpec, SpillReport, DEFAULT_MEMORY_BUDGET,
 };
 pub use spec::{csv_options, PipelineSpec, SourceSpec, StepSpec};
-pub use state::{elastic_state, node_name, Elastic, IterState, NodeState};
+pub use state::{elastic_state, node_name, Elastic, FunctionCode, IterState, NodeState};

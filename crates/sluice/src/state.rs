@@ -32,6 +32,105 @@ pub struct IterState {
     /// every old rank stood in it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub elastic: Option<Elastic>,
+    /// The code of the pipeline's Python functions ([`sluice_core::Op::code_digest`]): the
+    /// fingerprint names them only, so a function whose body changed under the same name
+    /// is caught here (a strict load refuses it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub functions: Vec<FunctionCode>,
+}
+
+/// One Python function of a pipeline, as a checkpoint records it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FunctionCode {
+    /// The step's index, the source being 0.
+    pub step: usize,
+    /// The function's name.
+    pub name: String,
+    /// Its code digest.
+    pub code: String,
+}
+
+/// The Python functions of `chain` (source first) with their code digests.
+pub(crate) fn function_codes(chain: &[std::sync::Arc<LogicalPlan>]) -> Vec<FunctionCode> {
+    chain
+        .iter()
+        .enumerate()
+        .filter_map(|(step, n)| {
+            let op = match &**n {
+                LogicalPlan::Map(m) => &m.op,
+                LogicalPlan::MapBatches(m) => &m.op,
+                _ => return None,
+            };
+            Some(FunctionCode {
+                step,
+                name: op.name().to_string(),
+                code: op.code_digest()?,
+            })
+        })
+        .collect()
+}
+
+/// Refuses a checkpoint saved under other code for one of the pipeline's functions (its
+/// `saved` list is empty when it predates code digests: nothing to compare).
+pub(crate) fn check_functions(
+    chain: &[std::sync::Arc<LogicalPlan>],
+    saved: &[FunctionCode],
+) -> Result<()> {
+    if saved.is_empty() {
+        return Ok(());
+    }
+    for now in function_codes(chain) {
+        let before = saved.iter().find(|f| f.step == now.step);
+        if before.is_none_or(|b| b.code != now.code) {
+            return Err(Error::invalid(format!(
+                "checkpoint was saved with different code for the function '{}' ({} at step \
+                 {}): its bytecode, constants or captured values changed since. Resume with \
+                 load_state_dict(state, strict=False) to accept the new code",
+                now.name,
+                node_name(&chain[now.step]),
+                now.step
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Refuses a checkpoint whose source position lies outside this pipeline's data: an epoch
+/// past the last one (`repeat(n)`), or a position at or past the end of its epoch on this
+/// rank. Such a checkpoint would silently skip the rest of the data. (A stream's length is
+/// unknown until read: its source reports a position past the end when it gets there.)
+pub(crate) fn check_position(
+    chain: &[std::sync::Arc<LogicalPlan>],
+    point: &ResumePoint,
+    source: &sluice_core::SourceStage,
+    elastic: Option<&sluice_core::order::ElasticEpoch>,
+) -> Result<()> {
+    let at = point.source_start();
+    let name = node_name(&chain[0]);
+    let epochs = match &source.order {
+        Some(order) => order.epochs,
+        None => source.stream_epochs,
+    };
+    if let Some(n) = epochs.filter(|&n| at.epoch >= n) {
+        return Err(Error::invalid(format!(
+            "checkpoint: step '{name}' is at epoch {}, but this pipeline has {n} epoch(s) \
+             (epochs count from 0)",
+            at.epoch
+        )));
+    }
+    if let Some(order) = &source.order {
+        let mut order = order.clone();
+        order.elastic = elastic.cloned();
+        let len = order.epoch_len_of(at.epoch);
+        if at.pos >= len {
+            return Err(Error::invalid(format!(
+                "checkpoint: step '{name}' is at position {} of epoch {}, but that epoch has \
+                 {len} sample(s) on this rank (positions count from 0)",
+                at.pos, at.epoch
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// One pipeline node's part of a checkpoint.
@@ -139,14 +238,25 @@ fn cursor_json(c: &Cursor) -> Json {
 }
 
 fn cursor_from(own: &Map<String, Json>, key: &str) -> Result<Cursor> {
-    serde_json::from_value(own.get(key).cloned().unwrap_or(Json::Null))
-        .map_err(|e| Error::invalid(format!("checkpoint: bad '{key}': {e}")))
+    let Some(v) = own.get(key) else {
+        return Err(Error::invalid(format!("checkpoint: missing '{key}'")));
+    };
+    serde_json::from_value(v.clone()).map_err(|e| {
+        Error::invalid(format!(
+            "checkpoint: bad '{key}' {v}: {e} (epoch, pos and ord are integers >= 0)"
+        ))
+    })
 }
 
 fn u64_from(own: &Map<String, Json>, key: &str) -> Result<u64> {
-    own.get(key)
-        .and_then(Json::as_u64)
-        .ok_or_else(|| Error::invalid(format!("checkpoint: missing '{key}'")))
+    match own.get(key) {
+        None => Err(Error::invalid(format!("checkpoint: missing '{key}'"))),
+        Some(v) => v.as_u64().ok_or_else(|| {
+            Error::invalid(format!(
+                "checkpoint: bad '{key}': {v} (an integer >= 0 expected)"
+            ))
+        }),
+    }
 }
 
 /// The checkpoint tree of `chain` (source first) at `point`.
@@ -232,7 +342,16 @@ pub(crate) fn from_tree(
                 }
             }
             _ if reseq => {
-                ats.push(cursor_from(own, "at")?);
+                let at = cursor_from(own, "at")?;
+                if let LogicalPlan::Take(t) = &**node {
+                    if at.pos >= t.n {
+                        return Err(Error::invalid(format!(
+                            "checkpoint: step 'take' is at output {} of take({})",
+                            at.pos, t.n
+                        )));
+                    }
+                }
+                ats.push(at);
                 records.push(Restart {
                     slot: u64_from(own, "slot")? as usize,
                     input: Cursor::default(),
@@ -312,6 +431,7 @@ pub fn elastic_state(states: &[IterState]) -> Result<IterState> {
     Ok(IterState {
         version: IterState::VERSION,
         pipeline: first.pipeline.clone(),
+        functions: first.functions.clone(),
         seed: first.seed,
         state: None,
         elastic: Some(Elastic {

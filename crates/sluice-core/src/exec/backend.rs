@@ -47,7 +47,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::exec::transform::{Chain, Chunk};
+use crate::exec::transform::{Chain, Chunk, Partial};
 use crate::exec::Skip;
 use crate::plan::physical::ChainOp;
 use crate::source::SourceRef;
@@ -114,6 +114,15 @@ pub trait Workers: Send + Sync {
     /// Processes one chunk (called from up to [`Workers::parallelism`] threads at once).
     /// Output order within the chunk must follow input order.
     fn run(&self, chunk: Chunk) -> Result<Chunk>;
+    /// Processes one chunk, keeping what the items before a failing one produced: those
+    /// outputs and the failure. The default keeps nothing of a failed chunk; backends that
+    /// can say better (threads) override it.
+    fn run_partial(&self, chunk: Chunk) -> Partial {
+        match self.run(chunk) {
+            Ok(out) => (out, None),
+            Err(e) => (Vec::new(), Some(e)),
+        }
+    }
     /// Stops the workers (called once when the stage ends; must not block for long).
     fn shutdown(&self) {}
 }
@@ -152,6 +161,9 @@ impl Workers for ThreadWorkers {
     }
     fn run(&self, chunk: Chunk) -> Result<Chunk> {
         self.chain.run(chunk)
+    }
+    fn run_partial(&self, chunk: Chunk) -> Partial {
+        self.chain.run_partial(chunk)
     }
 }
 

@@ -9,6 +9,7 @@
 //!   workers stop between chunks. Errors travel downstream in order like data.
 
 pub mod backend;
+mod control;
 pub mod controller;
 mod pack;
 mod transform;
@@ -16,17 +17,20 @@ mod window;
 
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
 
 pub use backend::{Backend, Backends, StageWork, ThreadBackend, Workers};
+use control::Control;
+pub use control::{cancelled, Threads};
+use transform::is_interrupt;
 use transform::StageResume;
 use transform::{make_transform, nonempty, Following, Ready, Transform};
-pub use transform::{Chunk, Cursor, Item, Outer, Restart, Skip};
+pub use transform::{Chunk, Cursor, Item, Outer, Partial, Restart, Skip};
 
 use crate::error::{Error, Result};
 use crate::plan::physical::{PhysicalPlan, SourceStage, StageKind, Variant};
@@ -34,49 +38,6 @@ use crate::sample::Sample;
 use crate::stats::{PipelineStats, StageCounters, StageInfo, StatsReport};
 
 type Msg = Result<Chunk>;
-
-/// Shared control block: the cancel flag and a count of live threads (to wait for exit).
-#[derive(Debug, Default)]
-struct Control {
-    cancel: AtomicBool,
-    live: Mutex<usize>,
-    exited: Condvar,
-}
-
-impl Control {
-    fn cancelled(&self) -> bool {
-        self.cancel.load(Relaxed)
-    }
-    fn spawn(self: &Arc<Self>, name: String, f: impl FnOnce() + Send + 'static) -> Result<()> {
-        *self.live.lock().unwrap_or_else(|p| p.into_inner()) += 1;
-        let ctl = self.clone();
-        let spawned = thread::Builder::new().name(name).spawn(move || {
-            struct Exit(Arc<Control>);
-            impl Drop for Exit {
-                fn drop(&mut self) {
-                    let mut live = self.0.live.lock().unwrap_or_else(|p| p.into_inner());
-                    *live -= 1;
-                    self.0.exited.notify_all();
-                }
-            }
-            let _exit = Exit(ctl);
-            f();
-        });
-        spawned.map(|_| ()).map_err(|e| {
-            *self.live.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
-            Error::Internal(format!("cannot spawn thread: {e}"))
-        })
-    }
-    /// Waits until every thread has exited; false on timeout.
-    fn wait(&self, timeout: Duration) -> bool {
-        let live = self.live.lock().unwrap_or_else(|p| p.into_inner());
-        let (live, _) = self
-            .exited
-            .wait_timeout_while(live, timeout, |n| *n > 0)
-            .unwrap_or_else(|p| p.into_inner());
-        *live == 0
-    }
-}
 
 /// The receiving end of a stage: plain, or ordered reply slots from a parallel stage.
 enum Input {
@@ -87,9 +48,12 @@ enum Input {
         items: Box<OrderedItems>,
         stats: Arc<PipelineStats>,
     },
+    /// A parallel stage's replies in input order; a reply whose chunk failed part-way is
+    /// handed on as its outputs, then (`failed`) its error.
     Ordered {
-        slots: Receiver<Receiver<Msg>>,
-        waiting: Option<Receiver<Msg>>,
+        slots: Receiver<Receiver<Partial>>,
+        waiting: Option<Receiver<Partial>>,
+        failed: Option<Error>,
     },
 }
 
@@ -125,7 +89,14 @@ impl Input {
                 Err(RecvTimeoutError::Timeout) => Recv::Timeout,
                 Err(RecvTimeoutError::Disconnected) => Recv::End,
             },
-            Input::Ordered { slots, waiting } => {
+            Input::Ordered {
+                slots,
+                waiting,
+                failed,
+            } => {
+                if let Some(e) = failed.take() {
+                    return Recv::Msg(Err(e));
+                }
                 let slot = match waiting.take() {
                     Some(s) => s,
                     None => {
@@ -140,8 +111,17 @@ impl Input {
                         }
                     }
                 };
-                match wait(&slot) {
-                    Ok(m) => Recv::Msg(m),
+                let got = match timeout {
+                    None => slot.recv().map_err(|_| RecvTimeoutError::Disconnected),
+                    Some(t) => slot.recv_timeout(t),
+                };
+                match got {
+                    Ok((chunk, None)) => Recv::Msg(Ok(chunk)),
+                    Ok((chunk, Some(e))) if chunk.is_empty() => Recv::Msg(Err(e)),
+                    Ok((chunk, Some(e))) => {
+                        *failed = Some(e);
+                        Recv::Msg(Ok(chunk))
+                    }
                     Err(RecvTimeoutError::Timeout) => {
                         *waiting = Some(slot);
                         Recv::Timeout
@@ -282,6 +262,8 @@ pub struct Execution {
     input: Option<Input>,
     tail: Vec<(usize, Box<dyn Transform>)>,
     ready: Ready,
+    /// The error that ends the run, raised once the outputs before it in `ready` are out.
+    failed: Option<Error>,
     finished: bool,
     ctl: Arc<Control>,
     stats: Arc<PipelineStats>,
@@ -456,6 +438,7 @@ impl Execution {
             input: Some(input),
             tail,
             ready: VecDeque::new(),
+            failed: None,
             finished: false,
             ctl,
             stats,
@@ -523,6 +506,10 @@ impl Execution {
                 self.stats.record_output(started.elapsed(), item.rows);
                 return Next::Item(item.sample);
             }
+            if let Some(e) = self.failed.take() {
+                self.wait_started = None;
+                return Next::Err(e);
+            }
             if self.finished {
                 return Next::End;
             }
@@ -533,46 +520,54 @@ impl Execution {
             let left = deadline.saturating_duration_since(Instant::now());
             match input.recv_timeout(Some(left)) {
                 Recv::Timeout => return Next::Timeout,
-                Recv::Msg(Err(e)) => {
-                    self.stop();
-                    return Next::Err(e);
-                }
+                // Inline stages keep what they hold (a partial batch is not delivered).
+                Recv::Msg(Err(e)) => self.fail(e),
                 Recv::Msg(Ok(chunk)) => {
                     if let Err(e) = self.run_tail(Some(chunk)) {
-                        self.stop();
-                        return Next::Err(e);
+                        self.fail(e);
                     }
                 }
                 Recv::End => {
                     self.input = None;
                     if let Err(e) = self.run_tail(None) {
-                        self.stop();
-                        return Next::Err(e);
+                        self.fail(e);
+                    } else {
+                        self.finished = true;
                     }
-                    self.finished = true;
                 }
             }
         }
     }
 
-    /// Pushes a chunk (or the end of input) through the inline stages into `ready`.
+    /// Pushes a chunk (or the end of input) through the inline stages into `ready`. When a
+    /// stage fails, the outputs it made before the failing input still go through the
+    /// stages after it (which then do not finish: a partial batch is not delivered).
     fn run_tail(&mut self, chunk: Option<Chunk>) -> Result<()> {
         let end = chunk.is_none();
         let mut chunks: Vec<Chunk> = chunk.into_iter().collect();
         let mut exhausted = false;
+        let mut failed: Option<Error> = None;
         for (slot, t) in &mut self.tail {
             let c = self.stats.counters(*slot);
             let t0 = Instant::now();
             let mut out = Vec::new();
+            let mut res = Ok(());
             for ch in chunks {
                 c.items_in.fetch_add(ch.len() as u64, Relaxed);
-                t.push(ch, &mut out)?;
+                res = t.push(ch, &mut out);
+                if res.is_err() {
+                    break;
+                }
             }
             // A stage that takes no more input (a `take` that is done) ends the stages
             // after it too: a batch flushes its last, partial batch.
             exhausted |= t.exhausted();
-            if end || exhausted {
-                t.finish(&mut out)?;
+            if res.is_ok() && failed.is_none() && (end || exhausted) {
+                res = t.finish(&mut out);
+            }
+            if let Err(e) = res {
+                // It failed on an input that precedes the failure upstream, if any.
+                failed = Some(e);
             }
             nonempty(&mut out);
             c.items_out
@@ -584,7 +579,17 @@ impl Execution {
         if exhausted {
             self.stop();
         }
-        Ok(())
+        failed.map_or(Ok(()), Err)
+    }
+
+    /// Ends the iteration with `e`, raised after the outputs already ready (they precede
+    /// it) — unless it is an interrupt, which is raised at once.
+    fn fail(&mut self, e: Error) {
+        self.stop();
+        if is_interrupt(&e) {
+            self.ready.clear();
+        }
+        self.failed = Some(e);
     }
 
     /// Ends the iteration: no more outputs after those already ready.
@@ -598,8 +603,18 @@ impl Execution {
     /// Call without holding locks that workers may need (e.g. release the GIL first).
     pub fn close(&mut self, timeout: Duration) -> bool {
         self.stop();
-        self.ready.clear();
+        // What the run holds goes now, not when it is dropped: outputs ready, and the inline
+        // stages' state (a shuffle buffer's samples, a partial batch).
+        self.ready = VecDeque::new();
+        self.tail.clear();
+        self.failed = None;
         self.ctl.wait(timeout)
+    }
+
+    /// A handle that waits for this execution's threads, also after it is dropped (a run
+    /// abandoned while a worker finishes a long call is waited for at interpreter exit).
+    pub fn threads(&self) -> Threads {
+        Threads(self.ctl.clone())
     }
 
     /// Statistics so far.
@@ -672,13 +687,14 @@ fn spawn_source(
             };
             let mut chunk = sizer.next(&stats);
             let mut items = Vec::with_capacity(chunk as usize);
-            let mut any = false;
+            let (mut any, mut seen) = (false, 0usize);
             let skip = std::mem::take(&mut skip_to) as usize;
             for (index, res) in stream.enumerate() {
                 if ctl2.cancelled() {
                     return;
                 }
                 any = true;
+                seen = index + 1;
                 if index < skip {
                     continue;
                 }
@@ -708,6 +724,15 @@ fn spawn_source(
                 }
             }
             if !items.is_empty() && !send_counted(&tx, Ok(items), c) {
+                return;
+            }
+            if seen < skip {
+                // A checkpoint past the end would silently skip the rest of the data.
+                let e = Error::invalid(format!(
+                    "checkpoint: the stream resumes at position {skip} of epoch {epoch}, past \
+                     its end ({seen} samples in that epoch)"
+                ));
+                send_counted(&tx, Err(e), c);
                 return;
             }
             if !any && skip == 0 {
@@ -860,7 +885,7 @@ impl ChunkSizer {
 }
 
 /// Runs `f`, turning a panic into an internal error so it never crosses into the consumer.
-fn guarded(f: impl FnOnce() -> Result<Vec<Chunk>>) -> Result<Vec<Chunk>> {
+fn guarded<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|p| {
         let msg = p
             .downcast_ref::<&str>()
@@ -888,44 +913,37 @@ fn spawn_sequential(
             let msg = input.recv();
             StageCounters::add(&c.wait_in_ns, t0.elapsed());
             let t1 = Instant::now();
-            let (outs, last) = match msg {
+            // Outputs made before an error are handed on ahead of it.
+            let mut outs = Vec::new();
+            let (res, last) = match msg {
                 Some(Ok(chunk)) => {
                     c.items_in.fetch_add(chunk.len() as u64, Relaxed);
                     let res = guarded(|| {
-                        let mut out = Vec::new();
-                        t.push(chunk, &mut out)?;
+                        t.push(chunk, &mut outs)?;
                         if t.exhausted() {
-                            t.finish(&mut out)?;
+                            t.finish(&mut outs)?;
                         }
-                        Ok(out)
+                        Ok(())
                     });
                     let last = res.is_err() || t.exhausted();
                     (res, last)
                 }
                 Some(Err(e)) => (Err(e), true),
-                None => (
-                    guarded(|| {
-                        let mut out = Vec::new();
-                        t.finish(&mut out)?;
-                        Ok(out)
-                    }),
-                    true,
-                ),
+                None => (guarded(|| t.finish(&mut outs)), true),
             };
             StageCounters::add(&c.busy_ns, t1.elapsed());
-            match outs {
-                Ok(mut outs) => {
-                    nonempty(&mut outs);
-                    for o in outs {
-                        if !send_counted(&tx, Ok(o), c) {
-                            return;
-                        }
-                    }
-                }
-                Err(e) => {
-                    send_counted(&tx, Err(e), c);
+            if res.as_ref().is_err_and(is_interrupt) {
+                outs.clear();
+            }
+            nonempty(&mut outs);
+            for o in outs {
+                if !send_counted(&tx, Ok(o), c) {
                     return;
                 }
+            }
+            if let Err(e) = res {
+                send_counted(&tx, Err(e), c);
+                return;
             }
             if last {
                 return;
@@ -989,8 +1007,8 @@ fn spawn_parallel(
         depth,
         slot,
     } = par;
-    let (work_tx, work_rx) = bounded::<(Chunk, Sender<Msg>)>(threads);
-    let (slots_tx, slots_rx) = bounded::<Receiver<Msg>>(depth.max(1));
+    let (work_tx, work_rx) = bounded::<(Chunk, Sender<Partial>)>(threads);
+    let (slots_tx, slots_rx) = bounded::<Receiver<Partial>>(depth.max(1));
     // The last thread out stops the pool (remote workers must not outlive the stage).
     struct Stop(Arc<dyn Workers>);
     impl Drop for Stop {
@@ -1028,13 +1046,11 @@ fn spawn_parallel(
                 }
                 let t1 = Instant::now();
                 let n = chunk.len() as u64;
-                let res = guarded(|| stop.0.run(chunk).map(|c| vec![c]))
-                    .map(|mut v| v.pop().unwrap_or_default());
+                let res = guarded(|| Ok(stop.0.run_partial(chunk)))
+                    .unwrap_or_else(|e| (Vec::new(), Some(e)));
                 StageCounters::add(&c.busy_ns, t1.elapsed());
                 c.items_in.fetch_add(n, Relaxed);
-                if let Ok(out) = &res {
-                    c.items_out.fetch_add(out.len() as u64, Relaxed);
-                }
+                c.items_out.fetch_add(res.0.len() as u64, Relaxed);
                 let _ = reply.send(res);
             }
         })?;
@@ -1043,7 +1059,7 @@ fn spawn_parallel(
     ctl.spawn(format!("sluice-stage-{slot}-dispatch"), move || {
         let c = stats.counters(slot);
         while let Some(msg) = input.recv() {
-            let (reply_tx, reply_rx) = bounded::<Msg>(1);
+            let (reply_tx, reply_rx) = bounded::<Partial>(1);
             c.record_occupancy(slots_tx.len());
             let t0 = Instant::now();
             if slots_tx.send(reply_rx).is_err() {
@@ -1057,7 +1073,7 @@ fn spawn_parallel(
                     }
                 }
                 Err(e) => {
-                    let _ = reply_tx.send(Err(e));
+                    let _ = reply_tx.send((Vec::new(), Some(e)));
                     return;
                 }
             }
@@ -1066,6 +1082,7 @@ fn spawn_parallel(
     Ok(Input::Ordered {
         slots: slots_rx,
         waiting: None,
+        failed: None,
     })
 }
 

@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-use crate::collate::{collate, uncollate};
+use crate::collate::{collate_with, uncollate};
 use crate::error::{Error, Result, SampleRef};
 use crate::op::{Emit, OpContext};
 use crate::plan::logical::OnError;
@@ -187,6 +187,8 @@ pub type Chunk = Vec<Item>;
 
 /// One stage's processing.
 pub(crate) trait Transform: Send + Sync {
+    /// Processes `chunk` into `out`. On an error, `out` holds the outputs that precede the
+    /// failing input, and nothing after it may be delivered.
     fn push(&mut self, chunk: Chunk, out: &mut Vec<Chunk>) -> Result<()>;
     fn finish(&mut self, _out: &mut Vec<Chunk>) -> Result<()> {
         Ok(())
@@ -232,8 +234,10 @@ pub(crate) fn make_transform(
             per_epoch,
             pad,
             read,
+            ragged,
         } => Box::new(Batch {
             read: read.then(|| source.clone()),
+            ragged: *ragged,
             columns: following.columns,
             size: *size,
             drop_last: *drop_last,
@@ -269,23 +273,36 @@ pub(crate) fn make_transform(
     }
 }
 
-/// Reads each item's sample from a random-access source; a failure names the sample.
-fn read_items(src: &SourceRef, mut items: Chunk) -> Result<Chunk> {
+/// What a stage made of a chunk: the outputs of the items before the first failing one (all
+/// of them without a failure), then that failure.
+pub type Partial = (Chunk, Option<Error>);
+
+/// Whether `e` stops the run at once (Ctrl-C, a cancelled execution): outputs before it are
+/// not delivered and no error policy applies to it.
+pub(crate) fn is_interrupt(e: &Error) -> bool {
+    matches!(e.root(), Error::Interrupted { .. } | Error::Cancelled)
+}
+
+/// Reads each item's sample from a random-access source; a failure names the sample, and
+/// the items before it are kept.
+fn read_items(src: &SourceRef, mut items: Chunk) -> Partial {
     let indices: Vec<u64> = items.iter().map(|it| it.source_index).collect();
     // In place: an item is moved only to hand it on.
-    for (it, res) in items.iter_mut().zip(src.get_many(&indices)) {
+    for (i, res) in src.get_many(&indices).into_iter().enumerate() {
         match res {
-            Ok(sample) => it.set_sample(sample),
+            Ok(sample) => items[i].set_sample(sample),
             Err(e) => {
-                return Err(Error::InSample {
+                let err = Error::InSample {
                     op: src.name().to_string(),
-                    sample: it.sample_ref(),
+                    sample: items[i].sample_ref(),
                     source: Box::new(e),
-                })
+                };
+                items.truncate(i);
+                return (items, Some(err));
             }
         }
     }
-    Ok(items)
+    (items, None)
 }
 
 /// Fused element-wise ops, applied op by op over the whole chunk (so ops that pay a
@@ -321,12 +338,33 @@ impl Chain {
 }
 
 impl Chain {
-    pub(crate) fn run(&self, mut items: Chunk) -> Result<Chunk> {
+    pub(crate) fn run(&self, items: Chunk) -> Result<Chunk> {
+        match self.run_partial(items) {
+            (items, None) => Ok(items),
+            (_, Some(e)) => Err(e),
+        }
+    }
+
+    /// Runs the chunk; when an item fails, the outputs of the items before it (through every
+    /// op) and the failure, so a failing sample loses no output that precedes it.
+    pub(crate) fn run_partial(&self, mut items: Chunk) -> Partial {
+        let mut failed = None;
         if let Some(src) = &self.read {
-            items = read_items(src, items)?;
+            (items, failed) = read_items(src, items);
         }
         for cop in &self.ops {
-            items = self.apply(cop, items)?;
+            if items.is_empty() {
+                break;
+            }
+            let (out, err) = self.apply(cop, items);
+            items = out;
+            if let Some(e) = err {
+                if is_interrupt(&e) {
+                    return (Vec::new(), Some(e));
+                }
+                // A later op failing on the items left fails on an earlier sample.
+                failed = Some(e);
+            }
         }
         // A position's outputs never span chunks, so ordinals can be counted per chunk.
         let mut prev: Option<(u64, u64)> = None;
@@ -345,10 +383,12 @@ impl Chain {
             .counters(self.stage)
             .bytes_out
             .fetch_add(bytes as u64, Relaxed);
-        Ok(items)
+        (items, failed)
     }
 
-    fn apply(&self, cop: &ChainOp, mut items: Chunk) -> Result<Chunk> {
+    /// One op over the chunk: the outputs up to the first failure (raised, not skipped),
+    /// and that failure.
+    fn apply(&self, cop: &ChainOp, mut items: Chunk) -> Partial {
         let inputs = items
             .iter_mut()
             .map(|it| {
@@ -370,7 +410,7 @@ impl Chain {
                     it.sample = s;
                 }
             }
-            return Ok(items);
+            return (items, None);
         }
         let mut out = Vec::with_capacity(items.len());
         for (mut it, res) in items.into_iter().zip(results) {
@@ -389,7 +429,7 @@ impl Chain {
                         });
                     }
                 }
-                Err(e @ Error::Interrupted { .. }) => return Err(e),
+                Err(e) if is_interrupt(&e) => return (Vec::new(), Some(e)),
                 Err(e) => match cop.on_error {
                     OnError::Skip => {
                         self.stats
@@ -398,23 +438,25 @@ impl Chain {
                             .fetch_add(1, Relaxed);
                     }
                     OnError::Raise => {
-                        return Err(Error::InSample {
+                        let err = Error::InSample {
                             op: cop.op.name().to_string(),
                             sample: it.sample_ref(),
                             source: Box::new(e),
-                        })
+                        };
+                        return (out, Some(err));
                     }
                 },
             }
         }
-        Ok(out)
+        (out, None)
     }
 }
 
 impl Transform for Chain {
     fn push(&mut self, chunk: Chunk, out: &mut Vec<Chunk>) -> Result<()> {
-        out.push(self.run(chunk)?);
-        Ok(())
+        let (items, failed) = self.run_partial(chunk);
+        out.push(items);
+        failed.map_or(Ok(()), Err)
     }
 }
 
@@ -423,6 +465,8 @@ struct Batch {
     read: Option<SourceRef>,
     /// Its outputs go straight to the consumer: the source may hand over its own columns.
     columns: bool,
+    /// Fields that do not stack become lists ([`crate::collate::collate_with`]).
+    ragged: bool,
     resume: StageResume,
     size: usize,
     drop_last: bool,
@@ -482,7 +526,15 @@ impl Batch {
             n.count += 1;
         }
         batch.rows = items.iter().map(|i| i.rows).sum();
-        batch.sample = self.stack(items)?;
+        let rows = (first.epoch, first.index, last.index);
+        batch.sample = self.stack(items).map_err(|e| match e {
+            // Name the samples: the error itself names the field and rows in the batch.
+            Error::Type(m) => Error::Type(format!(
+                "{m} (the batch of samples {}..={} of epoch {})",
+                rows.1, rows.2, rows.0
+            )),
+            other => other,
+        })?;
         out.push(vec![batch]);
         self.pending = Vec::with_capacity(self.size);
         Ok(())
@@ -493,7 +545,11 @@ impl Batch {
     /// The batch of `items`: read by the source as a whole when this batch reads, else (or
     /// when that fails, so the error names the sample) row by row, padded and collated.
     fn stack(&self, items: Chunk) -> Result<Sample> {
-        if let Some(src) = self.read.as_ref().filter(|_| self.pad.is_empty()) {
+        if let Some(src) = self
+            .read
+            .as_ref()
+            .filter(|_| self.pad.is_empty() && !self.ragged)
+        {
             let indices: Vec<u64> = items.iter().map(|it| it.source_index).collect();
             let whole = if self.columns {
                 src.get_columns(&indices)
@@ -505,14 +561,17 @@ impl Batch {
             }
         }
         let items = match &self.read {
-            Some(src) => read_items(src, items)?,
+            Some(src) => match read_items(src, items) {
+                (items, None) => items,
+                (_, Some(e)) => return Err(e),
+            },
             None => items,
         };
         let mut samples: Vec<Sample> = items.into_iter().map(|i| i.sample).collect();
         if !self.pad.is_empty() {
             crate::collate::pad_to_longest(&mut samples, &self.pad)?;
         }
-        collate(&samples)
+        collate_with(&samples, self.ragged)
     }
 }
 
@@ -548,7 +607,13 @@ impl Transform for Unbatch {
     fn push(&mut self, chunk: Chunk, out: &mut Vec<Chunk>) -> Result<()> {
         let mut rows_out = Vec::new();
         for it in chunk {
-            let rows = uncollate(it.sample)?;
+            let rows = match uncollate(it.sample) {
+                Ok(rows) => rows,
+                Err(e) => {
+                    out.push(rows_out);
+                    return Err(e);
+                }
+            };
             for (r, sample) in rows.into_iter().enumerate() {
                 let cursor = Cursor {
                     ord: r as u64,

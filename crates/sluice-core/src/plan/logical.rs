@@ -89,6 +89,8 @@ pub struct BatchNode {
     pub drop_last: bool,
     /// Fields padded along their first axis to the longest in the batch, with a value.
     pub pad: Vec<(String, f64)>,
+    /// Fields that do not stack (mixed kinds or dtypes) become lists instead of an error.
+    pub ragged: bool,
     pub schema: Schema,
 }
 
@@ -352,12 +354,18 @@ impl BatchNode {
             size,
             drop_last,
             pad: Vec::new(),
+            ragged: false,
             schema,
         })
     }
     /// Pads `fields` (name, value) to the longest in each batch before stacking.
     pub fn with_pad(mut self, pad: Vec<(String, f64)>) -> Self {
         self.pad = pad;
+        self
+    }
+    /// Makes fields that do not stack lists instead of an error ([`crate::collate_with`]).
+    pub fn with_ragged(mut self, ragged: bool) -> Self {
+        self.ragged = ragged;
         self
     }
 }
@@ -546,13 +554,16 @@ impl LogicalPlan {
             LogicalPlan::MapBatches(n) => {
                 format!("map_batches({}, batch_size={})", n.op.name(), n.batch_size)
             }
-            LogicalPlan::Batch(n) if n.pad.is_empty() => {
-                format!("batch({}, drop_last={})", n.size, n.drop_last)
+            LogicalPlan::Batch(n) => {
+                let mut s = format!("batch({}, drop_last={}", n.size, n.drop_last);
+                if !n.pad.is_empty() {
+                    s.push_str(&format!(", pad={:?}", n.pad));
+                }
+                if n.ragged {
+                    s.push_str(", ragged=true");
+                }
+                s + ")"
             }
-            LogicalPlan::Batch(n) => format!(
-                "batch({}, drop_last={}, pad={:?})",
-                n.size, n.drop_last, n.pad
-            ),
             LogicalPlan::Shuffle(n) => format!("shuffle(seed={:?})", n.seed),
             LogicalPlan::ShuffleBuffer(n) => format!("shuffle_buffer({})", n.size),
             LogicalPlan::Shard(n) => format!(

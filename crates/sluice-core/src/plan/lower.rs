@@ -209,6 +209,7 @@ pub fn lower(plan: &Arc<LogicalPlan>, opts: &LowerOptions) -> Result<PhysicalPla
                             per_epoch: repeat_after_batch,
                             pad: n.pad.clone(),
                             read: batch_reads,
+                            ragged: n.ragged,
                         },
                         Variant::Threads { threads: 1 },
                     )),
@@ -220,6 +221,7 @@ pub fn lower(plan: &Arc<LogicalPlan>, opts: &LowerOptions) -> Result<PhysicalPla
                                 per_epoch: true,
                                 pad: Vec::new(),
                                 read: false,
+                                ragged: true,
                             },
                             Variant::Threads { threads: 1 },
                         ));

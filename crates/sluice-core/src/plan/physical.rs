@@ -107,6 +107,10 @@ pub enum StageKind {
         /// when it follows the source directly: no per-row samples are made.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         read: bool,
+        /// Fields that do not stack become lists instead of an error (`batch(ragged=True)`,
+        /// and map_batches' input, whose function takes what it gets).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        ragged: bool,
     },
     /// Split batches back into samples.
     Unbatch,

@@ -282,3 +282,11 @@ def test_ctrl_c_reaches_the_consumer_while_workers_run_long_calls(threads, close
     assert latency < 2, r.stdout
     if close:
         assert "late calls 0" in r.stdout, r.stdout
+
+def test_a_process_pool_delivers_every_sample_before_a_failing_one():
+    # The pool returns a failed chunk whole; the items before the failure are run again.
+    got, err = _until_error(sluice.range(1000).map(_boom_at(37)).iter(processes=2))
+    assert [s["id"] for s in got] == list(range(37))
+    assert "sample 37" in str(err) and "boom 37" in str(err)
+    got, err = _until_error(sluice.range(1000).map(_boom_at(37)).batch(8).iter(processes=2))
+    assert [b["id"].tolist() for b in got] == [list(range(i, i + 8)) for i in (0, 8, 16, 24)]

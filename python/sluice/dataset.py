@@ -699,12 +699,21 @@ def read_images(paths: PathLike, labels: str | None = "parent_dir") -> Dataset:
 
 
 @_recipe.source
-def read_text(paths: PathLike, errors: str = "strict") -> Dataset:
+def read_text(paths: PathLike, errors: str = "strict", *, on_error: str = "raise") -> Dataset:
     """``{text}`` per non-empty line of local files or ``s3://`` / ``gs://`` / ``http(s)://``
-    objects. Invalid UTF-8 raises naming ``file:line``; ``errors="replace"`` substitutes it."""
+    objects. Invalid UTF-8 raises naming ``file:line``; ``errors="replace"`` substitutes it;
+    ``on_error="skip"`` checks every line when the files are opened and leaves such lines out
+    (a warning and ``stats()`` count them)."""
     if errors not in ("strict", "replace"):
         raise ValueError(f"errors must be 'strict' or 'replace', got {errors!r}")
-    return Dataset(_native.Dataset.read_text(_paths(paths), errors == "replace"))
+    if on_error not in ("raise", "skip"):
+        raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+    native, skipped = _native.read_text(_paths(paths), on_error, errors)
+    if skipped:
+        import warnings
+
+        warnings.warn(f"read_text skipped {skipped} line(s) that are not UTF-8", stacklevel=3)
+    return Dataset(native)
 
 
 @_recipe.source

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use sluice_core::{Execution, LogicalPlan, Result, Sample, StageKind};
 use sluice_io::arrow_conv::Records;
 use sluice_io::{
-    sink, ArrowSource, CsvOptions, CsvSource, ParquetSource, ShardShuffle, SinkOptions,
+    sink, ArrowSource, CsvOptions, CsvSource, ParquetSource, ShardShuffle, SinkOptions, WdsOptions,
     WebDatasetSource,
 };
 
@@ -46,9 +46,20 @@ impl Dataset {
         rank: Option<(u64, u64)>,
         shuffle: Option<ShardShuffle>,
     ) -> Result<Self> {
-        Ok(Dataset::from_source(Arc::new(
-            WebDatasetSource::open_shuffled(entries, rank, shuffle)?,
-        )))
+        Self::read_webdataset_with(entries, rank, shuffle, WdsOptions::default())
+    }
+
+    /// [`Dataset::read_webdataset_shuffled`] with an error policy for members that cannot be
+    /// fields (links, devices, oversized members, ...) and a member size limit.
+    pub fn read_webdataset_with(
+        entries: &[String],
+        rank: Option<(u64, u64)>,
+        shuffle: Option<ShardShuffle>,
+        opts: WdsOptions,
+    ) -> Result<Self> {
+        Ok(Dataset::from_source(Arc::new(WebDatasetSource::open_with(
+            entries, rank, shuffle, opts,
+        )?)))
     }
 
     /// The rows of in-memory Arrow record batches (random access).

@@ -660,8 +660,14 @@ def mix(
     ``seed`` picks the phase. ``stop``: ``"first_exhausted"`` ends when one dataset runs out,
     ``"all_exhausted"`` keeps going with the rest, ``"restart"`` starts exhausted ones over
     until every dataset was used up once. The mix has random access, so ``shuffle``,
-    ``shard``, ``repeat`` and ``state_dict`` work on it; each input must be a source plus
-    deterministic maps (augment after mixing).
+    ``shard``, ``repeat`` and ``state_dict`` work on it.
+
+    Each input is a random-access source with deterministic maps and, if you like, its own
+    ``shuffle``, ``shard`` and ``repeat(n)``, which it keeps: the mix takes each input's
+    samples in that input's own order (``mix([a.shuffle(seed=1), b.shuffle(seed=2)])``, as
+    with Grain or tf.data), epoch after epoch; a restarted input reshuffles. An input's
+    ``shuffle()`` without a seed draws one from ``seed`` and its place in the list. Random
+    augmentations, filters and batching go after the mix.
 
     >>> import sluice
     >>> a = sluice.from_items([{"src": "a"}] * 6)

@@ -16,9 +16,13 @@ them (no copy); the native side copies each once, into its tensor. A framed repl
 copy the tensors four more times (into the frame, into ``bytes``, out of the store, into a
 Rust buffer).
 
-Fault tolerance is per chunk: a chunk whose actor dies (``ray.kill``, a lost node) is
-resubmitted to a fresh actor. The executor receives exactly one reply per chunk, so no
-sample is lost or duplicated.
+Fault tolerance is per chunk: a chunk whose actor dies (``ray.kill``, a crash, a lost node)
+or whose reply is lost with its node before this process fetched it
+(``ObjectLostError``: the reply sat in the dead node's object store) is resubmitted to a
+fresh actor. The executor receives exactly one reply per chunk and every chunk computes the
+same output wherever it runs, so no sample is lost or duplicated. A stage whose workers are
+all gone and cannot be replaced (no node can host a new actor) fails with an error instead
+of waiting for ever.
 
 Hybrid placement (Pecan's AutoPlacement): ``local_workers`` slots run chunks in this process
 next to the actors, and with ``autoscale`` a :class:`sluice.placement.AutoPlacement` moves
@@ -64,6 +68,12 @@ class StageActor:
 
     def pid(self) -> int:
         return os.getpid()
+
+    def node_id(self) -> str:
+        """The Ray node this actor runs on (tests remove it)."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
 
 
 _REMOTE_ACTOR: Any = None
@@ -116,8 +126,10 @@ class RayPool:
         self._all: list[_Slot] = []  # every slot ever, for report()
         self._serial = 0
         self._local_serial = 0
+        self._start_failures = 0  # actors in a row that died while starting
         self.events: list[str] = []
         self.retries = 0
+        self.retry_causes: dict[str, int] = {}  # exception type -> chunks re-run for it
         self.chunks = 0
         self.samples = 0
         per = max(1, int(ctx.in_flight_per_actor))
@@ -215,21 +227,33 @@ class RayPool:
         if not ray.is_initialized():
             return
         for s in [s for s in self._slots if not s.is_ready]:
+            died = False
             done, _ = ray.wait([s.ready], timeout=0)
             if done:
                 try:
                     ray.get(done[0])
                     s.ready = None
+                    self._start_failures = 0
                     continue
                 except ray.exceptions.RayError as e:
                     why = f"could not start ({type(e).__name__})"
+                    died = isinstance(e, ray.exceptions.RayActorError)
             elif time.monotonic() - s.started > self._ctx.actor_start_timeout_s:
                 why = f"did not start within {self._ctx.actor_start_timeout_s:.0f} s"
             else:
                 continue
             self._slots.remove(s)
             self._kill(s)
-            self._log(f"{s.name} {why}; dropped")
+            # An actor that died while starting was most likely placed on a node that was
+            # going down (Ray had not noticed yet): start another, a bounded number of times.
+            # One that cannot be placed at all (timeout) is not retried.
+            if died and not self._closed and self._start_failures < max(1, self._ctx.max_retries):
+                self._start_failures += 1
+                fresh = self._new_actor()
+                self._slots.append(fresh)
+                self._log(f"{s.name} {why}; replaced by {fresh.name}")
+            else:
+                self._log(f"{s.name} {why}; dropped")
 
     def _acquire(self) -> _Slot:
         with self._lock:
@@ -237,6 +261,14 @@ class RayPool:
                 if self._closed:
                     raise RuntimeError(f"stage {self.label}: the Ray pool is shut down")
                 self._poll_starting()
+                if not self._slots:
+                    # Every actor died and none of their replacements could start: waiting
+                    # would never end.
+                    last = self.events[-1] if self.events else ""
+                    raise RuntimeError(
+                        f"stage {self.label}: no worker left to run chunks on (every actor was "
+                        f"lost and none could be started again; last event: {last})"
+                    )
                 free = [s for s in self._slots if s.is_ready and not s.retiring and s.in_flight < s.capacity]
                 if free:
                     # Least loaded relative to capacity; local first on ties (no transfer).
@@ -335,7 +367,9 @@ class RayPool:
         frame, or a split reply); a chunk whose actor dies is re-run on a fresh actor (up to
         ``max_retries`` times)."""
         ray = self._ray
-        dead = (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError)
+        # The actor is gone (killed, crashed, its node lost), or its reply went with its
+        # node's object store before it was fetched: either way the chunk runs again.
+        dead = (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError, ray.exceptions.NodeDiedError)
         attempts = 0
         while True:
             slot = self._acquire()
@@ -348,7 +382,10 @@ class RayPool:
                     out = self._wait(slot.handle.run.remote(frame))
             except dead as e:
                 attempts += 1
-                self.retries += 1
+                with self._lock:
+                    self.retries += 1
+                    cause = type(e).__name__
+                    self.retry_causes[cause] = self.retry_causes.get(cause, 0) + 1
                 self._release(slot, 0.0, 0, False)
                 if self._closed:
                     raise RuntimeError(f"stage {self.label}: the Ray pool is shut down") from e
@@ -404,8 +441,8 @@ class RayPool:
             return [s.handle for s in self._slots if s.handle is not None and not s.retiring]
 
     def report(self) -> dict:
-        """Per-slot chunk counts and busy time, retries, placement state and decisions, and
-        events."""
+        """Per-slot chunk counts and busy time, retries (and their causes: the Ray exception
+        each re-run chunk failed with), placement state and decisions, and events."""
         with self._lock:
             slots = [
                 {"name": s.name, "local": s.is_local, "chunks": s.done, "busy_s": round(s.busy_s, 3)}
@@ -424,6 +461,7 @@ class RayPool:
             "chunks": self.chunks,
             "samples": self.samples,
             "retries": self.retries,
+            "retry_causes": dict(self.retry_causes),
             "slots": slots,
             "placement": placement,
             "decisions": decisions,

@@ -52,6 +52,20 @@ def import_ray() -> Any:
     return ray
 
 
+class _Api:
+    """``ray.wait``/``get``/``kill``/``cancel`` without Ray's implicit ``ray.init()``.
+
+    The public functions start a fresh local cluster when Ray is not initialised. A pool
+    whose cluster was shut down while it ran (checked before each call, but the shutdown can
+    land between the check and the call) would then wait for ever on a reference of the old
+    cluster inside a new one. The functions underneath raise instead."""
+
+    def __init__(self, ray: Any):
+        inner = getattr(getattr(ray, "_private", None), "worker", None)
+        for name in ("wait", "get", "kill", "cancel"):
+            setattr(self, name, getattr(inner, name, None) or getattr(ray, name))
+
+
 class StageActor:
     """A Ray actor hosting one engine for one stage (wrapped by ``ray.remote`` on first use,
     so importing sluice never imports Ray). ``split``: return ``(frame, [uint8 arrays])``
@@ -117,6 +131,7 @@ class RayPool:
 
     def __init__(self, ctx: Any, init: str, workers: int, label: str):
         self._ray = import_ray()
+        self._api = _Api(self._ray)
         self._ctx = ctx
         self._init = init
         self.label = label
@@ -174,7 +189,7 @@ class RayPool:
         # errors (a UDF that does not unpickle there) before any data moves.
         ray = self._ray
         refs = [s.ready for s in slots]
-        ready, pending = ray.wait(refs, num_returns=len(refs), timeout=self._ctx.actor_start_timeout_s)
+        ready, pending = self._api.wait(refs, num_returns=len(refs), timeout=self._ctx.actor_start_timeout_s)
         if pending:
             self.shutdown()
             free = ray.available_resources().get("CPU", 0.0)
@@ -184,7 +199,7 @@ class RayPool:
                 f"the cluster has {free:g} CPU free). Lower num_actors or actor_cpus."
             )
         try:
-            ray.get(ready)
+            self._api.get(ready)
         except ray.exceptions.RayActorError as e:
             self.shutdown()
             cause = e.__cause__ or e
@@ -228,10 +243,10 @@ class RayPool:
             return
         for s in [s for s in self._slots if not s.is_ready]:
             died = False
-            done, _ = ray.wait([s.ready], timeout=0)
+            done, _ = self._api.wait([s.ready], timeout=0)
             if done:
                 try:
-                    ray.get(done[0])
+                    self._api.get(done[0])
                     s.ready = None
                     self._start_failures = 0
                     continue
@@ -298,7 +313,7 @@ class RayPool:
     def _kill(self, slot: _Slot) -> None:
         if slot.handle is not None and self._ray.is_initialized():
             try:
-                self._ray.kill(slot.handle)
+                self._api.kill(slot.handle)
             except Exception:  # the cluster may already be gone at interpreter exit
                 pass
 
@@ -405,15 +420,15 @@ class RayPool:
 
     def _wait(self, ref: Any) -> Any:
         # Wait in short steps so a shut-down pool never leaves a thread blocked forever.
-        ray = self._ray
+        api = self._api
         while True:
             self._check_cluster()
-            ready, _ = ray.wait([ref], timeout=0.5)
+            ready, _ = api.wait([ref], timeout=0.5)
             if ready:
-                return ray.get(ready[0])
+                return api.get(ready[0])
             if self._closed:
                 try:
-                    ray.cancel(ref)
+                    api.cancel(ref)
                 except Exception:  # already finished or the actor is gone
                     pass
                 raise RuntimeError(f"stage {self.label}: the Ray pool is shut down")

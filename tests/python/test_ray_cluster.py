@@ -61,7 +61,10 @@ def nodes():
     tmp = tempfile.mkdtemp(prefix="sc", dir="/tmp")
     os.makedirs(os.path.join(tmp, "ray"))
     os.environ["RAY_TMPDIR"] = tmp
-    os.environ["RAY_AUTH_MODE"] = "disabled"
+    # No authentication between the cluster's processes — unless Ray already ran in this
+    # process (test_ray.py): its first ray.init set RAY_AUTH_MODE=token and the driver keeps
+    # that, so the cluster must use the same mode or it drops the driver as a failed worker.
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     path = os.environ.get("PYTHONPATH", "")
     if not path.startswith(SLUICE_ROOT):  # workers import this checkout's sluice
         os.environ["PYTHONPATH"] = SLUICE_ROOT + (os.pathsep + path if path else "")
@@ -109,19 +112,19 @@ def _digest(batch) -> str:
     return h.hexdigest()
 
 
-def _work(s, rng):
-    time.sleep(0.003)
-    # 200 KB per sample: replies go through the object store of the actor's node.
-    return {"id": s["id"], "x": np.full(50_000, s["id"], np.float32), "r": rng.random()}
+def _work(delay: float):
+    """The stage's UDF; made here (not at module level) so cloudpickle ships it by value."""
+
+    def work(s, rng):
+        time.sleep(delay)
+        # 200 KB per sample: replies go through the object store of the actor's node.
+        return {"id": s["id"], "x": np.full(50_000, s["id"], np.float32), "r": rng.random()}
+
+    return work
 
 
-def _slow_work(s, rng):
-    time.sleep(0.1)  # a chunk of 8 takes 0.8 s: longer than RayPool's 0.5 s wait steps
-    return {"id": s["id"], "x": np.full(50_000, s["id"], np.float32), "r": rng.random()}
-
-
-def _pipeline(fn=_work, n=480):
-    return sluice.range(n).shuffle(seed=3).map(fn).batch(8)
+def _pipeline(delay=0.003, n=480):
+    return sluice.range(n).shuffle(seed=3).map(_work(delay), name="work").batch(8)
 
 
 def _ctx(**kw):
@@ -166,7 +169,8 @@ def test_node_killed_with_replies_in_its_object_store_loses_and_duplicates_nothi
     call. To make that certain rather than a race, this thread keeps the GIL (a long switch
     interval, a busy loop without system calls) while the actors finish their chunks, so the
     pool's threads cannot start fetching them, and kills the node's raylet meanwhile."""
-    ds = _pipeline(_slow_work, n=96)
+    # A chunk of 8 takes 0.8 s: longer than RayPool's 0.5 s wait steps.
+    ds = _pipeline(delay=0.1, n=96)
     expected = [_digest(b) for b in ds.iter(seed=2, chunk_size=8, num_threads=8)]
     ctx = _ctx(actor_start_timeout_s=30)
     it = ds.iter(seed=2, chunk_size=8, context=ctx)
@@ -212,7 +216,7 @@ def test_losing_every_worker_node_fails_clearly_instead_of_hanging(nodes):
         it.close()
         _restore(nodes)
     assert time.monotonic() - t < 60, "gave up after the actor start timeout, not never"
-    assert "_work" in str(e.value), e.value  # names the stage
+    assert "stage read+work" in str(e.value), e.value
 
 
 def test_split_consumers_on_different_nodes_get_disjoint_equal_complete_shards(nodes):

@@ -31,6 +31,7 @@ both counts by measured throughput and CPU prices. See ``docs/RAY.md``.
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import threading
 import time
@@ -419,13 +420,18 @@ class RayPool:
             return out
 
     def _wait(self, ref: Any) -> Any:
-        # Wait in short steps so a shut-down pool never leaves a thread blocked forever.
+        # The reply arrives through a future Ray completes from its own thread; this thread
+        # waits on the future in Python, in short steps, checking for a shut-down pool or
+        # cluster in between. (Waiting inside ray.wait instead, a thread never came back if
+        # ray.shutdown() ran meanwhile: Ray's timer stops with the cluster.)
         api = self._api
+        future = ref.future()
         while True:
             self._check_cluster()
-            ready, _ = api.wait([ref], timeout=0.5)
-            if ready:
-                return api.get(ready[0])
+            try:
+                return future.result(timeout=0.5)
+            except concurrent.futures.TimeoutError:
+                pass
             if self._closed:
                 try:
                     api.cancel(ref)

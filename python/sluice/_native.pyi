@@ -120,12 +120,15 @@ def read_csv(
 def read_jsonl(
     paths: list[str], schema: dict[str, str], on_error: str = "raise", errors: str = "strict"
 ) -> tuple[Dataset, int]: ...
+def read_text(paths: list[str], on_error: str = "raise", errors: str = "strict") -> tuple[Dataset, int]: ...
 def read_webdataset(
     paths: list[str],
     rank: int | None = None,
     world_size: int | None = None,
     shuffle_shards: bool = False,
     shuffle_seed: int | None = None,
+    on_error: str = "raise",
+    max_member_size: int = 1073741824,
 ) -> Dataset: ...
 def from_arrow_stream(capsule: Any) -> Dataset: ...
 def write_parquet(

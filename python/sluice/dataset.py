@@ -674,8 +674,14 @@ def mix(
     ``seed`` picks the phase. ``stop``: ``"first_exhausted"`` ends when one dataset runs out,
     ``"all_exhausted"`` keeps going with the rest, ``"restart"`` starts exhausted ones over
     until every dataset was used up once. The mix has random access, so ``shuffle``,
-    ``shard``, ``repeat`` and ``state_dict`` work on it; each input must be a source plus
-    deterministic maps (augment after mixing).
+    ``shard``, ``repeat`` and ``state_dict`` work on it.
+
+    Each input is a random-access source with deterministic maps and, if you like, its own
+    ``shuffle``, ``shard`` and ``repeat(n)``, which it keeps: the mix takes each input's
+    samples in that input's own order (``mix([a.shuffle(seed=1), b.shuffle(seed=2)])``, as
+    with Grain or tf.data), epoch after epoch; a restarted input reshuffles. An input's
+    ``shuffle()`` without a seed draws one from ``seed`` and its place in the list. Random
+    augmentations, filters and batching go after the mix.
 
     >>> import sluice
     >>> a = sluice.from_items([{"src": "a"}] * 6)
@@ -713,12 +719,21 @@ def read_images(paths: PathLike, labels: str | None = "parent_dir") -> Dataset:
 
 
 @_recipe.source
-def read_text(paths: PathLike, errors: str = "strict") -> Dataset:
+def read_text(paths: PathLike, errors: str = "strict", *, on_error: str = "raise") -> Dataset:
     """``{text}`` per non-empty line of local files or ``s3://`` / ``gs://`` / ``http(s)://``
-    objects. Invalid UTF-8 raises naming ``file:line``; ``errors="replace"`` substitutes it."""
+    objects. Invalid UTF-8 raises naming ``file:line``; ``errors="replace"`` substitutes it;
+    ``on_error="skip"`` checks every line when the files are opened and leaves such lines out
+    (a warning and ``stats()`` count them)."""
     if errors not in ("strict", "replace"):
         raise ValueError(f"errors must be 'strict' or 'replace', got {errors!r}")
-    return Dataset(_native.Dataset.read_text(_paths(paths), errors == "replace"))
+    if on_error not in ("raise", "skip"):
+        raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+    native, skipped = _native.read_text(_paths(paths), on_error, errors)
+    if skipped:
+        import warnings
+
+        warnings.warn(f"read_text skipped {skipped} line(s) that are not UTF-8", stacklevel=3)
+    return Dataset(native)
 
 
 @_recipe.source

@@ -169,6 +169,29 @@ impl Drop for Held<'_> {
     }
 }
 
+impl Inner {
+    /// What a streaming source left out while this run read it (`on_error="skip"`), as a
+    /// warning at the end: the readers that check at open warn then.
+    fn warn_skips(&self, py: Python<'_>) -> PyResult<()> {
+        let n = self.stats.source_read_skips();
+        if n == 0 {
+            return Ok(());
+        }
+        let source = self.ds.plan().source().name().to_string();
+        let msg = std::ffi::CString::new(format!(
+            "{source} left out {n} record(s) it could not read (on_error=\"skip\"); \
+             stats() counts them as the source's skips"
+        ))
+        .unwrap_or_default();
+        PyErr::warn(
+            py,
+            &py.get_type::<pyo3::exceptions::PyUserWarning>(),
+            &msg,
+            1,
+        )
+    }
+}
+
 #[pymethods]
 impl PyIter {
     fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
@@ -202,6 +225,7 @@ impl PyIter {
                 }
                 Next::End => {
                     inner.close(py);
+                    inner.warn_skips(py)?;
                     return Ok(None);
                 }
                 Next::Err(e) => {

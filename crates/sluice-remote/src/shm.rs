@@ -96,12 +96,13 @@ impl ShmWriter {
             name: path.display().to_string(),
             message: e.to_string(),
         };
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(fail)?;
+        let mut options = OpenOptions::new();
+        options.read(true).write(true).create_new(true);
+        // Segments hold the pipeline's data: only this user (the pool's own processes) may
+        // read them. `/dev/shm` is shared by every user of the machine.
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        let file = options.open(&path).map_err(fail)?;
         let filled = (|| {
             file.set_len(len)?;
             // SAFETY: the file was just created by us (create_new) and nobody else knows
@@ -153,5 +154,31 @@ impl Segment {
     }
     pub(crate) fn bytes(&self) -> &[u8] {
         &self.map
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    #[cfg(unix)]
+    fn live_segments_are_private_to_their_user() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let config = ShmConfig {
+            dir: dir.path().to_path_buf(),
+            ..ShmConfig::new("sluice-test-")
+        };
+        let writer = ShmWriter::new(config);
+        let name = writer.write(8, &[(0, &b"12345678"[..])]).unwrap();
+        let mode = std::fs::metadata(dir.path().join(&name))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+        let seg = Segment::open(dir.path(), &name).unwrap();
+        assert_eq!(seg.bytes(), b"12345678");
+        assert!(!dir.path().join(&name).exists(), "unlinked once mapped");
     }
 }

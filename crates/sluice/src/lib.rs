@@ -46,7 +46,10 @@ pub use sluice_io::{
     arrow_array, arrow_conv::ArrowColumn, arrow_conv::Records, arrow_schema, CsvOnError,
     CsvOptions, CsvSource, CsvType, SinkOptions,
 };
-pub use sluice_io::{JsonlOptions, LabelMode, LinesFormat, ShardShuffle, Utf8Errors};
+pub use sluice_io::{
+    JsonlOptions, LabelMode, LinesFormat, LinesSource, ShardShuffle, Utf8Errors, WdsOptions,
+    DEFAULT_MAX_MEMBER_SIZE,
+};
 pub use sluice_ops::OpSpec;
 pub use sluice_optimizer::{OptimizerOptions, Plan, Profile, ProfileOptions};
 pub use sluice_relational::{

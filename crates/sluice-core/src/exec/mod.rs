@@ -300,7 +300,7 @@ impl Execution {
         }
         let stats = Arc::new(PipelineStats::new(infos));
         let source = &plan.source.source;
-        stats.counters(0).skipped.store(source.skipped(), Relaxed);
+        stats.watch_source(source);
         stats.set_source_report(source.report());
 
         let mut resumes = match &opts.resume {

@@ -11,9 +11,9 @@
 pub mod backend;
 mod control;
 pub mod controller;
-mod pack;
-mod transform;
-mod window;
+mod item;
+mod resume;
+mod stage;
 
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -27,10 +27,11 @@ use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
 pub use backend::{Backend, Backends, StageWork, ThreadBackend, Workers};
 use control::Control;
 pub use control::{cancelled, Threads};
-use transform::is_interrupt;
-use transform::StageResume;
-use transform::{make_transform, nonempty, Following, Ready, Transform};
-pub use transform::{Chunk, Cursor, Item, Outer, Partial, Restart, Skip};
+use item::{is_interrupt, nonempty, Transform};
+pub use item::{Chunk, Item, Partial};
+use resume::{drops, last_dropping_stage, StageResume};
+pub use resume::{Cursor, Outer, Restart, ResumePoint, Skip};
+use stage::{make_transform, Following};
 
 use crate::error::{Error, Result};
 use crate::plan::physical::{PhysicalPlan, SourceStage, StageKind, Variant};
@@ -154,78 +155,6 @@ pub enum Next {
     Timeout,
     /// The pipeline is exhausted.
     End,
-}
-
-/// A checkpoint's position: the last delivered output's cursor and the restart records of
-/// the re-sequencing stages it passed (outermost first); with an elastic epoch, where the
-/// ranks of another world size stood in it.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct ResumePoint {
-    pub cursor: Cursor,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub outer: Vec<Restart>,
-}
-
-impl ResumePoint {
-    /// Where the source starts reading again.
-    pub fn source_start(&self) -> Cursor {
-        self.outer.first().map_or(self.cursor, |r| r.input)
-    }
-
-    /// How each stage of `plan` resumes from here.
-    fn stage_resumes(&self, plan: &PhysicalPlan) -> Result<Vec<StageResume>> {
-        let mut res = vec![StageResume::default(); plan.stages.len()];
-        for r in &self.outer {
-            let i = r.slot.checked_sub(1).filter(|&i| i < plan.stages.len());
-            let Some(i) = i else {
-                return Err(Error::invalid(format!(
-                    "checkpoint names stage {} that this plan does not have",
-                    r.slot
-                )));
-            };
-            let at = |j: usize, res: &mut Vec<StageResume>| {
-                res[j].drop_before = Some(r.input);
-            };
-            match &plan.stages[i].kind {
-                StageKind::Take { .. }
-                | StageKind::ShuffleBuffer { .. }
-                | StageKind::Pack(_)
-                | StageKind::Batch { .. } => at(i, &mut res),
-                _ => {
-                    return Err(Error::invalid(
-                        "checkpoint does not match this plan's stages",
-                    ))
-                }
-            }
-            res[i].epoch = Some(r.input.epoch);
-            res[i].input_index = r.input_index;
-            res[i].counter = r.counter;
-        }
-        // Outputs already delivered are dropped where their cursors are final: after the last
-        // chain (ordinals of flat_maps) or re-sequencing stage, before any batching.
-        if let Some(last) = last_dropping_stage(plan) {
-            res[last].drop.upto = Some(self.cursor);
-        }
-        Ok(res)
-    }
-}
-
-/// Stages that do per-item work after which outputs already delivered can be dropped.
-fn drops(kind: &StageKind) -> bool {
-    matches!(
-        kind,
-        StageKind::Chain { .. }
-            | StageKind::Take { .. }
-            | StageKind::ShuffleBuffer { .. }
-            | StageKind::Pack(_)
-            | StageKind::Unbatch
-    )
-}
-
-/// Where outputs already delivered are dropped on resume: after the last chain (flat_map
-/// ordinals are final there) or re-sequencing stage, before any final batching.
-fn last_dropping_stage(plan: &PhysicalPlan) -> Option<usize> {
-    plan.stages.iter().rposition(|s| drops(&s.kind))
 }
 
 /// Options of one run.
@@ -1150,6 +1079,9 @@ fn spawn_controller(
         }
     })
 }
+
+/// Items in arrival order (for the consumer's ready queue).
+type Ready = VecDeque<Item>;
 
 /// Number of chunks waiting at the consumer (for tests of backpressure).
 #[doc(hidden)]

@@ -17,7 +17,8 @@ use crate::error::Result;
 use crate::order::Permutation;
 use crate::rng::combine;
 
-use super::transform::{push_outer, Chunk, Cursor, Item, Outer, Restart, StageResume, Transform};
+use crate::exec::item::{Chunk, Item, Transform};
+use crate::exec::resume::{push_outer, Cursor, Outer, Restart, StageResume};
 
 /// Where an A window started: what a restart replays from (with the restart records of the
 /// stages before, which replay up to that input).

@@ -10,10 +10,11 @@
 //!
 //! The parts: `start` wires a plan into threads (`source`, each stage's `threads`, the
 //! `ordering` of a parallel stage's outputs); each stage kind's work is in `stage/`; positions
-//! and resuming in `resume`.
+//! and resuming in `resume`, and the checkpoint format that saves them in [`checkpoint`].
 
 pub mod backend;
 mod channel;
+pub mod checkpoint;
 mod control;
 pub mod controller;
 mod item;

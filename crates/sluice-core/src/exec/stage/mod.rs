@@ -82,17 +82,9 @@ pub(crate) fn make_transform(
             taken: resume.counter,
             resume: resume.clone(),
         }),
-        StageKind::ShuffleBuffer {
-            size,
-            seed: s,
-            op_id,
-        } => Box::new(WindowShuffle::new(
-            *size,
-            s.unwrap_or(seed),
-            *op_id,
-            stage,
-            resume,
-        )),
+        StageKind::ShuffleBuffer { size, seed, op_id } => {
+            Box::new(WindowShuffle::new(*size, *seed, *op_id, stage, resume))
+        }
         StageKind::Pack(spec) => Box::new(Pack::new(spec.clone(), stage, resume)),
     }
 }

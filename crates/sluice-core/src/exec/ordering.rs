@@ -152,3 +152,79 @@ pub(super) fn dispatch(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exec::item::Item;
+    use crate::exec::resume::Cursor;
+    use crate::stats::StageInfo;
+
+    fn chunk(pos: u64) -> Chunk {
+        vec![Item::at(0, pos, pos, Cursor::default())]
+    }
+
+    /// Runs `dispatch` over `msgs` with `workers` threads that answer in reverse order of
+    /// arrival, and reads the stage's output back.
+    fn through(
+        msgs: Vec<Msg>,
+        fail_in_chunk: Option<u64>,
+    ) -> Vec<std::result::Result<u64, String>> {
+        let (in_tx, in_rx) = bounded::<Msg>(msgs.len() + 1);
+        for m in msgs {
+            in_tx.send(m).unwrap();
+        }
+        drop(in_tx);
+        let (work_tx, work_rx) = bounded::<(Chunk, Sender<Partial>)>(16);
+        let (slots_tx, slots_rx) = bounded::<Receiver<Partial>>(16);
+        let info = StageInfo {
+            name: "stage".into(),
+            threads: 1,
+            inline: false,
+            queue_capacity: 16,
+        };
+        let stats = PipelineStats::new(vec![info.clone(), info]);
+        dispatch(Input::Direct(in_rx), &work_tx, &slots_tx, stats.counters(1));
+        drop((work_tx, slots_tx));
+        // Answer the last chunk first: the output must still come in input order.
+        let work: Vec<_> = work_rx.iter().collect();
+        for (mut c, reply) in work.into_iter().rev() {
+            let err = (Some(c[0].index) == fail_in_chunk).then(|| Error::invalid("boom"));
+            c.push(c[0].clone());
+            reply.send((c, err)).unwrap();
+        }
+        let mut input = Input::Ordered {
+            slots: slots_rx,
+            waiting: None,
+            failed: None,
+        };
+        std::iter::from_fn(|| input.recv())
+            .map(|m| {
+                m.map(|c| c[0].index * 10 + c.len() as u64)
+                    .map_err(|e| e.to_string())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn replies_come_out_in_input_order_whatever_order_workers_answer_in() {
+        let got = through((0..4).map(|p| Ok(chunk(p))).collect(), None);
+        assert_eq!(got, [Ok(2), Ok(12), Ok(22), Ok(32)]);
+    }
+
+    #[test]
+    fn a_chunk_that_failed_part_way_hands_on_its_outputs_then_its_error() {
+        let got = through((0..4).map(|p| Ok(chunk(p))).collect(), Some(1));
+        assert_eq!(got[..2], [Ok(2), Ok(12)]);
+        assert!(matches!(&got[2], Err(e) if e.contains("boom")), "{got:?}");
+        // An error in the input goes into its slot, after the chunks before it, and ends it.
+        let msgs = vec![Ok(chunk(0)), Err(Error::invalid("upstream")), Ok(chunk(2))];
+        let got = through(msgs, None);
+        assert_eq!(got[0], Ok(2));
+        assert!(
+            matches!(&got[1], Err(e) if e.contains("upstream")),
+            "{got:?}"
+        );
+        assert_eq!(got.len(), 2);
+    }
+}

@@ -185,3 +185,142 @@ impl Transform for Unbatch {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::Error;
+    use crate::exec::resume::Skip;
+    use crate::value::Value;
+
+    fn item(epoch: u64, pos: u64, id: Value) -> Item {
+        let mut it = Item::at(epoch, pos, pos, Cursor { epoch, pos, ord: 0 });
+        it.sample.set("id", id);
+        it
+    }
+
+    fn items(epoch: u64, pos: std::ops::Range<u64>) -> Chunk {
+        pos.map(|p| item(epoch, p, Value::Int(p as i64))).collect()
+    }
+
+    fn batch(size: usize, drop_last: bool, numbered: bool) -> Batch {
+        Batch {
+            read: None,
+            columns: false,
+            ragged: false,
+            resume: StageResume::default(),
+            size,
+            drop_last,
+            per_epoch: true,
+            pad: vec![],
+            pending: Vec::new(),
+            numbering: numbered.then_some(BatchNumbers {
+                slot: 2,
+                epoch: None,
+                count: 0,
+            }),
+        }
+    }
+
+    fn run(t: &mut dyn Transform, chunks: Vec<Chunk>) -> Result<Chunk> {
+        let mut out = Vec::new();
+        for c in chunks {
+            t.push(c, &mut out)?;
+        }
+        t.finish(&mut out)?;
+        Ok(out.into_iter().flatten().collect())
+    }
+
+    fn ids(s: &Sample) -> Vec<i64> {
+        crate::collate::uncollate(s.clone())
+            .unwrap()
+            .iter()
+            .map(|r| r.get("id").unwrap().as_int().unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn batches_stay_in_their_epoch_and_the_short_tail_is_kept_or_dropped() {
+        let input = || vec![items(0, 0..3), items(1, 0..4)];
+        let out = run(&mut batch(2, false, false), input()).unwrap();
+        let got: Vec<Vec<i64>> = out.iter().map(|b| ids(&b.sample)).collect();
+        assert_eq!(got, [vec![0, 1], vec![2], vec![0, 1], vec![2, 3]]);
+        let rows: Vec<u64> = out.iter().map(|b| b.rows).collect();
+        assert_eq!(rows, [2, 1, 2, 2]);
+        // Unnumbered, a batch stands where its last row does.
+        assert_eq!(
+            out[1].cursor,
+            Cursor {
+                epoch: 0,
+                pos: 2,
+                ord: 0
+            }
+        );
+        let dropped = run(&mut batch(2, true, false), input()).unwrap();
+        assert_eq!(dropped.len(), 3, "epoch 0's short batch is dropped");
+    }
+
+    #[test]
+    fn numbered_batches_record_their_first_row_to_replay_from() {
+        let out = run(
+            &mut batch(2, false, true),
+            vec![items(0, 0..3), items(1, 0..2)],
+        )
+        .unwrap();
+        let cursors: Vec<(u64, u64)> = out.iter().map(|b| (b.cursor.epoch, b.cursor.pos)).collect();
+        assert_eq!(cursors, [(0, 0), (0, 1), (1, 0)], "numbered per epoch");
+        let r = out[1].outer.as_deref().unwrap()[0];
+        assert_eq!(
+            r,
+            Restart {
+                slot: 2,
+                input: Cursor {
+                    epoch: 0,
+                    pos: 2,
+                    ord: 0
+                },
+                input_index: 0,
+                counter: 1,
+            }
+        );
+    }
+
+    #[test]
+    fn a_batch_that_does_not_stack_names_its_samples() {
+        let chunk = vec![item(0, 0, Value::Int(1)), item(0, 1, Value::from("x"))];
+        let err = run(&mut batch(2, false, false), vec![chunk]).unwrap_err();
+        assert!(matches!(err, Error::Type(_)), "{err:?}");
+        assert!(
+            err.to_string().contains("samples 0..=1 of epoch 0"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn unbatch_gives_rows_their_batchs_position_and_drops_rows_delivered() {
+        let mut b = run(&mut batch(3, false, true), vec![items(0, 4..7)]).unwrap();
+        let mut unbatch = Unbatch {
+            resume: StageResume::default(),
+        };
+        let rows = run(&mut unbatch, vec![b.clone()]).unwrap();
+        let got: Vec<(u64, u64, u64)> = rows
+            .iter()
+            .map(|r| (r.cursor.pos, r.cursor.ord, r.index))
+            .collect();
+        assert_eq!(got, [(0, 0, 4), (0, 1, 5), (0, 2, 6)]);
+        assert_eq!(rows[2].outer, b[0].outer, "restart records pass through");
+        // Resuming after row 1 of the batch recomputes the batch and drops rows 0 and 1.
+        let mut resumed = Unbatch {
+            resume: StageResume {
+                drop: Skip {
+                    upto: Some(rows[1].cursor),
+                    partial: vec![],
+                },
+                ..Default::default()
+            },
+        };
+        let rest = run(&mut resumed, vec![std::mem::take(&mut b)]).unwrap();
+        assert_eq!(rest.len(), 1);
+        assert_eq!(rest[0].sample.get("id"), Some(&Value::Int(6)));
+    }
+}

@@ -190,3 +190,131 @@ impl Transform for Chain {
         failed.map_or(Ok(()), Err)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exec::resume::Cursor;
+    use crate::op::{Op, OpMeta};
+    use crate::plan::logical::ElemMode;
+    use crate::sample::Sample;
+    use crate::stats::StageInfo;
+    use crate::value::Value;
+
+    /// By `id % 3`: two outputs, one, none; fails on `fail_at`.
+    #[derive(Debug)]
+    struct Fan {
+        fail_at: Option<i64>,
+    }
+
+    impl Op for Fan {
+        fn name(&self) -> &str {
+            "fan"
+        }
+        fn spec(&self) -> serde_json::Value {
+            serde_json::json!({"op": "fan"})
+        }
+        fn meta(&self) -> crate::op::OpMeta {
+            OpMeta::opaque(false)
+        }
+        fn apply(&self, sample: Sample, _cx: &OpContext) -> Result<Emit> {
+            let id = sample.require("id", "fan")?.as_int().unwrap_or(-1);
+            if Some(id) == self.fail_at {
+                return Err(Error::invalid(format!("fan fails on {id}")));
+            }
+            let s = |v: i64| Sample::from_pairs([("id", Value::Int(v))]);
+            Ok(match id % 3 {
+                0 => Emit::Many(vec![s(id * 10), s(id * 10 + 1)]),
+                1 => Emit::One(s(id * 10)),
+                _ => Emit::Drop,
+            })
+        }
+    }
+
+    fn chain(fail_at: Option<i64>, on_error: OnError, skip: Skip) -> Chain {
+        let info = StageInfo {
+            name: "chain".into(),
+            threads: 1,
+            inline: true,
+            queue_capacity: 1,
+        };
+        let op = ChainOp {
+            op: Arc::new(Fan { fail_at }),
+            mode: ElemMode::FlatMap,
+            on_error,
+            op_id: 1,
+        };
+        let stats = Arc::new(PipelineStats::new(vec![info.clone(), info]));
+        Chain::new(None, vec![op], 0, stats, 1, skip)
+    }
+
+    fn items(n: u64) -> Chunk {
+        (0..n)
+            .map(|p| {
+                let cursor = Cursor {
+                    epoch: 0,
+                    pos: p,
+                    ord: 0,
+                };
+                Item::at(0, p, p, cursor)
+                    .with_sample(Sample::from_pairs([("id", Value::Int(p as i64))]))
+            })
+            .collect()
+    }
+
+    fn outputs(items: &Chunk) -> Vec<(u64, u64, i64)> {
+        items
+            .iter()
+            .map(|it| {
+                let id = it.sample.get("id").and_then(Value::as_int).unwrap();
+                (it.cursor.pos, it.cursor.ord, id)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_positions_outputs_take_ordinals_and_a_resume_drops_those_delivered() {
+        let out = chain(None, OnError::Raise, Skip::default())
+            .run(items(5))
+            .unwrap();
+        assert_eq!(
+            outputs(&out),
+            [
+                (0, 0, 0),
+                (0, 1, 1),
+                (1, 0, 10),
+                (3, 0, 30),
+                (3, 1, 31),
+                (4, 0, 40)
+            ]
+        );
+        assert_ne!(out[0].sub, out[1].sub, "a flat_map's outputs draw apart");
+        let delivered = Skip {
+            upto: Some(out[3].cursor),
+            partial: vec![],
+        };
+        let rest = chain(None, OnError::Raise, delivered)
+            .run(items(5))
+            .unwrap();
+        assert_eq!(outputs(&rest), [(3, 1, 31), (4, 0, 40)]);
+    }
+
+    #[test]
+    fn a_failing_sample_keeps_the_outputs_before_it_and_is_named() {
+        let (out, err) = chain(Some(3), OnError::Raise, Skip::default()).run_partial(items(5));
+        assert_eq!(outputs(&out), [(0, 0, 0), (0, 1, 1), (1, 0, 10)]);
+        match err {
+            Some(Error::InSample { op, sample, .. }) => {
+                assert_eq!((op.as_str(), sample.index), ("fan", 3));
+            }
+            other => panic!("expected the failure of sample 3, got {other:?}"),
+        }
+        let skipping = chain(Some(3), OnError::Skip, Skip::default());
+        let out = skipping.run(items(5)).unwrap();
+        assert_eq!(
+            outputs(&out),
+            [(0, 0, 0), (0, 1, 1), (1, 0, 10), (4, 0, 40)]
+        );
+        assert_eq!(skipping.stats.counters(1).skipped.load(Relaxed), 1);
+    }
+}

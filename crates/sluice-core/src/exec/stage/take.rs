@@ -51,3 +51,95 @@ impl Transform for Take {
         self.left == 0
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exec::item::Item;
+    use crate::exec::resume::Skip;
+
+    fn items(epoch: u64, pos: std::ops::Range<u64>) -> Chunk {
+        pos.map(|p| {
+            let cursor = Cursor {
+                epoch,
+                pos: p,
+                ord: 0,
+            };
+            Item::at(epoch, p, p, cursor)
+        })
+        .collect()
+    }
+
+    fn take(n: u64, resume: StageResume) -> Take {
+        Take {
+            slot: 3,
+            left: n.saturating_sub(resume.counter),
+            taken: resume.counter,
+            resume,
+        }
+    }
+
+    fn run(t: &mut Take, chunks: Vec<Chunk>) -> Chunk {
+        let mut out = Vec::new();
+        for c in chunks {
+            if t.exhausted() {
+                break;
+            }
+            t.push(c, &mut out).unwrap();
+        }
+        out.into_iter().flatten().collect()
+    }
+
+    #[test]
+    fn numbers_its_outputs_across_epochs_and_records_where_to_replay() {
+        let mut t = take(5, StageResume::default());
+        let out = run(&mut t, vec![items(0, 0..3), items(1, 0..3), items(2, 0..3)]);
+        assert!(t.exhausted());
+        let cursors: Vec<(u64, u64)> = out.iter().map(|i| (i.cursor.epoch, i.cursor.pos)).collect();
+        assert_eq!(cursors, [(0, 0), (0, 1), (0, 2), (0, 3), (0, 4)]);
+        // Output 4 is input (epoch 1, pos 1), the fifth taken.
+        let r = out[4].outer.as_deref().unwrap();
+        assert_eq!(r.len(), 1);
+        assert_eq!(
+            r[0],
+            Restart {
+                slot: 3,
+                input: Cursor {
+                    epoch: 1,
+                    pos: 1,
+                    ord: 0
+                },
+                input_index: 4,
+                counter: 4,
+            }
+        );
+        assert_eq!(
+            (out[4].epoch, out[4].index),
+            (1, 1),
+            "randomness coordinates kept"
+        );
+    }
+
+    #[test]
+    fn a_resume_replays_from_the_record_and_drops_what_was_delivered() {
+        let full = run(&mut take(5, StageResume::default()), vec![items(0, 0..10)]);
+        // Delivered up to output 2: restart at its record, drop it and what precedes it.
+        let r = full[2].outer.as_deref().unwrap()[0];
+        let resume = StageResume {
+            drop_before: Some(r.input),
+            epoch: Some(r.input.epoch),
+            input_index: r.input_index,
+            counter: r.counter,
+            drop: Skip {
+                upto: Some(full[2].cursor),
+                partial: vec![],
+            },
+        };
+        let mut again = take(5, resume);
+        let rest = run(&mut again, vec![items(0, 0..10)]);
+        let pos: Vec<u64> = rest.iter().map(|i| i.cursor.pos).collect();
+        assert_eq!(pos, [3, 4]);
+        assert_eq!(rest[0].index, full[3].index);
+        assert!(again.exhausted());
+    }
+}

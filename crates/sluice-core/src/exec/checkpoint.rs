@@ -1,7 +1,7 @@
 //! Checkpoints: what `state_dict()` saves and `load_state_dict()` reads.
 //!
 //! A checkpoint is the position of the last output delivered — its cursor and the restart
-//! records of the re-sequencing stages it passed (see [`super::resume`]) — written as a
+//! records of the re-sequencing stages it passed (see `exec/resume.rs`) — written as a
 //! tree of the pipeline's nodes, each `{"node", "own", "parent"}` (Grain's shape): `own` holds
 //! what that node contributes. Sources and re-sequencing nodes (`take`, `shuffle_buffer`,
 //! `map_batches`) own `at`, where the checkpoint stands in their output stream; re-sequencing

@@ -110,6 +110,29 @@ impl StageResume {
     }
 }
 
+#[cfg(test)]
+impl StageResume {
+    /// How a re-sequencing stage that is the last to drop outputs resumes after the output at
+    /// `cursor` whose last restart record (in `outer`) it wrote: what
+    /// [`ResumePoint::stage_resumes`] gives it.
+    pub(crate) fn after(cursor: Cursor, outer: &Outer) -> StageResume {
+        let r = *outer
+            .as_deref()
+            .and_then(<[Restart]>::last)
+            .expect("a restart record");
+        StageResume {
+            drop_before: Some(r.input),
+            epoch: Some(r.input.epoch),
+            input_index: r.input_index,
+            counter: r.counter,
+            drop: Skip {
+                upto: Some(cursor),
+                partial: vec![],
+            },
+        }
+    }
+}
+
 /// A checkpoint's position: the last delivered output's cursor and the restart records of
 /// the re-sequencing stages it passed (outermost first); with an elastic epoch, where the
 /// ranks of another world size stood in it.

@@ -56,7 +56,6 @@ impl Transform for Take {
 mod tests {
     use super::*;
     use crate::exec::item::Item;
-    use crate::exec::resume::Skip;
 
     fn items(epoch: u64, pos: std::ops::Range<u64>) -> Chunk {
         pos.map(|p| {
@@ -124,17 +123,7 @@ mod tests {
     fn a_resume_replays_from_the_record_and_drops_what_was_delivered() {
         let full = run(&mut take(5, StageResume::default()), vec![items(0, 0..10)]);
         // Delivered up to output 2: restart at its record, drop it and what precedes it.
-        let r = full[2].outer.as_deref().unwrap()[0];
-        let resume = StageResume {
-            drop_before: Some(r.input),
-            epoch: Some(r.input.epoch),
-            input_index: r.input_index,
-            counter: r.counter,
-            drop: Skip {
-                upto: Some(full[2].cursor),
-                partial: vec![],
-            },
-        };
+        let resume = StageResume::after(full[2].cursor, &full[2].outer);
         let mut again = take(5, resume);
         let rest = run(&mut again, vec![items(0, 0..10)]);
         let pos: Vec<u64> = rest.iter().map(|i| i.cursor.pos).collect();

@@ -249,7 +249,6 @@ impl Transform for WindowShuffle {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exec::resume::Skip;
 
     fn items(epoch: u64, n: u64) -> Chunk {
         (0..n)
@@ -320,17 +319,7 @@ mod tests {
     fn resuming_after_any_output_makes_the_rest_again() {
         let out = run(6, 1, StageResume::default(), vec![items(0, 23)]);
         for k in 0..out.len() {
-            let r = *out[k].outer.as_deref().unwrap().last().unwrap();
-            let resume = StageResume {
-                drop_before: Some(r.input),
-                epoch: Some(r.input.epoch),
-                input_index: r.input_index,
-                counter: r.counter,
-                drop: Skip {
-                    upto: Some(out[k].cursor),
-                    partial: vec![],
-                },
-            };
+            let resume = StageResume::after(out[k].cursor, &out[k].outer);
             let rest = run(6, 1, resume, vec![items(0, 23)]);
             assert_eq!(
                 moves(&rest),

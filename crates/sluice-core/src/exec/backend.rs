@@ -47,8 +47,9 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::exec::transform::{is_interrupt, Chain, Chunk, Partial};
-use crate::exec::Skip;
+use crate::exec::item::{is_interrupt, Chunk, Partial};
+use crate::exec::resume::Skip;
+use crate::exec::stage::chain::Chain;
 use crate::plan::physical::ChainOp;
 use crate::source::SourceRef;
 use crate::stats::PipelineStats;
@@ -250,7 +251,7 @@ impl Backends {
 mod tests {
     use super::*;
     use crate::error::SampleRef;
-    use crate::exec::transform::Item;
+    use crate::exec::item::Item;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     /// A pool that, like a remote one, returns a failed chunk whole: doubles `index`, fails at 5.

@@ -69,7 +69,7 @@ impl Control {
     }
 }
 
-/// The threads of an [`Execution`], to wait for after it is stopped.
+/// The threads of an [`Execution`](super::Execution), to wait for after it is stopped.
 #[derive(Clone, Debug)]
 pub struct Threads(pub(super) Arc<Control>);
 

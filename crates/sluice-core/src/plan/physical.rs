@@ -119,7 +119,8 @@ pub enum StageKind {
     /// Bounded buffer shuffle.
     ShuffleBuffer {
         size: usize,
-        seed: Option<u64>,
+        /// The step's seed, or the iteration's when it has none (decided when lowering).
+        seed: u64,
         op_id: u64,
     },
     /// Concatenate a token field across items and cut fixed-length blocks.

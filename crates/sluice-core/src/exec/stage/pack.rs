@@ -14,7 +14,8 @@ use crate::plan::logical::PackSpec;
 use crate::sample::Sample;
 use crate::value::{Tensor, TensorData, Value};
 
-use super::transform::{push_outer, Chunk, Cursor, Item, Restart, StageResume, Transform};
+use crate::exec::item::{Chunk, Item, Transform};
+use crate::exec::resume::{push_outer, Cursor, Restart, StageResume};
 
 pub(crate) struct Pack {
     spec: PackSpec,

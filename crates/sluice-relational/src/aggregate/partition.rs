@@ -140,3 +140,102 @@ impl Aggregator<'_> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aggregate::{Agg, AggFn, AggregateSpec};
+
+    fn spec() -> AggregateSpec {
+        AggregateSpec::try_new(
+            vec!["k".into()],
+            vec![
+                Agg::new("n", AggFn::Count, None),
+                Agg::new("s", AggFn::Sum, Some("x")),
+                Agg::new("lo", AggFn::Min, Some("x")),
+            ],
+        )
+        .unwrap()
+    }
+
+    fn table_of(agg: &mut Aggregator<'_>, rows: &[(i64, f64)]) -> Table {
+        let (mut table, mut canon) = (Table::default(), Vec::new());
+        for (row, &(k, x)) in rows.iter().enumerate() {
+            let s = Sample::from_pairs([("k", Value::Int(k)), ("x", Value::Float(x))]);
+            agg.add_row(&mut table, &s, row as u64, &mut canon).unwrap();
+        }
+        table
+    }
+
+    #[test]
+    fn partial_states_round_trip_through_their_sample_form() {
+        let spec = spec();
+        let mut agg = Aggregator::new(&spec);
+        let table = table_of(&mut agg, &[(1, 0.5), (2, -1.0), (1, 0.25)]);
+        let mut canon = Vec::new();
+        for (key, g) in &table.groups {
+            let back = agg
+                .decode_partial(&Aggregator::encode_partial(g), &mut canon)
+                .unwrap();
+            assert_eq!(&canon, key, "same canonical key");
+            assert_eq!(
+                (back.values.clone(), back.accs.clone()),
+                (g.values.clone(), g.accs.clone())
+            );
+        }
+    }
+
+    #[test]
+    fn malformed_partial_states_are_errors() {
+        let spec = spec();
+        let mut agg = Aggregator::new(&spec);
+        let mut canon = Vec::new();
+        let bad = [
+            Sample::new(),
+            Sample::from_pairs([("k", Value::List(vec![Value::Int(1)]))]),
+            // One state for three aggregates.
+            Sample::from_pairs([
+                ("k", Value::List(vec![Value::Int(1)])),
+                ("a", Value::List(vec![Value::Int(1)])),
+            ]),
+            // A count state that is not an int.
+            Sample::from_pairs([
+                ("k", Value::List(vec![Value::Int(1)])),
+                (
+                    "a",
+                    Value::List(vec![Value::from("x"), Value::Null, Value::Null]),
+                ),
+            ]),
+        ];
+        for s in &bad {
+            assert!(agg.decode_partial(s, &mut canon).is_err(), "{s:?}");
+        }
+    }
+
+    #[test]
+    fn a_spilled_table_puts_each_group_in_one_partition_and_empties() {
+        let spec = spec();
+        let mut agg = Aggregator::new(&spec);
+        let rows: Vec<(i64, f64)> = (0..200).map(|i| (i % 50, i as f64)).collect();
+        let mut table = table_of(&mut agg, &rows);
+        let mut spill = Spill::new("groupby", 1 << 20, None);
+        let mut parts = Aggregator::partition_writers(&mut spill).unwrap();
+        assert_eq!(parts.len(), PARTITIONS);
+        Aggregator::spill_table(&mut table, &mut parts, 0).unwrap();
+        assert!(table.groups.is_empty() && table.index.is_empty() && table.bytes == 0);
+        let mut seen = std::collections::HashSet::new();
+        let mut used = 0;
+        for w in parts {
+            let run = w.finish().unwrap();
+            used += usize::from(run.rows > 0);
+            let mut r = RunReader::open(&run, 1 << 16).unwrap();
+            let (mut rec, mut canon) = (Vec::new(), Vec::new());
+            while let Some(s) = r.next_sample(&mut rec).unwrap() {
+                agg.decode_partial(&s, &mut canon).unwrap();
+                assert!(seen.insert(canon.clone()), "a group in two partitions");
+            }
+        }
+        assert_eq!(seen.len(), 50);
+        assert!(used > 1, "the hash spreads groups over partitions");
+    }
+}

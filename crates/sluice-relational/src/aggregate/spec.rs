@@ -137,3 +137,56 @@ impl AggregateSpec {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn functions_parse_by_name_and_unknown_ones_list_the_choices() {
+        for (s, f) in [("count", AggFn::Count), ("max", AggFn::Max)] {
+            assert_eq!(s.parse::<AggFn>().unwrap(), f);
+            assert_eq!(f.name(), s);
+        }
+        let e = "median".parse::<AggFn>().unwrap_err();
+        assert!(
+            e.to_string().contains("count, sum, mean, min or max"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn specs_are_checked_and_list_their_fields() {
+        let ok = AggregateSpec::try_new(
+            vec!["k".into()],
+            vec![
+                Agg::new("a", AggFn::Sum, Some("x")),
+                Agg::new("b", AggFn::Max, Some("x")),
+                Agg::new("k2", AggFn::Min, Some("k")),
+            ],
+        )
+        .unwrap();
+        assert_eq!(ok.input_fields(), ["k", "x"], "each field once");
+        assert_eq!(ok.output_fields(), ["k", "a", "b", "k2"]);
+        assert!(AggregateSpec::try_new(vec!["k".into()], vec![]).is_err());
+        let clash = vec![Agg::new("k", AggFn::Count, None)];
+        assert!(AggregateSpec::try_new(vec!["k".into()], clash).is_err());
+        let twice = vec![
+            Agg::new("a", AggFn::Count, None),
+            Agg::new("a", AggFn::Count, None),
+        ];
+        assert!(AggregateSpec::try_new(vec![], twice).is_err());
+    }
+
+    #[test]
+    fn specs_serialise_by_lowercase_name_and_refuse_unknown_fields() {
+        let a = Agg::new("m", AggFn::Mean, Some("x"));
+        let json = serde_json::to_string(&a).unwrap();
+        assert_eq!(json, r#"{"name":"m","func":"mean","field":"x"}"#);
+        assert_eq!(serde_json::from_str::<Agg>(&json).unwrap(), a);
+        let extra = r#"{"name":"m","func":"mean","field":"x","bogus":1}"#;
+        assert!(serde_json::from_str::<Agg>(extra).is_err());
+        let count: Agg = serde_json::from_str(r#"{"name":"n","func":"count"}"#).unwrap();
+        assert_eq!(count.field, None);
+    }
+}

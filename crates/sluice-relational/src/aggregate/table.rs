@@ -185,3 +185,95 @@ impl<'a> Aggregator<'a> {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aggregate::Agg;
+
+    fn spec() -> AggregateSpec {
+        AggregateSpec::try_new(
+            vec!["k".into()],
+            vec![
+                Agg::new("n", AggFn::Count, None),
+                Agg::new("nx", AggFn::Count, Some("x")),
+                Agg::new("s", AggFn::Sum, Some("x")),
+                Agg::new("hi", AggFn::Max, Some("x")),
+            ],
+        )
+        .unwrap()
+    }
+
+    fn add(agg: &mut Aggregator<'_>, table: &mut Table, rows: &[(Value, Value)]) -> Result<()> {
+        let mut canon = Vec::new();
+        for (row, (k, x)) in rows.iter().enumerate() {
+            let s = Sample::from_pairs([("k", k.clone()), ("x", x.clone())]);
+            agg.add_row(table, &s, row as u64, &mut canon)?;
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn rows_fold_into_their_group_and_finish_sorted_by_key() {
+        let spec = spec();
+        let mut agg = Aggregator::new(&spec);
+        let mut table = Table::default();
+        let rows = [
+            (Value::Int(2), Value::Int(5)),
+            (Value::Null, Value::Int(1)),
+            (Value::Int(1), Value::Null),
+            (Value::Int(2), Value::Int(7)),
+        ];
+        add(&mut agg, &mut table, &rows).unwrap();
+        assert_eq!(table.groups.len(), 3, "first-seen order, one per key");
+        assert!(table.bytes > 0);
+        let out = agg.finish_table(table).unwrap();
+        let keys: Vec<_> = out.iter().map(|s| s.get("k").cloned().unwrap()).collect();
+        assert_eq!(
+            keys,
+            [Value::Int(1), Value::Int(2), Value::Null],
+            "missing last"
+        );
+        let two = &out[1];
+        assert_eq!(
+            ["n", "nx", "s", "hi"].map(|f| two.get(f).cloned().unwrap()),
+            [Value::Int(2), Value::Int(2), Value::Int(12), Value::Int(7)]
+        );
+        // Key 1 saw only a missing x: counted as a row, not as a value.
+        assert_eq!(
+            ["n", "nx", "s", "hi"].map(|f| out[0].get(f).cloned().unwrap()),
+            [Value::Int(1), Value::Int(0), Value::Null, Value::Null]
+        );
+    }
+
+    #[test]
+    fn merging_a_partial_state_grows_the_estimate_and_keeps_one_group() {
+        let spec = spec();
+        let mut agg = Aggregator::new(&spec);
+        let (mut a, mut b) = (Table::default(), Table::default());
+        add(&mut agg, &mut a, &[(Value::Int(1), Value::Float(0.5))]).unwrap();
+        add(&mut agg, &mut b, &[(Value::Int(1), Value::Float(0.25))]).unwrap();
+        let before = a.bytes;
+        let (canon, g) = b.groups.pop().unwrap();
+        a.merge(&canon, g);
+        assert_eq!(a.groups.len(), 1);
+        assert!(a.bytes >= before);
+        let out = agg.finish_table(a).unwrap();
+        assert_eq!(out[0].get("s"), Some(&Value::Float(0.75)));
+        assert_eq!(out[0].get("n"), Some(&Value::Int(2)));
+    }
+
+    #[test]
+    fn a_non_number_in_a_sum_is_a_type_error_at_its_row() {
+        let spec = spec();
+        let mut agg = Aggregator::new(&spec);
+        let mut table = Table::default();
+        let rows = [
+            (Value::Int(1), Value::Int(1)),
+            (Value::Int(1), Value::from("two")),
+        ];
+        let e = add(&mut agg, &mut table, &rows).unwrap_err();
+        assert!(matches!(e.root(), Error::Type(_)), "{e}");
+        assert!(e.to_string().contains("'x'"), "{e}");
+    }
+}

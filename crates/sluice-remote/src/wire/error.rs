@@ -7,7 +7,7 @@ use std::sync::Arc;
 use sluice_core::codec::{In, Out, MAX_DEPTH};
 use sluice_core::{Error, ExternalError, SampleRef};
 
-use super::{corrupt, WireError};
+use super::wire_error::{corrupt, WireError};
 
 /// Carries the [`Error::External`] errors of one runtime (e.g. Python exceptions) across:
 /// the sender turns the error into bytes, the receiver rebuilds an equivalent error.
@@ -152,7 +152,16 @@ pub(crate) fn decode_error(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::{decode_reply, encode_reply};
+
+    fn round_trip(e: &Error, codec: Option<&dyn ExternalCodec>) -> Error {
+        let mut out = Out::default();
+        encode_error(&mut out, e, codec);
+        let buf = out.into_vec();
+        let mut inp = In::new(&buf);
+        let back = decode_error(&mut inp, codec, 0).unwrap();
+        inp.end().unwrap();
+        back
+    }
 
     #[test]
     fn errors_round_trip_with_their_sample() {
@@ -168,8 +177,7 @@ mod tests {
                 source: Arc::new(RemoteError("ValueError: boom".into())),
             }),
         };
-        let frame = encode_reply(&Err(err.clone()), None, None);
-        let back = decode_reply(&frame, None).unwrap().unwrap_err();
+        let back = round_trip(&err, None);
         assert_eq!(back.to_string(), err.to_string());
         assert!(matches!(back.root(), Error::External { .. }));
         for e in [
@@ -189,8 +197,7 @@ mod tests {
             Error::Cancelled,
             Error::Internal("i".into()),
         ] {
-            let back = decode_reply(&encode_reply(&Err(e.clone()), None, None), None).unwrap();
-            let back = back.unwrap_err();
+            let back = round_trip(&e, None);
             assert_eq!(std::mem::discriminant(&back), std::mem::discriminant(&e));
             assert_eq!(back.to_string(), e.to_string());
         }
@@ -214,16 +221,13 @@ mod tests {
             message: "KeyboardInterrupt".into(),
             source: Arc::new(RemoteError("ki".into())),
         };
-        let mut out = Out::default();
-        encode_error(&mut out, &e, Some(&Reverse));
-        let buf = out.into_vec();
-        let back = decode_error(&mut In::new(&buf), Some(&Reverse), 0).unwrap();
+        let back = round_trip(&e, Some(&Reverse));
         let Error::Interrupted { source, .. } = &back else {
             panic!("{back:?}");
         };
         assert_eq!(source.to_string(), "rebuilt ki");
         // Without the codec only the message is kept.
-        let back = decode_error(&mut In::new(&buf), None, 0).unwrap();
+        let back = round_trip(&e, None);
         assert_eq!(back.to_string(), e.to_string());
         // Errors nested deeper than MAX_DEPTH are corrupt, not a stack overflow.
         let mut deep = Error::Cancelled;

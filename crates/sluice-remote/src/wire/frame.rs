@@ -9,10 +9,13 @@ use sluice_core::codec::{Buffer, BufferSink, BufferSource, CodecError, Decoder, 
 use sluice_core::exec::{Chunk, Outer, Restart};
 use sluice_core::{Cursor, Error, Item};
 
-use super::error::{decode_error, encode_error};
+use super::error::{decode_error, encode_error, ExternalCodec};
 use super::split::{OutOfBand, SplitSink, OOB_TAG};
-use super::{corrupt, ExternalCodec, WireError, MAGIC};
+use super::wire_error::{corrupt, WireError};
 use crate::shm::{Segment, ShmSink, ShmWriter, SHM_TAG};
+
+/// First bytes of every frame (format version 1).
+pub const MAGIC: [u8; 4] = *b"SLW1";
 
 /// Where an encoding frame puts its big buffers.
 pub(crate) enum FrameSink<'a> {
@@ -258,12 +261,23 @@ mod tests {
 
     use super::*;
     use crate::wire::fixtures::{item, same};
-    use crate::wire::{decode_chunk, encode_chunk};
+
+    fn round_trip(chunk: &[Item]) -> Chunk {
+        let mut e = Enc::new(FrameSink::Inline);
+        e.chunk(chunk);
+        let (frame, buffers) = e.finish(1).unwrap();
+        assert!(buffers.is_empty());
+        let (mut d, kind) = Dec::open(&frame, Path::new("/nonexistent"), &[]).unwrap();
+        assert_eq!(kind, 1);
+        let back = d.chunk().unwrap();
+        d.end().unwrap();
+        back
+    }
 
     #[test]
     fn every_item_field_and_value_round_trips() {
         let chunk: Chunk = (0..3).map(|i| item(i, every_value())).collect();
-        let back = decode_chunk(&encode_chunk(&chunk, None).unwrap()).unwrap();
+        let back = round_trip(&chunk);
         same(&chunk, &back);
         match back[0].sample.get("float") {
             Some(Value::Float(f)) => assert!(f.is_nan()),

@@ -28,64 +28,28 @@ mod error;
 mod fixtures;
 mod frame;
 mod split;
+mod wire_error;
 
 use std::path::Path;
 
-use sluice_core::codec::CodecError;
 use sluice_core::exec::Chunk;
 use sluice_core::Error;
 
 pub use error::{ExternalCodec, RemoteError};
+pub use frame::MAGIC;
 pub use split::{OutOfBand, SplitFrame, SPLIT_THRESHOLD};
+pub use wire_error::WireError;
 
-use crate::shm::{default_dir, ShmError, ShmWriter};
 #[allow(unused_imports)] // for the doc links
-use crate::ShmConfig;
+use crate::shm::ShmConfig;
+use crate::shm::{default_dir, ShmWriter};
 use frame::{Dec, Enc, FrameSink};
 use split::SplitSink;
-
-/// First bytes of every frame (format version 1).
-pub const MAGIC: [u8; 4] = *b"SLW1";
+use wire_error::corrupt;
 
 const KIND_CHUNK: u8 = 1;
 const KIND_OK: u8 = 2;
 const KIND_ERR: u8 = 3;
-
-/// A frame that cannot be encoded or decoded.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum WireError {
-    /// The bytes are not a valid frame (truncated, wrong magic, bad lengths or tags).
-    #[error("corrupt frame: {0}")]
-    Corrupt(String),
-    /// A shared-memory segment could not be created or opened.
-    #[error("shared memory segment {name}: {message}")]
-    Shm { name: String, message: String },
-}
-
-impl From<WireError> for Error {
-    fn from(e: WireError) -> Self {
-        Error::Internal(format!("worker protocol: {e}"))
-    }
-}
-
-impl From<CodecError> for WireError {
-    fn from(e: CodecError) -> Self {
-        WireError::Corrupt(e.0)
-    }
-}
-
-impl From<ShmError> for WireError {
-    fn from(e: ShmError) -> Self {
-        match e {
-            ShmError::BadName(_) => WireError::Corrupt(e.to_string()),
-            ShmError::Io { name, message } => WireError::Shm { name, message },
-        }
-    }
-}
-
-fn corrupt<T>(what: impl Into<String>) -> Result<T, WireError> {
-    Err(WireError::Corrupt(what.into()))
-}
 
 /// A stage's answer to one chunk.
 pub type Reply = sluice_core::Result<Output>;
@@ -224,6 +188,7 @@ mod tests {
     use std::sync::Arc;
 
     use proptest::prelude::*;
+    use sluice_core::codec::tensor_bytes;
     use sluice_core::codec::testing::{every_value, unhex};
     use sluice_core::{Sample, SampleRef, Tensor, TensorData, Value};
 
@@ -287,6 +252,46 @@ mod tests {
         assert_eq!(encode_reply(&Err(err.clone()), None, None), golden);
         let back = decode_reply(&golden, None).unwrap().unwrap_err();
         assert_eq!(back.to_string(), err.to_string());
+    }
+
+    #[test]
+    fn split_replies_carry_big_buffers_beside_the_frame_without_copying_them() {
+        let chunk: Chunk = (0..3).map(|i| item(i, every_value())).collect();
+        let reply: Reply = Ok(Output { chunk, skipped: 2 });
+        // Threshold 1: every non-empty tensor and bytes value leaves the frame.
+        let split = encode_reply_split(&reply, 1, None);
+        let Ok(out) = &reply else { unreachable!() };
+        let own = out.chunk[0].sample.get("f64").unwrap();
+        let (Value::Tensor(t), true) = (own, !split.buffers.is_empty()) else {
+            panic!("no buffers");
+        };
+        // The split frame shares the reply's buffers (no copy on the sending side).
+        let shared = split
+            .buffers
+            .iter()
+            .any(|b| b.bytes().as_ptr() == tensor_bytes(t.data()).as_ptr());
+        assert!(shared);
+        let bufs: Vec<&[u8]> = split.buffers.iter().map(OutOfBand::bytes).collect();
+        let back = decode_reply_split(&split.frame, &bufs, None)
+            .unwrap()
+            .unwrap();
+        assert_eq!(back.skipped, 2);
+        same(&back.chunk, &out.chunk);
+        // Small buffers stay inline under the default threshold.
+        let inline = encode_reply_split(&reply, SPLIT_THRESHOLD, None);
+        assert!(inline.buffers.is_empty());
+        let back = decode_reply(&inline.frame, None).unwrap().unwrap();
+        same(&back.chunk, &out.chunk);
+        // A frame that names a buffer it was not given is corrupt, not a panic.
+        let err = decode_reply_split(&split.frame, &bufs[..1], None).unwrap_err();
+        assert!(err.to_string().contains("out-of-band"), "{err}");
+        // Errors travel in the frame.
+        let e: Reply = Err(Error::Data("bad".into()));
+        let split = encode_reply_split(&e, 1, None);
+        assert!(split.buffers.is_empty());
+        assert!(decode_reply_split(&split.frame, &[], None)
+            .unwrap()
+            .is_err());
     }
 
     #[test]

@@ -84,53 +84,7 @@ impl BufferSink<'_> for SplitSink {
 
 #[cfg(test)]
 mod tests {
-    use sluice_core::codec::testing::every_value;
-    use sluice_core::exec::Chunk;
-    use sluice_core::{Error, Value};
-
     use super::*;
-    use crate::wire::fixtures::{item, same};
-    use crate::wire::{decode_reply, decode_reply_split, encode_reply_split, Output, Reply};
-
-    #[test]
-    fn split_replies_carry_big_buffers_beside_the_frame_without_copying_them() {
-        let chunk: Chunk = (0..3).map(|i| item(i, every_value())).collect();
-        let reply: Reply = Ok(Output { chunk, skipped: 2 });
-        // Threshold 1: every non-empty tensor and bytes value leaves the frame.
-        let split = encode_reply_split(&reply, 1, None);
-        let Ok(out) = &reply else { unreachable!() };
-        let own = out.chunk[0].sample.get("f64").unwrap();
-        let (Value::Tensor(t), true) = (own, !split.buffers.is_empty()) else {
-            panic!("no buffers");
-        };
-        // The split frame shares the reply's buffers (no copy on the sending side).
-        let shared = split
-            .buffers
-            .iter()
-            .any(|b| b.bytes().as_ptr() == tensor_bytes(t.data()).as_ptr());
-        assert!(shared);
-        let bufs: Vec<&[u8]> = split.buffers.iter().map(OutOfBand::bytes).collect();
-        let back = decode_reply_split(&split.frame, &bufs, None)
-            .unwrap()
-            .unwrap();
-        assert_eq!(back.skipped, 2);
-        same(&back.chunk, &out.chunk);
-        // Small buffers stay inline under the default threshold.
-        let inline = encode_reply_split(&reply, SPLIT_THRESHOLD, None);
-        assert!(inline.buffers.is_empty());
-        let back = decode_reply(&inline.frame, None).unwrap().unwrap();
-        same(&back.chunk, &out.chunk);
-        // A frame that names a buffer it was not given is corrupt, not a panic.
-        let err = decode_reply_split(&split.frame, &bufs[..1], None).unwrap_err();
-        assert!(err.to_string().contains("out-of-band"), "{err}");
-        // Errors travel in the frame.
-        let e: Reply = Err(Error::Data("bad".into()));
-        let split = encode_reply_split(&e, 1, None);
-        assert!(split.buffers.is_empty());
-        assert!(decode_reply_split(&split.frame, &[], None)
-            .unwrap()
-            .is_err());
-    }
 
     #[test]
     fn the_sink_numbers_buffers_in_order_and_keeps_small_ones_inline() {

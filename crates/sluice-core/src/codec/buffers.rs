@@ -9,8 +9,8 @@
 use std::sync::Arc;
 
 use super::bytes::{In, Out};
+use super::error::CodecError;
 use super::tensor::tensor_bytes;
-use super::CodecError;
 use crate::value::Tensor;
 
 /// Tag of a buffer held inline: its length then its bytes.

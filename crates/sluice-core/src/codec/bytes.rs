@@ -2,7 +2,7 @@
 //! [`Out`] and read back from an [`In`] that checks every length against what is left before
 //! it slices or allocates.
 
-use super::CodecError;
+use super::error::CodecError;
 
 /// The bytes being written.
 #[derive(Debug, Default)]

@@ -4,10 +4,14 @@ use std::sync::Arc;
 
 use super::buffers::{BufferSource, Inline, INLINE};
 use super::bytes::In;
+use super::error::CodecError;
 use super::tensor::tensor_data;
-use super::{CodecError, MAX_DEPTH};
 use crate::sample::Sample;
 use crate::value::{Tensor, Value};
+
+/// Lists go at most this deep (and the errors a transport nests should too): corrupt bytes
+/// must not overflow the stack.
+pub const MAX_DEPTH: usize = 64;
 
 fn corrupt<T>(what: impl Into<String>) -> Result<T, CodecError> {
     Err(CodecError(what.into()))
@@ -126,8 +130,9 @@ impl<'a, S: BufferSource> Decoder<'a, S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::codec::buffers::{Buffer, BufferSink};
     use crate::codec::bytes::Out;
-    use crate::codec::{encode_sample, Buffer, BufferSink, Encoder};
+    use crate::codec::encode::Encoder;
     use crate::value::TensorData;
 
     /// Buffers by number, as a transport that hands them beside the bytes would.
@@ -190,8 +195,10 @@ mod tests {
         deep.push(0);
         assert!(dec(&deep).unwrap_err().to_string().contains("deeply"));
         // A name reference to a name never sent.
-        let mut rec = Vec::new();
-        encode_sample(&Sample::from_pairs([("a", Value::Null)]), &mut rec);
+        let one = Sample::from_pairs([("a", Value::Null)]);
+        let mut e = Encoder::new(Vec::new(), Inline);
+        e.sample(&one);
+        let mut rec = e.into_parts().0;
         rec[4] = 1;
         assert!(Decoder::new(In::new(&rec), Inline).sample().is_err());
     }

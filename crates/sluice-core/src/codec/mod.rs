@@ -26,35 +26,21 @@ mod buffers;
 mod bytes;
 mod decode;
 mod encode;
+mod error;
 mod tensor;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
 pub use buffers::{Buffer, BufferSink, BufferSource, Inline, INLINE};
 pub use bytes::{In, Out};
-pub use decode::Decoder;
+pub use decode::{Decoder, MAX_DEPTH};
 pub use encode::Encoder;
+pub use error::CodecError;
 pub use tensor::{dtype_code, tensor_bytes};
 
-use crate::error::Error;
 use crate::sample::Sample;
 #[allow(unused_imports)] // for the doc links
 use crate::value::Value;
-
-/// Lists (and the errors a transport nests) go at most this deep: corrupt bytes must not
-/// overflow the stack.
-pub const MAX_DEPTH: usize = 64;
-
-/// Bytes that do not decode (truncated, bad lengths or tags).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("corrupt record: {0}")]
-pub struct CodecError(pub String);
-
-impl From<CodecError> for Error {
-    fn from(e: CodecError) -> Self {
-        Error::Internal(e.to_string())
-    }
-}
 
 /// Appends `sample` to `out` as a self-contained record (field names and every buffer
 /// inline), read back by [`decode_sample`].
@@ -76,6 +62,7 @@ pub fn decode_sample(record: &[u8]) -> Result<Sample, CodecError> {
 mod tests {
     use super::testing::{every_value, same_bytes, unhex};
     use super::*;
+    use crate::error::Error;
 
     #[test]
     fn records_round_trip_every_value_and_refuse_corruption() {

@@ -1,7 +1,7 @@
 //! Tensor buffers as bytes: the dtype codes of the format and the little-endian element
 //! bytes of a [`TensorData`], borrowed on the way out and copied once on the way in.
 
-use super::CodecError;
+use super::error::CodecError;
 use crate::value::{DType, TensorData};
 
 #[cfg(not(target_endian = "little"))]

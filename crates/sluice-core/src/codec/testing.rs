@@ -2,6 +2,8 @@
 
 use std::sync::Arc;
 
+use super::buffers::Inline;
+use super::encode::Encoder;
 use crate::sample::Sample;
 use crate::value::{Tensor, TensorData, Value};
 
@@ -39,10 +41,12 @@ pub fn every_value() -> Sample {
 
 /// Asserts two samples encode to the same bytes (`PartialEq` says NaN != NaN).
 pub fn same_bytes(a: &Sample, b: &Sample) {
-    let (mut x, mut y) = (Vec::new(), Vec::new());
-    super::encode_sample(a, &mut x);
-    super::encode_sample(b, &mut y);
-    assert_eq!(x, y);
+    let bytes = |s: &Sample| {
+        let mut e = Encoder::new(Vec::new(), Inline);
+        e.sample(s);
+        e.into_parts().0
+    };
+    assert_eq!(bytes(a), bytes(b));
 }
 
 /// The bytes a hex string (surrounding whitespace ignored) spells.

@@ -22,6 +22,8 @@
 //! reducing the partition files).
 
 mod acc;
+#[cfg(test)]
+mod fixtures;
 mod fsum;
 mod partition;
 mod spec;

@@ -144,26 +144,12 @@ impl Aggregator<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::aggregate::{Agg, AggFn, AggregateSpec};
-
-    fn spec() -> AggregateSpec {
-        AggregateSpec::try_new(
-            vec!["k".into()],
-            vec![
-                Agg::new("n", AggFn::Count, None),
-                Agg::new("s", AggFn::Sum, Some("x")),
-                Agg::new("lo", AggFn::Min, Some("x")),
-            ],
-        )
-        .unwrap()
-    }
+    use crate::aggregate::fixtures::{add, spec};
 
     fn table_of(agg: &mut Aggregator<'_>, rows: &[(i64, f64)]) -> Table {
-        let (mut table, mut canon) = (Table::default(), Vec::new());
-        for (row, &(k, x)) in rows.iter().enumerate() {
-            let s = Sample::from_pairs([("k", Value::Int(k)), ("x", Value::Float(x))]);
-            agg.add_row(&mut table, &s, row as u64, &mut canon).unwrap();
-        }
+        let mut table = Table::default();
+        let rows = rows.iter().map(|&(k, x)| (Value::Int(k), Value::Float(x)));
+        add(agg, &mut table, rows).unwrap();
         table
     }
 
@@ -193,7 +179,7 @@ mod tests {
         let bad = [
             Sample::new(),
             Sample::from_pairs([("k", Value::List(vec![Value::Int(1)]))]),
-            // One state for three aggregates.
+            // One state for five aggregates.
             Sample::from_pairs([
                 ("k", Value::List(vec![Value::Int(1)])),
                 ("a", Value::List(vec![Value::Int(1)])),

@@ -189,29 +189,7 @@ impl<'a> Aggregator<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::aggregate::Agg;
-
-    fn spec() -> AggregateSpec {
-        AggregateSpec::try_new(
-            vec!["k".into()],
-            vec![
-                Agg::new("n", AggFn::Count, None),
-                Agg::new("nx", AggFn::Count, Some("x")),
-                Agg::new("s", AggFn::Sum, Some("x")),
-                Agg::new("hi", AggFn::Max, Some("x")),
-            ],
-        )
-        .unwrap()
-    }
-
-    fn add(agg: &mut Aggregator<'_>, table: &mut Table, rows: &[(Value, Value)]) -> Result<()> {
-        let mut canon = Vec::new();
-        for (row, (k, x)) in rows.iter().enumerate() {
-            let s = Sample::from_pairs([("k", k.clone()), ("x", x.clone())]);
-            agg.add_row(table, &s, row as u64, &mut canon)?;
-        }
-        Ok(())
-    }
+    use crate::aggregate::fixtures::{add, spec};
 
     #[test]
     fn rows_fold_into_their_group_and_finish_sorted_by_key() {
@@ -224,7 +202,7 @@ mod tests {
             (Value::Int(1), Value::Null),
             (Value::Int(2), Value::Int(7)),
         ];
-        add(&mut agg, &mut table, &rows).unwrap();
+        add(&mut agg, &mut table, rows).unwrap();
         assert_eq!(table.groups.len(), 3, "first-seen order, one per key");
         assert!(table.bytes > 0);
         let out = agg.finish_table(table).unwrap();
@@ -251,8 +229,8 @@ mod tests {
         let spec = spec();
         let mut agg = Aggregator::new(&spec);
         let (mut a, mut b) = (Table::default(), Table::default());
-        add(&mut agg, &mut a, &[(Value::Int(1), Value::Float(0.5))]).unwrap();
-        add(&mut agg, &mut b, &[(Value::Int(1), Value::Float(0.25))]).unwrap();
+        add(&mut agg, &mut a, [(Value::Int(1), Value::Float(0.5))]).unwrap();
+        add(&mut agg, &mut b, [(Value::Int(1), Value::Float(0.25))]).unwrap();
         let before = a.bytes;
         let (canon, g) = b.groups.pop().unwrap();
         a.merge(&canon, g);
@@ -272,7 +250,7 @@ mod tests {
             (Value::Int(1), Value::Int(1)),
             (Value::Int(1), Value::from("two")),
         ];
-        let e = add(&mut agg, &mut table, &rows).unwrap_err();
+        let e = add(&mut agg, &mut table, rows).unwrap_err();
         assert!(matches!(e.root(), Error::Type(_)), "{e}");
         assert!(e.to_string().contains("'x'"), "{e}");
     }

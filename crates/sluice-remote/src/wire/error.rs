@@ -152,6 +152,7 @@ pub(crate) fn decode_error(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::fixtures::in_sample_error;
 
     fn round_trip(e: &Error, codec: Option<&dyn ExternalCodec>) -> Error {
         let mut out = Out::default();
@@ -165,18 +166,7 @@ mod tests {
 
     #[test]
     fn errors_round_trip_with_their_sample() {
-        let err = Error::InSample {
-            op: "my_udf".into(),
-            sample: SampleRef {
-                epoch: 1,
-                index: 42,
-                path: Some("/a.jpg".into()),
-            },
-            source: Box::new(Error::External {
-                message: "ValueError: boom".into(),
-                source: Arc::new(RemoteError("ValueError: boom".into())),
-            }),
-        };
+        let err = in_sample_error();
         let back = round_trip(&err, None);
         assert_eq!(back.to_string(), err.to_string());
         assert!(matches!(back.root(), Error::External { .. }));

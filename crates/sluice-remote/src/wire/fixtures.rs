@@ -4,7 +4,9 @@ use std::sync::Arc;
 
 use sluice_core::codec::testing::same_bytes;
 use sluice_core::exec::Restart;
-use sluice_core::{Cursor, Item, Sample};
+use sluice_core::{Cursor, Error, Item, Sample, SampleRef};
+
+use super::error::RemoteError;
 
 /// Item `i` carrying `sample`, with a path on even items and a restart record on every
 /// third (both travel: resume after re-sequencing stages needs them).
@@ -50,5 +52,21 @@ pub(crate) fn same(a: &[Item], b: &[Item]) {
         );
         assert_eq!((&x.path, &x.outer), (&y.path, &y.outer));
         same_bytes(&x.sample, &y.sample);
+    }
+}
+
+/// A Python exception in sample 42 of epoch 1, as a worker reports it.
+pub(crate) fn in_sample_error() -> Error {
+    Error::InSample {
+        op: "my_udf".into(),
+        sample: SampleRef {
+            epoch: 1,
+            index: 42,
+            path: Some("/a.jpg".into()),
+        },
+        source: Box::new(Error::External {
+            message: "ValueError: boom".into(),
+            source: Arc::new(RemoteError("ValueError: boom".into())),
+        }),
     }
 }

@@ -190,11 +190,11 @@ mod tests {
     use proptest::prelude::*;
     use sluice_core::codec::tensor_bytes;
     use sluice_core::codec::testing::{every_value, unhex};
-    use sluice_core::{Sample, SampleRef, Tensor, TensorData, Value};
+    use sluice_core::{Sample, Tensor, TensorData, Value};
 
     use super::*;
     use crate::ShmConfig;
-    use fixtures::{item, same};
+    use fixtures::{in_sample_error, item, same};
 
     fn tempfile_dir(tag: &str) -> std::path::PathBuf {
         let d = std::env::temp_dir().join(format!("sluice-wire-{tag}-{}", std::process::id()));
@@ -236,18 +236,7 @@ mod tests {
         assert_eq!(std::fs::read(dir.join("g-0")).unwrap(), segment);
         same(&decode_chunk_in(&golden, &dir).unwrap(), &chunk);
 
-        let err = Error::InSample {
-            op: "my_udf".into(),
-            sample: SampleRef {
-                epoch: 1,
-                index: 42,
-                path: Some("/a.jpg".into()),
-            },
-            source: Box::new(Error::External {
-                message: "ValueError: boom".into(),
-                source: Arc::new(RemoteError("ValueError: boom".into())),
-            }),
-        };
+        let err = in_sample_error();
         let golden = unhex(include_str!("../../testdata/wire/error_reply.hex"));
         assert_eq!(encode_reply(&Err(err.clone()), None, None), golden);
         let back = decode_reply(&golden, None).unwrap().unwrap_err();

@@ -367,7 +367,6 @@ impl Dataset {
         state: Option<&IterState>,
         strict: bool,
     ) -> Result<Execution> {
-        crate::install_codecs();
         let mut elastic_state = None;
         let resume = match state {
             None => None,

@@ -19,25 +19,6 @@ mod relational;
 mod spec;
 mod state;
 
-/// The engine's lossless sample format for caches' disk tier (see
-/// [`sluice_core::cache::SpillCodec`]).
-struct WireCodec;
-
-impl sluice_core::cache::SpillCodec for WireCodec {
-    fn encode(&self, sample: &sluice_core::Sample, out: &mut Vec<u8>) {
-        sluice_remote::wire::encode_sample(sample, out);
-    }
-    fn decode(&self, record: &[u8]) -> sluice_core::Result<sluice_core::Sample> {
-        sluice_remote::wire::decode_sample(record).map_err(Into::into)
-    }
-}
-
-/// Installs the codecs the core engine takes from higher crates (once).
-pub(crate) fn install_codecs() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| sluice_core::cache::install_spill_codec(std::sync::Arc::new(WireCodec)));
-}
-
 pub use dataset::{Dataset, IterOptions};
 pub use relational::GroupedDataset;
 pub use sluice_core::mix::StopPolicy;

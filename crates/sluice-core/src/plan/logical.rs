@@ -208,8 +208,7 @@ pub struct CacheNode {
     pub input: Arc<LogicalPlan>,
     /// Bytes kept in memory.
     pub budget: u64,
-    /// Bytes kept on local disk beyond that (0: none; needs a spill codec, see
-    /// [`crate::cache::install_spill_codec`]).
+    /// Bytes kept on local disk beyond that (0: none), as records of [`crate::codec`].
     pub disk_budget: u64,
 }
 

@@ -31,6 +31,7 @@ use crate::arrow_conv::{
     normalize, row_to_sample, rows_to_batch, rows_to_columns, supported, ArrowColumn,
 };
 use crate::show::show;
+use crate::spec::SourceSpec;
 use crate::store::{expand, Blob};
 
 /// Decoded row groups kept (over all Parquet sources and threads). Unit tests run side by
@@ -304,6 +305,19 @@ impl ParquetSource {
                 ahead: Default::default(),
             }),
         })
+    }
+
+    /// The spec that reopens exactly these files, in this order, with this projection.
+    pub fn source_spec(&self) -> SourceSpec {
+        SourceSpec::ReadParquet {
+            paths: self
+                .inner
+                .files
+                .iter()
+                .map(|f| f.blob.name().to_string())
+                .collect(),
+            columns: self.inner.columns.clone(),
+        }
     }
 
     /// Number of row groups over all files.
@@ -647,12 +661,7 @@ impl Source for ParquetSource {
         "read_parquet"
     }
     fn spec(&self) -> serde_json::Value {
-        serde_json::json!({
-            "source": "read_parquet",
-            "files": self.inner.files.len(),
-            "rows": self.inner.file_starts.last(),
-            "columns": self.inner.columns,
-        })
+        self.source_spec().summary(self.len(), 0)
     }
     fn len(&self) -> Option<u64> {
         self.inner.file_starts.last().copied()
@@ -661,11 +670,7 @@ impl Source for ParquetSource {
         Some(self.inner.names.iter().map(|n| n.to_string()).collect())
     }
     fn ship(&self) -> Option<serde_json::Value> {
-        // The expanded list, so a worker reopens exactly these files in this order.
-        let paths: Vec<&str> = self.inner.files.iter().map(|f| f.blob.name()).collect();
-        Some(
-            serde_json::json!({"source": "read_parquet", "paths": paths, "columns": self.inner.columns}),
-        )
+        Some(self.source_spec().to_json())
     }
     fn get(&self, index: u64) -> Result<Sample> {
         let (fi, rg, row) = self.locate_row(index)?;

@@ -1,11 +1,15 @@
 """Pickling datasets and iterators by their recipe.
 
 A native dataset cannot be pickled (it holds Rust objects: sources, ops, Python closures
-behind a Rust pointer). What can travel is *how it was made*: the source call and each
-transformation with its arguments. Built-in ops pickle as their serde JSON (``Op(spec)``),
-Python UDFs by cloudpickle, nested datasets (``mix``) by their own recipes. Unpickling replays
-the calls through the public API, so the copy is built by the same checking constructors and
-gets the same fingerprint — a checkpoint taken from the original loads into the copy.
+behind a Rust pointer). What can travel is *how it was made*: the source and each
+transformation with its arguments. A source that can be reopened (``read_*``, ``range``)
+travels as its spec JSON — the form worker processes and Ray actors reopen it from, with the
+file list as it was expanded — and is reopened by the engine (``_native.open_source``);
+``from_items`` and ``mix`` travel as their calls. Built-in ops pickle as their serde JSON
+(``Op(spec)``), Python UDFs by cloudpickle, nested datasets (``mix``) by their own recipes.
+Unpickling replays the steps through the public API, so the copy is built by the same
+checking constructors and gets the same fingerprint — a checkpoint taken from the original
+loads into the copy.
 
 An iterator pickles as (its dataset's recipe, the ``iter(...)`` arguments, ``state_dict()``):
 the copy continues right after the last output the original delivered.
@@ -58,16 +62,29 @@ class _Unrecorded(NamedTuple):
 
 def source(fn: F) -> F:
     """Decorates a module-level function returning a new ``Dataset`` from a source, so the
-    dataset remembers the call."""
+    dataset remembers it: by its spec when the engine can reopen it, else by the call."""
     where = f"{fn.__module__}:{fn.__qualname__}"
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         out = fn(*args, **kwargs)
-        out._recipe = Step(None, where, args, kwargs)
+        spec = out._native.source_spec()
+        out._recipe = Step(None, where, args, kwargs) if spec is None else Step(None, _OPEN, (spec,), {})
         return out
 
     return wrapper  # type: ignore[return-value]
+
+
+_OPEN = f"{__name__}:open_source"
+
+
+def open_source(spec: str) -> Any:
+    """The dataset of a source's spec JSON (``_native.Dataset.source_spec``)."""
+    from .dataset import Dataset
+
+    ds = Dataset(_native.open_source(spec)[0])
+    ds._recipe = Step(None, _OPEN, (spec,), {})
+    return ds
 
 
 def step(fn: F) -> F:

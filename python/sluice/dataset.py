@@ -706,7 +706,7 @@ def from_items(items: Iterable[Any]) -> Dataset:
 def read_files(paths: PathLike) -> Dataset:
     """``{path, bytes}`` per file of paths, directories (recursive) or globs, in sorted order.
     Missing paths raise FileNotFoundError here, before iteration."""
-    return Dataset(_native.Dataset.read_files(_paths(paths)))
+    return Dataset(_native.read_files(_paths(paths)))
 
 
 @_recipe.source
@@ -715,7 +715,7 @@ def read_images(paths: PathLike, labels: str | None = "parent_dir") -> Dataset:
     names (ImageFolder style). Decoding is a separate op (``sluice.image.decode``)."""
     if labels not in ("parent_dir", None):
         raise ValueError(f"labels must be 'parent_dir' or None, got {labels!r}")
-    return Dataset(_native.Dataset.read_images(_paths(paths), labels == "parent_dir"))
+    return Dataset(_native.read_images(_paths(paths), labels == "parent_dir"))
 
 
 @_recipe.source

@@ -111,3 +111,18 @@ def test_split_shards_before_filters_and_batches():
     got = [flat(p) for p in ds.split(3)]
     union = sorted(x for g in got for x in g)
     assert union == [i for i in range(30) if i % 3 != 0]
+
+
+def test_file_sources_pickle_as_their_spec(tmp_path):
+    (tmp_path / "a.txt").write_text("one\ntwo\n")
+    ds = sluice.read_text(str(tmp_path)).map(lambda s: {"n": len(s["text"])})
+    blob = pickle.dumps(ds)
+    # The spec JSON travels (the form workers reopen sources from), not the Python call:
+    # the copy reads the files the original expanded, even if the directory changes.
+    assert b'"source":"read_text"' in blob
+    (tmp_path / "b.txt").write_text("three\n")
+    assert list(pickle.loads(blob)) == list(ds) == [{"n": 3}, {"n": 3}]
+    # from_items holds its data here: it travels as the call (its items).
+    items = sluice.from_items([{"x": 1}])
+    assert items._native.source_spec() is None
+    assert list(pickle.loads(pickle.dumps(items))) == [{"x": 1}]

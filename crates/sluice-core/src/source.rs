@@ -23,7 +23,9 @@ pub type SampleStream = Box<dyn Iterator<Item = Result<Sample>> + Send>;
 pub trait Source: Send + Sync + fmt::Debug {
     /// The API name (`range`, `read_images`, ...).
     fn name(&self) -> &str;
-    /// The serde form of the source.
+    /// How the source prints: plans show it, checkpoints fingerprint it, caches key on it.
+    /// For a reopenable source, the summary of its [`Source::ship`] spec (counts rather than
+    /// file lists: `sluice_io::SourceSpec::summary`); in-memory sources describe themselves.
     fn spec(&self) -> serde_json::Value;
     /// Number of samples, when known without reading everything.
     fn len(&self) -> Option<u64>;
@@ -120,9 +122,12 @@ pub trait Source: Send + Sync + fmt::Debug {
     fn shard_files(&self, _rank: u64, _world_size: u64) -> Option<Result<SourceRef>> {
         None
     }
-    /// The form another process reopens this source from (a worker process or a Ray actor
-    /// then reads samples itself and items travel as indices), in the pipeline-file source
-    /// syntax; `None` when the data lives only here (e.g. `from_items`) and must be sent.
+    /// The spec another process reopens this source from — a worker process or a Ray actor
+    /// then reads samples itself and items travel as indices; a pickled dataset and a
+    /// pipeline file's `[source]` use it too. It is a serialized `sluice_io::SourceSpec`
+    /// (this crate cannot name that type) and only `sluice_io::SourceSpec::open` reads it.
+    /// `None` when the data lives only here (`from_items`, `from_arrow`, a sort's rows): it
+    /// cannot be reopened and samples must be sent.
     fn ship(&self) -> Option<serde_json::Value> {
         None
     }
@@ -149,6 +154,7 @@ impl Source for RangeSource {
         "range"
     }
     fn spec(&self) -> serde_json::Value {
+        // `sluice_io::SourceSpec::Range`'s form (a test there pins it): too short to summarise.
         serde_json::json!({"source": "range", "n": self.n})
     }
     fn len(&self) -> Option<u64> {

@@ -20,9 +20,10 @@
 use std::str::FromStr;
 use std::sync::Arc;
 
-use sluice_core::{Error, Result, Sample, Source, SourceRef, Value};
+use sluice_core::{Error, OnError, Result, Sample, Source, SourceRef, Value};
 
 use crate::show::show;
+use crate::spec::SourceSpec;
 use crate::store::{expand, Blob};
 
 /// Records read to infer column types.
@@ -63,6 +64,21 @@ impl FromStr for CsvType {
                 )))
             }
         })
+    }
+}
+
+/// As its [`CsvType::name`].
+impl serde::Serialize for CsvType {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+/// From any name [`CsvType::from_str`] takes (`int64`, `string`, ...).
+impl<'de> serde::Deserialize<'de> for CsvType {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        name.parse().map_err(|e: Error| serde::de::Error::custom(e))
     }
 }
 
@@ -326,6 +342,21 @@ impl CsvSource {
         self.index.skipped
     }
 
+    /// The spec that reopens these files; the column types resolved here travel in it, so
+    /// a worker never re-infers them differently.
+    pub fn source_spec(&self) -> SourceSpec {
+        let ix = &self.index;
+        SourceSpec::ReadCsv {
+            paths: ix.files.iter().map(|f| f.name().to_string()).collect(),
+            schema: self.schema().into_iter().collect(),
+            delimiter: Some(ix.delimiter as char),
+            has_header: ix.has_header,
+            on_error: match ix.on_error {
+                CsvOnError::Raise => OnError::Raise,
+                CsvOnError::Skip => OnError::Skip,
+            },
+        }
+    }
     /// Column names and their (given or inferred) types.
     pub fn schema(&self) -> Vec<(String, CsvType)> {
         self.index
@@ -342,12 +373,7 @@ impl Source for CsvSource {
         "read_csv"
     }
     fn spec(&self) -> serde_json::Value {
-        serde_json::json!({
-            "source": "read_csv",
-            "files": self.index.files.len(),
-            "records": self.index.records.len(),
-            "skipped": self.index.skipped,
-        })
+        self.source_spec().summary(self.len(), self.index.skipped)
     }
     fn len(&self) -> Option<u64> {
         Some(self.index.records.len() as u64)
@@ -356,23 +382,7 @@ impl Source for CsvSource {
         self.index.skipped
     }
     fn ship(&self) -> Option<serde_json::Value> {
-        // Types resolved here travel explicitly, so a worker never re-infers them differently.
-        let ix = &self.index;
-        let paths: Vec<&str> = ix.files.iter().map(|f| f.name()).collect();
-        let schema: serde_json::Map<String, serde_json::Value> = ix
-            .names
-            .iter()
-            .zip(&ix.types)
-            .map(|(n, t)| (n.to_string(), t.name().into()))
-            .collect();
-        Some(serde_json::json!({
-            "source": "read_csv",
-            "paths": paths,
-            "schema": schema,
-            "delimiter": (ix.delimiter as char).to_string(),
-            "has_header": ix.has_header,
-            "on_error": match ix.on_error { CsvOnError::Raise => "raise", CsvOnError::Skip => "skip" },
-        }))
+        Some(self.source_spec().to_json())
     }
     fn fields(&self) -> Option<Vec<String>> {
         Some(self.index.names.iter().map(|n| n.to_string()).collect())

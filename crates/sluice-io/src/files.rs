@@ -6,6 +6,8 @@ use std::sync::Arc;
 
 use sluice_core::{Error, Result, Sample, Source, SourceRef, Value};
 
+use crate::spec::SourceSpec;
+
 /// File extensions `read_images` picks up when given a directory.
 pub const IMAGE_EXTENSIONS: &[&str] = &["jpg", "jpeg", "png", "bmp", "gif", "webp", "tif", "tiff"];
 
@@ -137,10 +139,12 @@ fn walk(
     Ok(())
 }
 
-/// How `read_images` labels samples.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How `read_images` labels samples (`"none"`, `"parent_dir"` in a [`crate::SourceSpec`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum LabelMode {
     /// No label field.
+    #[default]
     None,
     /// `label` = index of the parent directory's name among all sorted parent names
     /// (torchvision's ImageFolder convention).
@@ -150,7 +154,8 @@ pub enum LabelMode {
 /// Files as samples `{path, bytes}`, plus `label` with [`LabelMode::ParentDir`].
 #[derive(Debug, Clone)]
 pub struct FilesSource {
-    name: &'static str,
+    /// `read_images` (else `read_files`).
+    images: bool,
     paths: Arc<Vec<String>>,
     labels: Option<Arc<Vec<i64>>>,
     classes: Arc<Vec<String>>,
@@ -160,7 +165,7 @@ impl FilesSource {
     /// `read_files(entries)`.
     pub fn files(entries: &[String]) -> Result<Self> {
         Ok(FilesSource {
-            name: "read_files",
+            images: false,
             paths: Arc::new(expand_paths(entries, None)?),
             labels: None,
             classes: Arc::new(vec![]),
@@ -193,7 +198,7 @@ impl FilesSource {
             }
         };
         Ok(FilesSource {
-            name: "read_images",
+            images: true,
             paths: Arc::new(paths),
             labels,
             classes: Arc::new(classes),
@@ -207,18 +212,33 @@ impl FilesSource {
     pub fn paths(&self) -> &[String] {
         &self.paths
     }
+    /// The spec that reopens exactly these files, in this order.
+    pub fn source_spec(&self) -> SourceSpec {
+        let paths = self.paths.to_vec();
+        match (self.images, &self.labels) {
+            (false, _) => SourceSpec::ReadFiles { paths },
+            (true, None) => SourceSpec::ReadImages {
+                paths,
+                labels: LabelMode::None,
+            },
+            (true, Some(_)) => SourceSpec::ReadImages {
+                paths,
+                labels: LabelMode::ParentDir,
+            },
+        }
+    }
 }
 
 impl Source for FilesSource {
     fn name(&self) -> &str {
-        self.name
+        if self.images {
+            "read_images"
+        } else {
+            "read_files"
+        }
     }
     fn spec(&self) -> serde_json::Value {
-        serde_json::json!({
-            "source": self.name,
-            "files": self.paths.len(),
-            "labels": self.labels.is_some(),
-        })
+        self.source_spec().summary(self.len(), 0)
     }
     fn len(&self) -> Option<u64> {
         Some(self.paths.len() as u64)
@@ -231,12 +251,7 @@ impl Source for FilesSource {
         Some(f)
     }
     fn ship(&self) -> Option<serde_json::Value> {
-        // The expanded list, so a worker reopens exactly these files in this order.
-        let mut spec = serde_json::json!({"source": self.name, "paths": *self.paths});
-        if self.name == "read_images" {
-            spec["labels"] = self.labels.as_ref().map(|_| "parent_dir").into();
-        }
-        Some(spec)
+        Some(self.source_spec().to_json())
     }
     fn get(&self, index: u64) -> Result<Sample> {
         let path = &self.paths[index as usize];

@@ -6,6 +6,9 @@
 //! through a record-offset index built once when the source is created (one fast scan, a few
 //! bytes per record); Parquet through its footer's row-group row counts. So global shuffle and
 //! sharding never read ahead. Tar shards have no index and stream.
+//!
+//! Each of these sources is described by one [`SourceSpec`] (`spec.rs`), which pipeline files,
+//! workers and pickled datasets reopen it from.
 
 pub mod arrow_conv;
 pub mod arrow_source;
@@ -15,6 +18,7 @@ pub mod lines;
 pub mod parquet;
 pub mod show;
 pub mod sink;
+pub mod spec;
 pub mod store;
 pub mod webdataset;
 
@@ -24,6 +28,7 @@ pub use arrow_source::ArrowSource;
 pub use files::{expand_paths, FilesSource, LabelMode};
 pub use lines::{JsonlOptions, LinesFormat, LinesSource, Utf8Errors};
 pub use sink::SinkOptions;
+pub use spec::{csv_options, ShuffleShards, SourceSpec};
 pub use store::Blob;
 pub use webdataset::{ShardShuffle, WdsOptions, WebDatasetSource, DEFAULT_MAX_MEMBER_SIZE};
 // Re-exported so the facade and the bindings use the same arrow types as this crate.

@@ -16,6 +16,7 @@ use sluice_core::{Error, OnError, Result, Sample, Source, SourceRef, Tensor, Ten
 
 use crate::csv::CsvType;
 use crate::show::show;
+use crate::spec::SourceSpec;
 use crate::store::{expand, Blob};
 
 /// How lines are parsed.
@@ -27,8 +28,9 @@ pub enum LinesFormat {
     Jsonl,
 }
 
-/// What to do with invalid UTF-8.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// What to do with invalid UTF-8 (`"strict"`, `"replace"` in a [`crate::SourceSpec`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Utf8Errors {
     /// Fail naming the file and line.
     #[default]
@@ -46,15 +48,6 @@ impl std::str::FromStr for Utf8Errors {
             other => Err(Error::invalid(format!(
                 "errors must be 'strict' or 'replace', got '{other}'"
             ))),
-        }
-    }
-}
-
-impl Utf8Errors {
-    fn name(self) -> &'static str {
-        match self {
-            Utf8Errors::Strict => "strict",
-            Utf8Errors::Replace => "replace",
         }
     }
 }
@@ -331,18 +324,7 @@ impl Source for LinesSource {
         }
     }
     fn spec(&self) -> serde_json::Value {
-        let mut spec = serde_json::json!({
-            "source": self.name(),
-            "files": self.index.files.len(),
-            "lines": self.index.lines.len(),
-        });
-        if !self.schema.is_empty() {
-            spec["schema"] = self.schema_json();
-        }
-        if self.index.skipped > 0 {
-            spec["skipped"] = self.index.skipped.into();
-        }
-        spec
+        self.source_spec().summary(self.len(), self.index.skipped)
     }
     fn len(&self) -> Option<u64> {
         Some(self.index.lines.len() as u64)
@@ -351,19 +333,7 @@ impl Source for LinesSource {
         self.index.skipped
     }
     fn ship(&self) -> Option<serde_json::Value> {
-        let paths: Vec<&str> = self.index.files.iter().map(|b| b.name()).collect();
-        let mut spec = serde_json::json!({
-            "source": self.name(),
-            "paths": paths,
-            "errors": self.errors.name(),
-        });
-        if self.format == LinesFormat::Jsonl {
-            spec["schema"] = self.schema_json();
-        }
-        if self.format == LinesFormat::Jsonl || self.on_error == OnError::Skip {
-            spec["on_error"] = serde_json::to_value(self.on_error).unwrap_or_default();
-        }
-        Some(spec)
+        Some(self.source_spec().to_json())
     }
     fn fields(&self) -> Option<Vec<String>> {
         match self.format {
@@ -383,12 +353,31 @@ impl Source for LinesSource {
 }
 
 impl LinesSource {
-    fn schema_json(&self) -> serde_json::Value {
-        self.schema
+    /// The spec that reopens these files with these options.
+    pub fn source_spec(&self) -> SourceSpec {
+        let paths = self
+            .index
+            .files
             .iter()
-            .map(|(k, t)| (k.to_string(), serde_json::Value::from(t.name())))
-            .collect::<serde_json::Map<_, _>>()
-            .into()
+            .map(|b| b.name().to_string())
+            .collect();
+        match self.format {
+            LinesFormat::Text => SourceSpec::ReadText {
+                paths,
+                errors: self.errors,
+                on_error: self.on_error,
+            },
+            LinesFormat::Jsonl => SourceSpec::ReadJsonl {
+                paths,
+                schema: self
+                    .schema
+                    .iter()
+                    .map(|(k, t)| (k.to_string(), *t))
+                    .collect(),
+                on_error: self.on_error,
+                errors: self.errors,
+            },
+        }
     }
 }
 

@@ -34,6 +34,7 @@ use sluice_core::{
 };
 
 use crate::show::show;
+use crate::spec::SourceSpec;
 use crate::store::{expand, Blob};
 
 /// Samples a stream decodes ahead of its consumer.
@@ -381,35 +382,13 @@ impl Source for WebDatasetSource {
         "read_webdataset"
     }
     fn spec(&self) -> serde_json::Value {
-        let mut spec = serde_json::json!({
-            "source": "read_webdataset",
-            "shards": self.shards.len(),
-            "rank": self.rank,
-            "shuffle_shards": self.shuffle_json(),
-        });
-        // Only when set, so pipelines (and checkpoints) from before these options keep their
-        // fingerprint.
-        if self.opts.on_error == OnError::Skip {
-            spec["on_error"] = "skip".into();
-        }
-        if self.opts.max_member_size != DEFAULT_MAX_MEMBER_SIZE {
-            spec["max_member_size"] = self.opts.max_member_size.into();
-        }
-        spec
+        self.source_spec().summary(None, 0)
     }
     fn len(&self) -> Option<u64> {
         None
     }
     fn ship(&self) -> Option<serde_json::Value> {
-        Some(serde_json::json!({
-            "source": "read_webdataset",
-            "paths": *self.all,
-            "rank": self.rank.map(|r| r.0),
-            "world_size": self.rank.map(|r| r.1),
-            "shuffle_shards": self.shuffle_json(),
-            "on_error": serde_json::to_value(self.opts.on_error).unwrap_or_default(),
-            "max_member_size": self.opts.max_member_size,
-        }))
+        Some(self.source_spec().to_json())
     }
     fn skipped_reading(&self) -> u64 {
         self.skipped.load(Relaxed)
@@ -470,11 +449,15 @@ impl Source for WebDatasetSource {
 
 impl WebDatasetSource {
     /// `shuffle_shards` in the pipeline-file syntax: `false`, `true` or a seed.
-    fn shuffle_json(&self) -> serde_json::Value {
-        match self.shuffle {
-            None => false.into(),
-            Some(ShardShuffle::IterationSeed) => true.into(),
-            Some(ShardShuffle::Seed(s)) => s.into(),
+    /// The spec that reopens these shards with this rank, shuffle and options.
+    pub fn source_spec(&self) -> SourceSpec {
+        SourceSpec::ReadWebdataset {
+            paths: self.all.to_vec(),
+            rank: self.rank.map(|r| r.0),
+            world_size: self.rank.map(|r| r.1),
+            shuffle_shards: self.shuffle.into(),
+            on_error: self.opts.on_error,
+            max_member_size: Some(self.opts.max_member_size),
         }
     }
 }

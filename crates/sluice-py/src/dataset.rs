@@ -5,7 +5,7 @@ use std::sync::Arc;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 use sluice::exec::Backends;
-use sluice::{Dataset, ElemMode, IterOptions, LabelMode, OnError, OpRef, OpSpec, Utf8Errors};
+use sluice::{Dataset, ElemMode, IterOptions, OnError, OpRef, OpSpec};
 
 use crate::convert::py_to_sample;
 use crate::errors::IntoPy;
@@ -71,27 +71,13 @@ impl PyDataset {
             ds: Dataset::from_items(samples),
         })
     }
-    #[staticmethod]
-    fn read_files(paths: Vec<String>) -> PyResult<PyDataset> {
-        wrap(Dataset::read_files(&paths))
-    }
-    #[staticmethod]
-    fn read_images(paths: Vec<String>, parent_dir_labels: bool) -> PyResult<PyDataset> {
-        let mode = if parent_dir_labels {
-            LabelMode::ParentDir
-        } else {
-            LabelMode::None
-        };
-        wrap(Dataset::read_images(&paths, mode))
-    }
-    #[staticmethod]
-    fn read_text(py: Python<'_>, paths: Vec<String>, replace_errors: bool) -> PyResult<PyDataset> {
-        let errors = if replace_errors {
-            Utf8Errors::Replace
-        } else {
-            Utf8Errors::Strict
-        };
-        wrap(py.detach(|| Dataset::read_text(&paths, errors)))
+    /// The spec JSON ([`sluice::SourceSpec`]) this dataset reopens from when it is only a
+    /// reopenable source (no steps, data not held in memory); `None` otherwise.
+    fn source_spec(&self) -> Option<String> {
+        match &**self.ds.plan() {
+            sluice::LogicalPlan::Source(n) => n.source.ship().map(|s| s.to_string()),
+            _ => None,
+        }
     }
     #[pyo3(signature = (op, on_error="raise", keep_position=None))]
     fn map_op(

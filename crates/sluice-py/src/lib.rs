@@ -10,6 +10,7 @@ mod mix;
 mod optimizer;
 mod relational;
 mod remote;
+mod sources;
 mod udf;
 mod worker;
 
@@ -29,6 +30,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(iter::join_stopped, m)?)?;
     worker::register(m)?;
     formats::register(m)?;
+    sources::register(m)?;
     optimizer::register(m)?;
     mix::register(m)?;
     remote::register(m)?;

@@ -36,10 +36,8 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use sluice_core::exec::{Chunk, Skip, StageWork};
 use sluice_core::stats::StageInfo;
-use sluice_core::{
-    ChainOp, ElemMode, Error, OnError, OpRef, PipelineStats, RangeSource, Result, SourceRef,
-};
-use sluice_io::{FilesSource, JsonlOptions, LabelMode, LinesFormat, LinesSource, Utf8Errors};
+use sluice_core::{ChainOp, ElemMode, Error, OnError, OpRef, PipelineStats, Result};
+use sluice_io::SourceSpec;
 
 use crate::shm::{ShmConfig, ShmWriter};
 use crate::wire::{self, ExternalCodec, Output, SplitFrame};
@@ -61,8 +59,8 @@ pub struct ShippedOp {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StagePackage {
     pub version: u32,
-    /// The source to read samples from ([`sluice_core::Source::ship`]); `None` when items
-    /// arrive with their samples.
+    /// The source to read samples from ([`sluice_core::Source::ship`], a serialized
+    /// [`SourceSpec`]); `None` when items arrive with their samples.
     pub source: Option<serde_json::Value>,
     pub ops: Vec<ShippedOp>,
     pub seed: u64,
@@ -137,7 +135,11 @@ impl StagePackage {
 
     /// Rebuilds the stage in this process, with its own statistics (stage slot 0).
     pub fn open(&self, load_op: &OpLoader) -> Result<StageWork> {
-        let read = self.source.as_ref().map(open_source).transpose()?;
+        let read = self
+            .source
+            .as_ref()
+            .map(|spec| SourceSpec::from_json(spec)?.open())
+            .transpose()?;
         let ops = self
             .ops
             .iter()
@@ -178,70 +180,6 @@ pub fn open_op(shipped: &serde_json::Value, load_op: &OpLoader) -> Result<OpRef>
     let spec: sluice_ops::OpSpec = serde_json::from_value(shipped.clone())
         .map_err(|e| Error::invalid(format!("cannot rebuild op {shipped}: {e}")))?;
     spec.build()
-}
-
-/// Reopens a source from [`sluice_core::Source::ship`]'s form (the pipeline-file syntax).
-pub fn open_source(spec: &serde_json::Value) -> Result<SourceRef> {
-    #[derive(Deserialize)]
-    #[serde(tag = "source", rename_all = "snake_case")]
-    enum Shipped {
-        Range {
-            n: u64,
-        },
-        ReadFiles {
-            paths: Vec<String>,
-        },
-        ReadImages {
-            paths: Vec<String>,
-            labels: Option<String>,
-        },
-        ReadText {
-            paths: Vec<String>,
-            errors: Option<String>,
-        },
-        ReadJsonl {
-            paths: Vec<String>,
-            #[serde(default)]
-            schema: std::collections::BTreeMap<String, String>,
-            #[serde(default)]
-            on_error: Option<String>,
-            #[serde(default)]
-            errors: Option<String>,
-        },
-    }
-    let shipped: Shipped = serde_json::from_value(spec.clone())
-        .map_err(|e| Error::invalid(format!("cannot reopen source {spec}: {e}")))?;
-    Ok(match shipped {
-        Shipped::Range { n } => Arc::new(RangeSource::new(n)),
-        Shipped::ReadFiles { paths } => Arc::new(FilesSource::files(&paths)?),
-        Shipped::ReadImages { paths, labels } => {
-            let mode = match labels.as_deref() {
-                Some("parent_dir") => LabelMode::ParentDir,
-                _ => LabelMode::None,
-            };
-            Arc::new(FilesSource::images(&paths, mode)?)
-        }
-        Shipped::ReadText { paths, errors } => {
-            let errors = match errors.as_deref() {
-                Some("replace") => Utf8Errors::Replace,
-                _ => Utf8Errors::Strict,
-            };
-            Arc::new(LinesSource::open(&paths, LinesFormat::Text, errors)?)
-        }
-        Shipped::ReadJsonl {
-            paths,
-            schema,
-            on_error,
-            errors,
-        } => {
-            let opts = JsonlOptions::from_names(
-                &schema,
-                on_error.as_deref().unwrap_or("raise"),
-                errors.as_deref().unwrap_or("strict"),
-            )?;
-            Arc::new(LinesSource::open_with(&paths, LinesFormat::Jsonl, &opts)?)
-        }
-    })
 }
 
 /// The main process's side of a stage that runs elsewhere: the init JSON for its workers,
@@ -375,7 +313,7 @@ impl StageRunner {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sluice_core::{Item, Sample, Value};
+    use sluice_core::{Item, RangeSource, Sample, SourceRef, Value};
     use sluice_ops::OpSpec;
 
     fn items(range: std::ops::Range<u64>) -> Chunk {
@@ -440,6 +378,48 @@ mod tests {
             local.iter().map(|i| &i.sample).collect::<Vec<_>>(),
             remote.iter().map(|i| &i.sample).collect::<Vec<_>>()
         );
+    }
+
+    /// Every reopenable source kind reads on the worker (a Parquet or CSV source used to be
+    /// refused there: "cannot reopen source ... unknown variant").
+    #[test]
+    fn file_sources_reopen_on_the_worker() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = |p: &str| dir.path().join(p).display().to_string();
+        std::fs::write(d("a.csv"), "x,y\n1,\"p,q\"\n2,r\n3,s\n").unwrap();
+        let rows = (0..3).map(|i| Ok(Sample::from_pairs([("x", Value::Int(i))])));
+        sluice_io::sink::write_parquet(rows, &d("pq"), &Default::default()).unwrap();
+        std::fs::write(d("a.jsonl"), "{\"x\": 1}\n{\"x\": 2}\n{\"x\": 3}\n").unwrap();
+        let sources: [SourceRef; 3] = [
+            Arc::new(sluice_io::CsvSource::open(&[d("a.csv")], &Default::default()).unwrap()),
+            Arc::new(sluice_io::ParquetSource::open(&[d("pq")], None).unwrap()),
+            Arc::new(
+                sluice_io::LinesSource::open(
+                    &[d("a.jsonl")],
+                    sluice_io::LinesFormat::Jsonl,
+                    Default::default(),
+                )
+                .unwrap(),
+            ),
+        ];
+        for src in sources {
+            let name = src.name().to_string();
+            let select = OpSpec::Select {
+                fields: vec!["x".into()],
+            };
+            let w = work(src, vec![select]);
+            let main = RemoteStage::new(&w, None).unwrap();
+            assert!(main.init().contains(&name), "{name} reopens remotely");
+            let runner = StageRunner::new(main.init(), &|_| Ok(None), None).unwrap();
+            let frame = main.request(items(0..3), None).unwrap();
+            let remote = main.reply(&runner.run(&frame), None).unwrap();
+            let local = w.run_here(items(0..3)).unwrap();
+            assert_eq!(
+                local.iter().map(|i| &i.sample).collect::<Vec<_>>(),
+                remote.iter().map(|i| &i.sample).collect::<Vec<_>>(),
+                "{name}"
+            );
+        }
     }
 
     #[test]

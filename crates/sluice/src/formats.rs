@@ -6,13 +6,19 @@ use std::sync::Arc;
 use sluice_core::{Execution, LogicalPlan, Result, Sample, StageKind};
 use sluice_io::arrow_conv::Records;
 use sluice_io::{
-    sink, ArrowSource, CsvOptions, CsvSource, ParquetSource, ShardShuffle, SinkOptions, WdsOptions,
-    WebDatasetSource,
+    sink, ArrowSource, CsvOptions, CsvSource, ParquetSource, ShardShuffle, SinkOptions, SourceSpec,
+    WdsOptions, WebDatasetSource,
 };
 
 use crate::dataset::{Dataset, IterOptions};
 
 impl Dataset {
+    /// The source `spec` describes ([`SourceSpec::open`]): what pipeline files and the
+    /// bindings' `read_*` functions open, and pickled datasets reopen.
+    pub fn open(spec: &SourceSpec) -> Result<Self> {
+        Ok(Dataset::from_source(spec.open()?))
+    }
+
     /// Rows of Parquet files (paths, directories, globs or `s3://` / `http(s)://` URLs);
     /// `columns` reads only those columns.
     ///

@@ -28,13 +28,13 @@ pub use sluice_io::{
     CsvOptions, CsvSource, CsvType, SinkOptions,
 };
 pub use sluice_io::{
-    JsonlOptions, LabelMode, LinesFormat, LinesSource, ShardShuffle, Utf8Errors, WdsOptions,
-    DEFAULT_MAX_MEMBER_SIZE,
+    csv_options, JsonlOptions, LabelMode, LinesFormat, LinesSource, ShardShuffle, ShuffleShards,
+    SourceSpec, Utf8Errors, WdsOptions, DEFAULT_MAX_MEMBER_SIZE,
 };
 pub use sluice_ops::OpSpec;
 pub use sluice_optimizer::{OptimizerOptions, Plan, Profile, ProfileOptions};
 pub use sluice_relational::{
     Agg, AggFn, AggregateSpec, BlockingOptions, SortSpec, SpillReport, DEFAULT_MEMORY_BUDGET,
 };
-pub use spec::{csv_options, PipelineSpec, SourceSpec, StepSpec};
+pub use spec::{PipelineSpec, StepSpec};
 pub use state::{elastic_state, node_name, Elastic, FunctionCode, IterState, NodeState};

@@ -17,101 +17,11 @@
 
 use serde::{Deserialize, Serialize};
 use sluice_core::{Error, OnError, PackSpec, Result};
-use sluice_io::{
-    CsvOnError, CsvOptions, JsonlOptions, LabelMode, LinesFormat, LinesSource, ShardShuffle,
-    WdsOptions, DEFAULT_MAX_MEMBER_SIZE,
-};
+use sluice_io::SourceSpec;
 use sluice_ops::OpSpec;
 use sluice_relational::{Agg, BlockingOptions};
 
 use crate::dataset::{Dataset, IterOptions};
-
-/// A source in a pipeline file.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "source", rename_all = "snake_case", deny_unknown_fields)]
-pub enum SourceSpec {
-    Range {
-        n: u64,
-    },
-    ReadFiles {
-        paths: Vec<String>,
-    },
-    ReadImages {
-        paths: Vec<String>,
-        #[serde(default)]
-        labels: Option<String>,
-    },
-    ReadText {
-        paths: Vec<String>,
-        #[serde(default)]
-        errors: Option<String>,
-        /// `skip`: lines that are not UTF-8 (under `errors = "strict"`) are left out, counted.
-        #[serde(default)]
-        on_error: OnError,
-    },
-    ReadJsonl {
-        paths: Vec<String>,
-        /// Field → `int`, `float`, `bool` or `str`.
-        #[serde(default)]
-        schema: std::collections::BTreeMap<String, String>,
-        #[serde(default)]
-        on_error: OnError,
-        #[serde(default)]
-        errors: Option<String>,
-    },
-    ReadParquet {
-        paths: Vec<String>,
-        #[serde(default)]
-        columns: Option<Vec<String>>,
-    },
-    ReadCsv {
-        paths: Vec<String>,
-        /// Column name → `int`, `float`, `bool` or `str`; others are inferred.
-        #[serde(default)]
-        schema: std::collections::BTreeMap<String, String>,
-        #[serde(default)]
-        delimiter: Option<char>,
-        #[serde(default = "yes")]
-        has_header: bool,
-        #[serde(default)]
-        on_error: OnError,
-    },
-    ReadWebdataset {
-        paths: Vec<String>,
-        #[serde(default)]
-        rank: Option<u64>,
-        #[serde(default)]
-        world_size: Option<u64>,
-        /// `true` (from the run's seed) or a seed: shard order permuted per epoch.
-        #[serde(default)]
-        shuffle_shards: Option<ShuffleShards>,
-        /// `skip`: members that cannot be fields (links, devices, oversized, ...) are left
-        /// out and counted.
-        #[serde(default)]
-        on_error: OnError,
-        /// Members declaring more bytes are errors (default 1 GiB).
-        #[serde(default)]
-        max_member_size: Option<u64>,
-    },
-}
-
-/// `shuffle_shards = true` or `shuffle_shards = <seed>`.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum ShuffleShards {
-    Flag(bool),
-    Seed(u64),
-}
-
-impl ShuffleShards {
-    fn get(self) -> Option<ShardShuffle> {
-        match self {
-            ShuffleShards::Flag(false) => None,
-            ShuffleShards::Flag(true) => Some(ShardShuffle::IterationSeed),
-            ShuffleShards::Seed(s) => Some(ShardShuffle::Seed(s)),
-        }
-    }
-}
 
 /// One step in a pipeline file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -224,36 +134,6 @@ fn yes() -> bool {
     true
 }
 
-/// The CSV reader options a pipeline file (or a binding) describes.
-pub fn csv_options(
-    schema: &std::collections::BTreeMap<String, String>,
-    delimiter: Option<char>,
-    has_header: bool,
-    on_error: OnError,
-) -> Result<CsvOptions> {
-    let delimiter = match delimiter {
-        None => b',',
-        Some(c) if c.is_ascii() => c as u8,
-        Some(c) => {
-            return Err(Error::invalid(format!(
-                "CSV delimiter must be ASCII, got '{c}'"
-            )))
-        }
-    };
-    Ok(CsvOptions {
-        schema: schema
-            .iter()
-            .map(|(k, v)| Ok((k.clone(), v.parse()?)))
-            .collect::<Result<_>>()?,
-        delimiter,
-        has_header,
-        on_error: match on_error {
-            OnError::Skip => CsvOnError::Skip,
-            OnError::Raise => CsvOnError::Raise,
-        },
-    })
-}
-
 /// A whole pipeline file.
 ///
 /// ```
@@ -275,6 +155,7 @@ pub struct PipelineSpec {
     pub seed: u64,
     #[serde(default)]
     pub num_threads: Option<usize>,
+    /// The source: [`sluice_io::SourceSpec`], the form workers reopen sources from too.
     pub source: SourceSpec,
     #[serde(default)]
     pub steps: Vec<StepSpec>,
@@ -302,85 +183,7 @@ impl PipelineSpec {
     }
     /// The dataset and run options this file describes.
     pub fn build(&self) -> Result<(Dataset, IterOptions)> {
-        let mut ds = match &self.source {
-            SourceSpec::Range { n } => Dataset::range(*n),
-            SourceSpec::ReadFiles { paths } => Dataset::read_files(paths)?,
-            SourceSpec::ReadImages { paths, labels } => {
-                let mode = match labels.as_deref() {
-                    None | Some("none") => LabelMode::None,
-                    Some("parent_dir") => LabelMode::ParentDir,
-                    Some(other) => {
-                        return Err(Error::invalid(format!(
-                            "labels must be 'parent_dir' or none, got '{other}'"
-                        )))
-                    }
-                };
-                Dataset::read_images(paths, mode)?
-            }
-            SourceSpec::ReadText {
-                paths,
-                errors,
-                on_error,
-            } => {
-                let opts = JsonlOptions {
-                    errors: errors.as_deref().unwrap_or("strict").parse()?,
-                    on_error: *on_error,
-                    ..Default::default()
-                };
-                Dataset::from_source(std::sync::Arc::new(LinesSource::open_with(
-                    paths,
-                    LinesFormat::Text,
-                    &opts,
-                )?))
-            }
-            SourceSpec::ReadJsonl {
-                paths,
-                schema,
-                on_error,
-                errors,
-            } => {
-                let on_error = match on_error {
-                    OnError::Raise => "raise",
-                    OnError::Skip => "skip",
-                };
-                let errors = errors.as_deref().unwrap_or("strict");
-                let opts = JsonlOptions::from_names(schema, on_error, errors)?;
-                Dataset::read_jsonl_with(paths, &opts)?
-            }
-            SourceSpec::ReadParquet { paths, columns } => {
-                Dataset::read_parquet(paths, columns.as_deref())?
-            }
-            SourceSpec::ReadCsv {
-                paths,
-                schema,
-                delimiter,
-                has_header,
-                on_error,
-            } => Dataset::read_csv(
-                paths,
-                &csv_options(schema, *delimiter, *has_header, *on_error)?,
-            )?,
-            SourceSpec::ReadWebdataset {
-                paths,
-                rank,
-                world_size,
-                shuffle_shards,
-                on_error,
-                max_member_size,
-            } => {
-                let ranks = match (rank, world_size) {
-                    (Some(r), Some(n)) => Some((*r, *n)),
-                    (None, None) => None,
-                    _ => return Err(Error::invalid("give both rank and world_size, or neither")),
-                };
-                let shuffle = shuffle_shards.and_then(ShuffleShards::get);
-                let opts = WdsOptions {
-                    on_error: *on_error,
-                    max_member_size: max_member_size.unwrap_or(DEFAULT_MAX_MEMBER_SIZE),
-                };
-                Dataset::read_webdataset_with(paths, ranks, shuffle, opts)?
-            }
-        };
+        let mut ds = Dataset::open(&self.source)?;
         for step in &self.steps {
             ds = match step {
                 StepSpec::Map { op, on_error } => ds.map(op.build()?, *on_error, None)?,

@@ -1,0 +1,226 @@
+//! One Parquet file of a [`super::ParquetSource`]: its footer (read at open, with the
+//! projection checked) and the decoding of one row group.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+use arrow_schema::SchemaRef;
+use bytes::{Buf, Bytes};
+use parquet::arrow::arrow_reader::{
+    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
+};
+use parquet::arrow::ProjectionMask;
+use parquet::file::reader::{ChunkReader, Length};
+use sluice_core::{Error, Result};
+
+use crate::arrow_conv::{normalize, supported};
+use crate::show::show;
+use crate::store::Blob;
+
+/// Parquet reads through [`Blob`]: `get_bytes` is one ranged read (enough for the footer).
+struct BlobChunks<'a>(&'a Blob);
+
+impl Length for BlobChunks<'_> {
+    fn len(&self) -> u64 {
+        self.0.size()
+    }
+}
+
+impl ChunkReader for BlobChunks<'_> {
+    type T = bytes::buf::Reader<Bytes>;
+    fn get_read(&self, start: u64) -> parquet::errors::Result<Self::T> {
+        let len = (self.0.size() - start.min(self.0.size())) as usize;
+        Ok(self.get_bytes(start, len)?.reader())
+    }
+    fn get_bytes(&self, start: u64, length: usize) -> parquet::errors::Result<Bytes> {
+        self.0
+            .read_at(start, length)
+            .map_err(|e| parquet::errors::ParquetError::External(Box::new(e)))
+    }
+}
+
+/// The column chunks of one row group, fetched up front (so decoding does no I/O).
+struct Prefetched {
+    len: u64,
+    chunks: Vec<(u64, Bytes)>,
+}
+
+impl Prefetched {
+    fn slice(&self, start: u64, len: Option<usize>) -> parquet::errors::Result<Bytes> {
+        for (off, data) in &self.chunks {
+            let end = off + data.len() as u64;
+            if (*off..end).contains(&start) {
+                let from = (start - off) as usize;
+                let to = match len {
+                    Some(n) if from + n <= data.len() => from + n,
+                    Some(_) => break,
+                    None => data.len(),
+                };
+                return Ok(data.slice(from..to));
+            }
+        }
+        Err(parquet::errors::ParquetError::General(format!(
+            "byte range at {start} lies outside the column chunk metadata (corrupt file?)"
+        )))
+    }
+}
+
+impl Length for Prefetched {
+    fn len(&self) -> u64 {
+        self.len
+    }
+}
+
+impl ChunkReader for Prefetched {
+    type T = bytes::buf::Reader<Bytes>;
+    fn get_read(&self, start: u64) -> parquet::errors::Result<Self::T> {
+        Ok(self.slice(start, None)?.reader())
+    }
+    fn get_bytes(&self, start: u64, length: usize) -> parquet::errors::Result<Bytes> {
+        self.slice(start, Some(length))
+    }
+}
+
+#[derive(Debug)]
+pub(super) struct PqFile {
+    pub(super) blob: Blob,
+    pub(super) meta: ArrowReaderMetadata,
+    /// Cumulative rows at the start of each row group (plus the total at the end).
+    pub(super) rg_starts: Vec<u64>,
+    mask: ProjectionMask,
+    /// Leaf columns whose chunks are fetched (those under the projected roots).
+    leaves: Vec<usize>,
+}
+
+pub(super) fn pq_err(path: &str, what: &str, e: impl std::fmt::Display) -> Error {
+    // The decoder's messages may quote bytes of the file.
+    Error::data(format!("{path}: {what}: {}", show(&e.to_string())))
+}
+
+/// Opens `path`'s footer with `columns` projected (all when `None`): the file and its
+/// projected schema.
+pub(super) fn open_file(path: &str, columns: Option<&[String]>) -> Result<(PqFile, SchemaRef)> {
+    let blob = Blob::open(path)?;
+    let meta =
+        ArrowReaderMetadata::load(&BlobChunks(&blob), ArrowReaderOptions::new()).map_err(|e| {
+            match e {
+                parquet::errors::ParquetError::External(inner) => match inner.downcast::<Error>() {
+                    Ok(e) => *e,
+                    Err(other) => pq_err(path, "not a readable Parquet file", other),
+                },
+                e => pq_err(path, "not a readable Parquet file", e),
+            }
+        })?;
+    let schema = meta.schema().clone();
+    let roots: Vec<usize> = match columns {
+        None => (0..schema.fields().len()).collect(),
+        Some(cols) => cols
+            .iter()
+            .map(|c| {
+                schema.index_of(c).map_err(|_| {
+                    Error::invalid(format!(
+                        "{path}: no column '{c}' (columns: {})",
+                        show(
+                            &schema
+                                .fields()
+                                .iter()
+                                .map(|f| f.name().as_str())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        )
+                    ))
+                })
+            })
+            .collect::<Result<_>>()?,
+    };
+    for &r in &roots {
+        let f = schema.field(r);
+        if !supported(f.data_type()) {
+            return Err(Error::type_error(format!(
+                "{path}: column '{}' has type {}, which sluice cannot read; pass columns=[...] \
+                 without it",
+                show(f.name()),
+                f.data_type()
+            )));
+        }
+    }
+    let descr = meta.metadata().file_metadata().schema_descr_ptr();
+    let leaves = (0..descr.num_columns())
+        .filter(|&leaf| roots.contains(&descr.get_column_root_idx(leaf)))
+        .collect();
+    let mask = ProjectionMask::roots(&descr, roots.iter().copied());
+    let mut rg_starts = vec![0u64];
+    for rg in meta.metadata().row_groups() {
+        rg_starts.push(rg_starts.last().copied().unwrap_or(0) + rg.num_rows().max(0) as u64);
+    }
+    let projected = Arc::new(
+        schema
+            .project(&roots)
+            .map_err(|e| Error::Internal(e.to_string()))?,
+    );
+    Ok((
+        PqFile {
+            blob,
+            meta,
+            rg_starts,
+            mask,
+            leaves,
+        },
+        projected,
+    ))
+}
+
+impl PqFile {
+    /// Row group `rg`, decoded: its projected column chunks fetched (ranged reads,
+    /// concurrent for object stores), then decoded with no further I/O.
+    pub(super) fn decode(&self, rg: usize) -> Result<RecordBatch> {
+        let file = self;
+        let path = file.blob.name();
+        let rgm = file.meta.metadata().row_group(rg);
+        let ranges: Vec<Range<u64>> = file
+            .leaves
+            .iter()
+            .map(|&c| {
+                let (start, len) = rgm.column(c).byte_range();
+                start..start + len
+            })
+            .collect();
+        let data = file.blob.read_ranges(&ranges)?;
+        let reader = Prefetched {
+            len: file.blob.size(),
+            chunks: ranges.iter().map(|r| r.start).zip(data).collect(),
+        };
+        let rows = rgm.num_rows().max(1) as usize;
+        let batches = ParquetRecordBatchReaderBuilder::new_with_metadata(reader, file.meta.clone())
+            .with_row_groups(vec![rg])
+            .with_projection(file.mask.clone())
+            .with_batch_size(rows)
+            .build()
+            .and_then(|r| {
+                r.collect::<std::result::Result<Vec<_>, _>>()
+                    .map_err(Into::into)
+            })
+            .map_err(|e| pq_err(path, &format!("row group {rg}"), e))?;
+        let schema = batches
+            .first()
+            .map(|b| b.schema())
+            .ok_or_else(|| pq_err(path, &format!("row group {rg}"), "no rows decoded"))?;
+        let batch = arrow_select::concat::concat_batches(&schema, &batches)
+            .map_err(|e| pq_err(path, &format!("row group {rg}"), e))?;
+        let columns = batch
+            .columns()
+            .iter()
+            .map(|c| normalize(c.clone()))
+            .collect::<Result<Vec<_>>>()?;
+        let fields: Vec<_> = batch
+            .schema()
+            .fields()
+            .iter()
+            .zip(&columns)
+            .map(|(f, c)| f.as_ref().clone().with_data_type(c.data_type().clone()))
+            .collect();
+        RecordBatch::try_new(Arc::new(arrow_schema::Schema::new(fields)), columns)
+            .map_err(|e| Error::Internal(e.to_string()))
+    }
+}

@@ -1,0 +1,163 @@
+//! Bindings of the sources that can be reopened: each `read_*` builds its [`SourceSpec`] and
+//! opens it through [`Dataset::open`] (the one path pipeline files, workers and unpickled
+//! datasets take too), with the GIL released. `open_source` / `Dataset.source_spec` carry
+//! a source as its spec JSON (what a dataset pickles as).
+
+use std::collections::BTreeMap;
+
+use pyo3::prelude::*;
+use sluice::{CsvType, Dataset, LabelMode, ShuffleShards, SourceSpec, Utf8Errors};
+
+use crate::dataset::PyDataset;
+use crate::errors::IntoPy;
+
+/// Opens `spec`; returns the dataset and the records left out at open (`on_error="skip"`).
+fn open(py: Python<'_>, spec: SourceSpec) -> PyResult<(PyDataset, u64)> {
+    let ds = py.detach(|| Dataset::open(&spec)).py()?;
+    let skipped = ds.plan().source().skipped();
+    Ok((PyDataset { ds }, skipped))
+}
+
+fn open_ds(py: Python<'_>, spec: SourceSpec) -> PyResult<PyDataset> {
+    open(py, spec).map(|(ds, _)| ds)
+}
+
+fn types(schema: BTreeMap<String, String>) -> PyResult<BTreeMap<String, CsvType>> {
+    schema
+        .into_iter()
+        .map(|(k, t)| Ok((k, t.parse().py()?)))
+        .collect()
+}
+
+/// The dataset of a spec JSON ([`SourceSpec`], as `Dataset.source_spec` gives it), and its
+/// records left out at open.
+#[pyfunction]
+fn open_source(py: Python<'_>, spec: &str) -> PyResult<(PyDataset, u64)> {
+    let spec = SourceSpec::parse(spec).py()?;
+    open(py, spec)
+}
+
+#[pyfunction]
+fn read_files(py: Python<'_>, paths: Vec<String>) -> PyResult<PyDataset> {
+    open_ds(py, SourceSpec::ReadFiles { paths })
+}
+
+#[pyfunction]
+fn read_images(py: Python<'_>, paths: Vec<String>, parent_dir_labels: bool) -> PyResult<PyDataset> {
+    let labels = if parent_dir_labels {
+        LabelMode::ParentDir
+    } else {
+        LabelMode::None
+    };
+    open_ds(py, SourceSpec::ReadImages { paths, labels })
+}
+
+#[pyfunction]
+#[pyo3(signature = (paths, columns=None))]
+fn read_parquet(
+    py: Python<'_>,
+    paths: Vec<String>,
+    columns: Option<Vec<String>>,
+) -> PyResult<PyDataset> {
+    open_ds(py, SourceSpec::ReadParquet { paths, columns })
+}
+
+/// Returns the dataset and the number of malformed records skipped.
+#[pyfunction]
+#[pyo3(signature = (paths, schema, delimiter=None, has_header=true, on_error="raise"))]
+fn read_csv(
+    py: Python<'_>,
+    paths: Vec<String>,
+    schema: BTreeMap<String, String>,
+    delimiter: Option<char>,
+    has_header: bool,
+    on_error: &str,
+) -> PyResult<(PyDataset, u64)> {
+    let spec = SourceSpec::ReadCsv {
+        paths,
+        schema: types(schema)?,
+        delimiter,
+        has_header,
+        on_error: on_error.parse().py()?,
+    };
+    open(py, spec)
+}
+
+/// Returns the dataset and the number of invalid lines skipped.
+#[pyfunction]
+#[pyo3(signature = (paths, schema, on_error="raise", errors="strict"))]
+fn read_jsonl(
+    py: Python<'_>,
+    paths: Vec<String>,
+    schema: BTreeMap<String, String>,
+    on_error: &str,
+    errors: &str,
+) -> PyResult<(PyDataset, u64)> {
+    let spec = SourceSpec::ReadJsonl {
+        paths,
+        schema: types(schema)?,
+        on_error: on_error.parse().py()?,
+        errors: errors.parse::<Utf8Errors>().py()?,
+    };
+    open(py, spec)
+}
+
+/// Returns the dataset and the number of lines skipped (`on_error="skip"`: not UTF-8).
+#[pyfunction]
+#[pyo3(signature = (paths, on_error="raise", errors="strict"))]
+fn read_text(
+    py: Python<'_>,
+    paths: Vec<String>,
+    on_error: &str,
+    errors: &str,
+) -> PyResult<(PyDataset, u64)> {
+    let spec = SourceSpec::ReadText {
+        paths,
+        errors: errors.parse().py()?,
+        on_error: on_error.parse().py()?,
+    };
+    open(py, spec)
+}
+
+/// `shuffle_shards`: shuffle the shard order per epoch; `shuffle_seed`: from this seed
+/// rather than the iteration's. `on_error` and `max_member_size`: [`sluice::WdsOptions`].
+#[pyfunction]
+#[pyo3(signature = (paths, rank=None, world_size=None, shuffle_shards=false, shuffle_seed=None,
+                    on_error="raise", max_member_size=sluice::DEFAULT_MAX_MEMBER_SIZE))]
+#[allow(clippy::too_many_arguments)]
+fn read_webdataset(
+    py: Python<'_>,
+    paths: Vec<String>,
+    rank: Option<u64>,
+    world_size: Option<u64>,
+    shuffle_shards: bool,
+    shuffle_seed: Option<u64>,
+    on_error: &str,
+    max_member_size: u64,
+) -> PyResult<PyDataset> {
+    let shuffle_shards = match (shuffle_shards, shuffle_seed) {
+        (true, Some(seed)) => ShuffleShards::Seed(seed),
+        (on, _) => ShuffleShards::Flag(on),
+    };
+    let spec = SourceSpec::ReadWebdataset {
+        paths,
+        rank,
+        world_size,
+        shuffle_shards,
+        on_error: on_error.parse().py()?,
+        max_member_size: Some(max_member_size),
+    };
+    open_ds(py, spec)
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(open_source, m)?)?;
+    m.add_function(wrap_pyfunction!(read_files, m)?)?;
+    m.add_function(wrap_pyfunction!(read_images, m)?)?;
+    m.add_function(wrap_pyfunction!(read_parquet, m)?)?;
+    m.add_function(wrap_pyfunction!(read_csv, m)?)?;
+    m.add_function(wrap_pyfunction!(read_jsonl, m)?)?;
+    m.add_function(wrap_pyfunction!(read_text, m)?)?;
+    m.add_function(wrap_pyfunction!(read_webdataset, m)?)?;
+    Ok(())
+}

@@ -23,20 +23,12 @@ use std::sync::Arc;
 use sluice_core::{Error, OnError, Result, Sample, Source, SourceRef, Value};
 
 use crate::show::show;
+pub use crate::spec::CsvType;
 use crate::spec::SourceSpec;
 use crate::store::{expand, Blob};
 
 /// Records read to infer column types.
 pub const INFER_ROWS: usize = 1000;
-
-/// A CSV column's type.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CsvType {
-    Int,
-    Float,
-    Bool,
-    Str,
-}
 
 impl CsvType {
     /// The name [`CsvType::from_str`] parses.

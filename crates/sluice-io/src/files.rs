@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use sluice_core::{Error, Result, Sample, Source, SourceRef, Value};
 
+pub use crate::spec::LabelMode;
 use crate::spec::SourceSpec;
 
 /// File extensions `read_images` picks up when given a directory.
@@ -137,18 +138,6 @@ fn walk(
         }
     }
     Ok(())
-}
-
-/// How `read_images` labels samples (`"none"`, `"parent_dir"` in a [`crate::SourceSpec`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum LabelMode {
-    /// No label field.
-    #[default]
-    None,
-    /// `label` = index of the parent directory's name among all sorted parent names
-    /// (torchvision's ImageFolder convention).
-    ParentDir,
 }
 
 /// Files as samples `{path, bytes}`, plus `label` with [`LabelMode::ParentDir`].

@@ -15,6 +15,7 @@ pub mod arrow_source;
 pub mod csv;
 pub mod files;
 pub mod lines;
+mod open;
 pub mod parquet;
 pub mod show;
 pub mod sink;
@@ -27,8 +28,9 @@ pub use crate::parquet::ParquetSource;
 pub use arrow_source::ArrowSource;
 pub use files::{expand_paths, FilesSource, LabelMode};
 pub use lines::{JsonlOptions, LinesFormat, LinesSource, Utf8Errors};
+pub use open::csv_options;
 pub use sink::SinkOptions;
-pub use spec::{csv_options, ShuffleShards, SourceSpec};
+pub use spec::{ShuffleShards, SourceSpec};
 pub use store::Blob;
 pub use webdataset::{ShardShuffle, WdsOptions, WebDatasetSource, DEFAULT_MAX_MEMBER_SIZE};
 // Re-exported so the facade and the bindings use the same arrow types as this crate.

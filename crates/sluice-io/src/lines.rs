@@ -14,9 +14,10 @@ use std::sync::Arc;
 
 use sluice_core::{Error, OnError, Result, Sample, Source, SourceRef, Tensor, TensorData, Value};
 
-use crate::csv::CsvType;
 use crate::show::show;
+use crate::spec::CsvType;
 use crate::spec::SourceSpec;
+pub use crate::spec::Utf8Errors;
 use crate::store::{expand, Blob};
 
 /// How lines are parsed.
@@ -26,17 +27,6 @@ pub enum LinesFormat {
     Text,
     /// Each line is a JSON object; its keys become fields.
     Jsonl,
-}
-
-/// What to do with invalid UTF-8 (`"strict"`, `"replace"` in a [`crate::SourceSpec`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Utf8Errors {
-    /// Fail naming the file and line.
-    #[default]
-    Strict,
-    /// Replace invalid sequences with U+FFFD.
-    Replace,
 }
 
 impl std::str::FromStr for Utf8Errors {

@@ -24,18 +24,11 @@
 //! ```
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use serde::{Deserialize, Deserializer, Serialize};
 #[cfg(doc)]
 use sluice_core::Source;
-use sluice_core::{Error, OnError, RangeSource, Result, SourceRef};
-
-use crate::csv::{CsvOnError, CsvOptions, CsvSource, CsvType};
-use crate::files::{FilesSource, LabelMode};
-use crate::lines::{JsonlOptions, LinesFormat, LinesSource, Utf8Errors};
-use crate::parquet::ParquetSource;
-use crate::webdataset::{ShardShuffle, WdsOptions, WebDatasetSource, DEFAULT_MAX_MEMBER_SIZE};
+use sluice_core::{Error, OnError, Result};
 
 /// A source that can be reopened from this description (serde tag `source`, the API name).
 /// Options left out take the API's defaults; `null` counts as left out.
@@ -112,6 +105,52 @@ pub enum SourceSpec {
     },
 }
 
+/// A CSV column's type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CsvType {
+    Int,
+    Float,
+    Bool,
+    Str,
+}
+
+/// How `read_images` labels samples (`"none"`, `"parent_dir"` in a [`SourceSpec`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LabelMode {
+    /// No label field.
+    #[default]
+    None,
+    /// `label` = index of the parent directory's name among all sorted parent names
+    /// (torchvision's ImageFolder convention).
+    ParentDir,
+}
+
+/// What to do with invalid UTF-8 (`"strict"`, `"replace"` in a [`SourceSpec`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Utf8Errors {
+    /// Fail naming the file and line.
+    #[default]
+    Strict,
+    /// Replace invalid sequences with U+FFFD.
+    Replace,
+}
+
+/// How shard order is shuffled per epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShardShuffle {
+    /// From the iteration's seed (`iter(seed=...)`).
+    IterationSeed,
+    /// From this seed, whatever the iteration's.
+    Seed(u64),
+}
+
+/// Default [`crate::WdsOptions::max_member_size`]: 1 GiB. WebDataset members are single images,
+/// clips or documents (kilobytes to hundreds of megabytes); a member above this is almost
+/// surely a damaged or hostile header, and holding it costs at least its size in memory.
+pub const DEFAULT_MAX_MEMBER_SIZE: u64 = 1 << 30;
+
 /// `shuffle_shards = false | true | <seed>`: [`ShardShuffle`] in the spec's syntax.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]
@@ -158,33 +197,6 @@ fn yes() -> bool {
     true
 }
 
-/// The CSV reader options `schema`, `delimiter`, `has_header` and `on_error` describe.
-pub fn csv_options(
-    schema: &BTreeMap<String, CsvType>,
-    delimiter: Option<char>,
-    has_header: bool,
-    on_error: OnError,
-) -> Result<CsvOptions> {
-    let delimiter = match delimiter {
-        None => b',',
-        Some(c) if c.is_ascii() => c as u8,
-        Some(c) => {
-            return Err(Error::invalid(format!(
-                "CSV delimiter must be ASCII, got '{c}'"
-            )))
-        }
-    };
-    Ok(CsvOptions {
-        schema: schema.iter().map(|(k, t)| (k.clone(), *t)).collect(),
-        delimiter,
-        has_header,
-        on_error: match on_error {
-            OnError::Skip => CsvOnError::Skip,
-            OnError::Raise => CsvOnError::Raise,
-        },
-    })
-}
-
 impl SourceSpec {
     /// Parses the serialized form ([`Source::ship`], a pipeline file's `[source]`); errors
     /// name the source kind and what is wrong.
@@ -220,80 +232,6 @@ impl SourceSpec {
             SourceSpec::ReadCsv { .. } => "read_csv",
             SourceSpec::ReadWebdataset { .. } => "read_webdataset",
         }
-    }
-
-    /// Opens the source (expanding paths, indexing files, reading footers), with the same
-    /// checks and errors as the API call it describes.
-    pub fn open(&self) -> Result<SourceRef> {
-        Ok(match self {
-            SourceSpec::Range { n } => Arc::new(RangeSource::new(*n)),
-            SourceSpec::ReadFiles { paths } => Arc::new(FilesSource::files(paths)?),
-            SourceSpec::ReadImages { paths, labels } => {
-                Arc::new(FilesSource::images(paths, *labels)?)
-            }
-            SourceSpec::ReadText {
-                paths,
-                errors,
-                on_error,
-            } => {
-                let opts = JsonlOptions {
-                    schema: vec![],
-                    on_error: *on_error,
-                    errors: *errors,
-                };
-                Arc::new(LinesSource::open_with(paths, LinesFormat::Text, &opts)?)
-            }
-            SourceSpec::ReadJsonl {
-                paths,
-                schema,
-                on_error,
-                errors,
-            } => {
-                let opts = JsonlOptions {
-                    schema: schema.iter().map(|(k, t)| (k.clone(), *t)).collect(),
-                    on_error: *on_error,
-                    errors: *errors,
-                };
-                Arc::new(LinesSource::open_with(paths, LinesFormat::Jsonl, &opts)?)
-            }
-            SourceSpec::ReadParquet { paths, columns } => {
-                Arc::new(ParquetSource::open(paths, columns.as_deref())?)
-            }
-            SourceSpec::ReadCsv {
-                paths,
-                schema,
-                delimiter,
-                has_header,
-                on_error,
-            } => Arc::new(CsvSource::open(
-                paths,
-                &csv_options(schema, *delimiter, *has_header, *on_error)?,
-            )?),
-            SourceSpec::ReadWebdataset {
-                paths,
-                rank,
-                world_size,
-                shuffle_shards,
-                on_error,
-                max_member_size,
-            } => {
-                let ranks = match (rank, world_size) {
-                    (Some(r), Some(n)) => Some((*r, *n)),
-                    (None, None) => None,
-                    _ => return Err(Error::invalid("give both rank and world_size, or neither")),
-                };
-                let opts = WdsOptions {
-                    on_error: *on_error,
-                    max_member_size: max_member_size.unwrap_or(DEFAULT_MAX_MEMBER_SIZE),
-                };
-                Arc::new(WebDatasetSource::open_with(
-                    paths,
-                    ranks,
-                    shuffle_shards.get(),
-                    opts,
-                )?)
-            }
-        })
     }
 
     /// The short form plans print, checkpoints fingerprint and caches key on ([`Source::spec`]):
@@ -410,7 +348,7 @@ enum Summary<'a> {
 mod tests {
     use super::*;
     use serde_json::json;
-    use sluice_core::Source;
+    use sluice_core::{RangeSource, Source, SourceRef};
 
     fn reopen(src: &dyn Source) -> SourceRef {
         let shipped = src.ship().expect("reopenable");

@@ -35,15 +35,11 @@ use sluice_core::{
 
 use crate::show::show;
 use crate::spec::SourceSpec;
+pub use crate::spec::{ShardShuffle, DEFAULT_MAX_MEMBER_SIZE};
 use crate::store::{expand, Blob};
 
 /// Samples a stream decodes ahead of its consumer.
 pub const PREFETCH_SAMPLES: usize = 16;
-
-/// Default [`WdsOptions::max_member_size`]: 1 GiB. WebDataset members are single images,
-/// clips or documents (kilobytes to hundreds of megabytes); a member above this is almost
-/// surely a damaged or hostile header, and holding it costs at least its size in memory.
-pub const DEFAULT_MAX_MEMBER_SIZE: u64 = 1 << 30;
 
 /// Bytes reserved for a member before reading it: its declared size up to this. Larger
 /// members grow their buffer as their bytes actually arrive, so a header that lies about the
@@ -100,15 +96,6 @@ pub struct WebDatasetSource {
     /// Members left out under `on_error = Skip`, by every stream of this source (and of its
     /// clones) so far.
     skipped: Arc<AtomicU64>,
-}
-
-/// How shard order is shuffled per epoch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ShardShuffle {
-    /// From the iteration's seed (`iter(seed=...)`).
-    IterationSeed,
-    /// From this seed, whatever the iteration's.
-    Seed(u64),
 }
 
 /// Op id of the shard-order shuffle in [`SampleRng`] keys.

@@ -7,24 +7,25 @@
 """
 
 from ._native import PipelineError, SluiceError, __version__
-from .dataset import (
-    Dataset,
-    GroupedDataset,
-    Iterator,
-    Stats,
-    elastic_state,
+from .dataset import Dataset, GroupedDataset
+from .iterator import Iterator, Stats, elastic_state
+from .sources import (
+    from_arrow,
     from_items,
+    from_pandas,
     mix,
     range,
+    read_csv,
     read_files,
     read_images,
     read_jsonl,
+    read_parquet,
     read_text,
+    read_webdataset,
 )
 from . import agg, audio, image, ops, text
 from .ingest import check_ingest
 from .context import Context
-from .formats import from_arrow, from_pandas, read_csv, read_parquet, read_webdataset
 from .optimizer import OptimizerOptions, Plan, Profile
 
 __all__ = [

@@ -1,0 +1,174 @@
+"""A running pipeline (``Iterator``), its statistics (``Stats``) and merging checkpoints of
+a sharded run (``elastic_state``)."""
+
+from __future__ import annotations
+
+import atexit
+import json
+import sys
+import time
+import weakref
+from typing import TYPE_CHECKING, Any, Sequence
+
+from . import _native, _recipe
+
+if TYPE_CHECKING:
+    from .context import Context
+    from .dataset import Dataset
+    from .optimizer import Plan
+
+# Native iterators still running (a ``for`` loop may hold one after its wrapper is gone).
+_LIVE: "weakref.WeakSet[_native.Iterator]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    # Stop pipeline threads before the interpreter tears down (no hang at exit), and let the
+    # workers of runs an error or Ctrl-C ended finish their call: one still in Python code
+    # when the interpreter finalizes would abort the process.
+    for it in list(_LIVE):
+        it.close()
+    _native.join_stopped()
+
+
+class Stats:
+    """Per-stage and consumer statistics. ``print(stats)`` shows a table; ``stats.stages`` and
+    ``stats.consumer`` hold the figures (samples in/out, busy/wait seconds, throughput, queue
+    occupancy, batch delay P50/P95/max)."""
+
+    def __init__(self, data: dict, text: str):
+        self.data = data
+        self._text = text
+
+    @staticmethod
+    def of(handle: "_native.Stats", context: "Context | None" = None) -> "Stats":
+        data, text = json.loads(handle.stats_json()), handle.stats_text()
+        if context is not None:
+            data, text = context.add_stats(data, text)
+        return Stats(data, text)
+
+    @property
+    def stages(self) -> list[dict]:
+        return self.data["stages"]
+
+    @property
+    def consumer(self) -> dict:
+        return self.data["consumer"]
+
+    def __getitem__(self, key: str) -> Any:
+        return self.data[key]
+
+    def __str__(self) -> str:
+        return self._text
+
+    __repr__ = __str__
+
+
+class Iterator:
+    """A running pipeline. Closing it (or breaking out of a ``for`` loop and dropping it)
+    stops its threads."""
+
+    def __init__(self, native: _native.Iterator, progress: bool | None):
+        self._native = native
+        self._owner: Dataset | None = None
+        #: The optimizer plan this iteration runs (``iter(plan=...)`` / ``optimize=True``).
+        self.plan: "Plan | None" = None
+        self._progress = sys.stderr.isatty() if progress is None else progress
+        self._t0 = time.monotonic()
+        self._shown = self._t0
+        _LIVE.add(native)
+
+    @property
+    def _count(self) -> int:
+        return self._native.count
+
+    def __iter__(self) -> "Iterator":
+        # Without a progress bar a ``for`` loop drives the native iterator directly: no
+        # Python frame per output (it closes itself at the end, on error and when dropped).
+        return self if self._progress else self._native
+
+    def __next__(self) -> dict:
+        try:
+            out = next(self._native)
+        except BaseException:
+            self._finish()
+            raise
+        if self._progress:
+            now = time.monotonic()
+            if now - self._shown > 0.2:
+                self._shown = now
+                rate = self._count / max(now - self._t0, 1e-9)
+                sys.stderr.write(f"\rsluice: {self._count} outputs, {rate:,.1f}/s ")
+                sys.stderr.flush()
+        return out
+
+    def _finish(self) -> None:
+        if self._progress and self._count:
+            sys.stderr.write("\n")
+            self._progress = False
+        self.close()
+
+    def close(self) -> None:
+        """Stops the pipeline and waits for its threads."""
+        self._native.close()
+
+    def state_dict(self) -> dict:
+        """A small JSON-able checkpoint of the position after the last output delivered.
+        It does not depend on thread counts; prefetched outputs are recomputed on resume.
+
+        >>> import sluice
+        >>> ds = sluice.range(10).shuffle(seed=1).batch(3)
+        >>> it = ds.iter(seed=0); first = next(it); state = it.state_dict()
+        >>> it2 = ds.iter(seed=0, num_threads=1); it2.load_state_dict(state)
+        >>> [b["id"].tolist() for b in it2] == [b["id"].tolist() for b in it]
+        True
+        """
+        return json.loads(self._native.state_dict_json())
+
+    def load_state_dict(self, state: dict, strict: bool = True) -> None:
+        """Continues right after the checkpointed output (same pipeline and seed required).
+        A checkpoint whose position lies outside the data, or whose Python functions' code
+        (bytecode, constants, captured values) changed since, raises ``ValueError``;
+        ``strict=False`` accepts changed functions on purpose."""
+        if not isinstance(state, dict):
+            raise TypeError(f"state must be a dict, got {type(state).__name__}")
+        self._native.load_state_dict_json(json.dumps(state), bool(strict))
+        if self._owner is not None:
+            self._owner._last_stats = self._native.stats_handle()
+
+    def stats(self) -> Stats:
+        """Statistics so far (with a Ray context: ``stats["remote"]``, per actor and decisions)."""
+        return Stats.of(self._native.stats_handle(), getattr(self, "_context", None))
+
+    def __reduce__(self) -> tuple:
+        # (dataset recipe, iter arguments, state_dict()): the copy resumes after the last output.
+        return _recipe.reduce_iterator(self)
+
+    def __enter__(self) -> "Iterator":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def elastic_state(states: Sequence[dict]) -> dict:
+    """Merges the ``state_dict()`` of every rank of a sharded run into one checkpoint that
+    each rank of a *new* world size loads: the epoch in progress continues from where every
+    old rank stood, and what none of them delivered yet (including the tail an equal split
+    had left out) is split equally among the new ranks, in the same global order. Later
+    epochs shard normally over the new world size.
+
+    >>> import sluice
+    >>> ds = lambda rank, world: sluice.range(10).shuffle(seed=0).shard(rank, world)
+    >>> old = [ds(r, 2).iter() for r in (0, 1)]
+    >>> seen = [next(it)["id"] for it in old for _ in (0, 1)]
+    >>> merged = sluice.elastic_state([it.state_dict() for it in old])
+    >>> rest = []
+    >>> for r in (0, 1, 2):
+    ...     it = ds(r, 3).iter(); it.load_state_dict(merged); rest += [s["id"] for s in it]
+    >>> sorted(seen + rest)  # every sample once: 4 before, 6 on the new ranks
+    [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
+    """
+    if isinstance(states, dict) or not all(isinstance(s, dict) for s in states):
+        raise TypeError("elastic_state takes a list of state_dict() results, one per rank")
+    return json.loads(_native.elastic_state_json([json.dumps(s) for s in states]))

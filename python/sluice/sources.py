@@ -1,0 +1,227 @@
+"""Sources: where a pipeline's samples come from — a range, memory, files, images, text and
+JSON lines, Parquet, CSV, WebDataset shards, Arrow and pandas, and a mix of datasets. Each is
+recorded (``_recipe.source``) so the dataset pickles as its source spec or its call."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Iterable, Mapping, Sequence
+
+from . import _native, _recipe
+from ._args import PathLike, _int, _paths
+from .dataset import Dataset
+
+# Sources -----------------------------------------------------------------------------------
+@_recipe.source
+def range(n: int) -> Dataset:  # noqa: A001 - the brief's name
+    """Samples ``{"id": i}`` for i in 0..n."""
+    return Dataset(_native.Dataset.range(_int("n", n, 0)))
+
+
+@_recipe.source
+def mix(
+    datasets: Sequence[Dataset],
+    weights: Sequence[float] | None = None,
+    seed: int | None = None,
+    stop: str = "first_exhausted",
+) -> Dataset:
+    """Interleaves ``datasets`` in proportion to ``weights`` (equal by default):
+    deterministic, and tightly balanced — after any n samples each dataset has contributed
+    within about one sample of ``n × weight`` (smooth weighted round-robin, not coin flips);
+    ``seed`` picks the phase. ``stop``: ``"first_exhausted"`` ends when one dataset runs out,
+    ``"all_exhausted"`` keeps going with the rest, ``"restart"`` starts exhausted ones over
+    until every dataset was used up once. The mix has random access, so ``shuffle``,
+    ``shard``, ``repeat`` and ``state_dict`` work on it.
+
+    Each input is a random-access source with deterministic maps and, if you like, its own
+    ``shuffle``, ``shard`` and ``repeat(n)``, which it keeps: the mix takes each input's
+    samples in that input's own order (``mix([a.shuffle(seed=1), b.shuffle(seed=2)])``, as
+    with Grain or tf.data), epoch after epoch; a restarted input reshuffles. An input's
+    ``shuffle()`` without a seed draws one from ``seed`` and its place in the list. Random
+    augmentations, filters and batching go after the mix.
+
+    >>> import sluice
+    >>> a = sluice.from_items([{"src": "a"}] * 6)
+    >>> b = sluice.from_items([{"src": "b"}] * 3)
+    >>> "".join(s["src"] for s in sluice.mix([a, b], weights=[2, 1], stop="all_exhausted"))
+    'abaabaaba'
+    """
+    if isinstance(datasets, Dataset) or not all(isinstance(d, Dataset) for d in datasets):
+        raise TypeError("mix needs a list of sluice Datasets")
+    w = None if weights is None else [float(x) for x in weights]
+    return Dataset(_native.mix([d._native for d in datasets], w, _int("seed", seed, 0, allow_none=True) or 0, str(stop)))
+
+
+@_recipe.source
+def from_items(items: Iterable[Any]) -> Dataset:
+    """Samples from memory: dicts as they are, anything else as ``{"item": x}``."""
+    rows = [x if isinstance(x, dict) else {"item": x} for x in items]
+    return Dataset(_native.Dataset.from_items(rows))
+
+
+@_recipe.source
+def read_files(paths: PathLike) -> Dataset:
+    """``{path, bytes}`` per file of paths, directories (recursive) or globs, in sorted order.
+    Missing paths raise FileNotFoundError here, before iteration."""
+    return Dataset(_native.read_files(_paths(paths)))
+
+
+@_recipe.source
+def read_images(paths: PathLike, labels: str | None = "parent_dir") -> Dataset:
+    """``{path, bytes, label}`` per image file; ``label`` indexes the sorted parent-directory
+    names (ImageFolder style). Decoding is a separate op (``sluice.image.decode``)."""
+    if labels not in ("parent_dir", None):
+        raise ValueError(f"labels must be 'parent_dir' or None, got {labels!r}")
+    return Dataset(_native.read_images(_paths(paths), labels == "parent_dir"))
+
+
+@_recipe.source
+def read_text(paths: PathLike, errors: str = "strict", *, on_error: str = "raise") -> Dataset:
+    """``{text}`` per non-empty line of local files or ``s3://`` / ``gs://`` / ``http(s)://``
+    objects. Invalid UTF-8 raises naming ``file:line``; ``errors="replace"`` substitutes it;
+    ``on_error="skip"`` checks every line when the files are opened and leaves such lines out
+    (a warning and ``stats()`` count them)."""
+    if errors not in ("strict", "replace"):
+        raise ValueError(f"errors must be 'strict' or 'replace', got {errors!r}")
+    if on_error not in ("raise", "skip"):
+        raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+    native, skipped = _native.read_text(_paths(paths), on_error, errors)
+    if skipped:
+        warnings.warn(f"read_text skipped {skipped} line(s) that are not UTF-8", stacklevel=3)
+    return Dataset(native)
+
+
+@_recipe.source
+def read_jsonl(
+    paths: PathLike,
+    schema: "dict[str, str] | None" = None,
+    *,
+    on_error: str = "raise",
+    errors: str = "strict",
+) -> Dataset:
+    """One sample per JSON-object line (local files or bucket URLs); numeric arrays become
+    numpy arrays.
+
+    ``schema`` maps fields to ``"int"``, ``"float"``, ``"bool"`` or ``"str"``: values are
+    converted (``"3"`` → 3, ``2.0`` → 2 for int; numbers → text for str) and a value that
+    does not convert raises naming ``file:line`` and the field; a listed field missing from a
+    line is None; other fields keep their JSON types. Lines are parsed when read, so a bad
+    line raises then — unless ``on_error="skip"``: every line is then checked when the
+    files are opened, and lines that are not JSON objects, do not fit the schema or are not
+    UTF-8 are left out (a warning and ``stats()`` count them). ``errors="replace"``
+    substitutes invalid UTF-8.
+
+    >>> import sluice, tempfile, os
+    >>> p = os.path.join(tempfile.mkdtemp(), "x.jsonl")
+    >>> _ = open(p, "w").write('{"id": "1"}\\nnot json\\n{"id": 2}\\n')
+    >>> sluice.read_jsonl(p, schema={"id": "int"}, on_error="skip").take(5)
+    [{'id': 1}, {'id': 2}]
+    """
+    if on_error not in ("raise", "skip"):
+        raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+    if schema is not None and not isinstance(schema, dict):
+        raise TypeError("schema must be a dict {field: type}")
+    native, skipped = _native.read_jsonl(_paths(paths), dict(schema or {}), on_error, errors)
+    if skipped:
+        warnings.warn(f"read_jsonl skipped {skipped} invalid line(s)", stacklevel=3)
+    return Dataset(native)
+
+
+@_recipe.source
+def read_parquet(paths: "PathLike", columns: Sequence[str] | None = None) -> "Dataset":
+    """One sample per row of Parquet files; ``columns`` reads only those (projection).
+
+    Random access by row (index → file, row group, row) from the file footers alone, so
+    ``shuffle()`` and ``shard()`` never scan the data. Lists of numbers arrive as numpy arrays.
+    """
+    if isinstance(columns, str):
+        raise TypeError("columns must be a list of names, not a string")
+    return Dataset(_native.read_parquet(_paths(paths), None if columns is None else list(columns)))
+
+
+@_recipe.source
+def read_csv(
+    paths: "PathLike",
+    schema: Mapping[str, str] | None = None,
+    *,
+    delimiter: str = ",",
+    has_header: bool = True,
+    on_error: str = "raise",
+) -> "Dataset":
+    """One sample per CSV record, with random access through a record-offset index.
+
+    ``schema`` maps column names to ``"int"``, ``"float"``, ``"bool"`` or ``"str"``; other
+    columns are inferred from the first 1000 records. Quoted fields may hold delimiters and
+    newlines. A record that does not parse — a wrong number of fields, bytes that are not
+    UTF-8, a value not of its column's type — raises naming file and line (a wrong field
+    count when the files are opened, the others when the record is read). With
+    ``on_error="skip"`` every record is checked when the files are opened and such records
+    are left out: a warning and ``stats()`` count them.
+    """
+    _on_error(on_error)
+    native, skipped = _native.read_csv(
+        _paths(paths), dict(schema or {}), delimiter, bool(has_header), on_error
+    )
+    if skipped:
+        warnings.warn(f"read_csv skipped {skipped} record(s) that did not parse", stacklevel=3)
+    return Dataset(native)
+
+
+def _on_error(on_error: str) -> None:
+    if on_error not in ("raise", "skip"):
+        raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+
+
+@_recipe.source
+def read_webdataset(
+    shards: "PathLike",
+    *,
+    rank: int | None = None,
+    world_size: int | None = None,
+    shuffle_shards: "bool | int" = False,
+    on_error: str = "raise",
+    max_member_size: int = 1 << 30,
+) -> "Dataset":
+    """Samples ``{__key__, __url__, <ext>: bytes}`` from WebDataset tar shards, streamed.
+
+    Tar has no index, so use ``shuffle_buffer`` (not ``shuffle``). With ``rank`` and
+    ``world_size`` each rank reads every ``world_size``-th shard (shard-level sharding).
+    ``shuffle_shards=True`` permutes the shard order every epoch from the iteration's seed
+    and epoch (``shuffle_shards=<int>``: from that seed); ranks split the permuted list, so
+    they stay disjoint and get other shards each epoch. Combine it with ``shuffle_buffer``
+    for sample-level mixing — the WebDataset recipe, deterministic and resumable here.
+
+    Only regular files become fields (directory entries are passed over). A member that
+    cannot be one — a symbolic or hard link, a FIFO or device, an absolute or ``..`` path, a
+    second member for a field its sample has, or one declaring more than
+    ``max_member_size`` bytes (default 1 GiB, checked before reading) — raises naming shard
+    and member; with ``on_error="skip"`` it is left out, counted in ``stats()`` and reported
+    by a warning when the iteration ends. A damaged tar (bad header, cut short) always raises.
+    """
+    if isinstance(shuffle_shards, bool):
+        shuffle, seed = shuffle_shards, None
+    elif isinstance(shuffle_shards, int) and shuffle_shards >= 0:
+        shuffle, seed = True, shuffle_shards
+    else:
+        raise TypeError(f"shuffle_shards must be a bool or a seed (int >= 0), got {shuffle_shards!r}")
+    _on_error(on_error)
+    if isinstance(max_member_size, bool) or not isinstance(max_member_size, int) or max_member_size <= 0:
+        raise ValueError(f"max_member_size must be a positive int (bytes), got {max_member_size!r}")
+    return Dataset(
+        _native.read_webdataset(_paths(shards), rank, world_size, shuffle, seed, on_error, max_member_size)
+    )
+
+
+def from_arrow(data: Any) -> "Dataset":
+    """A dataset over an Arrow table (or anything exporting ``__arrow_c_stream__``: pyarrow
+    tables and readers, polars DataFrames, ...). The batches are held in memory."""
+    if not hasattr(data, "__arrow_c_stream__"):
+        raise TypeError(f"from_arrow needs an Arrow table or stream, got {type(data).__name__}")
+    return Dataset(_native.from_arrow_stream(data.__arrow_c_stream__()))
+
+
+def from_pandas(df: Any) -> "Dataset":
+    """A dataset over a pandas DataFrame's rows (its index is dropped)."""
+    import pyarrow as pa
+
+    return from_arrow(pa.Table.from_pandas(df, preserve_index=False))

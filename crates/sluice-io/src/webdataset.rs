@@ -212,7 +212,8 @@ fn read_shard(shard: &str, tx: &SyncSender<Result<Sample>>) -> Result<bool> {
         let Some((key, ext)) = split_key(&name) else {
             continue;
         };
-        let mut data = Vec::with_capacity(entry.size() as usize);
+        // The header's size is untrusted: reserve no more than the whole shard holds.
+        let mut data = Vec::with_capacity(entry.size().min(blob.size()) as usize);
         std::io::Read::read_to_end(&mut entry, &mut data).map_err(fail)?;
         match &mut pending {
             Some(p) if p.key == key => {
@@ -470,6 +471,25 @@ mod tests {
             })
             .collect();
         assert_eq!(keys, want);
+    }
+
+    #[test]
+    fn member_larger_than_the_shard_is_an_error_not_an_allocation() {
+        // Found by fuzzing: a header declaring 2^62 bytes made the reader reserve that much
+        // up front (an abort, not an error).
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("huge.tar");
+        let mut h = tar::Header::new_gnu();
+        h.set_path("a/0.txt").unwrap();
+        h.set_size(1 << 62);
+        h.set_mode(0o644);
+        h.set_cksum();
+        let mut bytes = h.as_bytes().to_vec();
+        bytes.extend_from_slice(&[b'x'; 100]);
+        std::fs::write(&p, bytes).unwrap();
+        let src = WebDatasetSource::open(&[p.display().to_string()], None).unwrap();
+        let e = collect(&src).unwrap_err().to_string();
+        assert!(e.contains("huge.tar"), "{e}");
     }
 
     #[test]

@@ -160,12 +160,19 @@ pub struct PackSpec {
     pub pad_id: i64,
 }
 
+/// Longest `pack` block, in tokens: every block is allocated at full length (padding
+/// included), so a longer one is refused rather than aborting the run.
+pub const MAX_PACK_LENGTH: usize = 1 << 24;
+
 impl PackNode {
     /// Checks `length > 0` and that `field` exists when the fields are known; the output
     /// fields are the packed field, `attention_mask` and `segment_ids`.
     pub fn try_new(input: Arc<LogicalPlan>, spec: PackSpec) -> Result<Self> {
-        if spec.length == 0 {
-            return Err(Error::invalid("pack: length must be > 0"));
+        if spec.length == 0 || spec.length > MAX_PACK_LENGTH {
+            return Err(Error::invalid(format!(
+                "pack: length must be in 1..={MAX_PACK_LENGTH} tokens, got {}",
+                spec.length
+            )));
         }
         if let Some(fields) = input.schema() {
             if !fields.contains(&spec.field) {

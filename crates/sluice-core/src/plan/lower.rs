@@ -54,10 +54,18 @@ impl Default for LowerOptions {
     }
 }
 
+/// Most threads per parallel stage: far above any machine's cores, low enough that a typo
+/// (`num_threads = 100000`) is an error rather than a run that spawns threads until memory
+/// runs out.
+pub const MAX_THREADS: usize = 1024;
+
 /// Lowers `plan` with the default rules.
 pub fn lower(plan: &Arc<LogicalPlan>, opts: &LowerOptions) -> Result<PhysicalPlan> {
-    if opts.num_threads == 0 {
-        return Err(Error::invalid("num_threads must be > 0"));
+    if opts.num_threads == 0 || opts.num_threads > MAX_THREADS {
+        return Err(Error::invalid(format!(
+            "num_threads must be in 1..={MAX_THREADS}, got {}",
+            opts.num_threads
+        )));
     }
     let nodes = plan.chain();
     let mut source = nodes[0].source().clone();

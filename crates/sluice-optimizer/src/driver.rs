@@ -12,8 +12,7 @@ use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 
 use sluice_core::{
-    lower, ChainOp, ElemMode, Error, LogicalPlan, LowerOptions, PhysicalPlan, Result, StageKind,
-    Variant,
+    ChainOp, ElemMode, Error, LogicalPlan, PhysicalPlan, Result, StageKind, Variant,
 };
 
 use crate::model::{predict_with, Prediction, RemoteModel};
@@ -46,11 +45,11 @@ impl OptimizeInput {
         let profile = crate::testing::profiled(logical, 64);
         OptimizeInput {
             logical: logical.clone(),
-            default: lower(
+            default: sluice_core::lower(
                 logical,
-                &LowerOptions {
+                &sluice_core::LowerOptions {
                     fuse_ops: false,
-                    ..LowerOptions::default()
+                    ..sluice_core::LowerOptions::default()
                 },
             )
             .expect("lower"),
@@ -331,7 +330,7 @@ fn others(plan: &PhysicalPlan) -> Vec<String> {
 mod tests {
     use super::*;
     use crate::testing::*;
-    use sluice_core::{ExecOptions, Execution, OpKind, Sample};
+    use sluice_core::{lower, ExecOptions, Execution, LowerOptions, OpKind, Sample};
 
     fn run(plan: &PhysicalPlan) -> Vec<Sample> {
         Execution::start(plan, ExecOptions::default())

@@ -5,7 +5,7 @@ threads (source → two workers → batch → consumer), with the source's chunk
 sizes that carry ~250 µs and ~1 ms of work at the profiled CPU per line, interleaved. For
 each it prints lines/s and the process's CPU µs per line (all threads): what the two-thread
 plan spends beyond the inline one is the price of its hand-offs. The engine sizes chunks to
-~1 ms of downstream CPU (``CHUNK_WORK_NS`` in crates/sluice-core/src/exec/mod.rs).
+~1 ms of downstream CPU (``CHUNK_WORK_NS`` in crates/sluice-core/src/exec/source.rs).
 
 Usage: python benchmarks/chunk_cost.py [--rounds 3] [--seconds 3] [--work-us 250,1000]
 """

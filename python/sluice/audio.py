@@ -24,15 +24,30 @@ The ASR reference pipeline (LibriSpeech-style features with SpecAugment):
 
 Masks draw from the iteration seed (and epoch, sample index, op), so results do not depend on
 the number of threads.
+
+Shapes: audio ops take ``[n]`` (mono) or ``[channels, n]``; spectrogram ops (``time_stretch``,
+the masks, ``mel``) take ``[freq, time]`` or ``[channels, freq, time]``; ``log`` and the dB ops
+are element-wise and take any shape. Another rank is a ``TypeError`` naming the sample, the op
+and the field. Every op reads ``field`` and writes ``out`` (default: ``field``, except
+``decode`` → ``"audio"`` and ``spectrogram`` → ``"spec"``).
+
+Sizes: ops whose output size follows from their arguments (``decode`` with ``sample_rate``,
+``resample``, ``spectrogram``, ``time_stretch``, ``mel``) check it against ``max_samples``,
+the most float32 values they may make for one sample (default ``2**29``, 2 GiB; the
+resampler's and mel filterbank's tables count too). Arguments that alone exceed it
+(``resample(10**9)``: 10^9 samples per second) raise ``ValueError`` when the op is made; a
+sample whose output would exceed it fails with a ``PipelineError`` naming the sample and the
+op, before anything is allocated. ``n_fft`` is at most ``2**24``.
+
+A bad argument raises ``ValueError`` (a bad value) or ``TypeError`` (a wrong type) naming the
+op, the argument and the value, e.g. ``audio.resample: argument rate=-1 is invalid: ...``.
 """
 
 from __future__ import annotations
 
-import json
-import math
-import numbers
 from typing import Any, Optional, Union
 
+from . import _spec
 from ._native import Op
 
 __all__ = [
@@ -48,51 +63,10 @@ __all__ = [
     "time_stretch",
 ]
 
-_WINDOWS = ("hann", "hamming", "blackman", "boxcar", "rectangular")
-
 
 def _op(name: str, **params: Any) -> Op:
-    return Op(json.dumps({"op": f"audio.{name}", **params}))
-
-
-def _field(name: str, value: Any, optional: bool = False) -> Optional[str]:
-    if value is None and optional:
-        return None
-    if not isinstance(value, str):
-        raise TypeError(f"{name} must be a field name (str), got {type(value).__name__}")
-    if not value:
-        raise ValueError(f"{name} must be a non-empty field name")
-    return value
-
-
-def _int(name: str, value: Any, lo: int = 1, optional: bool = False) -> Optional[int]:
-    if value is None and optional:
-        return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    value = int(value)
-    if value < lo:
-        raise ValueError(f"{name} must be >= {lo}, got {value}")
-    return value
-
-
-def _float(
-    name: str, value: Any, lo: float = 0.0, strict: bool = True, optional: bool = False
-) -> Optional[float]:
-    if value is None and optional:
-        return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
-    value = float(value)
-    if not math.isfinite(value) or (value <= lo if strict else value < lo):
-        raise ValueError(f"{name} must be finite and {'>' if strict else '>='} {lo}, got {value}")
-    return value
-
-
-def _bool(name: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
-    return value
+    # norm=None and top_db=None mean "none", not "the default".
+    return _spec.op(f"audio.{name}", params, keep_none=("norm", "top_db"))
 
 
 def decode(
@@ -101,6 +75,7 @@ def decode(
     mono: bool = True,
     field: str = "bytes",
     out: str = "audio",
+    max_samples: Optional[int] = None,
 ) -> Op:
     """Decodes WAV / FLAC / MP3 / Ogg Vorbis bytes in ``field`` to float32 samples in ``out``.
 
@@ -109,27 +84,30 @@ def decode(
     resampled to that rate (as :func:`resample`); otherwise the file's own rate is kept.
     The sample's ``path`` field, when present, hints the format. Values match
     ``soundfile.read`` (MP3: gapless, same length as mpg123). A corrupt or truncated file
-    fails the sample (or is skipped with ``map(..., on_error="skip")``).
+    fails the sample (or is skipped with ``map(..., on_error="skip")``). ``max_samples``
+    bounds the resampled output (see the module's notes on sizes).
     """
     return _op(
         "decode",
-        field=_field("field", field),
-        out=_field("out", out),
-        sample_rate=_int("sample_rate", sample_rate, optional=True),
-        mono=_bool("mono", mono),
+        field=field,
+        out=out,
+        sample_rate=sample_rate,
+        mono=mono,
+        max_samples=max_samples,
     )
 
 
-def resample(rate: int, *, field: str = "audio", out: Optional[str] = None) -> Op:
+def resample(rate: int, *, field: str = "audio", out: Optional[str] = None, max_samples: Optional[int] = None) -> Op:
     """Resamples ``field`` from the rate in the ``sample_rate`` field to ``rate`` Hz and updates
     ``sample_rate``. Output length is ``ceil(n * rate / sr)``, aligned with the input
     (band-limited FFT resampler; a no-op when the rates are equal). ``out`` defaults to
     ``field``."""
     return _op(
         "resample",
-        rate=_int("rate", rate),
-        field=_field("field", field),
-        out=_field("out", out, optional=True),
+        rate=rate,
+        field=field,
+        out=out,
+        max_samples=max_samples,
     )
 
 
@@ -143,6 +121,7 @@ def spectrogram(
     center: bool = True,
     field: str = "audio",
     out: str = "spec",
+    max_samples: Optional[int] = None,
 ) -> Op:
     """``|STFT(field)| ** power`` as float32 ``[n_fft // 2 + 1, frames]`` (freq × time), like
     ``np.abs(librosa.stft(y, n_fft=..., hop_length=...)) ** power``.
@@ -152,29 +131,27 @@ def spectrogram(
     ``get_window``). ``center=True`` pads ``n_fft // 2`` zeros on both sides, so
     ``frames = 1 + n // hop_length``. Multi-channel audio ``[c, n]`` gives ``[c, freq, time]``.
     """
-    n_fft = _int("n_fft", n_fft)
-    win_length = _int("win_length", win_length, optional=True)
-    if win_length is not None and win_length > n_fft:
-        raise ValueError(f"win_length must be <= n_fft ({n_fft}), got {win_length}")
-    if not isinstance(window, str):
-        raise TypeError(f"window must be a str, got {type(window).__name__}")
-    if window not in _WINDOWS:
-        raise ValueError(f"window must be one of {', '.join(_WINDOWS)}; got {window!r}")
     return _op(
         "spectrogram",
         n_fft=n_fft,
-        hop_length=_int("hop_length", hop_length, optional=True),
+        hop_length=hop_length,
         win_length=win_length,
         window=window,
-        power=_float("power", power),
-        center=_bool("center", center),
-        field=_field("field", field),
-        out=_field("out", out),
+        power=power,
+        center=center,
+        field=field,
+        out=out,
+        max_samples=max_samples,
     )
 
 
 def time_stretch(
-    rate: float, *, power: float = 2.0, field: str = "spec", out: Optional[str] = None
+    rate: float,
+    *,
+    power: float = 2.0,
+    field: str = "spec",
+    out: Optional[str] = None,
+    max_samples: Optional[int] = None,
 ) -> Op:
     """Phase-vocoder time stretch of a ``|X| ** power`` spectrogram by ``rate`` (> 1 faster,
     < 1 slower): ``ceil(frames / rate)`` frames, equal to librosa's
@@ -183,34 +160,37 @@ def time_stretch(
     spectrogram was computed with."""
     return _op(
         "time_stretch",
-        rate=_float("rate", rate),
-        power=_float("power", power),
-        field=_field("field", field),
-        out=_field("out", out, optional=True),
+        rate=rate,
+        power=power,
+        field=field,
+        out=out,
+        max_samples=max_samples,
     )
 
 
-def time_mask(max_width: int, *, fill: float = 0.0, field: str = "spec") -> Op:
+def time_mask(max_width: int, *, fill: float = 0.0, field: str = "spec", out: Optional[str] = None) -> Op:
     """SpecAugment time masking (``torchaudio.transforms.TimeMasking(max_width)``): sets
     ``floor(u1 * max_width)`` consecutive frames (at most the number of frames) starting at
     ``floor(u2 * (frames - width))`` to ``fill`` in every bin. Random per (seed, epoch,
     sample); apply before :func:`log` with ``fill=0``."""
     return _op(
         "time_mask",
-        max_width=_int("max_width", max_width, lo=0),
-        fill=_float("fill", fill, lo=-math.inf),
-        field=_field("field", field),
+        max_width=max_width,
+        fill=fill,
+        field=field,
+        out=out,
     )
 
 
-def freq_mask(max_width: int, *, fill: float = 0.0, field: str = "spec") -> Op:
+def freq_mask(max_width: int, *, fill: float = 0.0, field: str = "spec", out: Optional[str] = None) -> Op:
     """SpecAugment frequency masking (``torchaudio.transforms.FrequencyMasking(max_width)``):
     sets up to ``max_width`` consecutive frequency bins to ``fill`` (see :func:`time_mask`)."""
     return _op(
         "freq_mask",
-        max_width=_int("max_width", max_width, lo=0),
-        fill=_float("fill", fill, lo=-math.inf),
-        field=_field("field", field),
+        max_width=max_width,
+        fill=fill,
+        field=field,
+        out=out,
     )
 
 
@@ -225,6 +205,7 @@ def mel(
     norm: Optional[str] = "slaney",
     field: str = "spec",
     out: Optional[str] = None,
+    max_samples: Optional[int] = None,
 ) -> Op:
     """Projects a power spectrogram ``[freq, time]`` onto ``n_mels`` mel bands:
     ``[n_mels, time]``, as ``librosa.feature.melspectrogram(S=spec, sr=..., n_mels=...)``
@@ -234,23 +215,18 @@ def mel(
     ``2 * (freq - 1)`` (pass it for odd FFT sizes); ``fmax`` to ``sample_rate / 2``.
     ``out`` defaults to ``field``.
     """
-    fmin = _float("fmin", fmin, strict=False)
-    fmax = _float("fmax", fmax, optional=True)
-    if fmax is not None and fmax <= fmin:
-        raise ValueError(f"fmax must be > fmin ({fmin}), got {fmax}")
-    if norm not in ("slaney", None):
-        raise ValueError(f'norm must be "slaney" or None, got {norm!r}')
     return _op(
         "mel",
-        n_mels=_int("n_mels", n_mels),
-        sample_rate=_int("sample_rate", sample_rate, optional=True),
-        n_fft=_int("n_fft", n_fft, optional=True),
+        n_mels=n_mels,
+        sample_rate=sample_rate,
+        n_fft=n_fft,
         fmin=fmin,
         fmax=fmax,
-        htk=_bool("htk", htk),
+        htk=htk,
         norm=norm,
-        field=_field("field", field),
-        out=_field("out", out, optional=True),
+        field=field,
+        out=out,
+        max_samples=max_samples,
     )
 
 
@@ -258,25 +234,20 @@ def log(eps: float = 1e-6, *, field: str = "spec", out: Optional[str] = None) ->
     """Natural log ``ln(x + eps)`` (no clipping), the usual ASR feature compression."""
     return _op(
         "log",
-        eps=_float("eps", eps, strict=False),
-        field=_field("field", field),
-        out=_field("out", out, optional=True),
+        eps=eps,
+        field=field,
+        out=out,
     )
 
 
 def _db(name: str, ref: Union[float, str], amin: float, top_db: Optional[float], field: str, out: Optional[str]) -> Op:
-    if isinstance(ref, str):
-        if ref != "max":
-            raise ValueError(f'ref must be a positive number or "max", got {ref!r}')
-    else:
-        ref = _float("ref", ref)
     return _op(
         name,
         ref=ref,
-        amin=_float("amin", amin),
-        top_db=_float("top_db", top_db, strict=False, optional=True),
-        field=_field("field", field),
-        out=_field("out", out, optional=True),
+        amin=amin,
+        top_db=top_db,
+        field=field,
+        out=out,
     )
 
 

@@ -48,7 +48,9 @@ class Context:
     default, as the training host is paid for anyway) while keeping the rate — or
     ``target_throughput`` (samples/s) within ``slack``. Decisions are in ``it.stats()``.
 
-    ``max_retries``: how often a chunk is re-run after its actor died before the run fails.
+    ``max_retries``: how often a chunk is re-run after its actor died or its reply was lost
+    with its node before the run fails (and how many actors dying while starting are replaced
+    in a row).
     ``actor_start_timeout_s``: how long to wait for actors to start (too few free CPUs fails
     clearly instead of waiting forever). ``connect_timeout_s``: how long an address may take
     to answer before ``ConnectionError``. ``zero_copy``: actors return tensors out of band

@@ -33,9 +33,12 @@ _LIVE: "weakref.WeakSet[_native.Iterator]" = weakref.WeakSet()
 
 @atexit.register
 def _close_all() -> None:
-    # Stop pipeline threads before the interpreter tears down (no hang at exit).
+    # Stop pipeline threads before the interpreter tears down (no hang at exit), and let the
+    # workers of runs an error or Ctrl-C ended finish their call: one still in Python code
+    # when the interpreter finalizes would abort the process.
     for it in list(_LIVE):
         it.close()
+    _native.join_stopped()
 
 
 def _int(name: str, value: Any, minimum: int, allow_none: bool = False) -> Any:
@@ -133,8 +136,10 @@ class Dataset(FormatsMixin):  # FormatsMixin: write_parquet/jsonl, to_arrow/pand
     ) -> "Dataset":
         """GPT-style packing: concatenates the 1-D integer ``field`` of consecutive samples
         (with ``separator`` after each, e.g. an EOS id) and cuts blocks of exactly ``length``
-        tokens: ``{field, attention_mask, segment_ids}`` (``segment_ids`` numbers the samples in
-        a block from 1; padding has mask 0 and segment 0). Packing restarts every epoch; the
+        tokens (``length`` at most 2**24): ``{field, attention_mask, segment_ids}``
+        (``segment_ids`` numbers the samples in a block from 1 — a sample that adds no tokens,
+        empty without a separator, takes none; padding has mask 0 and segment 0). Packing
+        restarts every epoch; the
         last short block is padded with ``pad_id`` or dropped (``drop_remainder``). Other
         fields are dropped. Checkpoints save where the current block starts, not its tokens.
 
@@ -176,10 +181,16 @@ class Dataset(FormatsMixin):  # FormatsMixin: write_parquet/jsonl, to_arrow/pand
         return Dataset(self._native.map_batches_udf(fn, name or _name(fn), _int("batch_size", batch_size, 1)))
 
     @_recipe.step
-    def batch(self, size: int, drop_last: bool = False, *, pad: "dict[str, float] | None" = None) -> "Dataset":
-        """Stacks ``size`` samples into one batch: arrays gain a leading dimension; strings,
-        bytes and ragged arrays become lists. ``pad={"input_ids": 0, "attention_mask": 0}``
-        first pads those fields along their first axis to the longest in the batch.
+    def batch(
+        self, size: int, drop_last: bool = False, *, pad: "dict[str, float] | None" = None, ragged: bool = False
+    ) -> "Dataset":
+        """Stacks ``size`` samples into one batch: arrays gain a leading dimension (ints with
+        floats become float64); strings, bytes, lists, arrays of one dtype but different
+        shapes, and fields with ``None`` values become lists. A field mixing kinds (an array
+        and an int) or array dtypes (float32 and int64) raises ``TypeError`` naming it, unless
+        ``ragged=True``, which makes any field that does not stack a list (like tf.data's
+        ``ragged_batch``). ``pad={"input_ids": 0, "attention_mask": 0}`` first pads those
+        fields along their first axis to the longest in the batch.
 
         >>> import sluice, numpy as np
         >>> ds = sluice.from_items([{"ids": np.arange(n)} for n in (1, 3, 2)])
@@ -189,7 +200,7 @@ class Dataset(FormatsMixin):  # FormatsMixin: write_parquet/jsonl, to_arrow/pand
         if pad is not None and not isinstance(pad, dict):
             raise TypeError("pad must be a dict {field: pad value}")
         pairs = None if not pad else [(str(k), float(v)) for k, v in pad.items()]
-        return Dataset(self._native.batch(_int("batch size", size, 1), bool(drop_last), pairs))
+        return Dataset(self._native.batch(_int("batch size", size, 1), bool(drop_last), pairs, bool(ragged)))
 
     @_recipe.step
     def shuffle(self, seed: int | None = None) -> "Dataset":
@@ -593,11 +604,14 @@ class Iterator:
         """
         return json.loads(self._native.state_dict_json())
 
-    def load_state_dict(self, state: dict) -> None:
-        """Continues right after the checkpointed output (same pipeline and seed required)."""
+    def load_state_dict(self, state: dict, strict: bool = True) -> None:
+        """Continues right after the checkpointed output (same pipeline and seed required).
+        A checkpoint whose position lies outside the data, or whose Python functions' code
+        (bytecode, constants, captured values) changed since, raises ``ValueError``;
+        ``strict=False`` accepts changed functions on purpose."""
         if not isinstance(state, dict):
             raise TypeError(f"state must be a dict, got {type(state).__name__}")
-        self._native.load_state_dict_json(json.dumps(state))
+        self._native.load_state_dict_json(json.dumps(state), bool(strict))
         if self._owner is not None:
             self._owner._last_stats = self._native.stats_handle()
 
@@ -660,8 +674,14 @@ def mix(
     ``seed`` picks the phase. ``stop``: ``"first_exhausted"`` ends when one dataset runs out,
     ``"all_exhausted"`` keeps going with the rest, ``"restart"`` starts exhausted ones over
     until every dataset was used up once. The mix has random access, so ``shuffle``,
-    ``shard``, ``repeat`` and ``state_dict`` work on it; each input must be a source plus
-    deterministic maps (augment after mixing).
+    ``shard``, ``repeat`` and ``state_dict`` work on it.
+
+    Each input is a random-access source with deterministic maps and, if you like, its own
+    ``shuffle``, ``shard`` and ``repeat(n)``, which it keeps: the mix takes each input's
+    samples in that input's own order (``mix([a.shuffle(seed=1), b.shuffle(seed=2)])``, as
+    with Grain or tf.data), epoch after epoch; a restarted input reshuffles. An input's
+    ``shuffle()`` without a seed draws one from ``seed`` and its place in the list. Random
+    augmentations, filters and batching go after the mix.
 
     >>> import sluice
     >>> a = sluice.from_items([{"src": "a"}] * 6)
@@ -699,12 +719,21 @@ def read_images(paths: PathLike, labels: str | None = "parent_dir") -> Dataset:
 
 
 @_recipe.source
-def read_text(paths: PathLike, errors: str = "strict") -> Dataset:
+def read_text(paths: PathLike, errors: str = "strict", *, on_error: str = "raise") -> Dataset:
     """``{text}`` per non-empty line of local files or ``s3://`` / ``gs://`` / ``http(s)://``
-    objects. Invalid UTF-8 raises naming ``file:line``; ``errors="replace"`` substitutes it."""
+    objects. Invalid UTF-8 raises naming ``file:line``; ``errors="replace"`` substitutes it;
+    ``on_error="skip"`` checks every line when the files are opened and leaves such lines out
+    (a warning and ``stats()`` count them)."""
     if errors not in ("strict", "replace"):
         raise ValueError(f"errors must be 'strict' or 'replace', got {errors!r}")
-    return Dataset(_native.Dataset.read_text(_paths(paths), errors == "replace"))
+    if on_error not in ("raise", "skip"):
+        raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+    native, skipped = _native.read_text(_paths(paths), on_error, errors)
+    if skipped:
+        import warnings
+
+        warnings.warn(f"read_text skipped {skipped} line(s) that are not UTF-8", stacklevel=3)
+    return Dataset(native)
 
 
 @_recipe.source

@@ -58,15 +58,24 @@ def read_csv(
 
     ``schema`` maps column names to ``"int"``, ``"float"``, ``"bool"`` or ``"str"``; other
     columns are inferred from the first 1000 records. Quoted fields may hold delimiters and
-    newlines. A record with the wrong number of fields raises naming file and line, or with
-    ``on_error="skip"`` is left out (a warning reports how many).
+    newlines. A record that does not parse — a wrong number of fields, bytes that are not
+    UTF-8, a value not of its column's type — raises naming file and line (a wrong field
+    count when the files are opened, the others when the record is read). With
+    ``on_error="skip"`` every record is checked when the files are opened and such records
+    are left out: a warning and ``stats()`` count them.
     """
+    _on_error(on_error)
     native, skipped = _native.read_csv(
         _paths(paths), dict(schema or {}), delimiter, bool(has_header), on_error
     )
     if skipped:
-        warnings.warn(f"read_csv skipped {skipped} malformed record(s)", stacklevel=3)
+        warnings.warn(f"read_csv skipped {skipped} record(s) that did not parse", stacklevel=3)
     return _wrap(native)
+
+
+def _on_error(on_error: str) -> None:
+    if on_error not in ("raise", "skip"):
+        raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
 
 
 @_recipe.source
@@ -76,6 +85,8 @@ def read_webdataset(
     rank: int | None = None,
     world_size: int | None = None,
     shuffle_shards: "bool | int" = False,
+    on_error: str = "raise",
+    max_member_size: int = 1 << 30,
 ) -> "Dataset":
     """Samples ``{__key__, __url__, <ext>: bytes}`` from WebDataset tar shards, streamed.
 
@@ -85,6 +96,13 @@ def read_webdataset(
     and epoch (``shuffle_shards=<int>``: from that seed); ranks split the permuted list, so
     they stay disjoint and get other shards each epoch. Combine it with ``shuffle_buffer``
     for sample-level mixing — the WebDataset recipe, deterministic and resumable here.
+
+    Only regular files become fields (directory entries are passed over). A member that
+    cannot be one — a symbolic or hard link, a FIFO or device, an absolute or ``..`` path, a
+    second member for a field its sample has, or one declaring more than
+    ``max_member_size`` bytes (default 1 GiB, checked before reading) — raises naming shard
+    and member; with ``on_error="skip"`` it is left out, counted in ``stats()`` and reported
+    by a warning when the iteration ends. A damaged tar (bad header, cut short) always raises.
     """
     if isinstance(shuffle_shards, bool):
         shuffle, seed = shuffle_shards, None
@@ -92,7 +110,12 @@ def read_webdataset(
         shuffle, seed = True, shuffle_shards
     else:
         raise TypeError(f"shuffle_shards must be a bool or a seed (int >= 0), got {shuffle_shards!r}")
-    return _wrap(_native.read_webdataset(_paths(shards), rank, world_size, shuffle, seed))
+    _on_error(on_error)
+    if isinstance(max_member_size, bool) or not isinstance(max_member_size, int) or max_member_size <= 0:
+        raise ValueError(f"max_member_size must be a positive int (bytes), got {max_member_size!r}")
+    return _wrap(
+        _native.read_webdataset(_paths(shards), rank, world_size, shuffle, seed, on_error, max_member_size)
+    )
 
 
 def from_arrow(data: Any) -> "Dataset":

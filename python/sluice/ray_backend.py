@@ -16,9 +16,13 @@ them (no copy); the native side copies each once, into its tensor. A framed repl
 copy the tensors four more times (into the frame, into ``bytes``, out of the store, into a
 Rust buffer).
 
-Fault tolerance is per chunk: a chunk whose actor dies (``ray.kill``, a lost node) is
-resubmitted to a fresh actor. The executor receives exactly one reply per chunk, so no
-sample is lost or duplicated.
+Fault tolerance is per chunk: a chunk whose actor dies (``ray.kill``, a crash, a lost node)
+or whose reply is lost with its node before this process fetched it
+(``ObjectLostError``: the reply sat in the dead node's object store) is resubmitted to a
+fresh actor. The executor receives exactly one reply per chunk and every chunk computes the
+same output wherever it runs, so no sample is lost or duplicated. A stage whose workers are
+all gone and cannot be replaced (no node can host a new actor) fails with an error instead
+of waiting for ever.
 
 Hybrid placement (Pecan's AutoPlacement): ``local_workers`` slots run chunks in this process
 next to the actors, and with ``autoscale`` a :class:`sluice.placement.AutoPlacement` moves
@@ -27,6 +31,7 @@ both counts by measured throughput and CPU prices. See ``docs/RAY.md``.
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import threading
 import time
@@ -48,6 +53,20 @@ def import_ray() -> Any:
     return ray
 
 
+class _Api:
+    """``ray.wait``/``get``/``kill``/``cancel`` without Ray's implicit ``ray.init()``.
+
+    The public functions start a fresh local cluster when Ray is not initialised. A pool
+    whose cluster was shut down while it ran (checked before each call, but the shutdown can
+    land between the check and the call) would then wait for ever on a reference of the old
+    cluster inside a new one. The functions underneath raise instead."""
+
+    def __init__(self, ray: Any):
+        inner = getattr(getattr(ray, "_private", None), "worker", None)
+        for name in ("wait", "get", "kill", "cancel"):
+            setattr(self, name, getattr(inner, name, None) or getattr(ray, name))
+
+
 class StageActor:
     """A Ray actor hosting one engine for one stage (wrapped by ``ray.remote`` on first use,
     so importing sluice never imports Ray). ``split``: return ``(frame, [uint8 arrays])``
@@ -64,6 +83,12 @@ class StageActor:
 
     def pid(self) -> int:
         return os.getpid()
+
+    def node_id(self) -> str:
+        """The Ray node this actor runs on (tests remove it)."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
 
 
 _REMOTE_ACTOR: Any = None
@@ -107,6 +132,7 @@ class RayPool:
 
     def __init__(self, ctx: Any, init: str, workers: int, label: str):
         self._ray = import_ray()
+        self._api = _Api(self._ray)
         self._ctx = ctx
         self._init = init
         self.label = label
@@ -116,8 +142,10 @@ class RayPool:
         self._all: list[_Slot] = []  # every slot ever, for report()
         self._serial = 0
         self._local_serial = 0
+        self._start_failures = 0  # actors in a row that died while starting
         self.events: list[str] = []
         self.retries = 0
+        self.retry_causes: dict[str, int] = {}  # exception type -> chunks re-run for it
         self.chunks = 0
         self.samples = 0
         per = max(1, int(ctx.in_flight_per_actor))
@@ -162,7 +190,7 @@ class RayPool:
         # errors (a UDF that does not unpickle there) before any data moves.
         ray = self._ray
         refs = [s.ready for s in slots]
-        ready, pending = ray.wait(refs, num_returns=len(refs), timeout=self._ctx.actor_start_timeout_s)
+        ready, pending = self._api.wait(refs, num_returns=len(refs), timeout=self._ctx.actor_start_timeout_s)
         if pending:
             self.shutdown()
             free = ray.available_resources().get("CPU", 0.0)
@@ -172,7 +200,7 @@ class RayPool:
                 f"the cluster has {free:g} CPU free). Lower num_actors or actor_cpus."
             )
         try:
-            ray.get(ready)
+            self._api.get(ready)
         except ray.exceptions.RayActorError as e:
             self.shutdown()
             cause = e.__cause__ or e
@@ -215,21 +243,33 @@ class RayPool:
         if not ray.is_initialized():
             return
         for s in [s for s in self._slots if not s.is_ready]:
-            done, _ = ray.wait([s.ready], timeout=0)
+            died = False
+            done, _ = self._api.wait([s.ready], timeout=0)
             if done:
                 try:
-                    ray.get(done[0])
+                    self._api.get(done[0])
                     s.ready = None
+                    self._start_failures = 0
                     continue
                 except ray.exceptions.RayError as e:
                     why = f"could not start ({type(e).__name__})"
+                    died = isinstance(e, ray.exceptions.RayActorError)
             elif time.monotonic() - s.started > self._ctx.actor_start_timeout_s:
                 why = f"did not start within {self._ctx.actor_start_timeout_s:.0f} s"
             else:
                 continue
             self._slots.remove(s)
             self._kill(s)
-            self._log(f"{s.name} {why}; dropped")
+            # An actor that died while starting was most likely placed on a node that was
+            # going down (Ray had not noticed yet): start another, a bounded number of times.
+            # One that cannot be placed at all (timeout) is not retried.
+            if died and not self._closed and self._start_failures < max(1, self._ctx.max_retries):
+                self._start_failures += 1
+                fresh = self._new_actor()
+                self._slots.append(fresh)
+                self._log(f"{s.name} {why}; replaced by {fresh.name}")
+            else:
+                self._log(f"{s.name} {why}; dropped")
 
     def _acquire(self) -> _Slot:
         with self._lock:
@@ -237,6 +277,14 @@ class RayPool:
                 if self._closed:
                     raise RuntimeError(f"stage {self.label}: the Ray pool is shut down")
                 self._poll_starting()
+                if not self._slots:
+                    # Every actor died and none of their replacements could start: waiting
+                    # would never end.
+                    last = self.events[-1] if self.events else ""
+                    raise RuntimeError(
+                        f"stage {self.label}: no worker left to run chunks on (every actor was "
+                        f"lost and none could be started again; last event: {last})"
+                    )
                 free = [s for s in self._slots if s.is_ready and not s.retiring and s.in_flight < s.capacity]
                 if free:
                     # Least loaded relative to capacity; local first on ties (no transfer).
@@ -266,7 +314,7 @@ class RayPool:
     def _kill(self, slot: _Slot) -> None:
         if slot.handle is not None and self._ray.is_initialized():
             try:
-                self._ray.kill(slot.handle)
+                self._api.kill(slot.handle)
             except Exception:  # the cluster may already be gone at interpreter exit
                 pass
 
@@ -335,7 +383,9 @@ class RayPool:
         frame, or a split reply); a chunk whose actor dies is re-run on a fresh actor (up to
         ``max_retries`` times)."""
         ray = self._ray
-        dead = (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError)
+        # The actor is gone (killed, crashed, its node lost), or its reply went with its
+        # node's object store before it was fetched: either way the chunk runs again.
+        dead = (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError, ray.exceptions.NodeDiedError)
         attempts = 0
         while True:
             slot = self._acquire()
@@ -348,7 +398,10 @@ class RayPool:
                     out = self._wait(slot.handle.run.remote(frame))
             except dead as e:
                 attempts += 1
-                self.retries += 1
+                with self._lock:
+                    self.retries += 1
+                    cause = type(e).__name__
+                    self.retry_causes[cause] = self.retry_causes.get(cause, 0) + 1
                 self._release(slot, 0.0, 0, False)
                 if self._closed:
                     raise RuntimeError(f"stage {self.label}: the Ray pool is shut down") from e
@@ -367,16 +420,21 @@ class RayPool:
             return out
 
     def _wait(self, ref: Any) -> Any:
-        # Wait in short steps so a shut-down pool never leaves a thread blocked forever.
-        ray = self._ray
+        # The reply arrives through a future Ray completes from its own thread; this thread
+        # waits on the future in Python, in short steps, checking for a shut-down pool or
+        # cluster in between. (Waiting inside ray.wait instead, a thread never came back if
+        # ray.shutdown() ran meanwhile: Ray's timer stops with the cluster.)
+        api = self._api
+        future = ref.future()
         while True:
             self._check_cluster()
-            ready, _ = ray.wait([ref], timeout=0.5)
-            if ready:
-                return ray.get(ready[0])
+            try:
+                return future.result(timeout=0.5)
+            except concurrent.futures.TimeoutError:
+                pass
             if self._closed:
                 try:
-                    ray.cancel(ref)
+                    api.cancel(ref)
                 except Exception:  # already finished or the actor is gone
                     pass
                 raise RuntimeError(f"stage {self.label}: the Ray pool is shut down")
@@ -404,8 +462,8 @@ class RayPool:
             return [s.handle for s in self._slots if s.handle is not None and not s.retiring]
 
     def report(self) -> dict:
-        """Per-slot chunk counts and busy time, retries, placement state and decisions, and
-        events."""
+        """Per-slot chunk counts and busy time, retries (and their causes: the Ray exception
+        each re-run chunk failed with), placement state and decisions, and events."""
         with self._lock:
             slots = [
                 {"name": s.name, "local": s.is_local, "chunks": s.done, "busy_s": round(s.busy_s, 3)}
@@ -424,6 +482,7 @@ class RayPool:
             "chunks": self.chunks,
             "samples": self.samples,
             "retries": self.retries,
+            "retry_causes": dict(self.retry_causes),
             "slots": slots,
             "placement": placement,
             "decisions": decisions,

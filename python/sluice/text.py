@@ -1,6 +1,7 @@
 """Built-in text ops (Rust, GIL-free): tokenization with any Hugging Face ``tokenizer.json``
 (BPE, WordPiece, Unigram; fully offline) and id-sequence ops. Ids equal the ``tokenizers``
-package's encodings.
+package's encodings. Every op reads ``field`` and writes ``out`` (default: ``field``); a bad
+argument raises ``ValueError`` or ``TypeError`` naming the op, the argument and the value.
 
 >>> import sluice, sluice.text as T
 >>> ds = sluice.from_items([{"input_ids": [5, 6, 7]}])
@@ -11,15 +12,15 @@ package's encodings.
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
+from . import _spec
 from ._native import Op
 
 
 def _op(name: str, **params: Any) -> Op:
-    return Op(json.dumps({"op": f"text.{name}", **{k: v for k, v in params.items() if v is not None}}))
+    return _spec.op(f"text.{name}", params)
 
 
 def tokenize(
@@ -38,19 +39,21 @@ def tokenize(
     field to receive a mask of ones. Invalid UTF-8 is an error naming the sample, or becomes
     U+FFFD with ``errors="replace"``. A missing or invalid tokenizer file fails when the op is
     created."""
-    return _op("tokenize", tokenizer=os.fspath(tokenizer_json), max_length=max_length,
-               add_special_tokens=bool(add_special_tokens), field=field, out=out, dtype=dtype,
+    return _op("tokenize", tokenizer=tokenizer_json, max_length=max_length,
+               add_special_tokens=add_special_tokens, field=field, out=out, dtype=dtype,
                attention_mask=attention_mask, errors=None if errors == "strict" else errors)
 
 
-def truncate(length: int, *, field: str = "input_ids") -> Op:
+def truncate(length: int, *, field: str = "input_ids", out: str | None = None) -> Op:
     """Keeps the first ``length`` ids."""
-    return _op("truncate", length=int(length), field=field)
+    return _op("truncate", length=length, field=field, out=out)
 
 
-def add_tokens(bos: int | None = None, eos: int | None = None, *, field: str = "input_ids") -> Op:
-    """Prepends ``bos`` and/or appends ``eos``."""
-    return _op("add_tokens", bos=bos, eos=eos, field=field)
+def add_tokens(bos: int | None = None, eos: int | None = None, *, field: str = "input_ids",
+               out: str | None = None) -> Op:
+    """Prepends ``bos`` and/or appends ``eos`` (ids that do not fit the field's dtype, e.g.
+    int32, fail the sample)."""
+    return _op("add_tokens", bos=bos, eos=eos, field=field, out=out)
 
 
 class PackStep:
@@ -72,7 +75,9 @@ def pack(
     drop_remainder: bool = False,
     pad_id: int = 0,
 ) -> PackStep:
-    """GPT-style packing into blocks of ``length`` tokens; see ``Dataset.pack``.
+    """GPT-style packing into blocks of ``length`` tokens (at most 2**24); see ``Dataset.pack``.
+    Each sample that adds tokens is one segment; an empty sample without a ``separator`` adds
+    none and takes no segment id.
 
     >>> import sluice, sluice.text as T
     >>> ds = sluice.from_items([{"input_ids": [1, 2, 3]}, {"input_ids": [4, 5]}])
@@ -82,7 +87,9 @@ def pack(
     return PackStep(length=length, field=field, separator=separator, drop_remainder=drop_remainder, pad_id=pad_id)
 
 
-def pad(length: int, pad_id: int = 0, *, field: str = "input_ids", mask: str | None = None) -> Op:
+def pad(length: int, pad_id: int = 0, *, field: str = "input_ids", mask: str | None = None,
+        out: str | None = None, max_tokens: int | None = None) -> Op:
     """Right-pads with ``pad_id`` to ``length`` (longer sequences are an error: truncate
-    first); ``mask`` names a field to receive 1 for tokens and 0 for padding."""
-    return _op("pad", length=int(length), pad_id=int(pad_id), field=field, mask=mask)
+    first); ``mask`` names a field to receive 1 for tokens and 0 for padding. ``length`` above
+    ``max_tokens`` (default 2**24) is refused when the op is made."""
+    return _op("pad", length=length, pad_id=pad_id, field=field, mask=mask, out=out, max_tokens=max_tokens)

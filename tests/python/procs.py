@@ -7,11 +7,14 @@ of a non-interactive shell).
 
 from __future__ import annotations
 
+import pathlib
 import queue
 import subprocess
 import sys
 import textwrap
 import threading
+
+ROOT_DIR = pathlib.Path(__file__).resolve().parents[2]
 
 
 def run_py(code: str, timeout: float = 60) -> subprocess.CompletedProcess:

@@ -190,3 +190,103 @@ def test_worker_error_shuts_down_cleanly():
         """
     )
     assert "threads 1" in r.stdout, r.stdout + r.stderr
+
+
+def _until_error(it):
+    """The outputs before the error, and the error (None if the run ended)."""
+    got = []
+    try:
+        for x in it:
+            got.append(x)
+    except sluice.PipelineError as e:
+        # Nothing after the error.
+        assert list(it) == []
+        return got, e
+    return got, None
+
+
+def _boom_at(n):
+    def boom(s):
+        if s["id"] == n:
+            raise ValueError(f"boom {n}")
+        return s
+
+    return boom
+
+
+@pytest.mark.parametrize("threads", [0, 1, 2, 4])
+def test_every_sample_before_a_failing_one_is_delivered(threads):
+    # It used to depend on where chunks ended: 16 at num_threads=0, 32 with threads.
+    got, err = _until_error(sluice.range(1000).map(_boom_at(37)).iter(num_threads=threads))
+    assert [s["id"] for s in got] == list(range(37))
+    assert "sample 37" in str(err) and "boom 37" in str(err)
+
+    evens = sluice.range(1000).filter(lambda s: s["id"] % 2 == 0).map(_boom_at(36))
+    got, err = _until_error(evens.iter(num_threads=threads))
+    assert [s["id"] for s in got] == list(range(0, 36, 2)) and err is not None
+
+    doubled = sluice.range(1000).flat_map(lambda s: [s, s]).map(_boom_at(37))
+    got, err = _until_error(doubled.iter(num_threads=threads))
+    assert [s["id"] for s in got] == [i for i in range(37) for _ in (0, 1)] and err is not None
+
+
+@pytest.mark.parametrize("threads", [0, 1, 2, 4])
+def test_batches_before_a_failing_sample_are_delivered_not_the_one_holding_it(threads):
+    got, err = _until_error(sluice.range(1000).map(_boom_at(37)).batch(8).iter(num_threads=threads))
+    assert [b["id"].tolist() for b in got] == [list(range(i, i + 8)) for i in (0, 8, 16, 24)]
+    assert "sample 37" in str(err)
+
+
+
+CTRL_C = """
+import os, signal, sys, threading, time, sluice
+threads, close = {threads}, {close}
+started = []
+busy = threading.Event()
+def slow(s):
+    started.append(time.monotonic())
+    if len(started) >= max(threads, 1):
+        busy.set()
+    time.sleep(4)
+    return s
+sent = []
+def interrupt():
+    busy.wait(30)  # every worker is inside a 4 s call
+    # (time.sleep does not look at a signal that came just before it started)
+    time.sleep(0.3)
+    sent.append(time.monotonic())
+    os.kill(os.getpid(), signal.SIGINT)
+threading.Thread(target=interrupt, daemon=True).start()
+it = sluice.range(100).map(slow).iter(num_threads=threads)
+try:
+    for _ in it:
+        pass
+except KeyboardInterrupt:
+    print("latency", round(time.monotonic() - sent[0], 3), flush=True)
+if close:
+    it.close()  # waits for the workers to finish the call they are in
+    print("late calls", sum(t > sent[0] for t in started), flush=True)
+"""
+
+
+@pytest.mark.parametrize("threads,close", [(0, True), (1, True), (2, True), (2, False)])
+def test_ctrl_c_reaches_the_consumer_while_workers_run_long_calls(threads, close):
+    # It took 10 s (the close timeout) with workers in 5 s calls: the consumer waited for
+    # them and they went on with their chunk. Now the interrupt is raised at once; the
+    # workers finish their call, start no other, and the interpreter exits cleanly (it
+    # waits for those calls: a worker still in Python when it finalizes aborts the process).
+    r = run_py(CTRL_C.format(threads=threads, close=close), timeout=60)
+    print(r.stdout, r.stderr)
+    assert r.returncode == 0, r.stderr
+    latency = float(r.stdout.split("latency")[1].split()[0])
+    assert latency < 2, r.stdout
+    if close:
+        assert "late calls 0" in r.stdout, r.stdout
+
+def test_a_process_pool_delivers_every_sample_before_a_failing_one():
+    # The pool returns a failed chunk whole; the items before the failure are run again.
+    got, err = _until_error(sluice.range(1000).map(_boom_at(37)).iter(processes=2))
+    assert [s["id"] for s in got] == list(range(37))
+    assert "sample 37" in str(err) and "boom 37" in str(err)
+    got, err = _until_error(sluice.range(1000).map(_boom_at(37)).batch(8).iter(processes=2))
+    assert [b["id"].tolist() for b in got] == [list(range(i, i + 8)) for i in (0, 8, 16, 24)]

@@ -225,3 +225,78 @@ def test_fused_decode_crop_of_pngs_and_small_crops_is_exact(tmp_path, images_dir
     # Mode "L" fuses too and keeps one channel.
     ds = rrc_pipeline(sluice.read_files([str(p) for p in photos(images_dir)]), mode="L", epochs=1)
     assert {s["image"].shape for s in ds} == {(32, 32, 1)}
+
+
+# ---- parity with torchvision (reference implementations of its documented semantics) ------
+
+
+def tv_center_crop(img, ch, cw):
+    """torchvision.transforms.functional.center_crop on an HWC array: pad (left, top) by
+    ``(crop - side) // 2`` and (right, bottom) by the rest, then crop at
+    ``int(round((side - crop) / 2.0))``."""
+    h, w = img.shape[:2]
+    if ch > h or cw > w:
+        pt, pl = ((ch - h) // 2 if ch > h else 0), ((cw - w) // 2 if cw > w else 0)
+        pb, pr = ((ch - h + 1) // 2 if ch > h else 0), ((cw - w + 1) // 2 if cw > w else 0)
+        img = np.pad(img, ((pt, pb), (pl, pr), (0, 0)))
+        h, w = img.shape[:2]
+    top, left = int(round((h - ch) / 2.0)), int(round((w - cw) / 2.0))
+    return img[top : top + ch, left : left + cw]
+
+
+def test_center_crop_matches_torchvision_padding_and_rounding():
+    rng = np.random.default_rng(1)
+    for h, w in [(7, 9), (8, 10), (5, 5), (1, 3)]:
+        img = rng.integers(1, 256, (h, w, 3), dtype=np.uint8)
+        for ch, cw in [(4, 4), (3, 6), (10, 13), (11, 4), (h, w + 3), (h + 1, w - 1 or 1), (6, 12)]:
+            (out,) = [s["image"] for s in sluice.from_items([{"image": img}]).map(I.center_crop((ch, cw)))]
+            np.testing.assert_array_equal(out, tv_center_crop(img, ch, cw), err_msg=f"{h}x{w} -> {ch}x{cw}")
+
+
+def test_random_resized_crop_is_crop_then_resize():
+    """torchvision on a PIL image crops, then resizes (bilinear): edge rows read only the
+    crop. The crop's place is random, so every possible place is tried; one must match."""
+    rng = np.random.default_rng(2)
+    img = rng.integers(0, 256, (40, 60, 3), dtype=np.uint8)  # noise: pixels beyond the crop differ
+    pil = Image.fromarray(img)
+    for size in (16, 48):  # down and up
+        # area 0.5 * 2400 with ratio 1: a 35x35 crop (torchvision's rounding) at a random place.
+        op = I.random_resized_crop(size, scale=(0.5, 0.5), ratio=(1.0, 1.0))
+        outs = [s["image"] for s in sluice.from_items([{"image": img}] * 4).map(op).iter(seed=9)]
+        for out in outs:
+            best = min(
+                (np.abs(out.astype(int) - np.asarray(pil.crop((l, t, l + 35, t + 35)).resize((size, size), Image.BILINEAR), dtype=int)).max(), t, l)
+                for t in range(40 - 35 + 1)
+                for l in range(60 - 35 + 1)
+            )
+            assert best[0] <= 1, (size, best)
+
+
+def tv_gaussian_blur(img, kx, ky, sigma):
+    """torchvision's gaussian_blur on uint8: a (ky, kx) kernel — kernel_size is (kx, ky) —
+    of ``exp(-0.5 (x / sigma)^2)`` over ``linspace(-(k-1)/2, (k-1)/2, k)``, reflect padding,
+    float32 arithmetic, rounded back to uint8."""
+    def k1(k):
+        x = np.linspace(-(k - 1) / 2, (k - 1) / 2, k)
+        pdf = np.exp(-0.5 * (x / sigma) ** 2)
+        return (pdf / pdf.sum()).astype(np.float32)
+
+    f = np.pad(img.astype(np.float32), ((ky // 2, ky // 2), (kx // 2, kx // 2), (0, 0)), mode="reflect")
+    h, w = img.shape[:2]
+    gx, gy = k1(kx), k1(ky)
+    rows = sum(gx[i] * f[:, i : i + w] for i in range(kx))
+    out = sum(gy[j] * rows[j : j + h] for j in range(ky))
+    return np.clip(np.round(out), 0, 255).astype(np.uint8)
+
+
+def test_gaussian_blur_kernel_size_is_kx_ky_as_torchvision():
+    img = np.random.default_rng(3).integers(0, 256, (20, 24, 3), dtype=np.uint8)
+    for kx, ky in [(3, 9), (9, 3), (1, 5), (7, 7)]:
+        op = I.gaussian_blur((kx, ky), sigma=1.7)
+        (out,) = [s["image"] for s in sluice.from_items([{"image": img}]).map(op)]
+        ref = tv_gaussian_blur(img, kx, ky, 1.7)
+        assert np.abs(out.astype(int) - ref).max() <= 1, (kx, ky)
+    # (1, 5) blurs down the columns only: vertical stripes stay as they are.
+    stripes = np.tile(np.array([10, 200], np.uint8).repeat(1)[None, :, None], (9, 6, 3))
+    (out,) = [s["image"] for s in sluice.from_items([{"image": stripes}]).map(I.gaussian_blur((1, 5), 1.5))]
+    np.testing.assert_array_equal(out, stripes)

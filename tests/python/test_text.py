@@ -181,3 +181,26 @@ def test_pack_and_tokenize_bad_input(corpus, tmp_path):
     assert len(ok) == 1 and len(ok[0]["input_ids"]) > 0
     with pytest.raises(ValueError, match="errors"):
         T.tokenize(d / "bpe.json", errors="ignore")
+
+
+def test_pack_gives_empty_samples_no_segment_id():
+    items = [{"input_ids": [1, 2]}, {"input_ids": []}, {"input_ids": [3]}]
+    (block,) = list(sluice.from_items(items).pack(4))
+    assert block["input_ids"].tolist() == [1, 2, 3, 0]
+    assert block["segment_ids"].tolist() == [1, 1, 2, 0]
+    # With a separator an empty sample still adds a token, so it is a segment.
+    (block,) = list(sluice.from_items(items).pack(6, separator=9))
+    assert block["input_ids"].tolist() == [1, 2, 9, 9, 3, 9]
+    assert block["segment_ids"].tolist() == [1, 1, 1, 2, 3, 3]
+
+
+def test_id_ops_check_sizes_ranges_and_write_out():
+    with pytest.raises(ValueError, match=r"text.pad: length=1000000000000 .*max_tokens=16777216"):
+        T.pad(10**12)
+    with pytest.raises(ValueError, match=r"pack: length=1000000000000"):
+        sluice.from_items([{"input_ids": [1]}]).pack(10**12)
+    ids32 = np.array([5, 6], np.int32)
+    with pytest.raises(sluice.PipelineError, match=r"add_tokens.*sample 0.*bos=4294967296 does not fit the int32 ids"):
+        list(sluice.from_items([{"input_ids": ids32}]).map(T.add_tokens(bos=2**32)))
+    (s,) = list(sluice.from_items([{"input_ids": ids32}]).map(T.truncate(1, out="short")).map(T.pad(3, out="padded")))
+    assert s["input_ids"].tolist() == [5, 6] and s["short"].tolist() == [5] and s["padded"].tolist() == [5, 6, 0]

@@ -196,6 +196,30 @@ impl Resampler {
         Ok(me)
     }
 
+    /// About how many float32 values the default (`Fft`) resampler for `from_rate` →
+    /// `to_rate` holds in its plan (filter spectrum, FFT buffers and scratch), without building
+    /// it: callers bound it before planning, since a rate pair with a large reduced ratio
+    /// (16 kHz → 1 GHz) makes a plan of gigabytes. 0 for equal or zero rates.
+    ///
+    /// ```
+    /// use sluice_audioproc::Resampler;
+    /// assert!(Resampler::plan_len(44_100, 16_000) < 1 << 20);
+    /// assert!(Resampler::plan_len(16_000, 1_000_000_000) > 1 << 27); // ~1 GB
+    /// ```
+    pub fn plan_len(from_rate: u32, to_rate: u32) -> u64 {
+        if from_rate == to_rate || from_rate == 0 || to_rate == 0 {
+            return 0;
+        }
+        let g = gcd(u64::from(from_rate), u64::from(to_rate));
+        let (up, down) = (u64::from(to_rate) / g, u64::from(from_rate) / g);
+        // The block `with_quality` picks: `units` minimal units of `down` input frames (and
+        // `up` output frames); rubato keeps complex FFT buffers of twice each side.
+        let units = ((FFT_BLOCK as u64 / down).max(1)).div_ceil(2) * 2;
+        units
+            .saturating_mul(up.saturating_add(down))
+            .saturating_mul(8)
+    }
+
     /// Input rate in Hz.
     pub fn from_rate(&self) -> u32 {
         self.from_rate

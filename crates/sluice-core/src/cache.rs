@@ -18,6 +18,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, RwLock};
 
+use crate::codec;
 use crate::error::{Error, Result};
 use crate::plan::physical::ChainOp;
 use crate::sample::Sample;
@@ -25,23 +26,6 @@ use crate::source::{Source, SourceRef};
 
 /// Caches kept alive at once (the oldest is dropped beyond this).
 const MAX_CACHES: usize = 8;
-
-/// Turns samples into bytes and back for the disk tier. The engine's lossless sample format
-/// lives with the wire code (`sluice-remote`), which installs it with
-/// [`install_spill_codec`]; without one, caches stay in memory.
-pub trait SpillCodec: Send + Sync {
-    /// Appends `sample` to `out`.
-    fn encode(&self, sample: &Sample, out: &mut Vec<u8>);
-    /// The sample `record` holds.
-    fn decode(&self, record: &[u8]) -> Result<Sample>;
-}
-
-static SPILL_CODEC: OnceLock<Arc<dyn SpillCodec>> = OnceLock::new();
-
-/// Installs the codec of caches' disk tier (the first call wins).
-pub fn install_spill_codec(codec: Arc<dyn SpillCodec>) {
-    let _ = SPILL_CODEC.set(codec);
-}
 
 /// A cache's spill file: records appended under a lock, read back by offset without one.
 struct DiskTier {
@@ -105,11 +89,10 @@ impl CacheStore {
         }
     }
 
-    /// The disk tier, created on first use (`None` without a codec or a writable temp dir).
+    /// The disk tier, created on first use (`None` without a writable temp dir).
     fn disk(&self, key: &str) -> Option<&DiskTier> {
         self.disk
             .get_or_init(|| {
-                SPILL_CODEC.get()?;
                 let path = std::env::temp_dir().join(format!(
                     "sluice-cache-{}-{key}-{}.bin",
                     std::process::id(),
@@ -136,24 +119,27 @@ impl CacheStore {
             return None;
         };
         let (off, len) = d.index.read().ok()?.get(&index).copied()?;
-        let codec = SPILL_CODEC.get()?;
         let mut buf = vec![0u8; len as usize];
         Some(
             d.file
                 .read_exact_at(&mut buf, off)
                 .map_err(|e| Error::io(d.path.display(), e))
-                .and_then(|_| codec.decode(&buf)),
+                .and_then(|_| {
+                    codec::decode_sample(&buf).map_err(|e| {
+                        Error::Internal(format!("cache file {}: {e}", d.path.display()))
+                    })
+                }),
         )
     }
 
     /// Writes `sample` to the disk tier if `budget` allows (best effort: a full disk or
     /// another failure only means the sample is recomputed next time).
     fn disk_put(&self, key: &str, index: u64, sample: &Sample, budget: u64) {
-        let (Some(d), Some(codec)) = (self.disk(key), SPILL_CODEC.get()) else {
+        let Some(d) = self.disk(key) else {
             return;
         };
         let mut rec = Vec::new();
-        codec.encode(sample, &mut rec);
+        codec::encode_sample(sample, &mut rec);
         let size = rec.len() as u64;
         if self
             .disk_bytes
@@ -492,24 +478,11 @@ mod tests {
         assert_eq!(src.store().hits.load(Relaxed), 4);
     }
 
-    /// A codec for `{id: Int}` samples (the real one lives in sluice-remote).
-    struct IdCodec;
-    impl SpillCodec for IdCodec {
-        fn encode(&self, s: &Sample, out: &mut Vec<u8>) {
-            let id = s.get("id").and_then(Value::as_int).unwrap_or(0);
-            out.extend_from_slice(&id.to_le_bytes());
-        }
-        fn decode(&self, rec: &[u8]) -> Result<Sample> {
-            let id = i64::from_le_bytes(rec.try_into().map_err(|_| Error::data("bad record"))?);
-            Ok(Sample::from_pairs([("id", Value::Int(id))]))
-        }
-    }
-
     #[test]
     fn what_memory_cannot_hold_comes_back_from_disk() {
-        install_spill_codec(Arc::new(IdCodec));
-        // 10 samples fit in memory, 20 more on disk (8 bytes each), the rest recomputed.
-        let (src, op) = cached(1017, 80, 160);
+        // 10 samples fit in memory, 20 more on disk (a record of `{id: Int}` is 24 bytes),
+        // the rest recomputed.
+        let (src, op) = cached(1017, 80, 20 * 24);
         for _ in 0..3 {
             for i in 0..40 {
                 assert_eq!(
@@ -520,7 +493,7 @@ mod tests {
         }
         let store = src.store().clone();
         assert_eq!((store.len(), store.disk_len()), (10, 20));
-        assert_eq!(store.disk_bytes.load(Relaxed), 160);
+        assert_eq!(store.disk_bytes.load(Relaxed), 20 * 24);
         assert_eq!(
             store.disk_hits.load(Relaxed),
             40,

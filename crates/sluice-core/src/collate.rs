@@ -1,7 +1,11 @@
 //! Batching: stacking samples into one batch sample, and splitting a batch back into samples.
 //!
-//! Scalars and same-shaped tensors stack into arrays with a leading batch dimension; strings,
-//! bytes, ragged tensors and mixed values become lists.
+//! Scalars and same-shaped tensors stack into arrays with a leading batch dimension (ints
+//! with floats into float64); fields that are ragged by design become lists: strings, bytes,
+//! Python lists (with arrays too: a batch of batches), arrays of one dtype but different
+//! shapes, and fields with missing values (`None`). A field that mixes kinds (an array and an int) or arrays of different dtypes is
+//! an error naming it, unless ragged output was asked for ([`collate_with`] with `ragged`),
+//! which makes any field that does not stack a list.
 
 use crate::error::{Error, Result};
 use crate::sample::Sample;
@@ -16,6 +20,19 @@ use crate::value::{DType, Tensor, TensorData, Value};
 /// match b.get("id").unwrap() { Value::Tensor(t) => assert_eq!(t.shape(), &[2]), _ => panic!() }
 /// ```
 pub fn collate(samples: &[Sample]) -> Result<Sample> {
+    collate_with(samples, false)
+}
+
+/// [`collate`]; with `ragged`, a field whose values do not stack (mixed kinds or dtypes)
+/// becomes a list instead of an error.
+///
+/// ```
+/// use sluice_core::{collate::collate_with, Sample, Value};
+/// let rows = [Sample::from_pairs([("x", Value::Int(1))]), Sample::from_pairs([("x", Value::from("a"))])];
+/// assert!(collate_with(&rows, false).unwrap_err().to_string().contains("'x'"));
+/// assert_eq!(collate_with(&rows, true).unwrap().get("x").unwrap().kind(), "list");
+/// ```
+pub fn collate_with(samples: &[Sample], ragged: bool) -> Result<Sample> {
     let Some(first) = samples.first() else {
         return Ok(Sample::new());
     };
@@ -34,7 +51,7 @@ pub fn collate(samples: &[Sample]) -> Result<Sample> {
                 }
             }
         }
-        out.set(name.clone(), stack_column(&column)?);
+        out.set(name.clone(), stack_field(name, &column, ragged)?);
     }
     Ok(out)
 }
@@ -107,7 +124,8 @@ pub fn pad_to_longest(samples: &mut [Sample], pads: &[(String, f64)]) -> Result<
 }
 
 /// One field's values over a batch, stacked as [`collate`] does: ints, floats and bools into
-/// 1-d arrays, same-shape tensors along a new first axis, anything else into a list.
+/// 1-d arrays, same-shape tensors along a new first axis, strings, bytes, lists, ragged
+/// tensors and columns with missing values into a list; mixed kinds or dtypes are an error.
 ///
 /// ```
 /// use sluice_core::{collate::stack_column, Value};
@@ -115,11 +133,32 @@ pub fn pad_to_longest(samples: &mut [Sample], pads: &[(String, f64)]) -> Result<
 /// assert_eq!(v.kind(), "tensor");
 /// ```
 pub fn stack_column(column: &[&Value]) -> Result<Value> {
+    stack_field("?", column, false)
+}
+
+/// [`stack_column`] for the field `name` (named in errors); with `ragged`, values that do
+/// not stack become a list whatever they are.
+pub fn stack_field(name: &str, column: &[&Value], ragged: bool) -> Result<Value> {
+    if let Some(v) = stack_uniform(column)? {
+        return Ok(v);
+    }
+    if !ragged {
+        check_listable(name, column)?;
+    }
+    Ok(Value::List(column.iter().map(|v| (*v).clone()).collect()))
+}
+
+/// A column's values stacked into one tensor if they are all numbers, all bools or tensors
+/// of one dtype and shape (the common case, checked first).
+fn stack_uniform(column: &[&Value]) -> Result<Option<Value>> {
     let n = column.len();
     let all = |f: fn(&Value) -> bool| column.iter().all(|v| f(v));
     if all(|v| matches!(v, Value::Int(_))) {
         let data = column.iter().map(|v| v.as_int().unwrap_or(0)).collect();
-        return Ok(Value::Tensor(Tensor::new(vec![n], TensorData::I64(data))?));
+        return Ok(Some(Value::Tensor(Tensor::new(
+            vec![n],
+            TensorData::I64(data),
+        )?)));
     }
     if all(|v| matches!(v, Value::Int(_) | Value::Float(_))) {
         let data = column
@@ -130,19 +169,85 @@ pub fn stack_column(column: &[&Value]) -> Result<Value> {
                 _ => 0.0,
             })
             .collect();
-        return Ok(Value::Tensor(Tensor::new(vec![n], TensorData::F64(data))?));
+        return Ok(Some(Value::Tensor(Tensor::new(
+            vec![n],
+            TensorData::F64(data),
+        )?)));
     }
     if all(|v| matches!(v, Value::Bool(_))) {
         let data = column
             .iter()
             .map(|v| matches!(v, Value::Bool(true)))
             .collect();
-        return Ok(Value::Tensor(Tensor::new(vec![n], TensorData::Bool(data))?));
+        return Ok(Some(Value::Tensor(Tensor::new(
+            vec![n],
+            TensorData::Bool(data),
+        )?)));
     }
-    if let Some(stacked) = stack_tensors(column)? {
-        return Ok(Value::Tensor(stacked));
+    Ok(stack_tensors(column)?.map(Value::Tensor))
+}
+
+/// What a value is, for telling a field that is ragged by design (one kind throughout, or
+/// missing values) from one that mixes kinds. Arrays and lists are both sequences (a batch
+/// of batches holds arrays, and lists where an inner batch was ragged).
+fn kind_of(v: &Value) -> &'static str {
+    match v {
+        Value::Int(_) | Value::Float(_) => "number",
+        Value::Tensor(_) | Value::List(_) => "sequence",
+        other => other.kind(),
     }
-    Ok(Value::List(column.iter().map(|v| (*v).clone()).collect()))
+}
+
+fn describe(v: &Value) -> String {
+    match v {
+        Value::Tensor(t) => {
+            let dtype = t.dtype().name();
+            let article = if dtype.starts_with(['i', 'u']) {
+                "an"
+            } else {
+                "a"
+            };
+            format!("{article} {dtype} array of shape {:?}", t.shape())
+        }
+        Value::Int(_) => "an int".into(),
+        Value::Str(_) => "a string".into(),
+        Value::Bytes(_) => "bytes".into(),
+        other => format!("a {}", other.kind()),
+    }
+}
+
+/// Refuses a column that would become a list although it is not ragged by design: values
+/// of different kinds, or arrays of different dtypes. Missing values (`None`) are allowed.
+fn check_listable(name: &str, column: &[&Value]) -> Result<()> {
+    let present = || {
+        column
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| !matches!(v, Value::Null))
+    };
+    let Some((i, first)) = present().next() else {
+        return Ok(());
+    };
+    let first_array = present().find(|(_, v)| matches!(v, Value::Tensor(_)));
+    for (j, v) in present() {
+        // The first value it conflicts with: the first array of another dtype, or the first
+        // value of another kind.
+        let (i, first) = match (v, first_array) {
+            (Value::Tensor(t), Some((a, Value::Tensor(f)))) if t.dtype() != f.dtype() => {
+                (a, column[a])
+            }
+            _ if kind_of(v) != kind_of(first) => (i, *first),
+            _ => continue,
+        };
+        return Err(Error::type_error(format!(
+            "cannot batch field '{name}': row {i} of the batch holds {} and row {j} {}; \
+             make them one kind and dtype in a map (e.g. arr.astype(...)), or ask for lists \
+             with batch(size, ragged=True)",
+            describe(first),
+            describe(v)
+        )));
+    }
+    Ok(())
 }
 
 /// Stacks tensors of one dtype and shape; `None` if the column is not such tensors.
@@ -277,6 +382,90 @@ mod tests {
         assert_eq!(t.shape(), &[3, 2, 2]);
         assert!(matches!(b.get("path"), Some(Value::List(l)) if l.len() == 3));
         assert_eq!(uncollate(b).unwrap(), rows);
+    }
+
+    #[test]
+    fn mixed_kinds_and_dtypes_are_errors_unless_ragged() {
+        let t = |d: TensorData| Value::Tensor(Tensor::new(vec![2], d).unwrap());
+        let rows = |a: Value, b: Value| {
+            [
+                Sample::from_pairs([("x", a)]),
+                Sample::from_pairs([("x", b)]),
+            ]
+        };
+        let cases = [
+            (
+                t(TensorData::F32(vec![0.0; 2])),
+                t(TensorData::I64(vec![0; 2])),
+                "float32",
+            ),
+            (t(TensorData::U8(vec![0; 2])), Value::Int(3), "an int"),
+            (Value::from("a"), Value::Int(3), "a string"),
+            (Value::Bool(true), Value::Int(3), "a bool"),
+            (Value::from("a"), Value::Bytes(vec![1u8].into()), "bytes"),
+            (Value::List(vec![]), Value::from("a"), "a list"),
+        ];
+        for (a, b, says) in cases {
+            let r = rows(a, b);
+            let e = collate(&r).unwrap_err();
+            let msg = e.to_string();
+            assert!(matches!(e, Error::Type(_)), "{msg}");
+            assert!(
+                msg.contains("'x'") && msg.contains(says) && msg.contains("ragged=True"),
+                "{msg}"
+            );
+            assert_eq!(
+                collate_with(&r, true).unwrap().get("x").unwrap().kind(),
+                "list"
+            );
+        }
+        let e = collate(&rows(
+            t(TensorData::F32(vec![0.0; 2])),
+            t(TensorData::I64(vec![0; 2])),
+        ));
+        let msg = e.unwrap_err().to_string();
+        assert!(
+            msg.contains("float32 array of shape [2]") && msg.contains("int64 array of shape [2]"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn ragged_by_design_fields_stay_lists() {
+        let strs = [
+            Sample::from_pairs([("s", Value::from("a")), ("n", Value::Null)]),
+            Sample::from_pairs([("s", Value::from("bc")), ("n", Value::Int(1))]),
+        ];
+        let b = collate(&strs).unwrap();
+        assert_eq!(b.get("s").unwrap().kind(), "list");
+        assert_eq!(b.get("n").unwrap().kind(), "list", "missing values");
+        let lists = [
+            Sample::from_pairs([("l", Value::List(vec![Value::Int(1)]))]),
+            Sample::from_pairs([("l", Value::List(vec![]))]),
+        ];
+        assert_eq!(collate(&lists).unwrap().get("l").unwrap().kind(), "list");
+        // A batch of batches: arrays, and a list where an inner batch was ragged.
+        let t = |d: TensorData| Value::Tensor(Tensor::new(vec![1], d).unwrap());
+        let nested = [
+            Sample::from_pairs([("b", t(TensorData::I64(vec![1])))]),
+            Sample::from_pairs([("b", Value::List(vec![t(TensorData::I64(vec![2]))]))]),
+            Sample::from_pairs([("b", t(TensorData::I64(vec![3])))]),
+        ];
+        assert_eq!(collate(&nested).unwrap().get("b").unwrap().kind(), "list");
+        // ... but arrays of another dtype among them are still an error.
+        let mut bad = nested.to_vec();
+        bad.push(Sample::from_pairs([("b", t(TensorData::F32(vec![3.0])))]));
+        let msg = collate(&bad).unwrap_err().to_string();
+        assert!(
+            msg.contains("row 0 of the batch holds an int64 array")
+                && msg.contains("row 3 a float32"),
+            "{msg}"
+        );
+        let nums = [
+            Sample::from_pairs([("f", Value::Int(1))]),
+            Sample::from_pairs([("f", Value::Float(0.5))]),
+        ];
+        assert_eq!(collate(&nums).unwrap().get("f").unwrap().kind(), "tensor");
     }
 
     #[test]

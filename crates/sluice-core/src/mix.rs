@@ -7,6 +7,14 @@
 //! proportions track the weights tightly even over short windows. The seed sets the starting
 //! offsets, so different seeds give different (equally balanced) interleavings.
 //!
+//! Each child keeps its own order ([`ChildOrder`]: its shuffle, shard and repeat — how Grain
+//! and tf.data users mix already-shuffled inputs). The j-th sample the mix takes from a child
+//! is the j-th of that child's own sequence, epochs one after another: epoch `j / epoch_len`,
+//! position `j % epoch_len` of the child's [`IndexOrder`]. So the mix is a pure function of
+//! (position → child, j → source index), both computed without state, and random access and
+//! resume stay exact. A child that restarts (`StopPolicy::Restart`) continues into its next
+//! epoch — a fresh permutation when it is shuffled.
+//!
 //! Position → (child, index) is computed from a saved scheduler state every
 //! [`CHECKPOINT_EVERY`] positions plus a few steps, so memory is O(len / 256), not O(len).
 
@@ -17,6 +25,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result, SampleRef};
 use crate::op::{Emit, OpContext};
+use crate::order::{IndexOrder, ShardSpec};
 use crate::plan::physical::ChainOp;
 use crate::rng::{combine, mix64};
 use crate::sample::Sample;
@@ -41,6 +50,17 @@ pub enum StopPolicy {
     Restart,
 }
 
+impl StopPolicy {
+    /// The name [`StopPolicy::from_str`] parses.
+    pub fn name(self) -> &'static str {
+        match self {
+            StopPolicy::FirstExhausted => "first_exhausted",
+            StopPolicy::AllExhausted => "all_exhausted",
+            StopPolicy::Restart => "restart",
+        }
+    }
+}
+
 impl std::str::FromStr for StopPolicy {
     type Err = Error;
     fn from_str(s: &str) -> Result<Self> {
@@ -55,11 +75,24 @@ impl std::str::FromStr for StopPolicy {
     }
 }
 
-/// One mixed dataset: a random-access source and the deterministic maps applied to it.
+/// One mixed dataset: a random-access source, its own order, and the deterministic maps
+/// applied to it.
 #[derive(Clone)]
 pub struct MixChild {
     pub source: SourceRef,
     pub ops: Vec<ChainOp>,
+    pub order: ChildOrder,
+}
+
+impl MixChild {
+    /// A child read in its source's order, once.
+    pub fn new(source: SourceRef, ops: Vec<ChainOp>) -> Self {
+        MixChild {
+            source,
+            ops,
+            order: ChildOrder::default(),
+        }
+    }
 }
 
 impl fmt::Debug for MixChild {
@@ -70,7 +103,41 @@ impl fmt::Debug for MixChild {
                 "ops",
                 &self.ops.iter().map(|o| o.op.name()).collect::<Vec<_>>(),
             )
+            .field("order", &self.order)
             .finish()
+    }
+}
+
+/// A child's own index steps (`shuffle`, `shard`, `repeat` before it was mixed): the order
+/// it has when iterated alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ChildOrder {
+    /// Permutation seed (reseeded per child epoch), if shuffled.
+    pub shuffle: Option<u64>,
+    pub shard: Option<ShardSpec>,
+    /// Epochs of the child; `None`: forever (only with a finite child to end the mix).
+    pub epochs: Option<u64>,
+}
+
+impl Default for ChildOrder {
+    fn default() -> Self {
+        ChildOrder {
+            shuffle: None,
+            shard: None,
+            epochs: Some(1),
+        }
+    }
+}
+
+impl ChildOrder {
+    fn index_order(&self, len: u64) -> IndexOrder {
+        IndexOrder {
+            len,
+            shuffle: self.shuffle,
+            shard: self.shard,
+            epochs: self.epochs,
+            elastic: None,
+        }
     }
 }
 
@@ -87,7 +154,7 @@ struct Sched {
 /// use std::sync::Arc;
 /// use sluice_core::*;
 /// use sluice_core::mix::{MixChild, MixSource, StopPolicy};
-/// let child = |n| MixChild { source: Arc::new(RangeSource::new(n)), ops: vec![] };
+/// let child = |n| MixChild::new(Arc::new(RangeSource::new(n)), vec![]);
 /// let m = MixSource::new(vec![child(100), child(100)], &[3.0, 1.0], 0, StopPolicy::FirstExhausted)?;
 /// // Child 0 runs out after ~133 positions (100 of them are its).
 /// assert!((132..=134).contains(&m.len().unwrap()));
@@ -98,6 +165,9 @@ struct Sched {
 #[derive(Clone)]
 pub struct MixSource {
     children: Vec<MixChild>,
+    /// Each child's order over its source.
+    orders: Vec<IndexOrder>,
+    /// Samples each child has (`u64::MAX`: it repeats forever).
     lens: Vec<u64>,
     weights: Vec<i64>,
     seed: u64,
@@ -139,19 +209,24 @@ impl MixSource {
             return Err(Error::invalid("mix: weights must be positive numbers"));
         }
         let mut lens = Vec::with_capacity(children.len());
+        let mut orders = Vec::with_capacity(children.len());
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-        for c in &children {
+        for (i, c) in children.iter().enumerate() {
             // A blocking child (sort, groupby) runs here; its errors are the ones to report.
             c.source.prepare(cores)?;
-            match c.source.len().filter(|_| c.source.random_access()) {
-                Some(n) => lens.push(n),
-                None => {
-                    return Err(Error::invalid(format!(
-                        "mix needs random-access datasets; '{}' is a stream",
-                        c.source.name()
-                    )))
-                }
-            }
+            let Some(n) = c.source.len().filter(|_| c.source.random_access()) else {
+                return Err(Error::invalid(format!(
+                    "mix needs random-access datasets; '{}' is a stream",
+                    c.source.name()
+                )));
+            };
+            let order = c.order.index_order(n);
+            lens.push(match order.epochs {
+                Some(e) => e.saturating_mul(order.epoch_len()),
+                None if order.epoch_len() == 0 => 0,
+                None => u64::MAX,
+            });
+            orders.push(order);
             if let Some(o) = c
                 .ops
                 .iter()
@@ -162,6 +237,20 @@ impl MixSource {
                     o.op.name()
                 )));
             }
+            if lens[i] == u64::MAX && stop != StopPolicy::FirstExhausted {
+                return Err(Error::invalid(format!(
+                    "mix: dataset {i} repeats forever, so stop='{}' would never end the mix; \
+                     give its repeat() a count, or use stop='first_exhausted' with a finite \
+                     dataset",
+                    stop.name()
+                )));
+            }
+        }
+        if lens.iter().all(|&n| n == u64::MAX) {
+            return Err(Error::invalid(
+                "mix: every dataset repeats forever, so the mix would never end; give one \
+                 repeat() a count (or none), or repeat() the mix instead",
+            ));
         }
         let total: f64 = weights.iter().sum();
         let weights: Vec<i64> = weights
@@ -170,6 +259,7 @@ impl MixSource {
             .collect();
         let mut m = MixSource {
             children,
+            orders,
             lens,
             weights,
             seed,
@@ -242,7 +332,7 @@ impl MixSource {
         self.checkpoints = Arc::new(saved);
     }
 
-    /// Which child and which of its samples position `p` reads.
+    /// Which child and which of its source's samples position `p` reads.
     pub fn locate(&self, p: u64) -> Result<(usize, u64)> {
         if p >= self.len {
             return Err(Error::invalid(format!(
@@ -257,7 +347,15 @@ impl MixSource {
         let (k, j) = self
             .step(&mut s)
             .ok_or_else(|| Error::Internal("mix schedule ended early".into()))?;
-        Ok((k, j % self.lens[k]))
+        Ok((k, self.child_index(k, j)))
+    }
+
+    /// The source index of the `j`-th sample child `k` gives: position `j` of its own order,
+    /// epochs one after another (past its last epoch when it restarts).
+    fn child_index(&self, k: usize, j: u64) -> u64 {
+        let order = &self.orders[k];
+        let per_epoch = order.epoch_len().max(1);
+        order.position(j / per_epoch, j % per_epoch).source_index
     }
 }
 
@@ -307,7 +405,12 @@ impl Source for MixSource {
             .iter()
             .map(|c| {
                 let ops: Vec<serde_json::Value> = c.ops.iter().map(|o| o.op.spec()).collect();
-                serde_json::json!({"source": c.source.spec(), "ops": ops})
+                let mut spec = serde_json::json!({"source": c.source.spec(), "ops": ops});
+                // Only when not the plain order, so fingerprints of earlier mixes stand.
+                if c.order != ChildOrder::default() {
+                    spec["order"] = serde_json::to_value(c.order).unwrap_or_default();
+                }
+                spec
             })
             .collect();
         serde_json::json!({"source": "mix", "children": children, "weights": self.weights,
@@ -332,10 +435,20 @@ mod tests {
     use crate::source::RangeSource;
 
     fn child(n: u64) -> MixChild {
-        MixChild {
-            source: Arc::new(RangeSource::new(n)),
-            ops: vec![],
-        }
+        MixChild::new(Arc::new(RangeSource::new(n)), vec![])
+    }
+
+    fn ordered(n: u64, order: ChildOrder) -> MixChild {
+        MixChild { order, ..child(n) }
+    }
+
+    /// Source indices of child `k` in the order the mix reads them.
+    fn taken(m: &MixSource, k: usize) -> Vec<u64> {
+        picks(m)
+            .into_iter()
+            .filter(|p| p.0 == k)
+            .map(|p| p.1)
+            .collect()
     }
 
     fn picks(m: &MixSource) -> Vec<(usize, u64)> {
@@ -403,6 +516,91 @@ mod tests {
             let zeros = head(m).iter().filter(|&&k| k == 0).count();
             assert!((24..=26).contains(&zeros), "{zeros}");
         }
+    }
+
+    #[test]
+    fn each_child_keeps_its_own_shuffle_shard_and_repeat() {
+        let shuffled = ChildOrder {
+            shuffle: Some(1),
+            ..Default::default()
+        };
+        let sharded = ChildOrder {
+            shuffle: Some(2),
+            shard: Some(ShardSpec::try_new(1, 3, true).unwrap()),
+            epochs: Some(2),
+        };
+        let m = MixSource::new(
+            vec![ordered(50, shuffled), ordered(30, sharded)],
+            &[1.0, 1.0],
+            3,
+            StopPolicy::AllExhausted,
+        )
+        .unwrap();
+        assert_eq!(m.len(), Some(50 + 2 * 10));
+        let alone = |o: ChildOrder, n: u64| {
+            let order = o.index_order(n);
+            (0..o.epochs.unwrap())
+                .flat_map(|e| (0..order.epoch_len()).map(move |p| (e, p)))
+                .map(|(e, p)| order.position(e, p).source_index)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(taken(&m, 0), alone(shuffled, 50));
+        assert_eq!(taken(&m, 1), alone(sharded, 30));
+        assert_ne!(taken(&m, 0), (0..50).collect::<Vec<_>>(), "shuffled");
+        // Its two epochs are two different rank-1 thirds (the shard strides over each
+        // epoch's permutation), each without repeats.
+        let two = taken(&m, 1);
+        assert_ne!(two[..10], two[10..]);
+        for epoch in two.chunks(10) {
+            let mut e = epoch.to_vec();
+            e.sort_unstable();
+            e.dedup();
+            assert_eq!(e.len(), 10);
+        }
+    }
+
+    #[test]
+    fn a_restarted_child_reshuffles_and_a_forever_child_needs_a_finite_one() {
+        let shuffled = ChildOrder {
+            shuffle: Some(5),
+            ..Default::default()
+        };
+        let m = MixSource::new(
+            vec![ordered(10, shuffled), child(40)],
+            &[1.0, 1.0],
+            0,
+            StopPolicy::Restart,
+        )
+        .unwrap();
+        let a = taken(&m, 0);
+        assert!(a.len() >= 30, "{}", a.len());
+        assert_ne!(a[..10], a[10..20], "the second pass is another permutation");
+        let forever = ChildOrder {
+            epochs: None,
+            ..shuffled
+        };
+        let m = MixSource::new(
+            vec![ordered(10, forever), child(40)],
+            &[1.0, 1.0],
+            0,
+            StopPolicy::FirstExhausted,
+        )
+        .unwrap();
+        assert_eq!(taken(&m, 1).len(), 40);
+        assert!(taken(&m, 0).len() >= 39);
+        for stop in [StopPolicy::AllExhausted, StopPolicy::Restart] {
+            let e = MixSource::new(vec![ordered(10, forever), child(4)], &[1.0, 1.0], 0, stop)
+                .unwrap_err();
+            assert!(e.to_string().contains("repeats forever"), "{e}");
+        }
+        let e = MixSource::new(
+            vec![ordered(10, forever)],
+            &[1.0],
+            0,
+            StopPolicy::FirstExhausted,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("never end"), "{e}");
     }
 
     #[test]

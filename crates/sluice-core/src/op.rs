@@ -120,6 +120,13 @@ pub trait Op: Send + Sync + fmt::Debug {
     fn ship(&self) -> Result<serde_json::Value> {
         Ok(self.spec())
     }
+    /// A digest of the code the op runs when its [`Op::spec`] does not describe it (a
+    /// Python function's bytecode, constants and captured values): checkpoints save it, so
+    /// one is not resumed under a function whose body changed. `None` (the default): the
+    /// spec says everything.
+    fn code_digest(&self) -> Option<String> {
+        None
+    }
     /// Applies the op to one sample.
     fn apply(&self, sample: Sample, cx: &OpContext) -> Result<Emit>;
     /// Applies the op to many samples at once. Ops with a per-call cost (e.g. taking the

@@ -96,6 +96,13 @@ pub trait Source: Send + Sync + fmt::Debug {
     fn skipped(&self) -> u64 {
         0
     }
+    /// Records a streaming source left out while reading (under `on_error="skip"`: tar
+    /// members it cannot make fields of), counted over every stream of this source and its
+    /// clones so far. An iteration's `stats()` reports what it added (and the bindings warn
+    /// at its end); [`Source::skipped`] is for what was left out at open.
+    fn skipped_reading(&self) -> u64 {
+        0
+    }
     /// Sizes of the contiguous partitions the samples form, when the source defines them
     /// (`repartition(n)`): sinks then write one file per partition.
     fn partitions(&self) -> Option<Vec<u64>> {

@@ -145,6 +145,9 @@ pub struct PipelineStats {
     pub(crate) decisions: Mutex<Vec<crate::exec::controller::Decision>>,
     /// What the source did before serving samples ([`crate::Source::report`]).
     source: OnceLock<serde_json::Value>,
+    /// The running source and its [`crate::Source::skipped_reading`] count when this run
+    /// started: what it skips while streaming counts as the source stage's skips.
+    reading: OnceLock<(crate::SourceRef, u64)>,
 }
 
 impl PipelineStats {
@@ -163,7 +166,20 @@ impl PipelineStats {
             consumer_samples: AtomicU64::new(0),
             decisions: Mutex::new(Vec::new()),
             source: OnceLock::new(),
+            reading: OnceLock::new(),
         }
+    }
+    /// Counts `source`'s skips as the source stage's: those made when it was opened, and
+    /// those it makes while this run reads it (once; later calls are ignored).
+    pub fn watch_source(&self, source: &crate::SourceRef) {
+        self.counters(0).skipped.store(source.skipped(), Relaxed);
+        let _ = self.reading.set((source.clone(), source.skipped_reading()));
+    }
+    /// Records the source left out while this run read it (streaming sources).
+    pub fn source_read_skips(&self) -> u64 {
+        self.reading
+            .get()
+            .map_or(0, |(s, base)| s.skipped_reading().saturating_sub(*base))
     }
     /// Records the source's report (once; later calls are ignored).
     pub fn set_source_report(&self, report: Option<serde_json::Value>) {
@@ -191,10 +207,12 @@ impl PipelineStats {
     /// A snapshot report.
     pub fn report(&self) -> StatsReport {
         let elapsed = self.started.elapsed().as_secs_f64().max(1e-9);
+
         let stages = self
             .stages
             .iter()
-            .map(|(info, c)| {
+            .enumerate()
+            .map(|(i, (info, c))| {
                 let out = c.items_out.load(Relaxed);
                 let busy = c.busy_ns.load(Relaxed) as f64 * 1e-9;
                 let occ_n = c.occupancy_samples.load(Relaxed);
@@ -213,7 +231,8 @@ impl PipelineStats {
                     },
                     samples_in: c.items_in.load(Relaxed),
                     samples_out: out,
-                    skipped: c.skipped.load(Relaxed),
+                    skipped: c.skipped.load(Relaxed)
+                        + if i == 0 { self.source_read_skips() } else { 0 },
                     busy_s: busy,
                     wait_in_s: c.wait_in_ns.load(Relaxed) as f64 * 1e-9,
                     wait_out_s: c.wait_out_ns.load(Relaxed) as f64 * 1e-9,

@@ -53,7 +53,7 @@ fn map(input: Arc<LogicalPlan>, op: OpRef, on_error: OnError) -> Arc<LogicalPlan
 }
 
 fn run(plan: &Arc<LogicalPlan>, threads: usize, seed: u64) -> Vec<Result<Sample>> {
-    // Fixed small chunks: errors fail their whole chunk, so the test fixes where chunks end.
+    // Fixed small chunks, so more than one chunk is in flight.
     let opts = LowerOptions {
         num_threads: threads,
         chunk_size: 3,

@@ -149,14 +149,16 @@ pub fn resize(
 
 /// Crops `(top, left, height, width)` and resizes it to `out_h` x `out_w`
 /// in one pass (torchvision `resized_crop`; with [`Filter::Bilinear`] and
-/// antialiasing this is the RandomResizedCrop kernel). Only the source
-/// pixels under the filter are read.
+/// antialiasing this is the RandomResizedCrop kernel). Exactly `crop` then
+/// [`resize`]: the filter reads only pixels inside the crop and clamps at its
+/// edges, but the crop is never copied.
 ///
 /// ```
-/// use sluice_imgproc::{resized_crop, Filter, Image};
-/// let img = Image::zeros(300, 400, 3).unwrap();
-/// let out = resized_crop(&img, 10, 20, 200, 150, 224, 224, Filter::Bilinear).unwrap();
-/// assert_eq!((out.height, out.width), (224, 224));
+/// use sluice_imgproc::{crop, resize, resized_crop, Filter, Image};
+/// let img = Image::new(4, 4, 1, (0..16).map(|v| v * 16).collect()).unwrap();
+/// let out = resized_crop(&img, 1, 1, 2, 3, 1, 2, Filter::Bilinear).unwrap();
+/// let two_step = resize(&crop(&img, 1, 1, 2, 3).unwrap(), 1, 2, Filter::Bilinear, true).unwrap();
+/// assert_eq!(out, two_step);
 /// ```
 #[allow(clippy::too_many_arguments)]
 pub fn resized_crop(
@@ -169,18 +171,35 @@ pub fn resized_crop(
     out_w: usize,
     filter: Filter,
 ) -> Result<Image> {
+    img.validate()?;
+    let inside = top.checked_add(height).is_some_and(|b| b <= img.height)
+        && left.checked_add(width).is_some_and(|r| r <= img.width);
+    if !inside || height == 0 || width == 0 {
+        return invalid(format!(
+            "crop (top {top}, left {left}, {height}x{width}) not inside a {}x{} image",
+            img.height, img.width
+        ));
+    }
+    let win = Window {
+        top,
+        left,
+        height,
+        width,
+    };
     let b = CropBox {
-        top: top as f64,
-        left: left as f64,
+        top: 0.0,
+        left: 0.0,
         height: height as f64,
         width: width as f64,
     };
-    resized_crop_box(img, b, out_h, out_w, filter, true)
+    resample(img, win, b, out_h, out_w, filter, true)
 }
 
-/// The general form of [`resized_crop`]: a fractional source box (e.g. a
-/// full-resolution crop divided by the [`decode_scaled`](crate::decode_scaled)
-/// denominator) and explicit antialiasing. The box must lie inside the image.
+/// Resizes the fractional source box `b` to `out_h` x `out_w` the way Pillow's
+/// `Image.resize(size, box=b)` does: the filter reads real pixels beyond the
+/// box's edges where its support overlaps them. The box must lie inside the
+/// image. For crop-then-resize semantics use [`resized_crop`] or
+/// [`resized_subpixel_crop`].
 pub fn resized_crop_box(
     img: &Image,
     b: CropBox,
@@ -190,6 +209,64 @@ pub fn resized_crop_box(
     antialias: bool,
 ) -> Result<Image> {
     img.validate()?;
+    check_box(img, b)?;
+    let win = Window {
+        top: 0,
+        left: 0,
+        height: img.height,
+        width: img.width,
+    };
+    resample(img, win, b, out_h, out_w, filter, antialias)
+}
+
+/// Crop-then-resize for a fractional box (a full-resolution crop divided by a
+/// [`decode_scaled`](crate::decode_scaled) denominator): the filter reads only
+/// the pixels the box touches — its integer hull, the pixels a crop of that
+/// box would keep — and clamps at the hull's edges, as [`resized_crop`] does
+/// at the crop's. The box must lie inside the image.
+pub fn resized_subpixel_crop(
+    img: &Image,
+    b: CropBox,
+    out_h: usize,
+    out_w: usize,
+    filter: Filter,
+    antialias: bool,
+) -> Result<Image> {
+    img.validate()?;
+    check_box(img, b)?;
+    // Within the tolerance `check_box` allows, the box may end a hair past the image.
+    let hull = |start: f64, extent: f64, n: usize| {
+        let lo = (start.floor() as usize).min(n.saturating_sub(1));
+        let hi = ((start + extent - 1e-9).ceil() as usize).clamp(lo + 1, n);
+        (lo, hi - lo)
+    };
+    let (top, height) = hull(b.top, b.height, img.height);
+    let (left, width) = hull(b.left, b.width, img.width);
+    let win = Window {
+        top,
+        left,
+        height,
+        width,
+    };
+    let rel = CropBox {
+        top: b.top - top as f64,
+        left: b.left - left as f64,
+        height: b.height.min(height as f64 - (b.top - top as f64)),
+        width: b.width.min(width as f64 - (b.left - left as f64)),
+    };
+    resample(img, win, rel, out_h, out_w, filter, antialias)
+}
+
+/// The whole-pixel part of an image a resize may read.
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    top: usize,
+    left: usize,
+    height: usize,
+    width: usize,
+}
+
+fn check_box(img: &Image, b: CropBox) -> Result<()> {
     let finite = [b.top, b.left, b.height, b.width]
         .iter()
         .all(|v| v.is_finite());
@@ -206,12 +283,27 @@ pub fn resized_crop_box(
             img.height, img.width
         ));
     }
+    Ok(())
+}
+
+/// Resizes box `b` (in the coordinates of `win`) of the `win` part of `img`; the filter
+/// reads only pixels inside `win`, clamping at its edges (Pillow's coefficient clipping, with
+/// `win` as the whole image).
+fn resample(
+    img: &Image,
+    win: Window,
+    b: CropBox,
+    out_h: usize,
+    out_w: usize,
+    filter: Filter,
+    antialias: bool,
+) -> Result<Image> {
     if out_h == 0 || out_w == 0 {
         return invalid("output size must be positive");
     }
     let len = checked_len(out_h, out_w, img.channels)?;
     if filter == Filter::Nearest {
-        return Ok(nearest(img, b, out_h, out_w, len));
+        return Ok(nearest(img, win, b, out_h, out_w, len));
     }
     let (ow, oh, iw, ih) = (
         u32_of(out_w)?,
@@ -224,30 +316,33 @@ pub fn resized_crop_box(
     } else {
         fr::PixelType::U8
     };
-    let alg = match filter {
-        Filter::Nearest => unreachable!("handled above"),
-        Filter::Bilinear | Filter::Bicubic => {
-            let ft = if filter == Filter::Bilinear {
-                fr::FilterType::Bilinear
-            } else {
-                fr::FilterType::CatmullRom
-            };
-            if antialias {
-                fr::ResizeAlg::Convolution(ft)
-            } else {
-                fr::ResizeAlg::Interpolation(ft)
-            }
-        }
+    let ft = if filter == Filter::Bilinear {
+        fr::FilterType::Bilinear
+    } else {
+        fr::FilterType::CatmullRom
+    };
+    let alg = if antialias {
+        fr::ResizeAlg::Convolution(ft)
+    } else {
+        fr::ResizeAlg::Interpolation(ft)
     };
     let src = fr::images::ImageRef::new(iw, ih, &img.data, pt)
         .map_err(|e| ImageError::InvalidArgument(format!("resize source: {e}")))?;
+    let view = fr::images::CroppedImage::new(
+        &src,
+        u32_of(win.left)?,
+        u32_of(win.top)?,
+        u32_of(win.width)?,
+        u32_of(win.height)?,
+    )
+    .map_err(|e| ImageError::InvalidArgument(format!("resize window: {e}")))?;
     let mut dst = fr::images::Image::from_vec_u8(ow, oh, vec![0u8; len], pt)
         .map_err(|e| ImageError::InvalidArgument(format!("resize destination: {e}")))?;
     let opts = fr::ResizeOptions::new()
         .resize_alg(alg)
         .crop(b.left, b.top, b.width, b.height);
     RESIZER
-        .with(|r| r.borrow_mut().resize(&src, &mut dst, &opts))
+        .with(|r| r.borrow_mut().resize(&view, &mut dst, &opts))
         .map_err(|e| ImageError::InvalidArgument(format!("resize: {e}")))?;
     Image::new(out_h, out_w, img.channels, dst.into_vec())
 }
@@ -255,7 +350,7 @@ pub fn resized_crop_box(
 /// Pillow's nearest-neighbour resize (`ImagingScaleAffine`): source
 /// coordinate `box0 + (i + 0.5) * scale`, accumulated in f64 exactly as
 /// Pillow does, truncated. fast_image_resize's nearest rounds differently.
-fn nearest(img: &Image, b: CropBox, out_h: usize, out_w: usize, len: usize) -> Image {
+fn nearest(img: &Image, win: Window, b: CropBox, out_h: usize, out_w: usize, len: usize) -> Image {
     let c = img.channels;
     let table = |start: f64, extent: f64, n: usize, limit: usize| -> Vec<usize> {
         let step = extent / n as f64;
@@ -272,8 +367,14 @@ fn nearest(img: &Image, b: CropBox, out_h: usize, out_w: usize, len: usize) -> I
             })
             .collect()
     };
-    let xs = table(b.left, b.width, out_w, img.width);
-    let ys = table(b.top, b.height, out_h, img.height);
+    let xs: Vec<usize> = table(b.left, b.width, out_w, win.width)
+        .into_iter()
+        .map(|x| x + win.left)
+        .collect();
+    let ys: Vec<usize> = table(b.top, b.height, out_h, win.height)
+        .into_iter()
+        .map(|y| y + win.top)
+        .collect();
     let mut data = Vec::with_capacity(len);
     for &sy in &ys {
         let row = &img.data[sy * img.stride()..(sy + 1) * img.stride()];
@@ -365,6 +466,53 @@ mod tests {
             width: 5.0
         }));
         assert!(resize(&img, 0, 5, Filter::Bilinear, true).is_err());
+    }
+
+    /// A crop of black pixels inside a white frame resizes to pure black: the filter reads
+    /// nothing beyond the crop (torchvision crops, then resizes). Pillow's box resize does.
+    #[test]
+    fn resized_crop_reads_only_the_crop() {
+        let (h, w) = (40, 50);
+        let mut img = Image::new(h, w, 3, vec![255; h * w * 3]).unwrap();
+        for y in 10..30 {
+            for x in 12..37 {
+                let i = (y * w + x) * 3;
+                img.data[i..i + 3].fill(0);
+            }
+        }
+        for f in [Filter::Bilinear, Filter::Bicubic, Filter::Nearest] {
+            for (oh, ow) in [(7, 9), (33, 41)] {
+                let out = resized_crop(&img, 10, 12, 20, 25, oh, ow, f).unwrap();
+                assert!(out.data.iter().all(|&v| v == 0), "{f:?} {oh}x{ow}");
+            }
+        }
+        let b = CropBox {
+            top: 10.0,
+            left: 12.0,
+            height: 20.0,
+            width: 25.0,
+        };
+        let pillow = resized_crop_box(&img, b, 7, 9, Filter::Bilinear, true).unwrap();
+        assert!(pillow.data.iter().any(|&v| v > 0));
+        // A fractional box reads its integer hull: rows 10..30 and columns 12..37 here too.
+        let b = CropBox {
+            top: 10.25,
+            left: 12.5,
+            height: 19.5,
+            width: 24.0,
+        };
+        let sub = resized_subpixel_crop(&img, b, 7, 9, Filter::Bilinear, true).unwrap();
+        assert!(sub.data.iter().all(|&v| v == 0));
+        // A box ending a hair past the image is clamped to it.
+        let edge = CropBox {
+            top: 0.5,
+            left: 0.0,
+            height: h as f64 - 0.5 + 1e-12,
+            width: w as f64,
+        };
+        assert!(resized_subpixel_crop(&img, edge, 4, 4, Filter::Bilinear, true).is_ok());
+        assert!(resized_crop(&img, 30, 0, 11, 5, 4, 4, Filter::Bilinear).is_err());
+        assert!(resized_crop(&img, 0, 0, 0, 5, 4, 4, Filter::Bilinear).is_err());
     }
 
     #[test]

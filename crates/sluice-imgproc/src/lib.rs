@@ -84,7 +84,9 @@ pub use decode::{
     DecodeOptions, Format, Mode, DCT_MIN_RESIDUAL, DEFAULT_MAX_PIXELS,
 };
 pub use error::{ImageError, Result};
-pub use geometry::{crop, hflip, resize, resized_crop, resized_crop_box, CropBox, Filter};
+pub use geometry::{
+    crop, hflip, resize, resized_crop, resized_crop_box, resized_subpixel_crop, CropBox, Filter,
+};
 pub use image::Image;
 pub use quality::psnr;
 pub use random::{

@@ -310,3 +310,72 @@ fn scaled_decode_is_the_box_filtered_full_decode() {
         }
     }
 }
+
+/// The fused path crops then resizes, as the exact path does: its edge rows and columns read
+/// only the scaled pixels the crop touches. Resampling the crop's box out of the whole scaled
+/// image (Pillow's `resize(box=)`, what it did before) also reads pixels beyond the crop, so
+/// its edges are further from the exact result.
+#[test]
+fn scaled_crop_edges_read_only_the_crop() {
+    let opts = DecodeOptions::default();
+    let bytes = read("coffee_320x240.jpg");
+    let full = decode(&bytes, &opts).unwrap();
+    let edge_error = |a: &Image, b: &Image| {
+        let (h, w) = (a.height, a.width);
+        let (mut sum, mut n) = (0.0, 0);
+        for y in 0..h {
+            for x in 0..w {
+                if y == 0 || x == 0 || y == h - 1 || x == w - 1 {
+                    let d = a.pixel(y, x).iter().zip(b.pixel(y, x));
+                    sum += d.map(|(p, q)| f64::from(p.abs_diff(*q))).sum::<f64>();
+                    n += a.channels;
+                }
+            }
+        }
+        sum / n as f64
+    };
+    let (mut fused_total, mut box_total) = (0.0, 0.0);
+    for (t, l, ch, cw, out) in [
+        (40, 64, 120, 160, 8),
+        (60, 106, 123, 165, 10),
+        (35, 38, 160, 213, 12),
+        (13, 77, 101, 131, 16),
+        (50, 21, 150, 150, 24),
+        (7, 150, 90, 120, 20),
+    ] {
+        let (fused, d) =
+            decode_resized_crop(&bytes, &opts, t, l, ch, cw, out, out, Filter::Bilinear).unwrap();
+        assert!(
+            d > 1,
+            "{t} {l} {ch} {cw} {out}: the crop should be DCT-scaled"
+        );
+        let exact = resized_crop(&full, t, l, ch, cw, out, out, Filter::Bilinear).unwrap();
+        // The same 1/d decode the fused path resized from (the file has no EXIF rotation).
+        let dd = d as usize;
+        let (scaled, d2) = decode_scaled(
+            &bytes,
+            &opts,
+            full.height.div_ceil(dd),
+            full.width.div_ceil(dd),
+        )
+        .unwrap();
+        assert_eq!(d2, d);
+        let s = d as f64;
+        let b = CropBox {
+            top: t as f64 / s,
+            left: l as f64 / s,
+            height: ch as f64 / s,
+            width: cw as f64 / s,
+        };
+        let boxed = resized_crop_box(&scaled, b, out, out, Filter::Bilinear, true).unwrap();
+        let (fe, be) = (edge_error(&fused, &exact), edge_error(&boxed, &exact));
+        println!("{ch}x{cw} -> {out} at 1/{d}: edge error {fe:.2} (box resize {be:.2})");
+        assert!(fe <= be + 0.05, "{fe} > {be}");
+        fused_total += fe;
+        box_total += be;
+    }
+    assert!(
+        fused_total < 0.8 * box_total,
+        "{fused_total} vs {box_total}"
+    );
+}

@@ -2,9 +2,16 @@
 //!
 //! Opening scans each file once with a real CSV parser (so quoted fields with embedded newlines
 //! and delimiters are handled) and records where every record starts: 16 bytes per record.
-//! `get(i)` reads just that record's bytes and parses it. Malformed records (a wrong number of
-//! fields) are found during that scan: they fail the open naming file and line, or, with
-//! [`CsvOnError::Skip`], are left out of the index and counted.
+//! `get(i)` reads just that record's bytes and parses it.
+//!
+//! Errors in a record — a wrong number of fields, bytes that are not UTF-8, a value that is not
+//! of its column's type — name the file and line. With [`CsvOnError::Raise`] a wrong field
+//! count fails the open (the scan sees it for free) and the other errors fail the read of that
+//! record. With [`CsvOnError::Skip`] the scan checks every record completely (each value parsed
+//! as its column's type, exactly as `get` will) and leaves the bad ones out of the index,
+//! counted ([`CsvSource::skipped`]); `get` then never fails on content. Errors that are not
+//! about one record (an unreadable file, headers that differ between files, a schema naming a
+//! missing column) raise under both policies.
 //!
 //! Column types are given (`schema`) or inferred from the first [`INFER_ROWS`] records: `int`
 //! if every non-empty value parses as an integer, else `float`, else `bool` (`true`/`false`),
@@ -15,6 +22,7 @@ use std::sync::Arc;
 
 use sluice_core::{Error, Result, Sample, Source, SourceRef, Value};
 
+use crate::show::show;
 use crate::store::{expand, Blob};
 
 /// Records read to infer column types.
@@ -58,12 +66,15 @@ impl FromStr for CsvType {
     }
 }
 
-/// What to do with malformed records (a wrong number of fields).
+/// What to do with a record that does not parse (wrong field count, invalid UTF-8, a value
+/// not of its column's type).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CsvOnError {
-    /// Fail when the source is opened, naming file and line.
+    /// Fail naming file and line: at open for a wrong field count, when the record is read
+    /// otherwise.
     Raise,
-    /// Leave them out and count them ([`CsvSource::skipped`]).
+    /// Check every record at open; leave the bad ones out and count them
+    /// ([`CsvSource::skipped`]).
     Skip,
 }
 
@@ -137,14 +148,70 @@ fn utf8<'a>(raw: &'a [u8], path: &str, line: u32) -> Result<&'a str> {
     std::str::from_utf8(raw).map_err(|e| Error::data(format!("{path}:{line}: invalid UTF-8 ({e})")))
 }
 
+/// One field's value as its column's type; the error names file, line and column.
+fn parse_field(raw: &[u8], ty: CsvType, path: &str, line: u32, col: &str) -> Result<Value> {
+    let text = utf8(raw, path, line)?;
+    if text.is_empty() && ty != CsvType::Str {
+        return Ok(Value::Null);
+    }
+    let bad = |what: &str| {
+        Error::data(format!(
+            "{path}:{line}: column '{}': cannot parse '{}' as {what}",
+            show(col),
+            show(text)
+        ))
+    };
+    Ok(match ty {
+        CsvType::Str => Value::Str(text.into()),
+        CsvType::Int => Value::Int(text.trim().parse().map_err(|_| bad("int"))?),
+        CsvType::Float => Value::Float(text.trim().parse().map_err(|_| bad("float"))?),
+        CsvType::Bool => match text.trim() {
+            "true" | "True" | "1" => Value::Bool(true),
+            "false" | "False" | "0" => Value::Bool(false),
+            _ => return Err(bad("bool")),
+        },
+    })
+}
+
+/// The column types: given by the schema, else inferred from `rows`. Inferred types fit
+/// every value of `rows` (that is how they are chosen), so those rows never fail to parse.
+fn column_types(
+    names: &[String],
+    schema: &[(String, CsvType)],
+    rows: &[csv::ByteRecord],
+) -> Vec<CsvType> {
+    names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| match schema.iter().find(|(c, _)| c == n) {
+            Some((_, t)) => *t,
+            None => infer(&rows.iter().map(|r| &r[i]).collect::<Vec<_>>()),
+        })
+        .collect()
+}
+
+/// Whether every field of `rec` parses: as its type where `types[i]` is known, as UTF-8 where
+/// it is not yet (still being inferred).
+fn record_ok(rec: &csv::ByteRecord, types: &[Option<CsvType>]) -> bool {
+    rec.iter().zip(types).all(|(raw, ty)| match ty {
+        Some(ty) => parse_field(raw, *ty, "", 0, "").is_ok(),
+        None => std::str::from_utf8(raw).is_ok(),
+    })
+}
+
 impl CsvSource {
     /// Indexes every file matched by `entries` (paths, directories, globs, URLs).
     pub fn open(entries: &[String], opts: &CsvOptions) -> Result<Self> {
         let paths = expand(entries, Some(&["csv", "tsv"]))?;
+        let skip = opts.on_error == CsvOnError::Skip;
         let mut files = Vec::with_capacity(paths.len());
         let mut records = Vec::new();
         let mut names: Option<Vec<String>> = None;
         let mut sample_rows: Vec<csv::ByteRecord> = Vec::new();
+        // Under `Skip`, the type each column is checked against: schema columns from the
+        // start, inferred ones once INFER_ROWS records fixed them (`None` until then).
+        let mut check_types: Vec<Option<CsvType>> = Vec::new();
+        let mut inferred = false;
         let mut skipped = 0u64;
         for (fi, path) in paths.iter().enumerate() {
             let blob = Arc::new(Blob::open(path)?);
@@ -158,7 +225,7 @@ impl CsvSource {
             loop {
                 let more = rdr.read_byte_record(&mut rec).map_err(|e| {
                     let line = e.position().map_or(0, |p| p.line());
-                    Error::data(format!("{path}:{line}: {e}"))
+                    Error::data(format!("{path}:{line}: {}", show(&e.to_string())))
                 })?;
                 if !more {
                     break;
@@ -176,13 +243,19 @@ impl CsvSource {
                         (0..rec.len()).map(|i| format!("column_{i}")).collect()
                     };
                     match &names {
-                        None => names = Some(header),
+                        None => {
+                            check_types = header
+                                .iter()
+                                .map(|n| opts.schema.iter().find(|(c, _)| c == n).map(|c| c.1))
+                                .collect();
+                            names = Some(header);
+                        }
                         Some(n) if *n != header && opts.has_header => {
                             return Err(Error::data(format!(
                                 "{path}:{line}: header differs from {}'s ({} vs {})",
                                 paths[0],
-                                header.join(","),
-                                n.join(",")
+                                show(&header.join(",")),
+                                show(&n.join(","))
                             )))
                         }
                         Some(_) => {}
@@ -193,22 +266,32 @@ impl CsvSource {
                 }
                 let want = names.as_ref().map_or(0, Vec::len);
                 if rec.len() != want {
-                    match opts.on_error {
-                        CsvOnError::Skip => {
-                            skipped += 1;
-                            continue;
-                        }
-                        CsvOnError::Raise => {
-                            return Err(Error::data(format!(
-                                "{path}:{line}: expected {want} fields, got {}; pass \
-                                 on_error=\"skip\" to leave such rows out",
-                                rec.len()
-                            )))
-                        }
+                    if skip {
+                        skipped += 1;
+                        continue;
                     }
+                    return Err(Error::data(format!(
+                        "{path}:{line}: expected {want} fields, got {}; pass \
+                         on_error=\"skip\" to leave such records out",
+                        rec.len()
+                    )));
+                }
+                if skip && !record_ok(&rec, &check_types) {
+                    skipped += 1;
+                    continue;
                 }
                 if sample_rows.len() < INFER_ROWS {
                     sample_rows.push(rec.clone());
+                } else if skip && !inferred {
+                    // Types are fixed now: check the rest against them.
+                    let names = names.as_deref().unwrap_or_default();
+                    let types = column_types(names, &opts.schema, &sample_rows);
+                    check_types = types.into_iter().map(Some).collect();
+                    inferred = true;
+                    if !record_ok(&rec, &check_types) {
+                        skipped += 1;
+                        continue;
+                    }
                 }
                 records.push((fi as u32, offset, line));
             }
@@ -219,18 +302,11 @@ impl CsvSource {
             if !names.contains(col) {
                 return Err(Error::invalid(format!(
                     "schema names column '{col}', which the CSV header lacks ({})",
-                    names.join(", ")
+                    show(&names.join(", "))
                 )));
             }
         }
-        let types = names
-            .iter()
-            .enumerate()
-            .map(|(i, n)| match opts.schema.iter().find(|(c, _)| c == n) {
-                Some((_, t)) => *t,
-                None => infer(&sample_rows.iter().map(|r| &r[i]).collect::<Vec<_>>()),
-            })
-            .collect();
+        let types = column_types(&names, &opts.schema, &sample_rows);
         Ok(CsvSource {
             index: Arc::new(Index {
                 files,
@@ -245,7 +321,7 @@ impl CsvSource {
         })
     }
 
-    /// Malformed records left out ([`CsvOnError::Skip`]).
+    /// Records left out as unparsable ([`CsvOnError::Skip`]).
     pub fn skipped(&self) -> u64 {
         self.index.skipped
     }
@@ -258,28 +334,6 @@ impl CsvSource {
             .zip(&self.index.types)
             .map(|(n, t)| (n.to_string(), *t))
             .collect()
-    }
-
-    fn parse(&self, raw: &[u8], ty: CsvType, path: &str, line: u32, col: &str) -> Result<Value> {
-        let text = utf8(raw, path, line)?;
-        if text.is_empty() && ty != CsvType::Str {
-            return Ok(Value::Null);
-        }
-        let bad = |what: &str| {
-            Error::data(format!(
-                "{path}:{line}: column '{col}': cannot parse '{text}' as {what}"
-            ))
-        };
-        Ok(match ty {
-            CsvType::Str => Value::Str(text.into()),
-            CsvType::Int => Value::Int(text.trim().parse().map_err(|_| bad("int"))?),
-            CsvType::Float => Value::Float(text.trim().parse().map_err(|_| bad("float"))?),
-            CsvType::Bool => match text.trim() {
-                "true" | "True" | "1" => Value::Bool(true),
-                "false" | "False" | "0" => Value::Bool(false),
-                _ => return Err(bad("bool")),
-            },
-        })
     }
 }
 
@@ -349,7 +403,12 @@ impl Source for CsvSource {
         }
         let mut s = Sample::with_capacity(ix.names.len());
         for ((name, ty), raw) in ix.names.iter().zip(&ix.types).zip(rec.iter()) {
-            s.set(name.clone(), self.parse(raw, *ty, blob.name(), line, name)?);
+            let value = parse_field(raw, *ty, blob.name(), line, name).map_err(|e| {
+                Error::data(format!(
+                    "{e}; pass on_error=\"skip\" to leave such records out"
+                ))
+            })?;
+            s.set(name.clone(), value);
         }
         Ok(s)
     }
@@ -400,6 +459,71 @@ mod tests {
         let src = CsvSource::open(&[p], &opts).unwrap();
         assert_eq!((src.len(), src.skipped()), (Some(2), 1));
         assert_eq!(src.get(1).unwrap().get("a"), Some(&Value::Int(4)));
+    }
+
+    fn skipping() -> CsvOptions {
+        CsvOptions {
+            on_error: CsvOnError::Skip,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn invalid_utf8_raises_naming_the_line_or_is_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f.csv");
+        std::fs::write(&p, b"a,b\n1,x\n2,\xff\xfe\n3,z\n").unwrap();
+        let p = p.display().to_string();
+        let src = CsvSource::open(std::slice::from_ref(&p), &CsvOptions::default()).unwrap();
+        let e = src.get(1).unwrap_err().to_string();
+        assert!(e.contains("f.csv:3:") && e.contains("UTF-8"), "{e}");
+        let src = CsvSource::open(&[p], &skipping()).unwrap();
+        assert_eq!((src.len(), src.skipped()), (Some(2), 1));
+        assert_eq!(src.get(1).unwrap().get("a"), Some(&Value::Int(3)));
+    }
+
+    #[test]
+    fn values_not_of_their_type_are_skipped_given_or_inferred() {
+        // A given type, and an inferred one that a record after the inference window breaks.
+        let mut text = String::from("id,n\n");
+        for i in 0..INFER_ROWS + 5 {
+            text.push_str(&format!("{i},{i}\n"));
+        }
+        text.push_str("x1,7\n8,nope\n9,9\n");
+        let (_d, p) = write(&text);
+        let opts = CsvOptions {
+            schema: vec![("id".into(), CsvType::Int)],
+            on_error: CsvOnError::Skip,
+            ..Default::default()
+        };
+        let src = CsvSource::open(std::slice::from_ref(&p), &opts).unwrap();
+        assert_eq!(src.schema()[1].1, CsvType::Int);
+        assert_eq!(src.skipped(), 2);
+        assert_eq!(src.len(), Some(INFER_ROWS as u64 + 6));
+        for i in 0..src.len().unwrap() {
+            src.get(i).unwrap();
+        }
+        // Raising, the same records fail when read, naming line and column.
+        let src = CsvSource::open(&[p], &CsvOptions::default()).unwrap();
+        let n = INFER_ROWS as u64 + 5;
+        let e = src.get(n + 1).unwrap_err().to_string();
+        assert!(
+            e.contains(&format!(":{}:", n + 3)) && e.contains("'n'") && e.contains("'nope'"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn control_bytes_in_values_are_escaped_in_messages() {
+        let (_d, p) = write("a\n1\n\u{1b}[2J\u{7}\n");
+        let opts = CsvOptions {
+            schema: vec![("a".into(), CsvType::Int)],
+            ..Default::default()
+        };
+        let src = CsvSource::open(&[p], &opts).unwrap();
+        let e = src.get(1).unwrap_err().to_string();
+        assert!(e.contains("\\x1b[2J\\x07"), "{e}");
+        assert!(!e.chars().any(|c| c.is_control()), "{e:?}");
     }
 
     #[test]

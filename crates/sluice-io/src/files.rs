@@ -10,7 +10,9 @@ use sluice_core::{Error, Result, Sample, Source, SourceRef, Value};
 pub const IMAGE_EXTENSIONS: &[&str] = &["jpg", "jpeg", "png", "bmp", "gif", "webp", "tif", "tiff"];
 
 /// Expands paths, directories (recursively, filtered by `extensions` if given) and globs into a
-/// sorted list of files. Fails with `FileNotFound` if an entry matches nothing.
+/// sorted list of regular files. Fails with `FileNotFound` if an entry matches nothing or does
+/// not exist, and with an I/O error naming the reason for a path that is not a regular file
+/// or directory (a device, a FIFO) or cannot be read (permission denied).
 ///
 /// ```
 /// let dir = std::env::temp_dir().join("sluice-doc-expand");
@@ -38,17 +40,37 @@ pub fn expand_paths(entries: &[String], extensions: Option<&[&str]>) -> Result<V
             out.extend(found);
         } else {
             let p = Path::new(entry);
-            if p.is_dir() {
-                let mut found = Vec::new();
-                walk(p, extensions, &mut found)?;
-                found.sort();
-                out.extend(found.into_iter().map(|p| p.display().to_string()));
-            } else if p.is_file() {
-                out.push(entry.clone());
-            } else {
-                return Err(Error::FileNotFound(format!(
-                    "{entry}: no such file or directory"
-                )));
+            match std::fs::metadata(p) {
+                Ok(m) if m.is_dir() => {
+                    let mut found = Vec::new();
+                    let mut seen = BTreeSet::new();
+                    walk(p, extensions, &mut found, &mut seen)?;
+                    found.sort();
+                    out.extend(found.into_iter().map(|p| p.display().to_string()));
+                }
+                Ok(m) if m.is_file() => {
+                    // Named files are opened now, so an unreadable one fails here, not
+                    // mid-epoch (directories' files are many: those fail when read).
+                    std::fs::File::open(p).map_err(|e| Error::io(entry, e))?;
+                    out.push(entry.clone());
+                }
+                Ok(m) => {
+                    return Err(Error::Io {
+                        path: entry.clone(),
+                        message: format!(
+                            "not a regular file ({}); sluice reads regular files and directories",
+                            kind_of(&m.file_type())
+                        ),
+                    })
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    let why = match std::fs::symlink_metadata(p) {
+                        Ok(_) => "a symbolic link to a missing file",
+                        Err(_) => "no such file or directory",
+                    };
+                    return Err(Error::FileNotFound(format!("{entry}: {why}")));
+                }
+                Err(e) => return Err(Error::io(entry, e)),
             }
         }
         if out.len() == before {
@@ -58,17 +80,57 @@ pub fn expand_paths(entries: &[String], extensions: Option<&[&str]>) -> Result<V
     Ok(out)
 }
 
-fn walk(dir: &Path, extensions: Option<&[&str]>, out: &mut Vec<PathBuf>) -> Result<()> {
+/// What a non-regular, non-directory file is, for messages.
+fn kind_of(t: &std::fs::FileType) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if t.is_fifo() {
+            return "a FIFO";
+        }
+        if t.is_char_device() {
+            return "a character device";
+        }
+        if t.is_block_device() {
+            return "a block device";
+        }
+        if t.is_socket() {
+            return "a socket";
+        }
+    }
+    let _ = t;
+    "a special file"
+}
+
+/// Collects the regular files under `dir` (links followed). FIFOs, sockets and devices are
+/// passed over: reading a FIFO would block the reader forever. `seen` holds the directories
+/// entered, so a link back up the tree is not walked twice (or forever).
+fn walk(
+    dir: &Path,
+    extensions: Option<&[&str]>,
+    out: &mut Vec<PathBuf>,
+    seen: &mut BTreeSet<PathBuf>,
+) -> Result<()> {
+    let real = std::fs::canonicalize(dir).map_err(|e| Error::io(dir.display(), e))?;
+    if !seen.insert(real) {
+        return Ok(());
+    }
     let entries = std::fs::read_dir(dir).map_err(|e| Error::io(dir.display(), e))?;
     for entry in entries {
         let path = entry.map_err(|e| Error::io(dir.display(), e))?.path();
-        if path.is_dir() {
-            walk(&path, extensions, out)?;
-        } else if extensions.is_none_or(|exts| {
-            path.extension()
-                .and_then(|e| e.to_str())
-                .is_some_and(|e| exts.contains(&e.to_ascii_lowercase().as_str()))
-        }) {
+        // A broken link has no metadata: nothing to read there.
+        let Ok(meta) = std::fs::metadata(&path) else {
+            continue;
+        };
+        if meta.is_dir() {
+            walk(&path, extensions, out, seen)?;
+        } else if meta.is_file()
+            && extensions.is_none_or(|exts| {
+                path.extension()
+                    .and_then(|e| e.to_str())
+                    .is_some_and(|e| exts.contains(&e.to_ascii_lowercase().as_str()))
+            })
+        {
             out.push(path);
         }
     }
@@ -213,6 +275,43 @@ mod tests {
             .map(|i| src.get(i).unwrap().get("label").unwrap().as_int().unwrap())
             .collect();
         assert_eq!(labels, [0, 0, 1]);
+    }
+
+    #[test]
+    #[cfg(unix)]
+    fn special_files_are_named_for_what_they_are() {
+        let e = FilesSource::files(&["/dev/null".into()]).unwrap_err();
+        assert!(matches!(e, Error::Io { .. }), "{e:?}");
+        assert!(e.to_string().contains("character device"), "{e}");
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("pipe");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        if made.is_ok_and(|s| s.success()) {
+            let e = FilesSource::files(&[fifo.display().to_string()]).unwrap_err();
+            assert!(e.to_string().contains("a FIFO"), "{e}");
+            // Inside a directory it is passed over (reading it would block forever).
+            std::fs::write(dir.path().join("a.txt"), b"x").unwrap();
+            let src = FilesSource::files(&[dir.path().display().to_string()]).unwrap();
+            assert_eq!(src.paths().len(), 1);
+        }
+        let link = dir.path().join("dangling");
+        std::os::unix::fs::symlink(dir.path().join("gone"), &link).unwrap();
+        let e = FilesSource::files(&[link.display().to_string()]).unwrap_err();
+        assert!(
+            e.to_string().contains("symbolic link to a missing file"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    #[cfg(unix)]
+    fn a_link_back_up_the_tree_is_walked_once() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        std::fs::write(dir.path().join("sub").join("a.txt"), b"x").unwrap();
+        std::os::unix::fs::symlink(dir.path(), dir.path().join("sub").join("up")).unwrap();
+        let src = FilesSource::files(&[dir.path().display().to_string()]).unwrap();
+        assert_eq!(src.paths().len(), 1, "{:?}", src.paths());
     }
 
     #[test]

@@ -13,6 +13,7 @@ pub mod csv;
 pub mod files;
 pub mod lines;
 pub mod parquet;
+pub mod show;
 pub mod sink;
 pub mod store;
 pub mod webdataset;
@@ -24,6 +25,6 @@ pub use files::{expand_paths, FilesSource, LabelMode};
 pub use lines::{JsonlOptions, LinesFormat, LinesSource, Utf8Errors};
 pub use sink::SinkOptions;
 pub use store::Blob;
-pub use webdataset::{ShardShuffle, WebDatasetSource};
+pub use webdataset::{ShardShuffle, WdsOptions, WebDatasetSource, DEFAULT_MAX_MEMBER_SIZE};
 // Re-exported so the facade and the bindings use the same arrow types as this crate.
 pub use {arrow_array, arrow_schema};

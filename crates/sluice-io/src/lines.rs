@@ -5,7 +5,8 @@
 //! records where every non-empty line starts; `get` then reads that one line (a positioned
 //! read locally, one ranged GET remotely). JSON lines are parsed when read, so a bad line
 //! fails naming `file:line` — or, with `on_error="skip"`, every line is parsed and checked at
-//! open and bad ones are left out and counted (the source's skips in `stats()`).
+//! open and bad ones (not UTF-8 under `errors="strict"`; for JSONL also not a JSON object or
+//! not fitting the schema) are left out and counted (the source's skips in `stats()`).
 
 use std::collections::BTreeMap;
 use std::io::BufRead;
@@ -14,6 +15,7 @@ use std::sync::Arc;
 use sluice_core::{Error, OnError, Result, Sample, Source, SourceRef, Tensor, TensorData, Value};
 
 use crate::csv::CsvType;
+use crate::show::show;
 use crate::store::{expand, Blob};
 
 /// How lines are parsed.
@@ -66,7 +68,8 @@ pub struct JsonlOptions {
     /// `None`. Fields not listed keep their JSON types.
     pub schema: Vec<(String, CsvType)>,
     /// `Skip`: check every line when opening and leave out (and count) lines that are not
-    /// JSON objects, do not fit the schema, or are not UTF-8.
+    /// UTF-8 (under [`Utf8Errors::Strict`]) and, for JSON lines, that are not JSON objects or
+    /// do not fit the schema. Applies to text lines too (`schema` does not).
     pub on_error: OnError,
     pub errors: Utf8Errors,
 }
@@ -170,7 +173,8 @@ impl LinesSource {
             ),
             on_error: opts.on_error,
         };
-        let check = format == LinesFormat::Jsonl && opts.on_error == OnError::Skip;
+        // Skipping means knowing which lines fail before any is read: parse them all now.
+        let check = opts.on_error == OnError::Skip;
         // Built here, then put in place of the empty one (`parse` needs the options only).
         let mut index = LineIndex {
             files: Vec::new(),
@@ -259,10 +263,12 @@ impl LinesSource {
         let mut s = Sample::with_capacity(map.len() + self.schema.len());
         for (k, v) in map {
             let value = match self.schema.iter().find(|(name, _)| **name == *k) {
-                Some((_, ty)) => coerce(v, *ty)
-                    .map_err(|m| Error::data(format!("{path}:{line_no}: field '{k}': {m}")))?,
-                None => json_to_value(v)
-                    .map_err(|e| Error::data(format!("{path}:{line_no}: field '{k}': {e}")))?,
+                Some((_, ty)) => coerce(v, *ty).map_err(|m| {
+                    Error::data(format!("{path}:{line_no}: field '{}': {m}", show(&k)))
+                })?,
+                None => json_to_value(v).map_err(|e| {
+                    Error::data(format!("{path}:{line_no}: field '{}': {e}", show(&k)))
+                })?,
             };
             s.set(k, value);
         }
@@ -353,6 +359,8 @@ impl Source for LinesSource {
         });
         if self.format == LinesFormat::Jsonl {
             spec["schema"] = self.schema_json();
+        }
+        if self.format == LinesFormat::Jsonl || self.on_error == OnError::Skip {
             spec["on_error"] = serde_json::to_value(self.on_error).unwrap_or_default();
         }
         Some(spec)
@@ -468,6 +476,22 @@ mod tests {
             .as_str()
             .unwrap()
             .contains('\u{FFFD}'));
+    }
+
+    #[test]
+    fn text_skip_leaves_out_and_counts_invalid_utf8() {
+        let (_d, p) = write(b"ok\nbad \xff here\nfine\n");
+        let opts = JsonlOptions {
+            on_error: OnError::Skip,
+            ..Default::default()
+        };
+        let src = LinesSource::open_with(&[p], LinesFormat::Text, &opts).unwrap();
+        assert_eq!((src.len(), src.skipped()), (Some(2), 1));
+        assert_eq!(
+            src.get(1).unwrap().get("text").unwrap().as_str(),
+            Some("fine")
+        );
+        assert_eq!(src.ship().unwrap()["on_error"], "skip");
     }
 
     #[test]

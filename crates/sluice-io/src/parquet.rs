@@ -30,6 +30,7 @@ use sluice_core::{Column, Error, Result, Sample, SampleStream, Source, SourceRef
 use crate::arrow_conv::{
     normalize, row_to_sample, rows_to_batch, rows_to_columns, supported, ArrowColumn,
 };
+use crate::show::show;
 use crate::store::{expand, Blob};
 
 /// Decoded row groups kept (over all Parquet sources and threads). Unit tests run side by
@@ -171,7 +172,8 @@ pub struct ParquetSource {
 }
 
 fn pq_err(path: &str, what: &str, e: impl std::fmt::Display) -> Error {
-    Error::data(format!("{path}: {what}: {e}"))
+    // The decoder's messages may quote bytes of the file.
+    Error::data(format!("{path}: {what}: {}", show(&e.to_string())))
 }
 
 fn open_file(path: &str, columns: Option<&[String]>) -> Result<(PqFile, SchemaRef)> {
@@ -195,12 +197,14 @@ fn open_file(path: &str, columns: Option<&[String]>) -> Result<(PqFile, SchemaRe
                 schema.index_of(c).map_err(|_| {
                     Error::invalid(format!(
                         "{path}: no column '{c}' (columns: {})",
-                        schema
-                            .fields()
-                            .iter()
-                            .map(|f| f.name().as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
+                        show(
+                            &schema
+                                .fields()
+                                .iter()
+                                .map(|f| f.name().as_str())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        )
                     ))
                 })
             })
@@ -212,7 +216,7 @@ fn open_file(path: &str, columns: Option<&[String]>) -> Result<(PqFile, SchemaRe
             return Err(Error::type_error(format!(
                 "{path}: column '{}' has type {}, which sluice cannot read; pass columns=[...] \
                  without it",
-                f.name(),
+                show(f.name()),
                 f.data_type()
             )));
         }

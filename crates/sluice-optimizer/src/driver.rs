@@ -49,7 +49,7 @@ impl OptimizeInput {
                 logical,
                 &sluice_core::LowerOptions {
                     fuse_ops: false,
-                    ..sluice_core::LowerOptions::default()
+                    ..Default::default()
                 },
             )
             .expect("lower"),
@@ -330,7 +330,8 @@ fn others(plan: &PhysicalPlan) -> Vec<String> {
 mod tests {
     use super::*;
     use crate::testing::*;
-    use sluice_core::{lower, ExecOptions, Execution, LowerOptions, OpKind, Sample};
+    use sluice_core::{lower, LowerOptions};
+    use sluice_core::{ExecOptions, Execution, OpKind, Sample};
 
     fn run(plan: &PhysicalPlan) -> Vec<Sample> {
         Execution::start(plan, ExecOptions::default())

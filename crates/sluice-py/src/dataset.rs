@@ -10,7 +10,7 @@ use sluice::{Dataset, ElemMode, IterOptions, LabelMode, OnError, OpRef, OpSpec, 
 use crate::convert::py_to_sample;
 use crate::errors::IntoPy;
 use crate::iter::PyIter;
-use crate::udf::PyUdf;
+use crate::udf::{code_digest, PyUdf};
 
 /// A built-in op, from its serde form.
 #[pyclass(name = "Op", module = "sluice._native", frozen)]
@@ -22,8 +22,7 @@ pub struct PyOp {
 impl PyOp {
     #[new]
     fn new(spec_json: &str) -> PyResult<Self> {
-        let spec: OpSpec = serde_json::from_str(spec_json)
-            .map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("invalid op: {e}")))?;
+        let spec = OpSpec::from_json(spec_json).py()?;
         Ok(PyOp {
             op: spec.build().py()?,
         })
@@ -109,7 +108,7 @@ impl PyDataset {
     #[pyo3(signature = (func, name, mode, wants_rng=false, on_error="raise", keep_position=None))]
     fn map_udf(
         &self,
-        func: Py<PyAny>,
+        func: Bound<'_, PyAny>,
         name: String,
         mode: &str,
         wants_rng: bool,
@@ -126,11 +125,13 @@ impl PyDataset {
                 )))
             }
         };
+        let digest = Some(code_digest(func.py(), &func)?);
         let op: OpRef = Arc::new(PyUdf {
-            func,
+            func: func.unbind(),
             name,
             mode,
             wants_rng,
+            digest,
         });
         let on_error = self::on_error(on_error)?;
         wrap(match mode {
@@ -141,29 +142,33 @@ impl PyDataset {
     }
     fn map_batches_udf(
         &self,
+        py: Python<'_>,
         func: Py<PyAny>,
         name: String,
         batch_size: usize,
     ) -> PyResult<PyDataset> {
+        let digest = Some(code_digest(py, func.bind(py))?);
         let op: OpRef = Arc::new(PyUdf {
             func,
             name,
             mode: ElemMode::Map,
             wants_rng: false,
+            digest,
         });
         wrap(self.ds.map_batches(op, batch_size))
     }
-    #[pyo3(signature = (size, drop_last, pad=None))]
+    #[pyo3(signature = (size, drop_last, pad=None, ragged=false))]
     fn batch(
         &self,
         size: usize,
         drop_last: bool,
         pad: Option<Vec<(String, f64)>>,
+        ragged: bool,
     ) -> PyResult<PyDataset> {
-        match pad {
-            Some(pad) if !pad.is_empty() => wrap(self.ds.batch_padded(size, drop_last, pad)),
-            _ => wrap(self.ds.batch(size, drop_last)),
-        }
+        wrap(
+            self.ds
+                .batch_with(size, drop_last, pad.unwrap_or_default(), ragged),
+        )
     }
     #[pyo3(signature = (seed=None))]
     fn shuffle(&self, seed: Option<u64>) -> PyResult<PyDataset> {

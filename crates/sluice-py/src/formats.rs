@@ -1,4 +1,4 @@
-//! Bindings of the data-at-rest API: Parquet / CSV / JSONL / WebDataset readers, Arrow import and
+//! Bindings of the data-at-rest API: Parquet / CSV / JSONL / text / WebDataset readers, Arrow import and
 //! export (the Arrow C stream interface, as PyCapsules), and the Parquet / JSONL sinks.
 //! Translation only; every long call runs with the GIL released.
 
@@ -10,7 +10,8 @@ use pyo3::types::PyCapsule;
 use sluice::arrow_array::ffi_stream::{ArrowArrayStreamReader, FFI_ArrowArrayStream};
 use sluice::arrow_array::{RecordBatch, RecordBatchReader};
 use sluice::{
-    csv_options, CsvSource, Dataset, Error, IterOptions, JsonlOptions, ShardShuffle, SinkOptions,
+    csv_options, CsvSource, Dataset, Error, IterOptions, JsonlOptions, LinesFormat, LinesSource,
+    ShardShuffle, SinkOptions, WdsOptions, DEFAULT_MAX_MEMBER_SIZE,
 };
 
 use crate::dataset::PyDataset;
@@ -73,10 +74,30 @@ fn read_jsonl(
     Ok((PyDataset { ds }, skipped))
 }
 
-/// `shuffle_shards`: shuffle the shard order per epoch; `shuffle_seed`: from this seed
-/// rather than the iteration's.
+/// Returns the dataset and the number of lines skipped (`on_error="skip"`: not UTF-8).
 #[pyfunction]
-#[pyo3(signature = (paths, rank=None, world_size=None, shuffle_shards=false, shuffle_seed=None))]
+#[pyo3(signature = (paths, on_error="raise", errors="strict"))]
+fn read_text(
+    py: Python<'_>,
+    paths: Vec<String>,
+    on_error: &str,
+    errors: &str,
+) -> PyResult<(PyDataset, u64)> {
+    let opts = JsonlOptions::from_names(&BTreeMap::new(), on_error, errors).py()?;
+    let src = py
+        .detach(|| LinesSource::open_with(&paths, LinesFormat::Text, &opts))
+        .py()?;
+    let skipped = src.skipped();
+    let ds = Dataset::from_source(Arc::new(src));
+    Ok((PyDataset { ds }, skipped))
+}
+
+/// `shuffle_shards`: shuffle the shard order per epoch; `shuffle_seed`: from this seed
+/// rather than the iteration's. `on_error` and `max_member_size`: [`WdsOptions`].
+#[pyfunction]
+#[pyo3(signature = (paths, rank=None, world_size=None, shuffle_shards=false, shuffle_seed=None,
+                    on_error="raise", max_member_size=DEFAULT_MAX_MEMBER_SIZE))]
+#[allow(clippy::too_many_arguments)]
 fn read_webdataset(
     py: Python<'_>,
     paths: Vec<String>,
@@ -84,6 +105,8 @@ fn read_webdataset(
     world_size: Option<u64>,
     shuffle_shards: bool,
     shuffle_seed: Option<u64>,
+    on_error: &str,
+    max_member_size: u64,
 ) -> PyResult<PyDataset> {
     let ranks = match (rank, world_size) {
         (Some(r), Some(n)) => Some((r, n)),
@@ -99,8 +122,12 @@ fn read_webdataset(
         (true, None) => Some(ShardShuffle::IterationSeed),
         (true, Some(s)) => Some(ShardShuffle::Seed(s)),
     };
+    let opts = WdsOptions {
+        on_error: on_error.parse().py()?,
+        max_member_size,
+    };
     py_ds(py, || {
-        Dataset::read_webdataset_shuffled(&paths, ranks, shuffle)
+        Dataset::read_webdataset_with(&paths, ranks, shuffle, opts)
     })
 }
 
@@ -213,6 +240,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(read_parquet, m)?)?;
     m.add_function(wrap_pyfunction!(read_csv, m)?)?;
     m.add_function(wrap_pyfunction!(read_jsonl, m)?)?;
+    m.add_function(wrap_pyfunction!(read_text, m)?)?;
     m.add_function(wrap_pyfunction!(read_webdataset, m)?)?;
     m.add_function(wrap_pyfunction!(from_arrow_stream, m)?)?;
     m.add_function(wrap_pyfunction!(write_parquet, m)?)?;

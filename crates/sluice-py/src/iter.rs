@@ -1,40 +1,194 @@
 //! The iterator: waits for outputs with the GIL released, checking for Ctrl-C in between.
+//!
+//! Its state sits behind a mutex, so threads sharing one iterator take turns: each
+//! `__next__` gets its own output. The uncontended lock replaces pyo3's borrow flag (the
+//! class is frozen), so the single-thread path pays nothing more; a thread that finds the
+//! lock taken waits for it with the GIL released, since the holder may need the GIL back.
 
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::Duration;
 
 use pyo3::prelude::*;
+use sluice::exec::Threads;
 use sluice::{Dataset, Execution, IterOptions, IterState, Next, PipelineStats};
-use std::sync::Arc;
 
 use crate::convert::sample_to_py;
 use crate::errors::{to_py, IntoPy};
 
 const POLL: Duration = Duration::from_millis(50);
+/// How long closing waits for the threads (a worker finishing a long Python call).
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long an iteration that failed or was interrupted waits for its threads before
+/// raising: a worker in a long call is not waited for (it finishes the call and exits).
+const ABANDON_GRACE: Duration = Duration::from_millis(100);
 
-#[pyclass(name = "Iterator", module = "sluice._native", weakref)]
+#[pyclass(name = "Iterator", module = "sluice._native", weakref, frozen)]
 pub struct PyIter {
+    inner: Mutex<Inner>,
+    /// Outputs delivered so far.
+    count: AtomicU64,
+    /// `close()` was called: a `__next__` waiting in another thread returns.
+    closing: AtomicBool,
+    /// The thread holding `inner` ([`thread_key`]; 0: none).
+    owner: AtomicUsize,
+}
+
+/// Runs ended by an error or Ctrl-C whose workers were still finishing a call: waited for
+/// at interpreter exit ([`join_stopped`]), since a worker still in Python code when the
+/// interpreter finalizes is torn down under Rust frames (the process aborts).
+static STOPPING: Mutex<Vec<Threads>> = Mutex::new(Vec::new());
+
+struct Inner {
     exec: Option<Execution>,
+    /// This iterator's run ended by an error or Ctrl-C, if its workers were still finishing
+    /// their calls (`close()` waits for them; dropping the iterator does not).
+    stopping: Option<Threads>,
     stats: Arc<PipelineStats>,
     ds: Dataset,
     opts: IterOptions,
     /// The checkpoint when the execution ended (so `state_dict` works after exhaustion).
     last_state: Option<IterState>,
-    /// Outputs delivered so far.
-    count: u64,
+}
+
+impl Inner {
+    /// Ends the run and waits for its threads with the GIL released, then hands the memory
+    /// it freed back to the system.
+    fn close(&mut self, py: Python<'_>) {
+        let mut closed = false;
+        if let Some(mut exec) = self.exec.take() {
+            self.last_state = self.ds.state(&self.opts, &exec).ok();
+            py.detach(|| {
+                exec.close(CLOSE_TIMEOUT);
+                drop(exec);
+            });
+            closed = true;
+        }
+        if let Some(threads) = self.stopping.take() {
+            py.detach(|| threads.wait(CLOSE_TIMEOUT));
+            closed = true;
+        }
+        if closed {
+            py.detach(sluice::alloc::release_free_memory);
+        }
+    }
+
+    /// Ends the run after an error or an interrupt without waiting for calls in progress,
+    /// so the exception is raised at once.
+    fn abandon(&mut self, py: Python<'_>) {
+        if let Some(mut exec) = self.exec.take() {
+            self.last_state = self.ds.state(&self.opts, &exec).ok();
+            if !py.detach(|| exec.close(ABANDON_GRACE)) {
+                let threads = exec.threads();
+                let mut all = STOPPING.lock().unwrap_or_else(|p| p.into_inner());
+                all.retain(|t| !t.wait(Duration::ZERO));
+                all.push(threads.clone());
+                self.stopping = Some(threads);
+            }
+        }
+    }
 }
 
 impl PyIter {
     pub fn new(exec: Execution, ds: Dataset, opts: IterOptions) -> Self {
         let stats = exec.stats_handle();
         PyIter {
-            exec: Some(exec),
-            stats,
-            ds,
-            opts,
-            last_state: None,
-            count: 0,
+            inner: Mutex::new(Inner {
+                exec: Some(exec),
+                stopping: None,
+                stats,
+                ds,
+                opts,
+                last_state: None,
+            }),
+            count: AtomicU64::new(0),
+            closing: AtomicBool::new(false),
+            owner: AtomicUsize::new(0),
         }
+    }
+
+    /// The state, waiting with the GIL released while another thread holds it. This
+    /// thread holding it already (the iterator used from inside its own pipeline, e.g. by a
+    /// function at `num_threads=0`) is an error, not a deadlock.
+    fn lock(&self, py: Python<'_>) -> PyResult<Held<'_>> {
+        let me = thread_key();
+        loop {
+            let guard = match self.inner.try_lock() {
+                Ok(guard) => guard,
+                Err(TryLockError::Poisoned(p)) => p.into_inner(),
+                Err(TryLockError::WouldBlock) => {
+                    if self.owner.load(Relaxed) == me {
+                        return Err(pyo3::exceptions::PyRuntimeError::new_err(
+                            "this sluice Iterator is already running a call in this thread \
+                             (it was used from inside its own pipeline, e.g. by a map \
+                             function at num_threads=0)",
+                        ));
+                    }
+                    py.detach(|| drop(self.inner.lock()));
+                    continue;
+                }
+            };
+            self.owner.store(me, Relaxed);
+            return Ok(Held {
+                guard,
+                owner: &self.owner,
+            });
+        }
+    }
+}
+
+/// A key for the calling thread (the address of a thread-local), to tell re-entry from a
+/// wait for another thread.
+fn thread_key() -> usize {
+    thread_local!(static KEY: u8 = const { 0 });
+    KEY.with(|k| k as *const u8 as usize)
+}
+
+/// The locked state; forgets its owner thread before the lock is released.
+struct Held<'a> {
+    guard: MutexGuard<'a, Inner>,
+    owner: &'a AtomicUsize,
+}
+
+impl std::ops::Deref for Held<'_> {
+    type Target = Inner;
+    fn deref(&self) -> &Inner {
+        &self.guard
+    }
+}
+
+impl std::ops::DerefMut for Held<'_> {
+    fn deref_mut(&mut self) -> &mut Inner {
+        &mut self.guard
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.owner.store(0, Relaxed);
+    }
+}
+
+impl Inner {
+    /// What a streaming source left out while this run read it (`on_error="skip"`), as a
+    /// warning at the end: the readers that check at open warn then.
+    fn warn_skips(&self, py: Python<'_>) -> PyResult<()> {
+        let n = self.stats.source_read_skips();
+        if n == 0 {
+            return Ok(());
+        }
+        let source = self.ds.plan().source().name().to_string();
+        let msg = std::ffi::CString::new(format!(
+            "{source} left out {n} record(s) it could not read (on_error=\"skip\"); \
+             stats() counts them as the source's skips"
+        ))
+        .unwrap_or_default();
+        PyErr::warn(
+            py,
+            &py.get_type::<pyo3::exceptions::PyUserWarning>(),
+            &msg,
+            1,
+        )
     }
 }
 
@@ -44,33 +198,38 @@ impl PyIter {
         slf
     }
 
-    fn __next__<'py>(&mut self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+    fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let mut inner = self.lock(py)?;
         loop {
-            let Some(exec) = self.exec.as_mut() else {
+            let Some(exec) = inner.exec.as_mut() else {
                 return Ok(None);
             };
             // Outputs already computed need no wait: skip releasing and retaking the GIL.
             if let Some(s) = exec.try_ready() {
-                self.count += 1;
+                self.count.fetch_add(1, Relaxed);
                 return Ok(Some(sample_to_py(py, s)?.into_any()));
             }
             match py.detach(|| exec.next_timeout(POLL)) {
                 Next::Item(s) => {
-                    self.count += 1;
+                    self.count.fetch_add(1, Relaxed);
                     return Ok(Some(sample_to_py(py, s)?.into_any()));
                 }
                 Next::Timeout => {
                     if let Err(e) = py.check_signals() {
-                        self.close(py);
+                        inner.abandon(py);
                         return Err(e);
+                    }
+                    if self.closing.load(Relaxed) {
+                        return Ok(None);
                     }
                 }
                 Next::End => {
-                    self.close(py);
+                    inner.close(py);
+                    inner.warn_skips(py)?;
                     return Ok(None);
                 }
                 Next::Err(e) => {
-                    self.close(py);
+                    inner.abandon(py);
                     return Err(to_py(e));
                 }
             }
@@ -78,50 +237,57 @@ impl PyIter {
     }
 
     /// A handle on this iteration's statistics that outlives the iterator.
-    fn stats_handle(&self) -> PyStats {
-        PyStats {
-            stats: self.stats.clone(),
-        }
+    fn stats_handle(&self, py: Python<'_>) -> PyResult<PyStats> {
+        Ok(PyStats {
+            stats: self.lock(py)?.stats.clone(),
+        })
     }
 
     /// Outputs delivered so far.
     #[getter]
     fn count(&self) -> u64 {
-        self.count
+        self.count.load(Relaxed)
     }
 
-    /// Stops the pipeline's threads and waits for them (with the GIL released).
-    fn close(&mut self, py: Python<'_>) {
-        if let Some(mut exec) = self.exec.take() {
-            self.last_state = self.ds.state(&self.opts, &exec).ok();
-            py.detach(|| exec.close(CLOSE_TIMEOUT));
-        }
+    /// Stops the pipeline's threads and waits for them (with the GIL released). A
+    /// `__next__` waiting in another thread returns (the iteration is over).
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        self.closing.store(true, Relaxed);
+        self.lock(py)?.close(py);
+        Ok(())
     }
 
     /// The checkpoint after the last output delivered, as JSON text.
-    fn state_dict_json(&self) -> PyResult<String> {
-        let state = match &self.exec {
-            Some(exec) => self.ds.state(&self.opts, exec).py()?,
-            None => match &self.last_state {
+    fn state_dict_json(&self, py: Python<'_>) -> PyResult<String> {
+        let inner = self.lock(py)?;
+        let state = match &inner.exec {
+            Some(exec) => inner.ds.state(&inner.opts, exec).py()?,
+            None => match &inner.last_state {
                 Some(s) => s.clone(),
-                None => return self.ds.check_resumable().map(|_| String::new()).py(),
+                None => return inner.ds.check_resumable().map(|_| String::new()).py(),
             },
         };
         serde_json::to_string(&state)
             .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))
     }
 
-    /// Restarts the iteration right after the checkpointed output.
-    fn load_state_dict_json(&mut self, py: Python<'_>, state: &str) -> PyResult<()> {
+    /// Restarts the iteration right after the checkpointed output. `strict=False` accepts
+    /// a checkpoint whose Python functions' code has changed since it was saved.
+    #[pyo3(signature = (state, strict=true))]
+    fn load_state_dict_json(&self, py: Python<'_>, state: &str, strict: bool) -> PyResult<()> {
         let state: IterState = serde_json::from_str(state)
             .map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("invalid state: {e}")))?;
-        let exec = py
-            .detach(|| self.ds.iter_from(&self.opts, Some(&state)))
-            .py()?;
-        self.close(py);
-        self.stats = exec.stats_handle();
-        self.exec = Some(exec);
-        self.last_state = None;
+        let mut inner = self.lock(py)?;
+        let exec = {
+            let (ds, opts) = (&inner.ds, &inner.opts);
+            py.detach(|| ds.iter_resume(opts, Some(&state), strict))
+                .py()?
+        };
+        inner.close(py);
+        self.closing.store(false, Relaxed);
+        inner.stats = exec.stats_handle();
+        inner.exec = Some(exec);
+        inner.last_state = None;
         Ok(())
     }
 
@@ -129,9 +295,34 @@ impl PyIter {
         slf
     }
 
-    fn __exit__(&mut self, py: Python<'_>, _a: Py<PyAny>, _b: Py<PyAny>, _c: Py<PyAny>) {
-        self.close(py);
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        _a: Py<PyAny>,
+        _b: Py<PyAny>,
+        _c: Py<PyAny>,
+    ) -> PyResult<()> {
+        self.close(py)
     }
+}
+
+/// Waits (with the GIL released, up to 10 s in all) for the workers of runs that an error or
+/// Ctrl-C ended while they were in a call: they finish that call and exit. Called at
+/// interpreter exit.
+/// A second Ctrl-C stops the wait.
+#[pyfunction]
+pub fn join_stopped(py: Python<'_>) -> PyResult<bool> {
+    let all = std::mem::take(&mut *STOPPING.lock().unwrap_or_else(|p| p.into_inner()));
+    let deadline = std::time::Instant::now() + CLOSE_TIMEOUT;
+    for t in &all {
+        while !py.detach(|| t.wait(POLL)) {
+            py.check_signals()?;
+            if std::time::Instant::now() >= deadline {
+                return Ok(false);
+            }
+        }
+    }
+    Ok(true)
 }
 
 /// Merges every rank's checkpoint (JSON texts) into one elastic checkpoint (JSON text).
@@ -149,10 +340,18 @@ pub fn elastic_state_json(states: Vec<String>) -> PyResult<String> {
 
 impl Drop for PyIter {
     /// A dropped iterator (a `for` loop left with `break`) stops and joins its threads, with
-    /// the GIL released so a worker waiting for it can finish.
+    /// the GIL released so a worker waiting for it can finish. A run already ended by an
+    /// error or Ctrl-C is not waited for: its workers finish their call and exit.
     fn drop(&mut self) {
-        if let Some(mut exec) = self.exec.take() {
-            Python::attach(|py| py.detach(|| exec.close(CLOSE_TIMEOUT)));
+        let inner = self.inner.get_mut().unwrap_or_else(|p| p.into_inner());
+        if let Some(mut exec) = inner.exec.take() {
+            Python::attach(|py| {
+                py.detach(|| {
+                    exec.close(CLOSE_TIMEOUT);
+                    drop(exec);
+                    sluice::alloc::release_free_memory();
+                })
+            });
         }
     }
 }

@@ -26,6 +26,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<iter::PyIter>()?;
     m.add_class::<iter::PyStats>()?;
     m.add_function(wrap_pyfunction!(iter::elastic_state_json, m)?)?;
+    m.add_function(wrap_pyfunction!(iter::join_stopped, m)?)?;
     worker::register(m)?;
     formats::register(m)?;
     optimizer::register(m)?;

@@ -20,6 +20,16 @@ pub struct PyUdf {
     /// The function declares an `rng` parameter: pass a numpy Generator seeded for
     /// (seed, epoch, sample, op).
     pub wants_rng: bool,
+    /// `sluice._fingerprint.digest` of the function (for checkpoints); `None` in worker
+    /// processes, which never checkpoint.
+    pub digest: Option<String>,
+}
+
+/// The digest of `func`'s code and captured values (`sluice._fingerprint.digest`).
+pub fn code_digest(py: Python<'_>, func: &Bound<'_, PyAny>) -> PyResult<String> {
+    py.import("sluice._fingerprint")?
+        .call_method1("digest", (func,))?
+        .extract()
 }
 
 /// A one-element argument tuple holding `arg`: `reuse` again when nothing else holds it (as
@@ -102,6 +112,9 @@ impl Op for PyUdf {
             ..OpMeta::opaque(true)
         }
     }
+    fn code_digest(&self) -> Option<String> {
+        self.digest.clone()
+    }
     /// The function pickled with cloudpickle (so lambdas and closures travel too), for a
     /// worker process or a Ray actor to rebuild the op.
     fn ship(&self) -> Result<serde_json::Value> {
@@ -136,8 +149,11 @@ impl Op for PyUdf {
             inputs
                 .into_iter()
                 .map(|(s, cx)| {
-                    // After Ctrl-C the rest of the chunk is not run.
-                    if interrupted {
+                    // After Ctrl-C, or once the run is stopped (the consumer was interrupted,
+                    // failed or closed), the rest of the chunk is not run: a worker finishes
+                    // the call in progress and exits.
+                    if interrupted || sluice::exec::cancelled() {
+                        interrupted = true;
                         return Err(Error::Cancelled);
                     }
                     let r = self.call(py, s, &cx, &mut args);

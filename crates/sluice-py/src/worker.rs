@@ -49,6 +49,7 @@ fn load_udf(shipped: &serde_json::Value) -> Result<Option<OpRef>> {
         name,
         mode,
         wants_rng,
+        digest: None,
     })))
 }
 

@@ -6,8 +6,8 @@
 //! after it; it is the same, row for row, for any thread count and any budget.
 //!
 //! - [`key`]: comparable keys (one total order; missing values last) and group hashing.
-//! - [`spill`]: the spill directory, run files (sluice's lossless wire format) and the
-//!   materialised [`Rows`] served by index.
+//! - [`spill`]: the spill directory, run files (records of the core value codec,
+//!   [`sluice_core::codec`]) and the materialised [`Rows`] served by index.
 //! - [`sort`]: stable external merge sort. [`aggregate`]: hash aggregation spilled by
 //!   partition. [`repartition`]: equal contiguous partitions.
 //!

@@ -114,7 +114,7 @@ fn merge_pass(
         match readers[run].next_raw(&mut rec)? {
             false => Ok(None),
             true => {
-                let s = sluice_remote::wire::decode_sample(&rec)
+                let s = sluice_core::codec::decode_sample(&rec)
                     .map_err(|e| Error::Internal(format!("spill file: {e}")))?;
                 Ok(Some(Head {
                     keys: keys.read(&s, 0)?,

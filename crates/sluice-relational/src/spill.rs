@@ -1,7 +1,8 @@
 //! Local-disk spill: a private temporary directory (removed when dropped), files of
-//! length-prefixed sample records in sluice's lossless wire format, and [`Rows`] — the
-//! materialised output a blocking op serves by index: in memory when it fits the budget, else
-//! a data file plus an offset index read with positioned reads (nothing of it held in memory).
+//! length-prefixed sample records of the core value codec ([`sluice_core::codec`]), and
+//! [`Rows`] — the materialised output a blocking op serves by index: in memory when it fits
+//! the budget, else a data file plus an offset index read with positioned reads (nothing of
+//! it held in memory).
 
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Write};
@@ -10,8 +11,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use serde::Serialize;
+use sluice_core::codec;
 use sluice_core::{Error, Result, Sample};
-use sluice_remote::wire;
 
 /// What a blocking op did, for `stats()` and tests.
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
@@ -108,7 +109,7 @@ trait RecordSink {
     fn push_sample(&mut self, s: &Sample) -> Result<()> {
         let mut rec = std::mem::take(self.buffer());
         rec.clear();
-        wire::encode_sample(s, &mut rec);
+        codec::encode_sample(s, &mut rec);
         let r = self.push_raw(&rec);
         *self.buffer() = rec;
         r
@@ -130,7 +131,7 @@ impl Run {
     }
 }
 
-/// Writes records `[u64 length][wire record]`.
+/// Writes records `[u64 length][codec record]`.
 pub struct RunWriter {
     path: PathBuf,
     out: BufWriter<File>,
@@ -226,7 +227,7 @@ impl RunReader {
         if !self.next_raw(rec)? {
             return Ok(None);
         }
-        wire::decode_sample(rec)
+        codec::decode_sample(rec)
             .map(Some)
             .map_err(|e| corrupt(&self.path, e))
     }
@@ -261,7 +262,7 @@ impl DiskRows {
         self.data
             .read_exact_at(&mut rec, start)
             .map_err(|e| io_err(&self.data_path, e))?;
-        wire::decode_sample(&rec).map_err(|e| corrupt(&self.data_path, e))
+        codec::decode_sample(&rec).map_err(|e| corrupt(&self.data_path, e))
     }
 }
 

@@ -5,6 +5,9 @@
 //! once and copies the buffers out. So a 10 MB tensor costs two memcpys instead of a trip
 //! through a 64 KiB pipe buffer, and a segment lives only while a frame is in flight. Names
 //! carry a per-pool prefix so the pool can sweep segments a crashed peer left behind.
+//!
+//! The codec reaches it through its buffer traits: [`ShmSink`] is a
+//! [`BufferSink`] that collects a frame's big buffers, and a received `Segment` hands them back.
 
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
@@ -12,8 +15,21 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use memmap2::{Mmap, MmapMut};
 use serde::{Deserialize, Serialize};
+use sluice_core::codec::{Buffer, BufferSink, Out};
 
-use crate::wire::WireError;
+/// A segment that cannot be written or opened.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ShmError {
+    /// A name that is not one this module makes (a corrupt or hostile frame).
+    #[error("bad segment name {0:?}")]
+    BadName(String),
+    /// The file system refused.
+    #[error("shared memory segment {name}: {message}")]
+    Io { name: String, message: String },
+}
+
+/// Buffer tag of a buffer in the frame's segment: its offset and length follow (u64 each).
+pub const SHM_TAG: u8 = 1;
 
 /// Where and how a sender writes segments.
 ///
@@ -89,19 +105,20 @@ impl ShmWriter {
         }
     }
     /// Writes `parts` at their offsets into a new segment of `len` bytes; returns its name.
-    pub(crate) fn write(&self, len: u64, parts: &[(u64, &[u8])]) -> Result<String, WireError> {
+    fn write(&self, len: u64, parts: &[(u64, &[u8])]) -> Result<String, ShmError> {
         let name = format!("{}{}", self.config.prefix, self.next.fetch_add(1, Relaxed));
         let path = self.config.dir.join(&name);
-        let fail = |e: std::io::Error| WireError::Shm {
+        let fail = |e: std::io::Error| ShmError::Io {
             name: path.display().to_string(),
             message: e.to_string(),
         };
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(fail)?;
+        let mut options = OpenOptions::new();
+        options.read(true).write(true).create_new(true);
+        // Segments hold the pipeline's data: only this user (the pool's own processes) may
+        // read them. `/dev/shm` is shared by every user of the machine.
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        let file = options.open(&path).map_err(fail)?;
         let filled = (|| {
             file.set_len(len)?;
             // SAFETY: the file was just created by us (create_new) and nobody else knows
@@ -121,6 +138,50 @@ impl ShmWriter {
     }
 }
 
+/// The big buffers of one frame on their way into a segment: a [`BufferSink`] that takes
+/// buffers of at least the writer's threshold, borrowed until [`ShmSink::finish`].
+#[derive(Debug)]
+pub struct ShmSink<'a> {
+    writer: &'a ShmWriter,
+    parts: Vec<(u64, &'a [u8])>,
+    len: u64,
+}
+
+impl<'a> ShmSink<'a> {
+    /// A sink writing through `writer`.
+    pub fn new(writer: &'a ShmWriter) -> Self {
+        ShmSink {
+            writer,
+            parts: Vec::new(),
+            len: 0,
+        }
+    }
+    /// Writes the segment; returns its name, or an empty one when no buffer was taken.
+    pub fn finish(self) -> Result<String, ShmError> {
+        if self.parts.is_empty() {
+            return Ok(String::new());
+        }
+        self.writer.write(self.len, &self.parts)
+    }
+}
+
+impl<'a> BufferSink<'a> for ShmSink<'a> {
+    fn store(&mut self, buf: Buffer<'a>, out: &mut Out) -> bool {
+        let b = buf.bytes();
+        if b.len() < self.writer.config.threshold.max(1) {
+            return false;
+        }
+        // 64-byte aligned offsets keep the copies out on cache-line boundaries.
+        let off = self.len.div_ceil(64) * 64;
+        self.parts.push((off, b));
+        self.len = off + b.len() as u64;
+        out.u8(SHM_TAG);
+        out.u64(off);
+        out.u64(b.len() as u64);
+        true
+    }
+}
+
 /// A received segment, mapped read-only; its file is already unlinked.
 pub(crate) struct Segment {
     map: Mmap,
@@ -128,7 +189,7 @@ pub(crate) struct Segment {
 
 impl Segment {
     /// Maps segment `name` in `dir` and unlinks it.
-    pub(crate) fn open(dir: &Path, name: &str) -> Result<Segment, WireError> {
+    pub(crate) fn open(dir: &Path, name: &str) -> Result<Segment, ShmError> {
         // A corrupt or hostile frame must not name a path outside the segment directory.
         let valid = !name.is_empty()
             && name.len() <= 200
@@ -137,10 +198,10 @@ impl Segment {
                 .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
             && !name.starts_with('.');
         if !valid {
-            return Err(WireError::Corrupt(format!("bad segment name {name:?}")));
+            return Err(ShmError::BadName(name.to_string()));
         }
         let path = dir.join(name);
-        let fail = |e: std::io::Error| WireError::Shm {
+        let fail = |e: std::io::Error| ShmError::Io {
             name: path.display().to_string(),
             message: e.to_string(),
         };
@@ -151,7 +212,88 @@ impl Segment {
         let map = unsafe { Mmap::map(&file).map_err(fail)? };
         Ok(Segment { map })
     }
+    /// The segment's bytes.
     pub(crate) fn bytes(&self) -> &[u8] {
         &self.map
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    fn dir(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("sluice-shm-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn big_buffers_land_aligned_in_one_segment_that_opening_unlinks() {
+        let d = dir("sink");
+        let w = ShmWriter::new(ShmConfig {
+            dir: d.clone(),
+            prefix: "s-".into(),
+            threshold: 3,
+        });
+        let bytes = |b: &[u8]| -> Arc<[u8]> { Arc::from(b) };
+        let (a, b, small) = (bytes(&[1u8; 5]), bytes(&[2u8; 3]), bytes(&[9u8]));
+        let mut sink = ShmSink::new(&w);
+        let mut out = Out::default();
+        assert!(
+            !sink.store(Buffer::Bytes(&small), &mut out),
+            "below threshold"
+        );
+        assert!(out.is_empty());
+        assert!(sink.store(Buffer::Bytes(&a), &mut out));
+        assert!(sink.store(Buffer::Bytes(&b), &mut out));
+        let refs = out.into_vec();
+        assert_eq!(refs.len(), 2 * 17);
+        assert_eq!(&refs[18..26], &64u64.to_le_bytes(), "second buffer at 64");
+        let name = sink.finish().unwrap();
+        let seg = Segment::open(&d, &name).unwrap();
+        assert_eq!(seg.bytes().len(), 67);
+        assert_eq!((&seg.bytes()[..5], &seg.bytes()[64..]), (&a[..], &b[..]));
+        assert_eq!(std::fs::read_dir(&d).unwrap().count(), 0, "unlinked");
+        assert!(matches!(Segment::open(&d, &name), Err(ShmError::Io { .. })));
+        // No buffer taken: no segment.
+        assert_eq!(ShmSink::new(&w).finish().unwrap(), "");
+    }
+
+    #[test]
+    fn names_outside_the_directory_are_refused_before_any_file_access() {
+        for bad in ["", "../passwd", ".hidden", "a/b", &"x".repeat(201)] {
+            assert!(matches!(
+                Segment::open(Path::new("/nonexistent"), bad),
+                Err(ShmError::BadName(_))
+            ));
+        }
+    }
+
+    #[test]
+    #[cfg(unix)]
+    fn live_segments_are_private_to_their_user() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = dir("mode");
+        let w = ShmWriter::new(ShmConfig {
+            dir: d.clone(),
+            prefix: "m-".into(),
+            threshold: 1,
+        });
+        let data: Arc<[u8]> = Arc::from(&b"12345678"[..]);
+        let mut sink = ShmSink::new(&w);
+        assert!(sink.store(Buffer::Bytes(&data), &mut Out::default()));
+        let name = sink.finish().unwrap();
+        let mode = std::fs::metadata(d.join(&name))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+        let seg = Segment::open(&d, &name).unwrap();
+        assert_eq!(seg.bytes(), b"12345678");
+        assert!(!d.join(&name).exists(), "unlinked once mapped");
     }
 }

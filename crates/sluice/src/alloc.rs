@@ -16,6 +16,23 @@ use std::ffi::c_void;
 
 use libmimalloc_sys as mi;
 
+extern "C" {
+    // Part of mimalloc's C library (declared here: `libmimalloc-sys` declares it only
+    // with its `extended` feature).
+    fn mi_collect(force: bool);
+}
+
+/// Returns memory that was freed to mimalloc to the system. mimalloc keeps freed pages for
+/// reuse and purges them only when the allocator is called again later, so an iteration's
+/// big buffers (a `shuffle_buffer`'s samples, queued chunks) stayed resident after it
+/// closed: 2.2 GB for `shuffle_buffer(100_000)`. Called when an iteration is closed, once
+/// its threads are gone. Harmless, and cheap for a small heap, when mimalloc is not the
+/// global allocator.
+pub fn release_free_memory() {
+    // SAFETY: no arguments beyond a flag; mimalloc walks its own heaps.
+    unsafe { mi_collect(true) }
+}
+
 /// mimalloc as the global allocator.
 ///
 /// ```

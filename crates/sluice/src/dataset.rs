@@ -199,8 +199,21 @@ impl Dataset {
         drop_last: bool,
         pad: Vec<(String, f64)>,
     ) -> Result<Self> {
+        self.batch_with(size, drop_last, pad, false)
+    }
+    /// [`Dataset::batch_padded`]; with `ragged`, a field whose values do not stack (mixed
+    /// kinds or dtypes, an error otherwise) becomes a list.
+    pub fn batch_with(
+        &self,
+        size: usize,
+        drop_last: bool,
+        pad: Vec<(String, f64)>,
+        ragged: bool,
+    ) -> Result<Self> {
         Ok(Dataset::wrap(LogicalPlan::Batch(
-            BatchNode::try_new(self.input(), size, drop_last)?.with_pad(pad),
+            BatchNode::try_new(self.input(), size, drop_last)?
+                .with_pad(pad)
+                .with_ragged(ragged),
         )))
     }
     /// Global per-epoch shuffle of a random-access pipeline.
@@ -296,6 +309,8 @@ impl Dataset {
     /// A fingerprint of the pipeline, so a checkpoint is never loaded into another pipeline.
     /// A shard's rank and world size are left out (the checkpoint's `shard` node carries
     /// them), so an elastic checkpoint fits every rank of a new world size.
+    /// Ops count with their spec (a built-in op's arguments); a Python function by its
+    /// name here, its code in the checkpoint's [`crate::state::FunctionCode`]s.
     pub fn fingerprint(&self) -> String {
         let text: String = self
             .plan
@@ -303,6 +318,8 @@ impl Dataset {
             .iter()
             .map(|n| match &**n {
                 LogicalPlan::Shard(s) => format!("shard(equal={})\n", s.shard.equal),
+                LogicalPlan::Map(m) => format!("{} {}\n", n.describe(), m.op.spec()),
+                LogicalPlan::MapBatches(m) => format!("{} {}\n", n.describe(), m.op.spec()),
                 other => format!("{}\n", other.describe()),
             })
             .collect();
@@ -325,6 +342,7 @@ impl Dataset {
         Ok(IterState {
             version: IterState::VERSION,
             pipeline: self.fingerprint(),
+            functions: crate::state::function_codes(&chain),
             seed: opts.seed,
             state: position.as_ref().map(|p| crate::state::to_tree(&chain, p)),
             // Still finishing an elastic epoch: a reload must split it the same way.
@@ -338,7 +356,17 @@ impl Dataset {
     /// Starts an iteration, resuming after `state` when given. Thread counts may differ
     /// from the checkpointed run; the outputs are the same.
     pub fn iter_from(&self, opts: &IterOptions, state: Option<&IterState>) -> Result<Execution> {
-        crate::install_codecs();
+        self.iter_resume(opts, state, true)
+    }
+
+    /// [`Dataset::iter_from`]; with `strict` false, a checkpoint whose functions' code
+    /// changed since it was saved ([`Op::code_digest`]) is accepted too.
+    pub fn iter_resume(
+        &self,
+        opts: &IterOptions,
+        state: Option<&IterState>,
+        strict: bool,
+    ) -> Result<Execution> {
         let mut elastic_state = None;
         let resume = match state {
             None => None,
@@ -361,8 +389,11 @@ impl Dataset {
                         st.seed, opts.seed
                     )));
                 }
-                elastic_state = st.elastic.clone();
                 let chain = self.plan.chain();
+                if strict {
+                    crate::state::check_functions(&chain, &st.functions)?;
+                }
+                elastic_state = st.elastic.clone();
                 st.state
                     .as_ref()
                     .map(|t| crate::state::from_tree(&chain, t, st.elastic.is_some()))
@@ -382,6 +413,14 @@ impl Dataset {
                 Some(crate::state::elastic_epoch(e, shard, len, !flat)?)
             }
         };
+        if let Some(point) = &resume {
+            crate::state::check_position(
+                &self.plan.chain(),
+                point,
+                &plan.source,
+                elastic.as_ref(),
+            )?;
+        }
         Execution::start(
             &plan,
             ExecOptions {
@@ -469,5 +508,36 @@ mod tests {
             ..opts.clone()
         };
         assert!(a.iter_from(&other_seed, Some(&st)).is_err());
+    }
+
+    #[test]
+    fn checkpoint_refuses_positions_outside_the_data() {
+        let ds = Dataset::range(10).repeat(Some(2)).unwrap();
+        let opts = IterOptions::default();
+        let mut exec = ds.iter(&opts).unwrap();
+        exec.next().unwrap().unwrap();
+        let st = ds.state(&opts, &exec).unwrap();
+        let at = |epoch: u64, pos: u64| {
+            let mut st = st.clone();
+            let mut node = st.state.as_mut().unwrap();
+            while node.parent.is_some() {
+                node = node.parent.as_mut().unwrap();
+            }
+            node.own.insert(
+                "at".into(),
+                serde_json::json!({"epoch": epoch, "pos": pos, "ord": 0}),
+            );
+            ds.iter_from(&opts, Some(&st)).map(|e| e.count())
+        };
+        assert_eq!(at(1, 9).unwrap(), 0, "after the last output: nothing left");
+        assert_eq!(at(1, 3).unwrap(), 6);
+        let err = at(0, 10).unwrap_err().to_string();
+        assert!(
+            err.contains("position 10 of epoch 0") && err.contains("10 sample"),
+            "{err}"
+        );
+        let err = at(2, 0).unwrap_err().to_string();
+        assert!(err.contains("epoch 2") && err.contains("2 epoch"), "{err}");
+        assert!(at(0, u64::MAX).is_err());
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use sluice_core::{Execution, LogicalPlan, Result, Sample, StageKind};
 use sluice_io::arrow_conv::Records;
 use sluice_io::{
-    sink, ArrowSource, CsvOptions, CsvSource, ParquetSource, ShardShuffle, SinkOptions,
+    sink, ArrowSource, CsvOptions, CsvSource, ParquetSource, ShardShuffle, SinkOptions, WdsOptions,
     WebDatasetSource,
 };
 
@@ -46,9 +46,20 @@ impl Dataset {
         rank: Option<(u64, u64)>,
         shuffle: Option<ShardShuffle>,
     ) -> Result<Self> {
-        Ok(Dataset::from_source(Arc::new(
-            WebDatasetSource::open_shuffled(entries, rank, shuffle)?,
-        )))
+        Self::read_webdataset_with(entries, rank, shuffle, WdsOptions::default())
+    }
+
+    /// [`Dataset::read_webdataset_shuffled`] with an error policy for members that cannot be
+    /// fields (links, devices, oversized members, ...) and a member size limit.
+    pub fn read_webdataset_with(
+        entries: &[String],
+        rank: Option<(u64, u64)>,
+        shuffle: Option<ShardShuffle>,
+        opts: WdsOptions,
+    ) -> Result<Self> {
+        Ok(Dataset::from_source(Arc::new(WebDatasetSource::open_with(
+            entries, rank, shuffle, opts,
+        )?)))
     }
 
     /// The rows of in-memory Arrow record batches (random access).
@@ -161,6 +172,7 @@ impl Iterator for Parted {
 
 #[cfg(test)]
 mod tests {
+    use super::{Arc, WdsOptions};
     use crate::{IterOptions, PipelineSpec};
     use sluice_core::{Sample, Value};
 
@@ -205,15 +217,36 @@ mod tests {
         std::fs::write(dir.join("a.csv"), "x,y\n1,\"p,q\"\n2,r\n").unwrap();
         let items = (0..5).map(|i| Ok(Sample::from_pairs([("id", Value::Int(i))])));
         sluice_io::sink::write_parquet(items, &format!("{d}/pq"), &Default::default()).unwrap();
+        std::fs::write(dir.join("t.txt"), b"one\nt\xffo\nthree\n").unwrap();
+        std::fs::write(dir.join("empty.tar"), [0u8; 1024]).unwrap();
+        let text = sluice_io::JsonlOptions {
+            on_error: sluice_core::OnError::Skip,
+            ..Default::default()
+        };
+        let tar = WdsOptions {
+            on_error: sluice_core::OnError::Skip,
+            max_member_size: 4096,
+        };
         let sources = [
             crate::Dataset::read_csv(&[format!("{d}/a.csv")], &Default::default()).unwrap(),
             crate::Dataset::read_parquet(&[format!("{d}/pq")], Some(&["id".into()])).unwrap(),
+            crate::Dataset::from_source(Arc::new(
+                sluice_io::LinesSource::open_with(
+                    &[format!("{d}/t.txt")],
+                    sluice_io::LinesFormat::Text,
+                    &text,
+                )
+                .unwrap(),
+            )),
+            crate::Dataset::read_webdataset_with(&[format!("{d}/empty.tar")], None, None, tar)
+                .unwrap(),
         ];
         for ds in sources {
             let shipped = ds.plan().source().ship().expect("ships");
             let file = serde_json::json!({ "source": shipped }).to_string();
             let (copy, _) = PipelineSpec::parse(&file, "json").unwrap().build().unwrap();
             assert_eq!(rows(&copy), rows(&ds));
+            assert_eq!(copy.plan().source().spec(), ds.plan().source().spec());
         }
         std::fs::remove_dir_all(&dir).unwrap();
     }

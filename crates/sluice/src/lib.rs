@@ -19,25 +19,6 @@ mod relational;
 mod spec;
 mod state;
 
-/// The engine's lossless sample format for caches' disk tier (see
-/// [`sluice_core::cache::SpillCodec`]).
-struct WireCodec;
-
-impl sluice_core::cache::SpillCodec for WireCodec {
-    fn encode(&self, sample: &sluice_core::Sample, out: &mut Vec<u8>) {
-        sluice_remote::wire::encode_sample(sample, out);
-    }
-    fn decode(&self, record: &[u8]) -> sluice_core::Result<sluice_core::Sample> {
-        sluice_remote::wire::decode_sample(record).map_err(Into::into)
-    }
-}
-
-/// Installs the codecs the core engine takes from higher crates (once).
-pub(crate) fn install_codecs() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| sluice_core::cache::install_spill_codec(std::sync::Arc::new(WireCodec)));
-}
-
 pub use dataset::{Dataset, IterOptions};
 pub use relational::GroupedDataset;
 pub use sluice_core::mix::StopPolicy;
@@ -46,11 +27,14 @@ pub use sluice_io::{
     arrow_array, arrow_conv::ArrowColumn, arrow_conv::Records, arrow_schema, CsvOnError,
     CsvOptions, CsvSource, CsvType, SinkOptions,
 };
-pub use sluice_io::{JsonlOptions, LabelMode, LinesFormat, ShardShuffle, Utf8Errors};
+pub use sluice_io::{
+    JsonlOptions, LabelMode, LinesFormat, LinesSource, ShardShuffle, Utf8Errors, WdsOptions,
+    DEFAULT_MAX_MEMBER_SIZE,
+};
 pub use sluice_ops::OpSpec;
 pub use sluice_optimizer::{OptimizerOptions, Plan, Profile, ProfileOptions};
 pub use sluice_relational::{
     Agg, AggFn, AggregateSpec, BlockingOptions, SortSpec, SpillReport, DEFAULT_MEMORY_BUDGET,
 };
 pub use spec::{csv_options, PipelineSpec, SourceSpec, StepSpec};
-pub use state::{elastic_state, node_name, Elastic, IterState, NodeState};
+pub use state::{elastic_state, node_name, Elastic, FunctionCode, IterState, NodeState};

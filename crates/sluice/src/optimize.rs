@@ -36,7 +36,6 @@ impl Dataset {
     /// # Ok::<(), sluice::Error>(())
     /// ```
     pub fn cache_with(&self, budget: u64, disk_budget: u64) -> Result<Self> {
-        crate::install_codecs();
         Ok(Dataset::from_plan(Arc::new(LogicalPlan::Cache(
             CacheNode::try_new(self.plan().clone(), budget, disk_budget)?,
         ))))

@@ -17,7 +17,10 @@
 
 use serde::{Deserialize, Serialize};
 use sluice_core::{Error, OnError, PackSpec, Result};
-use sluice_io::{CsvOnError, CsvOptions, JsonlOptions, LabelMode, ShardShuffle, Utf8Errors};
+use sluice_io::{
+    CsvOnError, CsvOptions, JsonlOptions, LabelMode, LinesFormat, LinesSource, ShardShuffle,
+    WdsOptions, DEFAULT_MAX_MEMBER_SIZE,
+};
 use sluice_ops::OpSpec;
 use sluice_relational::{Agg, BlockingOptions};
 
@@ -42,6 +45,9 @@ pub enum SourceSpec {
         paths: Vec<String>,
         #[serde(default)]
         errors: Option<String>,
+        /// `skip`: lines that are not UTF-8 (under `errors = "strict"`) are left out, counted.
+        #[serde(default)]
+        on_error: OnError,
     },
     ReadJsonl {
         paths: Vec<String>,
@@ -79,6 +85,13 @@ pub enum SourceSpec {
         /// `true` (from the run's seed) or a seed: shard order permuted per epoch.
         #[serde(default)]
         shuffle_shards: Option<ShuffleShards>,
+        /// `skip`: members that cannot be fields (links, devices, oversized, ...) are left
+        /// out and counted.
+        #[serde(default)]
+        on_error: OnError,
+        /// Members declaring more bytes are errors (default 1 GiB).
+        #[serde(default)]
+        max_member_size: Option<u64>,
     },
 }
 
@@ -304,17 +317,21 @@ impl PipelineSpec {
                 };
                 Dataset::read_images(paths, mode)?
             }
-            SourceSpec::ReadText { paths, errors } => {
-                let errors = match errors.as_deref() {
-                    None | Some("strict") => Utf8Errors::Strict,
-                    Some("replace") => Utf8Errors::Replace,
-                    Some(other) => {
-                        return Err(Error::invalid(format!(
-                            "errors must be 'strict' or 'replace', got '{other}'"
-                        )))
-                    }
+            SourceSpec::ReadText {
+                paths,
+                errors,
+                on_error,
+            } => {
+                let opts = JsonlOptions {
+                    errors: errors.as_deref().unwrap_or("strict").parse()?,
+                    on_error: *on_error,
+                    ..Default::default()
                 };
-                Dataset::read_text(paths, errors)?
+                Dataset::from_source(std::sync::Arc::new(LinesSource::open_with(
+                    paths,
+                    LinesFormat::Text,
+                    &opts,
+                )?))
             }
             SourceSpec::ReadJsonl {
                 paths,
@@ -348,6 +365,8 @@ impl PipelineSpec {
                 rank,
                 world_size,
                 shuffle_shards,
+                on_error,
+                max_member_size,
             } => {
                 let ranks = match (rank, world_size) {
                     (Some(r), Some(n)) => Some((*r, *n)),
@@ -355,7 +374,11 @@ impl PipelineSpec {
                     _ => return Err(Error::invalid("give both rank and world_size, or neither")),
                 };
                 let shuffle = shuffle_shards.and_then(ShuffleShards::get);
-                Dataset::read_webdataset_shuffled(paths, ranks, shuffle)?
+                let opts = WdsOptions {
+                    on_error: *on_error,
+                    max_member_size: max_member_size.unwrap_or(DEFAULT_MAX_MEMBER_SIZE),
+                };
+                Dataset::read_webdataset_with(paths, ranks, shuffle, opts)?
             }
         };
         for step in &self.steps {

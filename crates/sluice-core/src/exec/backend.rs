@@ -47,8 +47,9 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::exec::transform::{Chain, Chunk};
-use crate::exec::Skip;
+use crate::exec::item::{is_interrupt, Chunk, Partial};
+use crate::exec::resume::Skip;
+use crate::exec::stage::chain::Chain;
 use crate::plan::physical::ChainOp;
 use crate::source::SourceRef;
 use crate::stats::PipelineStats;
@@ -114,6 +115,29 @@ pub trait Workers: Send + Sync {
     /// Processes one chunk (called from up to [`Workers::parallelism`] threads at once).
     /// Output order within the chunk must follow input order.
     fn run(&self, chunk: Chunk) -> Result<Chunk>;
+    /// Processes one chunk, keeping what the items before a failing one produced: those
+    /// outputs and the failure. Backends that can say so directly (threads) override it.
+    ///
+    /// By default a failed chunk is run again up to the failing sample, which the error
+    /// names: every op is a pure function of (seed, epoch, index, op), so the re-run makes
+    /// the same outputs, and it costs nothing unless a sample fails. (Outputs of the failing
+    /// sample's own flat_map siblings before it are not delivered.)
+    fn run_partial(&self, chunk: Chunk) -> Partial {
+        // Items carry shared buffers: the copy is a few reference counts per sample.
+        let inputs = chunk.clone();
+        match self.run(chunk) {
+            Ok(out) => (out, None),
+            Err(e) if is_interrupt(&e) => (Vec::new(), Some(e)),
+            Err(e) => {
+                let prefix = before(inputs, &e);
+                let out = match prefix.is_empty() {
+                    true => Vec::new(),
+                    false => self.run(prefix).unwrap_or_default(),
+                };
+                (out, Some(e))
+            }
+        }
+    }
     /// Stops the workers (called once when the stage ends; must not block for long).
     fn shutdown(&self) {}
 }
@@ -137,6 +161,19 @@ pub trait Backend: Send + Sync + fmt::Debug {
     }
 }
 
+/// The items of `inputs` before the sample `e` names (none if it names none of them).
+fn before(mut inputs: Chunk, e: &Error) -> Chunk {
+    let Error::InSample { sample, .. } = e else {
+        return Vec::new();
+    };
+    let n = inputs
+        .iter()
+        .position(|it| it.epoch == sample.epoch && it.index == sample.index)
+        .unwrap_or(0);
+    inputs.truncate(n);
+    inputs
+}
+
 /// Threads of this process, each running the fused chain directly.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct ThreadBackend;
@@ -152,6 +189,9 @@ impl Workers for ThreadWorkers {
     }
     fn run(&self, chunk: Chunk) -> Result<Chunk> {
         self.chain.run(chunk)
+    }
+    fn run_partial(&self, chunk: Chunk) -> Partial {
+        self.chain.run_partial(chunk)
     }
 }
 
@@ -204,5 +244,88 @@ impl Backends {
                     .collect::<String>()
             ))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::SampleRef;
+    use crate::exec::item::Item;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A pool that, like a remote one, returns a failed chunk whole: doubles `index`, fails at 5.
+    struct AllOrNothing(AtomicUsize);
+
+    impl Workers for AllOrNothing {
+        fn parallelism(&self) -> usize {
+            1
+        }
+        fn run(&self, chunk: Chunk) -> Result<Chunk> {
+            self.0.fetch_add(1, Ordering::Relaxed);
+            let mut out = Vec::new();
+            for it in chunk {
+                if it.index == 5 {
+                    return Err(Error::InSample {
+                        op: "boom".into(),
+                        sample: SampleRef {
+                            epoch: it.epoch,
+                            index: it.index,
+                            path: None,
+                        },
+                        source: Box::new(Error::invalid("boom")),
+                    });
+                }
+                out.extend([it.clone(), it]);
+            }
+            Ok(out)
+        }
+    }
+
+    fn chunk(indices: std::ops::Range<u64>) -> Chunk {
+        indices
+            .map(|index| Item {
+                index,
+                ..Default::default()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_failed_chunk_keeps_the_outputs_of_the_items_before_the_failing_one() {
+        let pool = AllOrNothing(AtomicUsize::new(0));
+        let (out, err) = pool.run_partial(chunk(2..9));
+        let got: Vec<u64> = out.iter().map(|it| it.index).collect();
+        assert_eq!(got, [2, 2, 3, 3, 4, 4]);
+        assert!(err.unwrap().to_string().contains("boom"));
+        assert_eq!(
+            pool.0.load(Ordering::Relaxed),
+            2,
+            "the chunk, then its first three"
+        );
+        // The first item failing: nothing before it, and no second run of an empty chunk.
+        let (out, err) = pool.run_partial(chunk(5..7));
+        assert!(out.is_empty() && err.is_some());
+        assert_eq!(pool.0.load(Ordering::Relaxed), 3);
+        // A chunk without a failure runs once.
+        let runs = pool.0.load(Ordering::Relaxed);
+        let (out, err) = pool.run_partial(chunk(0..3));
+        assert_eq!((out.len(), err.is_none()), (6, true));
+        assert_eq!(pool.0.load(Ordering::Relaxed), runs + 1);
+    }
+
+    #[test]
+    fn an_interrupt_keeps_nothing() {
+        struct Interrupted;
+        impl Workers for Interrupted {
+            fn parallelism(&self) -> usize {
+                1
+            }
+            fn run(&self, _: Chunk) -> Result<Chunk> {
+                Err(Error::Cancelled)
+            }
+        }
+        let (out, err) = Interrupted.run_partial(chunk(0..3));
+        assert!(out.is_empty() && matches!(err, Some(Error::Cancelled)));
     }
 }

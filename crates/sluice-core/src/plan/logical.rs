@@ -89,6 +89,8 @@ pub struct BatchNode {
     pub drop_last: bool,
     /// Fields padded along their first axis to the longest in the batch, with a value.
     pub pad: Vec<(String, f64)>,
+    /// Fields that do not stack (mixed kinds or dtypes) become lists instead of an error.
+    pub ragged: bool,
     pub schema: Schema,
 }
 
@@ -146,6 +148,10 @@ pub struct PackNode {
     pub schema: Schema,
 }
 
+/// The longest `pack` block, in tokens (2^24, the text ops' default `max_tokens`): a block's
+/// buffers are allocated whole, so an absurd length is refused when the pipeline is built.
+pub const MAX_PACK_LENGTH: usize = 1 << 24;
+
 /// What `pack` does.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PackSpec {
@@ -160,18 +166,17 @@ pub struct PackSpec {
     pub pad_id: i64,
 }
 
-/// Longest `pack` block, in tokens: every block is allocated at full length (padding
-/// included), so a longer one is refused rather than aborting the run.
-pub const MAX_PACK_LENGTH: usize = 1 << 24;
-
 impl PackNode {
     /// Checks `length > 0` and that `field` exists when the fields are known; the output
     /// fields are the packed field, `attention_mask` and `segment_ids`.
     pub fn try_new(input: Arc<LogicalPlan>, spec: PackSpec) -> Result<Self> {
-        if spec.length == 0 || spec.length > MAX_PACK_LENGTH {
+        if spec.length == 0 {
+            return Err(Error::invalid("pack: length must be > 0"));
+        }
+        if spec.length > MAX_PACK_LENGTH {
             return Err(Error::invalid(format!(
-                "pack: length must be in 1..={MAX_PACK_LENGTH} tokens, got {}",
-                spec.length
+                "pack: length={} makes blocks of {} tokens, above the limit of {MAX_PACK_LENGTH}",
+                spec.length, spec.length
             )));
         }
         if let Some(fields) = input.schema() {
@@ -203,8 +208,7 @@ pub struct CacheNode {
     pub input: Arc<LogicalPlan>,
     /// Bytes kept in memory.
     pub budget: u64,
-    /// Bytes kept on local disk beyond that (0: none; needs a spill codec, see
-    /// [`crate::cache::install_spill_codec`]).
+    /// Bytes kept on local disk beyond that (0: none), as records of [`crate::codec`].
     pub disk_budget: u64,
 }
 
@@ -349,12 +353,18 @@ impl BatchNode {
             size,
             drop_last,
             pad: Vec::new(),
+            ragged: false,
             schema,
         })
     }
     /// Pads `fields` (name, value) to the longest in each batch before stacking.
     pub fn with_pad(mut self, pad: Vec<(String, f64)>) -> Self {
         self.pad = pad;
+        self
+    }
+    /// Makes fields that do not stack lists instead of an error ([`crate::collate_with`]).
+    pub fn with_ragged(mut self, ragged: bool) -> Self {
+        self.ragged = ragged;
         self
     }
 }
@@ -543,13 +553,16 @@ impl LogicalPlan {
             LogicalPlan::MapBatches(n) => {
                 format!("map_batches({}, batch_size={})", n.op.name(), n.batch_size)
             }
-            LogicalPlan::Batch(n) if n.pad.is_empty() => {
-                format!("batch({}, drop_last={})", n.size, n.drop_last)
+            LogicalPlan::Batch(n) => {
+                let mut s = format!("batch({}, drop_last={}", n.size, n.drop_last);
+                if !n.pad.is_empty() {
+                    s.push_str(&format!(", pad={:?}", n.pad));
+                }
+                if n.ragged {
+                    s.push_str(", ragged=true");
+                }
+                s + ")"
             }
-            LogicalPlan::Batch(n) => format!(
-                "batch({}, drop_last={}, pad={:?})",
-                n.size, n.drop_last, n.pad
-            ),
             LogicalPlan::Shuffle(n) => format!("shuffle(seed={:?})", n.seed),
             LogicalPlan::ShuffleBuffer(n) => format!("shuffle_buffer({})", n.size),
             LogicalPlan::Shard(n) => format!(

@@ -59,6 +59,13 @@ impl Default for LowerOptions {
 /// runs out.
 pub const MAX_THREADS: usize = 1024;
 
+/// The seed of a `shuffle` or `shuffle_buffer` step: its own, or the iteration's when it has
+/// none. Decided here only; the physical plan carries the result, so the executor never
+/// falls back to a seed of its own.
+fn shuffle_seed(own: Option<u64>, opts: &LowerOptions) -> u64 {
+    own.unwrap_or(opts.seed)
+}
+
 /// Lowers `plan` with the default rules.
 pub fn lower(plan: &Arc<LogicalPlan>, opts: &LowerOptions) -> Result<PhysicalPlan> {
     if opts.num_threads == 0 || opts.num_threads > MAX_THREADS {
@@ -93,7 +100,7 @@ pub fn lower(plan: &Arc<LogicalPlan>, opts: &LowerOptions) -> Result<PhysicalPla
                 let o = order
                     .as_mut()
                     .ok_or_else(|| Error::invalid("shuffle needs random access"))?;
-                o.shuffle = Some(n.seed.unwrap_or(opts.seed));
+                o.shuffle = Some(shuffle_seed(n.seed, opts));
             }
             LogicalPlan::Shard(n) => match order.as_mut() {
                 Some(o) => o.shard = Some(n.shard),
@@ -217,6 +224,7 @@ pub fn lower(plan: &Arc<LogicalPlan>, opts: &LowerOptions) -> Result<PhysicalPla
                             per_epoch: repeat_after_batch,
                             pad: n.pad.clone(),
                             read: batch_reads,
+                            ragged: n.ragged,
                         },
                         Variant::Threads { threads: 1 },
                     )),
@@ -228,6 +236,7 @@ pub fn lower(plan: &Arc<LogicalPlan>, opts: &LowerOptions) -> Result<PhysicalPla
                                 per_epoch: true,
                                 pad: Vec::new(),
                                 read: false,
+                                ragged: true,
                             },
                             Variant::Threads { threads: 1 },
                         ));
@@ -248,7 +257,7 @@ pub fn lower(plan: &Arc<LogicalPlan>, opts: &LowerOptions) -> Result<PhysicalPla
                     LogicalPlan::ShuffleBuffer(n) => stages.push(stage(
                         StageKind::ShuffleBuffer {
                             size: n.size,
-                            seed: n.seed,
+                            seed: shuffle_seed(n.seed, opts),
                             op_id: n.op_id,
                         },
                         Variant::Threads { threads: 1 },
@@ -346,4 +355,44 @@ fn is_stage(node: &LogicalPlan) -> bool {
             | LogicalPlan::Take(_)
             | LogicalPlan::Pack(_)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::logical::{ShuffleBufferNode, ShuffleNode, SourceNode};
+    use crate::source::RangeSource;
+
+    /// The seeds a lowering gives `shuffle(seed=own)` then `shuffle_buffer(4, seed=own)`
+    /// under the iteration seed `iteration`: (the source order's, the stage's).
+    fn seeds(own: Option<u64>, iteration: u64) -> (Option<u64>, u64) {
+        let src = Arc::new(LogicalPlan::Source(SourceNode::new(Arc::new(
+            RangeSource::new(10),
+        ))));
+        let shuffled = Arc::new(LogicalPlan::Shuffle(
+            ShuffleNode::try_new(src, own).unwrap(),
+        ));
+        let buffered = Arc::new(LogicalPlan::ShuffleBuffer(
+            ShuffleBufferNode::try_new(shuffled, 4, own).unwrap(),
+        ));
+        let opts = LowerOptions {
+            seed: iteration,
+            ..LowerOptions::default()
+        };
+        let plan = lower(&buffered, &opts).unwrap();
+        let order = plan.source.order.expect("random access").shuffle;
+        match plan.stages.last().map(|s| &s.kind) {
+            Some(StageKind::ShuffleBuffer { seed, .. }) => (order, *seed),
+            other => panic!("expected a shuffle_buffer stage, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn unseeded_shuffles_take_the_iteration_seed_when_lowered() {
+        assert_eq!(seeds(None, 7), (Some(7), 7));
+        assert_eq!(seeds(None, 0), (Some(0), 0));
+        // A step's own seed wins over the iteration's, also when it is 0.
+        assert_eq!(seeds(Some(3), 7), (Some(3), 3));
+        assert_eq!(seeds(Some(0), 7), (Some(0), 0));
+    }
 }

@@ -107,6 +107,10 @@ pub enum StageKind {
         /// when it follows the source directly: no per-row samples are made.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         read: bool,
+        /// Fields that do not stack become lists instead of an error (`batch(ragged=True)`,
+        /// and map_batches' input, whose function takes what it gets).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        ragged: bool,
     },
     /// Split batches back into samples.
     Unbatch,
@@ -115,7 +119,8 @@ pub enum StageKind {
     /// Bounded buffer shuffle.
     ShuffleBuffer {
         size: usize,
-        seed: Option<u64>,
+        /// The step's seed, or the iteration's when it has none (decided when lowering).
+        seed: u64,
         op_id: u64,
     },
     /// Concatenate a token field across items and cut fixed-length blocks.

@@ -4,7 +4,7 @@
 use super::jpeg::{decode_jpeg_at, parse_checked_header, SCALED_DENOMINATORS};
 use super::{decode, sniff, DecodeOptions, Format};
 use crate::error::Result;
-use crate::geometry::{resized_crop, resized_crop_box, CropBox, Filter};
+use crate::geometry::{resized_crop, resized_subpixel_crop, CropBox, Filter};
 use crate::image::Image;
 use crate::orient::{reverses_axes, swaps_axes};
 
@@ -114,7 +114,8 @@ pub fn decode_resized_crop(
                 height: height as f64 / s,
                 width: width as f64 / s,
             };
-            let out = resized_crop_box(&img, b, out_h, out_w, filter, true)?;
+            // Crop-then-resize, as the full path: only pixels the crop touches are read.
+            let out = resized_subpixel_crop(&img, b, out_h, out_w, filter, true)?;
             return Ok((out, d as u32));
         }
     }

@@ -2,6 +2,7 @@ use super::*;
 use crate::testing::{cx, one};
 use crate::OpSpec;
 use serde_json::json;
+use sluice_core::{OpKind, OpRef, Sample, Tensor, TensorData, Value};
 
 const WAV: &[u8] = include_bytes!("../../../sluice-audioproc/tests/fixtures/chirp_16k_mono.wav");
 const STEREO: &[u8] = include_bytes!("../../../sluice-audioproc/tests/fixtures/stereo_24bit.wav");
@@ -387,7 +388,7 @@ fn bad_input_is_a_data_error() {
     let e = op(json!({"op": "audio.mel", "field": "audio", "sample_rate": 16000}))
         .apply(s, &cx(0, 0))
         .unwrap_err();
-    assert!(matches!(e, Error::Data(_)), "{e:?}");
+    assert!(matches!(e, Error::Type(_)), "{e:?}");
     // Mel with an explicit n_fft that disagrees with the spectrogram's rows.
     let mut s = spec_sample(201, 3);
     s.set("sample_rate", Value::Int(16000));

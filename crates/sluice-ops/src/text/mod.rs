@@ -1,5 +1,7 @@
 //! `sluice.text` ops: tokenization through the `tokenizers` crate (any Hugging Face
-//! `tokenizer.json`, offline), then `truncate`, `add_tokens` and `pad` on id sequences.
+//! `tokenizer.json`, offline), then `truncate`, `add_tokens` and `pad` on id sequences. Each
+//! reads `field` and writes `out` (default: `field`); `pad`, whose output length is its
+//! argument, checks it against `max_tokens` ([`crate::limits`]).
 
 use std::sync::Arc;
 
@@ -7,6 +9,8 @@ use serde::{Deserialize, Serialize};
 use sluice_core::{
     Emit, Error, Op, OpContext, OpKind, OpMeta, OpRef, Result, Sample, Tensor, TensorData, Value,
 };
+
+use crate::limits::{default_max_tokens, is_default_max_tokens, refuse};
 
 fn text_field() -> String {
     "text".into()
@@ -29,7 +33,7 @@ fn is_strict(s: &str) -> bool {
 
 /// The serde form of the `text.*` ops.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "op")]
+#[serde(tag = "op", deny_unknown_fields)]
 pub enum TextSpec {
     /// Encodes `field` with the tokenizer at `tokenizer` (a `tokenizer.json` path).
     #[serde(rename = "text.tokenize")]
@@ -59,6 +63,9 @@ pub enum TextSpec {
         length: usize,
         #[serde(default = "ids_field")]
         field: String,
+        /// `None`: same as `field`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        out: Option<String>,
     },
     /// Prepends `bos` and/or appends `eos`.
     #[serde(rename = "text.add_tokens")]
@@ -69,6 +76,9 @@ pub enum TextSpec {
         eos: Option<i64>,
         #[serde(default = "ids_field")]
         field: String,
+        /// `None`: same as `field`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        out: Option<String>,
     },
     /// Pads (right) with `pad_id` to `length`; longer sequences are an error (truncate first).
     #[serde(rename = "text.pad")]
@@ -81,11 +91,57 @@ pub enum TextSpec {
         /// Also write a mask (1 for tokens, 0 for padding) to this field.
         #[serde(default)]
         mask: Option<String>,
+        /// `None`: same as `field`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        out: Option<String>,
+        /// The longest `length` allowed ([`crate::limits`]).
+        #[serde(
+            default = "default_max_tokens",
+            skip_serializing_if = "is_default_max_tokens"
+        )]
+        max_tokens: u64,
     },
 }
 
-/// Builds a `text.*` op, loading the tokenizer once.
+impl TextSpec {
+    /// The API name (`tokenize`, `pad`, ...).
+    pub fn name(&self) -> &'static str {
+        match self {
+            TextSpec::Tokenize { .. } => "tokenize",
+            TextSpec::Truncate { .. } => "truncate",
+            TextSpec::AddTokens { .. } => "add_tokens",
+            TextSpec::Pad { .. } => "pad",
+        }
+    }
+
+    /// The field the op reads and the one it writes its ids to.
+    fn io(&self) -> (&str, &str) {
+        match self {
+            TextSpec::Tokenize { field, out, .. } => (field, out),
+            TextSpec::Truncate { field, out, .. }
+            | TextSpec::AddTokens { field, out, .. }
+            | TextSpec::Pad { field, out, .. } => (field, out.as_deref().unwrap_or(field)),
+        }
+    }
+}
+
+/// Builds a `text.*` op, loading the tokenizer once; a bad argument is an error naming the op.
 pub fn build(spec: &TextSpec) -> Result<OpRef> {
+    let op = format!("text.{}", spec.name());
+    let named = |e: Error| match e {
+        Error::InvalidArgument(m) if !m.starts_with("text.") => {
+            Error::InvalidArgument(format!("{op}: {m}"))
+        }
+        other => other,
+    };
+    let (field, out) = spec.io();
+    for (what, name) in [("field", field), ("out", out)] {
+        if name.is_empty() {
+            return Err(named(Error::invalid(format!(
+                "{what} must be a non-empty field name"
+            ))));
+        }
+    }
     let tokenizer = match spec {
         TextSpec::Tokenize {
             tokenizer,
@@ -94,14 +150,14 @@ pub fn build(spec: &TextSpec) -> Result<OpRef> {
             ..
         } => {
             if dtype != "int64" && dtype != "int32" {
-                return Err(Error::invalid(format!(
+                return Err(named(Error::invalid(format!(
                     "dtype must be 'int64' or 'int32', got '{dtype}'"
-                )));
+                ))));
             }
             if errors != "strict" && errors != "replace" {
-                return Err(Error::invalid(format!(
+                return Err(named(Error::invalid(format!(
                     "errors must be 'strict' or 'replace', got '{errors}'"
-                )));
+                ))));
             }
             if !std::path::Path::new(tokenizer).is_file() {
                 return Err(Error::FileNotFound(format!(
@@ -109,12 +165,24 @@ pub fn build(spec: &TextSpec) -> Result<OpRef> {
                 )));
             }
             let t = tokenizers::Tokenizer::from_file(tokenizer).map_err(|e| {
-                Error::invalid(format!("{tokenizer}: not a valid tokenizer.json: {e}"))
+                Error::invalid(format!(
+                    "{op}: {tokenizer}: not a valid tokenizer.json: {e}"
+                ))
             })?;
             Some(Arc::new(t))
         }
         TextSpec::Truncate { length: 0, .. } | TextSpec::Pad { length: 0, .. } => {
-            return Err(Error::invalid("length must be > 0"))
+            return Err(named(Error::invalid("length must be > 0, got 0")))
+        }
+        TextSpec::Pad {
+            length, max_tokens, ..
+        } if *length as u64 > *max_tokens => {
+            return Err(refuse(
+                &op,
+                &format!("length={length} makes {length} ids a sample"),
+                "max_tokens",
+                *max_tokens,
+            ))
         }
         _ => None,
     };
@@ -137,48 +205,65 @@ impl std::fmt::Debug for TextOp {
 
 /// Token ids in either dtype the text ops write.
 trait Id: Copy {
-    fn from_i64(v: i64) -> Self;
+    const DTYPE: &'static str;
+    fn from_i64(v: i64) -> Option<Self>;
 }
 impl Id for i32 {
-    fn from_i64(v: i64) -> Self {
-        v as i32
+    const DTYPE: &'static str = "int32";
+    fn from_i64(v: i64) -> Option<Self> {
+        i32::try_from(v).ok()
     }
 }
 impl Id for i64 {
-    fn from_i64(v: i64) -> Self {
-        v
+    const DTYPE: &'static str = "int64";
+    fn from_i64(v: i64) -> Option<Self> {
+        Some(v)
     }
 }
 
+/// `v`, the op's argument `arg`, as an id of the field's dtype.
+fn id<T: Id>(arg: &str, v: i64, field: &str) -> Result<T> {
+    T::from_i64(v).ok_or_else(|| {
+        Error::data(format!(
+            "{arg}={v} does not fit the {} ids of field '{field}'",
+            T::DTYPE
+        ))
+    })
+}
+
 /// What truncate, add_tokens and pad do to a sequence of ids.
-enum IdEdit<'a> {
+enum IdEdit {
     Truncate(usize),
-    Add { bos: &'a [i64], eos: &'a [i64] },
+    Add { bos: Option<i64>, eos: Option<i64> },
     Pad { length: usize, pad_id: i64 },
 }
 
-impl IdEdit<'_> {
-    /// The edited ids, written once into a buffer of their final size.
-    fn apply<T: Id>(&self, ids: &[T]) -> Result<Vec<T>> {
+impl IdEdit {
+    /// The edited ids of `field`, written once into a buffer of their final size.
+    fn apply<T: Id>(&self, ids: &[T], field: &str) -> Result<Vec<T>> {
         Ok(match *self {
             IdEdit::Truncate(n) => ids[..n.min(ids.len())].to_vec(),
             IdEdit::Add { bos, eos } => {
-                let mut v = Vec::with_capacity(bos.len() + ids.len() + eos.len());
-                v.extend(bos.iter().map(|&x| T::from_i64(x)));
+                let bos = bos.map(|b| id::<T>("bos", b, field)).transpose()?;
+                let eos = eos.map(|e| id::<T>("eos", e, field)).transpose()?;
+                let mut v = Vec::with_capacity(ids.len() + 2);
+                v.extend(bos);
                 v.extend_from_slice(ids);
-                v.extend(eos.iter().map(|&x| T::from_i64(x)));
+                v.extend(eos);
                 v
             }
             IdEdit::Pad { length, .. } if ids.len() > length => {
                 return Err(Error::data(format!(
-                    "sequence of {} ids is longer than pad length {length}; truncate first",
+                    "a sequence of {} ids in field '{field}' is longer than length={length}; \
+                     truncate first",
                     ids.len()
                 )))
             }
             IdEdit::Pad { length, pad_id } => {
+                let pad = id::<T>("pad_id", pad_id, field)?;
                 let mut v = Vec::with_capacity(length);
                 v.extend_from_slice(ids);
-                v.resize(length, T::from_i64(pad_id));
+                v.resize(length, pad);
                 v
             }
         })
@@ -187,13 +272,18 @@ impl IdEdit<'_> {
 
 /// Applies `edit` to `field`'s ids (int32/int64 tensors keep their dtype, lists of ints become
 /// int64), reading them where they are: ids shared with a cache are read, not copied out
-/// first, and nothing is widened and narrowed again. Returns the number of ids before the
-/// edit and whether the result is int64.
-fn edit_ids(s: &mut Sample, field: &str, op: &str, edit: &IdEdit<'_>) -> Result<(usize, bool)> {
+/// first, and nothing is widened and narrowed again. Writes the result to `out`. Returns the
+/// number of ids before the edit and whether the result is int64.
+fn edit_ids(
+    s: &mut Sample,
+    (field, out): (&str, &str),
+    op: &str,
+    edit: &IdEdit,
+) -> Result<(usize, bool)> {
     let (data, n) = match s.require(field, op)? {
         Value::Tensor(t) if t.shape().len() == 1 => match t.data() {
-            TensorData::I64(v) => (TensorData::I64(edit.apply(v)?), v.len()),
-            TensorData::I32(v) => (TensorData::I32(edit.apply(v)?), v.len()),
+            TensorData::I64(v) => (TensorData::I64(edit.apply(v, field)?), v.len()),
+            TensorData::I32(v) => (TensorData::I32(edit.apply(v, field)?), v.len()),
             other => {
                 return Err(Error::type_error(format!(
                     "field '{field}' must hold int32/int64 ids, got {}",
@@ -209,7 +299,7 @@ fn edit_ids(s: &mut Sample, field: &str, op: &str, edit: &IdEdit<'_>) -> Result<
                 .ok_or_else(|| {
                     Error::type_error(format!("field '{field}' must be a list of ints"))
                 })?;
-            (TensorData::I64(edit.apply(&v)?), v.len())
+            (TensorData::I64(edit.apply(&v, field)?), v.len())
         }
         other => {
             return Err(Error::type_error(format!(
@@ -220,7 +310,7 @@ fn edit_ids(s: &mut Sample, field: &str, op: &str, edit: &IdEdit<'_>) -> Result<
     };
     let wide = matches!(data, TensorData::I64(_));
     let len = data.len();
-    s.set(field, Value::Tensor(Tensor::new(vec![len], data)?));
+    s.set(out, Value::Tensor(Tensor::new(vec![len], data)?));
     Ok((n, wide))
 }
 
@@ -248,13 +338,15 @@ impl TextOp {
                 w.extend(attention_mask.clone());
                 (vec![field.clone()], w)
             }
-            TextSpec::Truncate { field, .. } | TextSpec::AddTokens { field, .. } => {
-                (vec![field.clone()], vec![field.clone()])
+            TextSpec::Truncate { .. } | TextSpec::AddTokens { .. } => {
+                let (field, out) = self.spec.io();
+                (vec![field.to_string()], vec![out.to_string()])
             }
-            TextSpec::Pad { field, mask, .. } => {
-                let mut w = vec![field.clone()];
+            TextSpec::Pad { mask, .. } => {
+                let (field, out) = self.spec.io();
+                let mut w = vec![out.to_string()];
                 w.extend(mask.clone());
-                (vec![field.clone()], w)
+                (vec![field.to_string()], w)
             }
         }
     }
@@ -262,12 +354,7 @@ impl TextOp {
 
 impl Op for TextOp {
     fn name(&self) -> &str {
-        match self.spec {
-            TextSpec::Tokenize { .. } => "tokenize",
-            TextSpec::Truncate { .. } => "truncate",
-            TextSpec::AddTokens { .. } => "add_tokens",
-            TextSpec::Pad { .. } => "pad",
-        }
+        self.spec.name()
     }
     fn spec(&self) -> serde_json::Value {
         serde_json::to_value(&self.spec).unwrap_or_default()
@@ -276,7 +363,10 @@ impl Op for TextOp {
         let (reads, writes) = self.fields();
         let kind = match self.spec {
             TextSpec::Tokenize { .. } => OpKind::Decode,
-            TextSpec::Truncate { .. } => OpKind::SizeReducing,
+            // Writing another field keeps the input: the sample grows.
+            TextSpec::Truncate { .. } if self.spec.io().0 == self.spec.io().1 => {
+                OpKind::SizeReducing
+            }
             _ => OpKind::Opaque,
         };
         OpMeta {
@@ -334,24 +424,27 @@ impl Op for TextOp {
                     s.set(mask.as_str(), ids_value(std::iter::repeat_n(1, n), wide)?);
                 }
             }
-            TextSpec::Truncate { length, field } => {
-                edit_ids(&mut s, field, name, &IdEdit::Truncate(*length))?;
+            TextSpec::Truncate { length, .. } => {
+                edit_ids(&mut s, self.spec.io(), name, &IdEdit::Truncate(*length))?;
             }
-            TextSpec::AddTokens { bos, eos, field } => {
-                let (bos, eos) = (bos.as_slice(), eos.as_slice());
-                edit_ids(&mut s, field, name, &IdEdit::Add { bos, eos })?;
+            TextSpec::AddTokens { bos, eos, .. } => {
+                let add = IdEdit::Add {
+                    bos: *bos,
+                    eos: *eos,
+                };
+                edit_ids(&mut s, self.spec.io(), name, &add)?;
             }
             TextSpec::Pad {
                 length,
                 pad_id,
-                field,
                 mask,
+                ..
             } => {
                 let pad = IdEdit::Pad {
                     length: *length,
                     pad_id: *pad_id,
                 };
-                let (n, wide) = edit_ids(&mut s, field, name, &pad)?;
+                let (n, wide) = edit_ids(&mut s, self.spec.io(), name, &pad)?;
                 if let Some(mask) = mask {
                     let m = (0..*length).map(|i| (i < n) as i64);
                     s.set(mask.as_str(), ids_value(m, wide)?);
@@ -363,75 +456,4 @@ impl Op for TextOp {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::testing::run;
-
-    fn ids(s: &Sample, f: &str) -> Vec<i64> {
-        match s.get(f) {
-            Some(Value::Tensor(t)) => match t.data() {
-                TensorData::I64(v) => v.clone(),
-                _ => panic!(),
-            },
-            other => panic!("{other:?}"),
-        }
-    }
-
-    #[test]
-    fn truncate_add_pad() {
-        let t = Tensor::new(vec![5], TensorData::I64(vec![1, 2, 3, 4, 5])).unwrap();
-        let s = Sample::from_pairs([("input_ids", Value::Tensor(t))]);
-        let s = run(r#"{"op":"text.truncate","length":3}"#, s, 0).unwrap();
-        let s = run(r#"{"op":"text.add_tokens","bos":4,"eos":0}"#, s, 0).unwrap();
-        assert_eq!(ids(&s, "input_ids"), [4, 1, 2, 3, 0]);
-        let s = run(
-            r#"{"op":"text.pad","length":7,"pad_id":9,"mask":"m"}"#,
-            s,
-            0,
-        )
-        .unwrap();
-        assert_eq!(ids(&s, "input_ids"), [4, 1, 2, 3, 0, 9, 9]);
-        assert_eq!(ids(&s, "m"), [1, 1, 1, 1, 1, 0, 0]);
-        let e = run(r#"{"op":"text.pad","length":2}"#, s, 0).unwrap_err();
-        assert!(e.to_string().contains("truncate first"));
-    }
-
-    /// int32 ids stay int32 through every edit; ids shared with another sample (a cache's
-    /// copy) are read, never changed; a list of ints comes out as int64.
-    #[test]
-    fn edits_keep_the_dtype_and_leave_shared_ids_alone() {
-        let t = Tensor::new(vec![3], TensorData::I32(vec![7, 8, 9])).unwrap();
-        let cached = Sample::from_pairs([("input_ids", Value::Tensor(t))]);
-        let s = run(r#"{"op":"text.truncate","length":2}"#, cached.clone(), 0).unwrap();
-        let s = run(r#"{"op":"text.add_tokens","bos":1,"eos":2}"#, s, 0).unwrap();
-        let s = run(r#"{"op":"text.pad","length":6,"mask":"m"}"#, s, 0).unwrap();
-        match (s.get("input_ids"), s.get("m")) {
-            (Some(Value::Tensor(ids)), Some(Value::Tensor(m))) => {
-                assert_eq!(ids.data(), &TensorData::I32(vec![1, 7, 8, 2, 0, 0]));
-                assert_eq!(m.data(), &TensorData::I32(vec![1, 1, 1, 1, 0, 0]));
-            }
-            other => panic!("{other:?}"),
-        }
-        match cached.get("input_ids") {
-            Some(Value::Tensor(t)) => assert_eq!(t.data(), &TensorData::I32(vec![7, 8, 9])),
-            other => panic!("{other:?}"),
-        }
-        let list = Sample::from_pairs([("input_ids", Value::List(vec![Value::Int(5)]))]);
-        let s = run(r#"{"op":"text.pad","length":3,"pad_id":-1}"#, list, 0).unwrap();
-        assert_eq!(ids(&s, "input_ids"), [5, -1, -1]);
-        let bad = Sample::from_pairs([("input_ids", Value::Str("x".into()))]);
-        let e = run(r#"{"op":"text.truncate","length":1}"#, bad, 0).unwrap_err();
-        assert!(e.to_string().contains("tokenize first"), "{e}");
-    }
-
-    #[test]
-    fn bad_specs() {
-        for bad in [
-            r#"{"op":"text.tokenize","tokenizer":"/nonexistent.json"}"#,
-            r#"{"op":"text.truncate","length":0}"#,
-        ] {
-            let spec: crate::OpSpec = serde_json::from_str(bad).unwrap();
-            assert!(spec.build().is_err(), "{bad}");
-        }
-    }
-}
+mod tests;

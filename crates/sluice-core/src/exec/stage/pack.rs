@@ -14,7 +14,8 @@ use crate::plan::logical::PackSpec;
 use crate::sample::Sample;
 use crate::value::{Tensor, TensorData, Value};
 
-use super::transform::{push_outer, Chunk, Cursor, Item, Restart, StageResume, Transform};
+use crate::exec::item::{Chunk, Item, Transform};
+use crate::exec::resume::{push_outer, Cursor, Restart, StageResume};
 
 pub(crate) struct Pack {
     spec: PackSpec,
@@ -171,7 +172,10 @@ impl Transform for Pack {
             let skip = std::mem::take(&mut self.skip_tokens) as usize;
             let mut at = skip.min(tokens.len());
             it.sample = Sample::new();
-            self.segment += 1;
+            // A sample with no tokens (empty, no separator) is no segment.
+            if at < tokens.len() {
+                self.segment += 1;
+            }
             while at < tokens.len() {
                 if self.start.is_none() {
                     self.start = Some((it.clone(), at as u64));
@@ -301,6 +305,24 @@ mod tests {
         assert_eq!(rest.len(), 1);
         assert_eq!(ints(&rest[0].sample, "ids"), ints(&full[1].sample, "ids"));
         assert_eq!(rest[0].cursor, full[1].cursor);
+    }
+
+    /// Without a separator an empty sample adds no tokens, so it takes no segment id.
+    #[test]
+    fn empty_samples_take_no_segment_id() {
+        let no_sep = PackSpec {
+            separator: None,
+            pad_id: 0,
+            ..spec(4, false)
+        };
+        let mut p = Pack::new(no_sep, 1, StageResume::default());
+        let out = run(
+            &mut p,
+            vec![item(0, vec![1, 2]), item(1, vec![]), item(2, vec![3])],
+        );
+        assert_eq!(out.len(), 1);
+        assert_eq!(ints(&out[0].sample, "ids"), [1, 2, 3, 0]);
+        assert_eq!(ints(&out[0].sample, "segment_ids"), [1, 1, 2, 0]);
     }
 
     #[test]

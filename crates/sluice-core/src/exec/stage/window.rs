@@ -17,7 +17,8 @@ use crate::error::Result;
 use crate::order::Permutation;
 use crate::rng::combine;
 
-use super::transform::{push_outer, Chunk, Cursor, Item, Outer, Restart, StageResume, Transform};
+use crate::exec::item::{Chunk, Item, Transform};
+use crate::exec::resume::{push_outer, Cursor, Outer, Restart, StageResume};
 
 /// Where an A window started: what a restart replays from (with the restart records of the
 /// stages before, which replay up to that input).
@@ -243,5 +244,89 @@ impl Transform for WindowShuffle {
         self.flush_b(&mut rest);
         out.push(rest);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn items(epoch: u64, n: u64) -> Chunk {
+        (0..n)
+            .map(|p| {
+                Item::at(
+                    epoch,
+                    p,
+                    p,
+                    Cursor {
+                        epoch,
+                        pos: p,
+                        ord: 0,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    fn run(size: usize, seed: u64, resume: StageResume, input: Vec<Chunk>) -> Chunk {
+        let mut w = WindowShuffle::new(size, seed, 9, 1, resume);
+        let mut out = Vec::new();
+        for c in input {
+            w.push(c, &mut out).unwrap();
+        }
+        w.finish(&mut out).unwrap();
+        out.into_iter().flatten().collect()
+    }
+
+    /// (epoch, output position, the input position it came from).
+    fn moves(out: &Chunk) -> Vec<(u64, u64, u64)> {
+        out.iter()
+            .map(|it| (it.cursor.epoch, it.cursor.pos, it.index))
+            .collect()
+    }
+
+    #[test]
+    fn each_epoch_is_a_seeded_permutation_that_moves_items_at_most_size_positions() {
+        let input = || vec![items(0, 37), items(1, 37)];
+        let out = run(8, 5, StageResume::default(), input());
+        for epoch in 0..2 {
+            let m: Vec<_> = moves(&out).into_iter().filter(|m| m.0 == epoch).collect();
+            let pos: Vec<u64> = m.iter().map(|m| m.1).collect();
+            assert_eq!(
+                pos,
+                (0..37).collect::<Vec<_>>(),
+                "positions count anew each epoch"
+            );
+            let mut from: Vec<u64> = m.iter().map(|m| m.2).collect();
+            assert!(
+                m.iter().all(|&(_, to, from)| to.abs_diff(from) <= 8),
+                "{m:?}"
+            );
+            assert_ne!(from, (0..37).collect::<Vec<_>>(), "shuffled");
+            from.sort_unstable();
+            assert_eq!(from, (0..37).collect::<Vec<_>>(), "a permutation");
+        }
+        assert_eq!(
+            moves(&out),
+            moves(&run(8, 5, StageResume::default(), input()))
+        );
+        assert_ne!(
+            moves(&out),
+            moves(&run(8, 6, StageResume::default(), input()))
+        );
+    }
+
+    #[test]
+    fn resuming_after_any_output_makes_the_rest_again() {
+        let out = run(6, 1, StageResume::default(), vec![items(0, 23)]);
+        for k in 0..out.len() {
+            let resume = StageResume::after(out[k].cursor, &out[k].outer);
+            let rest = run(6, 1, resume, vec![items(0, 23)]);
+            assert_eq!(
+                moves(&rest),
+                moves(&out[k + 1..].to_vec()),
+                "after output {k}"
+            );
+        }
     }
 }

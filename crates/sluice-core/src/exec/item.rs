@@ -1,0 +1,105 @@
+//! What flows between stages — items, chunks of them, what a stage made of a chunk — and the
+//! interface every stage's work implements. A leaf: the stage modules, the executor and the
+//! backends import it, it imports none of them.
+
+use std::sync::Arc;
+
+use crate::error::{Error, Result, SampleRef};
+use crate::sample::Sample;
+use crate::value::Value;
+
+use super::resume::{Cursor, Outer};
+
+/// A sample in flight, with the coordinates its randomness and error messages derive from.
+#[derive(Debug, Clone, Default)]
+pub struct Item {
+    pub epoch: u64,
+    /// Position in the epoch (before filtering).
+    pub index: u64,
+    /// Which output of an upstream flat_map (0 if none).
+    pub sub: u64,
+    /// Index into a random-access source.
+    pub source_index: u64,
+    /// Samples in this item (1, or the batch size for a batch).
+    pub rows: u64,
+    /// Where this item stands in its segment of the stream (for a batch: its last row), so
+    /// the consumer's position travels with the data and resuming needs no worker state.
+    pub cursor: Cursor,
+    /// Restart records of the re-sequencing stages this item passed (outermost first).
+    pub outer: Outer,
+    /// The sample's `path` when it was read, kept to name the sample in errors.
+    pub path: Option<Arc<str>>,
+    pub sample: Sample,
+}
+
+impl Item {
+    /// An item at `cursor` in the source order, with no sample read yet.
+    pub(crate) fn at(epoch: u64, index: u64, source_index: u64, cursor: Cursor) -> Item {
+        Item {
+            epoch,
+            index,
+            sub: 0,
+            source_index,
+            rows: 1,
+            cursor,
+            outer: None,
+            path: None,
+            sample: Sample::new(),
+        }
+    }
+
+    /// Sets the sample and remembers its path.
+    pub(crate) fn with_sample(mut self, sample: Sample) -> Item {
+        self.set_sample(sample);
+        self
+    }
+
+    /// Sets the sample and remembers its path.
+    pub(crate) fn set_sample(&mut self, sample: Sample) {
+        self.path = match sample.get("path") {
+            Some(Value::Str(p)) => Some(p.clone()),
+            _ => None,
+        };
+        self.sample = sample;
+    }
+
+    pub(crate) fn sample_ref(&self) -> SampleRef {
+        SampleRef {
+            epoch: self.epoch,
+            index: self.index,
+            path: self.path.as_deref().map(str::to_string),
+        }
+    }
+}
+
+/// A run of consecutive items handed between stages together.
+pub type Chunk = Vec<Item>;
+
+/// One stage's processing.
+pub(crate) trait Transform: Send + Sync {
+    /// Processes `chunk` into `out`. On an error, `out` holds the outputs that precede the
+    /// failing input, and nothing after it may be delivered.
+    fn push(&mut self, chunk: Chunk, out: &mut Vec<Chunk>) -> Result<()>;
+    fn finish(&mut self, _out: &mut Vec<Chunk>) -> Result<()> {
+        Ok(())
+    }
+    /// No more input is wanted (e.g. `take` reached its count).
+    fn exhausted(&self) -> bool {
+        false
+    }
+}
+
+/// What a stage made of a chunk: the outputs of the items before the first failing one (all
+/// of them without a failure), then that failure.
+pub type Partial = (Chunk, Option<Error>);
+
+/// Whether `e` stops the run at once (Ctrl-C, a cancelled execution): outputs before it are
+/// not delivered and no error policy applies to it.
+pub(crate) fn is_interrupt(e: &Error) -> bool {
+    matches!(e.root(), Error::Interrupted { .. } | Error::Cancelled)
+}
+
+/// Output chunks of a stage may be empty after filtering; downstream skips them cheaply.
+pub(crate) fn nonempty(chunks: &mut Vec<Chunk>) {
+    chunks.retain(|c| !c.is_empty());
+}

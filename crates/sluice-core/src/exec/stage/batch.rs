@@ -1,0 +1,326 @@
+//! `batch(size)`: stacks consecutive items into one (reading the rows itself from a columnar
+//! source when it follows the source directly); and unbatch, which splits map_batches'
+//! output batches back into rows.
+
+use crate::collate::{collate_with, uncollate};
+use crate::error::{Error, Result};
+use crate::exec::item::{Chunk, Item, Transform};
+use crate::exec::resume::{push_outer, Cursor, Restart, StageResume};
+use crate::sample::Sample;
+use crate::source::SourceRef;
+
+use super::chain::read_items;
+
+/// Stacks `size` consecutive items into one; with `per_epoch`, a batch never spans two epochs.
+pub(super) struct Batch {
+    /// The source this batch reads its rows from (column by column), if it reads.
+    pub(super) read: Option<SourceRef>,
+    /// Its outputs go straight to the consumer: the source may hand over its own columns.
+    pub(super) columns: bool,
+    /// Fields that do not stack become lists ([`crate::collate::collate_with`]).
+    pub(super) ragged: bool,
+    pub(super) resume: StageResume,
+    pub(super) size: usize,
+    pub(super) drop_last: bool,
+    pub(super) per_epoch: bool,
+    pub(super) pad: Vec<(String, f64)>,
+    pub(super) pending: Vec<Item>,
+    /// When per-item work follows: batches are numbered (per epoch with `per_epoch`) and a
+    /// resume rebuilds the batch it stopped in from its first row.
+    pub(super) numbering: Option<BatchNumbers>,
+}
+
+pub(super) struct BatchNumbers {
+    pub(super) slot: usize,
+    pub(super) epoch: Option<u64>,
+    pub(super) count: u64,
+}
+
+impl Batch {
+    fn flush(&mut self, out: &mut Vec<Chunk>, is_last: bool) -> Result<()> {
+        if self.pending.is_empty() || (is_last && self.drop_last && self.pending.len() < self.size)
+        {
+            self.pending.clear();
+            return Ok(());
+        }
+        let items = std::mem::take(&mut self.pending);
+        let (first, last) = (&items[0], &items[items.len() - 1]);
+        let mut batch = Item::at(first.epoch, first.index, first.source_index, last.cursor);
+        batch.sub = first.sub;
+        batch.outer = last.outer.clone();
+        if let Some(n) = &mut self.numbering {
+            // Numbered per epoch of the input's cursors, the epoch its restart record names
+            // (after a batch numbered across epochs, not the rows' epoch), so a resume
+            // continues the count it saved.
+            let epoch = if self.per_epoch {
+                first.cursor.epoch
+            } else {
+                0
+            };
+            if n.epoch != Some(epoch) {
+                n.epoch = Some(epoch);
+                n.count = 0;
+            }
+            batch.cursor = Cursor {
+                epoch,
+                pos: n.count,
+                ord: 0,
+            };
+            batch.outer = push_outer(
+                &first.outer,
+                Restart {
+                    slot: n.slot,
+                    input: first.cursor,
+                    input_index: 0,
+                    counter: n.count,
+                },
+            );
+            n.count += 1;
+        }
+        batch.rows = items.iter().map(|i| i.rows).sum();
+        let rows = (first.epoch, first.index, last.index);
+        batch.sample = self.stack(items).map_err(|e| match e {
+            // Name the samples: the error itself names the field and rows in the batch.
+            Error::Type(m) => Error::Type(format!(
+                "{m} (the batch of samples {}..={} of epoch {})",
+                rows.1, rows.2, rows.0
+            )),
+            other => other,
+        })?;
+        out.push(vec![batch]);
+        self.pending = Vec::with_capacity(self.size.min(1 << 12));
+        Ok(())
+    }
+}
+
+impl Batch {
+    /// The batch of `items`: read by the source as a whole when this batch reads, else (or
+    /// when that fails, so the error names the sample) row by row, padded and collated.
+    fn stack(&self, items: Chunk) -> Result<Sample> {
+        if let Some(src) = self
+            .read
+            .as_ref()
+            .filter(|_| self.pad.is_empty() && !self.ragged)
+        {
+            let indices: Vec<u64> = items.iter().map(|it| it.source_index).collect();
+            let whole = if self.columns {
+                src.get_columns(&indices)
+            } else {
+                src.get_batch(&indices)
+            };
+            if let Ok(sample) = whole {
+                return Ok(sample);
+            }
+        }
+        let items = match &self.read {
+            Some(src) => match read_items(src, items) {
+                (items, None) => items,
+                (_, Some(e)) => return Err(e),
+            },
+            None => items,
+        };
+        let mut samples: Vec<Sample> = items.into_iter().map(|i| i.sample).collect();
+        if !self.pad.is_empty() {
+            crate::collate::pad_to_longest(&mut samples, &self.pad)?;
+        }
+        collate_with(&samples, self.ragged)
+    }
+}
+
+impl Transform for Batch {
+    fn push(&mut self, chunk: Chunk, out: &mut Vec<Chunk>) -> Result<()> {
+        for it in chunk {
+            if !self.resume.keep_input(&it.cursor) {
+                continue;
+            }
+            if self.per_epoch && self.pending.first().is_some_and(|p| p.epoch != it.epoch) {
+                self.flush(out, true)?;
+            }
+            self.pending.push(it);
+            if self.pending.len() == self.size {
+                self.flush(out, false)?;
+            }
+        }
+        Ok(())
+    }
+    fn finish(&mut self, out: &mut Vec<Chunk>) -> Result<()> {
+        self.flush(out, true)
+    }
+}
+
+/// Splits map_batches' output batches back into rows: a row keeps its batch's position
+/// and takes its index in the batch as ordinal, so a resume inside a batch recomputes the
+/// whole batch (its function saw all of it) and drops the rows already delivered.
+pub(super) struct Unbatch {
+    pub(super) resume: StageResume,
+}
+
+impl Transform for Unbatch {
+    fn push(&mut self, chunk: Chunk, out: &mut Vec<Chunk>) -> Result<()> {
+        let mut rows_out = Vec::new();
+        for it in chunk {
+            let rows = match uncollate(it.sample) {
+                Ok(rows) => rows,
+                Err(e) => {
+                    out.push(rows_out);
+                    return Err(e);
+                }
+            };
+            for (r, sample) in rows.into_iter().enumerate() {
+                let cursor = Cursor {
+                    ord: r as u64,
+                    ..it.cursor
+                };
+                if !self.resume.keep_output(&cursor) {
+                    continue;
+                }
+                let mut row = Item::at(it.epoch, it.index + r as u64, it.source_index, cursor);
+                row.sub = it.sub;
+                row.outer = it.outer.clone();
+                row.sample = sample;
+                rows_out.push(row);
+            }
+        }
+        out.push(rows_out);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::Error;
+    use crate::exec::resume::Skip;
+    use crate::value::Value;
+
+    fn item(epoch: u64, pos: u64, id: Value) -> Item {
+        let mut it = Item::at(epoch, pos, pos, Cursor { epoch, pos, ord: 0 });
+        it.sample.set("id", id);
+        it
+    }
+
+    fn items(epoch: u64, pos: std::ops::Range<u64>) -> Chunk {
+        pos.map(|p| item(epoch, p, Value::Int(p as i64))).collect()
+    }
+
+    fn batch(size: usize, drop_last: bool, numbered: bool) -> Batch {
+        Batch {
+            read: None,
+            columns: false,
+            ragged: false,
+            resume: StageResume::default(),
+            size,
+            drop_last,
+            per_epoch: true,
+            pad: vec![],
+            pending: Vec::new(),
+            numbering: numbered.then_some(BatchNumbers {
+                slot: 2,
+                epoch: None,
+                count: 0,
+            }),
+        }
+    }
+
+    fn run(t: &mut dyn Transform, chunks: Vec<Chunk>) -> Result<Chunk> {
+        let mut out = Vec::new();
+        for c in chunks {
+            t.push(c, &mut out)?;
+        }
+        t.finish(&mut out)?;
+        Ok(out.into_iter().flatten().collect())
+    }
+
+    fn ids(s: &Sample) -> Vec<i64> {
+        crate::collate::uncollate(s.clone())
+            .unwrap()
+            .iter()
+            .map(|r| r.get("id").unwrap().as_int().unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn batches_stay_in_their_epoch_and_the_short_tail_is_kept_or_dropped() {
+        let input = || vec![items(0, 0..3), items(1, 0..4)];
+        let out = run(&mut batch(2, false, false), input()).unwrap();
+        let got: Vec<Vec<i64>> = out.iter().map(|b| ids(&b.sample)).collect();
+        assert_eq!(got, [vec![0, 1], vec![2], vec![0, 1], vec![2, 3]]);
+        let rows: Vec<u64> = out.iter().map(|b| b.rows).collect();
+        assert_eq!(rows, [2, 1, 2, 2]);
+        // Unnumbered, a batch stands where its last row does.
+        assert_eq!(
+            out[1].cursor,
+            Cursor {
+                epoch: 0,
+                pos: 2,
+                ord: 0
+            }
+        );
+        let dropped = run(&mut batch(2, true, false), input()).unwrap();
+        assert_eq!(dropped.len(), 3, "epoch 0's short batch is dropped");
+    }
+
+    #[test]
+    fn numbered_batches_record_their_first_row_to_replay_from() {
+        let out = run(
+            &mut batch(2, false, true),
+            vec![items(0, 0..3), items(1, 0..2)],
+        )
+        .unwrap();
+        let cursors: Vec<(u64, u64)> = out.iter().map(|b| (b.cursor.epoch, b.cursor.pos)).collect();
+        assert_eq!(cursors, [(0, 0), (0, 1), (1, 0)], "numbered per epoch");
+        let r = out[1].outer.as_deref().unwrap()[0];
+        assert_eq!(
+            r,
+            Restart {
+                slot: 2,
+                input: Cursor {
+                    epoch: 0,
+                    pos: 2,
+                    ord: 0
+                },
+                input_index: 0,
+                counter: 1,
+            }
+        );
+    }
+
+    #[test]
+    fn a_batch_that_does_not_stack_names_its_samples() {
+        let chunk = vec![item(0, 0, Value::Int(1)), item(0, 1, Value::from("x"))];
+        let err = run(&mut batch(2, false, false), vec![chunk]).unwrap_err();
+        assert!(matches!(err, Error::Type(_)), "{err:?}");
+        assert!(
+            err.to_string().contains("samples 0..=1 of epoch 0"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn unbatch_gives_rows_their_batchs_position_and_drops_rows_delivered() {
+        let mut b = run(&mut batch(3, false, true), vec![items(0, 4..7)]).unwrap();
+        let mut unbatch = Unbatch {
+            resume: StageResume::default(),
+        };
+        let rows = run(&mut unbatch, vec![b.clone()]).unwrap();
+        let got: Vec<(u64, u64, u64)> = rows
+            .iter()
+            .map(|r| (r.cursor.pos, r.cursor.ord, r.index))
+            .collect();
+        assert_eq!(got, [(0, 0, 4), (0, 1, 5), (0, 2, 6)]);
+        assert_eq!(rows[2].outer, b[0].outer, "restart records pass through");
+        // Resuming after row 1 of the batch recomputes the batch and drops rows 0 and 1.
+        let mut resumed = Unbatch {
+            resume: StageResume {
+                drop: Skip {
+                    upto: Some(rows[1].cursor),
+                    partial: vec![],
+                },
+                ..Default::default()
+            },
+        };
+        let rest = run(&mut resumed, vec![std::mem::take(&mut b)]).unwrap();
+        assert_eq!(rest.len(), 1);
+        assert_eq!(rest[0].sample.get("id"), Some(&Value::Int(6)));
+    }
+}

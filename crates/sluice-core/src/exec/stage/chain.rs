@@ -1,0 +1,320 @@
+//! A chain: fused element-wise ops (map, filter, flat_map), applied op by op over a whole
+//! chunk, after reading each item's sample from a random-access source when the chain reads.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::exec::item::{is_interrupt, Chunk, Item, Partial, Transform};
+use crate::exec::resume::Skip;
+use crate::op::{Emit, OpContext};
+use crate::plan::logical::OnError;
+use crate::plan::physical::ChainOp;
+use crate::rng::combine;
+use crate::source::SourceRef;
+use crate::stats::PipelineStats;
+
+/// Reads each item's sample from a random-access source; a failure names the sample, and
+/// the items before it are kept.
+pub(crate) fn read_items(src: &SourceRef, mut items: Chunk) -> Partial {
+    let indices: Vec<u64> = items.iter().map(|it| it.source_index).collect();
+    // In place: an item is moved only to hand it on.
+    for (i, res) in src.get_many(&indices).into_iter().enumerate() {
+        match res {
+            Ok(sample) => items[i].set_sample(sample),
+            Err(e) => {
+                let err = Error::InSample {
+                    op: src.name().to_string(),
+                    sample: items[i].sample_ref(),
+                    source: Box::new(e),
+                };
+                items.truncate(i);
+                return (items, Some(err));
+            }
+        }
+    }
+    (items, None)
+}
+
+/// Fused element-wise ops, applied op by op over the whole chunk (so ops that pay a
+/// per-call cost, like taking the GIL, pay it once per chunk).
+pub(crate) struct Chain {
+    read: Option<SourceRef>,
+    ops: Vec<ChainOp>,
+    seed: u64,
+    stats: Arc<PipelineStats>,
+    stage: usize,
+    /// When resuming: outputs already delivered.
+    skip: Skip,
+}
+
+impl Chain {
+    pub(crate) fn new(
+        read: Option<SourceRef>,
+        ops: Vec<ChainOp>,
+        seed: u64,
+        stats: Arc<PipelineStats>,
+        stage: usize,
+        skip: Skip,
+    ) -> Self {
+        Chain {
+            read,
+            ops,
+            seed,
+            stats,
+            stage,
+            skip,
+        }
+    }
+}
+
+impl Chain {
+    pub(crate) fn run(&self, items: Chunk) -> Result<Chunk> {
+        match self.run_partial(items) {
+            (items, None) => Ok(items),
+            (_, Some(e)) => Err(e),
+        }
+    }
+
+    /// Runs the chunk; when an item fails, the outputs of the items before it (through every
+    /// op) and the failure, so a failing sample loses no output that precedes it.
+    pub(crate) fn run_partial(&self, mut items: Chunk) -> Partial {
+        let mut failed = None;
+        if let Some(src) = &self.read {
+            (items, failed) = read_items(src, items);
+        }
+        for cop in &self.ops {
+            if items.is_empty() {
+                break;
+            }
+            let (out, err) = self.apply(cop, items);
+            items = out;
+            if let Some(e) = err {
+                if is_interrupt(&e) {
+                    return (Vec::new(), Some(e));
+                }
+                // A later op failing on the items left fails on an earlier sample.
+                failed = Some(e);
+            }
+        }
+        // A position's outputs never span chunks, so ordinals can be counted per chunk.
+        let mut prev: Option<(u64, u64)> = None;
+        let mut ord = 0;
+        for it in &mut items {
+            let key = (it.cursor.epoch, it.cursor.pos);
+            ord = if prev == Some(key) { ord + 1 } else { 0 };
+            prev = Some(key);
+            it.cursor.ord = ord;
+        }
+        if !self.skip.is_empty() {
+            items.retain(|it| self.skip.keeps(&it.cursor));
+        }
+        let bytes: usize = items.iter().map(|it| it.sample.nbytes()).sum();
+        self.stats
+            .counters(self.stage)
+            .bytes_out
+            .fetch_add(bytes as u64, Relaxed);
+        (items, failed)
+    }
+
+    /// One op over the chunk: the outputs up to the first failure (raised, not skipped),
+    /// and that failure.
+    fn apply(&self, cop: &ChainOp, mut items: Chunk) -> Partial {
+        let inputs = items
+            .iter_mut()
+            .map(|it| {
+                let cx = OpContext {
+                    seed: self.seed,
+                    epoch: it.epoch,
+                    index: it.index,
+                    sub: it.sub,
+                    op_id: cop.op_id,
+                };
+                (std::mem::take(&mut it.sample), cx)
+            })
+            .collect();
+        let results = cop.op.apply_many(inputs);
+        // One output per input (a map): the items stay where they are.
+        if results.iter().all(|r| matches!(r, Ok(Emit::One(_)))) {
+            for (it, res) in items.iter_mut().zip(results) {
+                if let Ok(Emit::One(s)) = res {
+                    it.sample = s;
+                }
+            }
+            return (items, None);
+        }
+        let mut out = Vec::with_capacity(items.len());
+        for (mut it, res) in items.into_iter().zip(results) {
+            match res {
+                Ok(Emit::One(s)) => {
+                    it.sample = s;
+                    out.push(it);
+                }
+                Ok(Emit::Drop) => {}
+                Ok(Emit::Many(samples)) => {
+                    for (j, s) in samples.into_iter().enumerate() {
+                        out.push(Item {
+                            sub: combine(it.sub, j as u64 + 1),
+                            sample: s,
+                            ..it.clone()
+                        });
+                    }
+                }
+                Err(e) if is_interrupt(&e) => return (Vec::new(), Some(e)),
+                Err(e) => match cop.on_error {
+                    OnError::Skip => {
+                        self.stats
+                            .counters(self.stage)
+                            .skipped
+                            .fetch_add(1, Relaxed);
+                    }
+                    OnError::Raise => {
+                        let err = Error::InSample {
+                            op: cop.op.name().to_string(),
+                            sample: it.sample_ref(),
+                            source: Box::new(e),
+                        };
+                        return (out, Some(err));
+                    }
+                },
+            }
+        }
+        (out, None)
+    }
+}
+
+impl Transform for Chain {
+    fn push(&mut self, chunk: Chunk, out: &mut Vec<Chunk>) -> Result<()> {
+        let (items, failed) = self.run_partial(chunk);
+        out.push(items);
+        failed.map_or(Ok(()), Err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exec::resume::Cursor;
+    use crate::op::{Op, OpMeta};
+    use crate::plan::logical::ElemMode;
+    use crate::sample::Sample;
+    use crate::stats::StageInfo;
+    use crate::value::Value;
+
+    /// By `id % 3`: two outputs, one, none; fails on `fail_at`.
+    #[derive(Debug)]
+    struct Fan {
+        fail_at: Option<i64>,
+    }
+
+    impl Op for Fan {
+        fn name(&self) -> &str {
+            "fan"
+        }
+        fn spec(&self) -> serde_json::Value {
+            serde_json::json!({"op": "fan"})
+        }
+        fn meta(&self) -> crate::op::OpMeta {
+            OpMeta::opaque(false)
+        }
+        fn apply(&self, sample: Sample, _cx: &OpContext) -> Result<Emit> {
+            let id = sample.require("id", "fan")?.as_int().unwrap_or(-1);
+            if Some(id) == self.fail_at {
+                return Err(Error::invalid(format!("fan fails on {id}")));
+            }
+            let s = |v: i64| Sample::from_pairs([("id", Value::Int(v))]);
+            Ok(match id % 3 {
+                0 => Emit::Many(vec![s(id * 10), s(id * 10 + 1)]),
+                1 => Emit::One(s(id * 10)),
+                _ => Emit::Drop,
+            })
+        }
+    }
+
+    fn chain(fail_at: Option<i64>, on_error: OnError, skip: Skip) -> Chain {
+        let info = StageInfo {
+            name: "chain".into(),
+            threads: 1,
+            inline: true,
+            queue_capacity: 1,
+        };
+        let op = ChainOp {
+            op: Arc::new(Fan { fail_at }),
+            mode: ElemMode::FlatMap,
+            on_error,
+            op_id: 1,
+        };
+        let stats = Arc::new(PipelineStats::new(vec![info.clone(), info]));
+        Chain::new(None, vec![op], 0, stats, 1, skip)
+    }
+
+    fn items(n: u64) -> Chunk {
+        (0..n)
+            .map(|p| {
+                let cursor = Cursor {
+                    epoch: 0,
+                    pos: p,
+                    ord: 0,
+                };
+                Item::at(0, p, p, cursor)
+                    .with_sample(Sample::from_pairs([("id", Value::Int(p as i64))]))
+            })
+            .collect()
+    }
+
+    fn outputs(items: &Chunk) -> Vec<(u64, u64, i64)> {
+        items
+            .iter()
+            .map(|it| {
+                let id = it.sample.get("id").and_then(Value::as_int).unwrap();
+                (it.cursor.pos, it.cursor.ord, id)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_positions_outputs_take_ordinals_and_a_resume_drops_those_delivered() {
+        let out = chain(None, OnError::Raise, Skip::default())
+            .run(items(5))
+            .unwrap();
+        assert_eq!(
+            outputs(&out),
+            [
+                (0, 0, 0),
+                (0, 1, 1),
+                (1, 0, 10),
+                (3, 0, 30),
+                (3, 1, 31),
+                (4, 0, 40)
+            ]
+        );
+        assert_ne!(out[0].sub, out[1].sub, "a flat_map's outputs draw apart");
+        let delivered = Skip {
+            upto: Some(out[3].cursor),
+            partial: vec![],
+        };
+        let rest = chain(None, OnError::Raise, delivered)
+            .run(items(5))
+            .unwrap();
+        assert_eq!(outputs(&rest), [(3, 1, 31), (4, 0, 40)]);
+    }
+
+    #[test]
+    fn a_failing_sample_keeps_the_outputs_before_it_and_is_named() {
+        let (out, err) = chain(Some(3), OnError::Raise, Skip::default()).run_partial(items(5));
+        assert_eq!(outputs(&out), [(0, 0, 0), (0, 1, 1), (1, 0, 10)]);
+        match err {
+            Some(Error::InSample { op, sample, .. }) => {
+                assert_eq!((op.as_str(), sample.index), ("fan", 3));
+            }
+            other => panic!("expected the failure of sample 3, got {other:?}"),
+        }
+        let skipping = chain(Some(3), OnError::Skip, Skip::default());
+        let out = skipping.run(items(5)).unwrap();
+        assert_eq!(
+            outputs(&out),
+            [(0, 0, 0), (0, 1, 1), (1, 0, 10), (4, 0, 40)]
+        );
+        assert_eq!(skipping.stats.counters(1).skipped.load(Relaxed), 1);
+    }
+}

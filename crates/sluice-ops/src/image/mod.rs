@@ -1,0 +1,515 @@
+//! `sluice.image` ops over `sluice-imgproc` kernels. Images are HWC `uint8` tensors (`[h, w, 1]`
+//! or `[h, w, 3]`) until `normalize`/`to_tensor`, which give float32 CHW (torchvision's
+//! conventions). Random ops draw from the per-sample generator of their op id. Every op reads
+//! `field` and writes `out` (default: `field`); ops that make an image of a size their
+//! arguments set check it against `max_pixels` ([`crate::limits`]).
+
+mod op;
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use sluice_core::{Error, OpRef, Result};
+use sluice_imgproc as ip;
+
+use crate::limits::{default_max_pixels, is_default_max_pixels, product, refuse, MAX_KERNEL_SIZE};
+use op::ImageOp;
+
+fn bytes_field() -> String {
+    "bytes".into()
+}
+fn image_field() -> String {
+    "image".into()
+}
+fn one() -> f64 {
+    1.0
+}
+fn half() -> f64 {
+    0.5
+}
+fn yes() -> bool {
+    true
+}
+fn rgb() -> String {
+    "RGB".into()
+}
+fn bilinear() -> String {
+    "bilinear".into()
+}
+fn default_scale() -> (f64, f64) {
+    (0.08, 1.0)
+}
+fn default_ratio() -> (f64, f64) {
+    (3.0 / 4.0, 4.0 / 3.0)
+}
+fn default_sigma() -> (f64, f64) {
+    (0.1, 2.0)
+}
+fn default_channels() -> usize {
+    1
+}
+
+/// A size: an int (a square for crops, the shorter side for `resize`) or `(height, width)`.
+/// For `gaussian_blur`'s `kernel_size` a pair is `(kx, ky)` — (width, height), as torchvision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(
+    untagged,
+    expecting = "expected an int or a [height, width] pair of ints >= 0"
+)]
+pub enum Size {
+    Int(usize),
+    Hw(usize, usize),
+}
+
+impl Size {
+    /// `(height, width)`; an int is a square.
+    pub(crate) fn square(self) -> (usize, usize) {
+        match self {
+            Size::Int(s) => (s, s),
+            Size::Hw(h, w) => (h, w),
+        }
+    }
+    /// The value as the user wrote it, for messages.
+    fn shown(self) -> String {
+        match self {
+            Size::Int(s) => s.to_string(),
+            Size::Hw(a, b) => format!("({a}, {b})"),
+        }
+    }
+}
+
+/// The serde form of the `image.*` ops. `out: None` writes back to `field`; limits at their
+/// defaults and absent `out`s are left out of the serialized form.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", deny_unknown_fields)]
+pub enum ImageSpec {
+    #[serde(rename = "image.decode")]
+    Decode {
+        #[serde(default = "bytes_field")]
+        field: String,
+        #[serde(default = "image_field")]
+        out: String,
+        #[serde(default = "rgb")]
+        mode: String,
+        #[serde(default = "default_max_pixels")]
+        max_pixels: u64,
+    },
+    #[serde(rename = "image.resize")]
+    Resize {
+        size: Size,
+        #[serde(default = "bilinear")]
+        interpolation: String,
+        #[serde(default = "yes")]
+        antialias: bool,
+        #[serde(default = "image_field")]
+        field: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        out: Option<String>,
+        #[serde(
+            default = "default_max_pixels",
+            skip_serializing_if = "is_default_max_pixels"
+        )]
+        max_pixels: u64,
+    },
+    #[serde(rename = "image.center_crop")]
+    CenterCrop {
+        size: Size,
+        #[serde(default = "image_field")]
+        field: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        out: Option<String>,
+        #[serde(
+            default = "default_max_pixels",
+            skip_serializing_if = "is_default_max_pixels"
+        )]
+        max_pixels: u64,
+    },
+    #[serde(rename = "image.random_resized_crop")]
+    RandomResizedCrop {
+        size: Size,
+        #[serde(default = "default_scale")]
+        scale: (f64, f64),
+        #[serde(default = "default_ratio")]
+        ratio: (f64, f64),
+        #[serde(default = "bilinear")]
+        interpolation: String,
+        #[serde(default = "image_field")]
+        field: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        out: Option<String>,
+        #[serde(
+            default = "default_max_pixels",
+            skip_serializing_if = "is_default_max_pixels"
+        )]
+        max_pixels: u64,
+    },
+    #[serde(rename = "image.horizontal_flip")]
+    HorizontalFlip {
+        #[serde(default = "half")]
+        p: f64,
+        #[serde(default = "image_field")]
+        field: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        out: Option<String>,
+    },
+    #[serde(rename = "image.color_jitter")]
+    ColorJitter {
+        #[serde(default)]
+        brightness: f64,
+        #[serde(default)]
+        contrast: f64,
+        #[serde(default)]
+        saturation: f64,
+        #[serde(default)]
+        hue: f64,
+        #[serde(default = "one")]
+        p: f64,
+        #[serde(default = "image_field")]
+        field: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        out: Option<String>,
+    },
+    #[serde(rename = "image.grayscale")]
+    Grayscale {
+        #[serde(default = "one")]
+        p: f64,
+        #[serde(default = "default_channels")]
+        num_output_channels: usize,
+        #[serde(default = "image_field")]
+        field: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        out: Option<String>,
+    },
+    /// torchvision's `GaussianBlur`: `kernel_size` is `k` or `(kx, ky)` (width, height), and
+    /// one sigma drawn uniformly from `sigma = (min, max)` blurs both axes.
+    #[serde(rename = "image.gaussian_blur")]
+    GaussianBlur {
+        kernel_size: Size,
+        #[serde(default = "default_sigma")]
+        sigma: (f64, f64),
+        #[serde(default = "one")]
+        p: f64,
+        #[serde(default = "image_field")]
+        field: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        out: Option<String>,
+    },
+    #[serde(rename = "image.normalize")]
+    Normalize {
+        mean: Vec<f32>,
+        std: Vec<f32>,
+        #[serde(default = "image_field")]
+        field: String,
+        #[serde(default)]
+        out: Option<String>,
+        #[serde(
+            default = "default_max_pixels",
+            skip_serializing_if = "is_default_max_pixels"
+        )]
+        max_pixels: u64,
+    },
+    #[serde(rename = "image.to_tensor")]
+    ToTensor {
+        #[serde(default = "image_field")]
+        field: String,
+        #[serde(default)]
+        out: Option<String>,
+        #[serde(
+            default = "default_max_pixels",
+            skip_serializing_if = "is_default_max_pixels"
+        )]
+        max_pixels: u64,
+    },
+    /// `decode` fused with the `random_resized_crop` right after it: made by the planner
+    /// ([`sluice_core::Op::fuse_next`]), not by users. The crop is drawn as the crop op draws
+    /// it (its generator, `crop_op_id`); a JPEG whose crop shrinks ≥ 3x is then decoded at
+    /// 1/2–1/8 scale ([`ip::decode_resized_crop`]), so pixels differ slightly from the
+    /// unfused ops'.
+    #[serde(rename = "image.decode_random_resized_crop")]
+    DecodeRandomResizedCrop {
+        /// An `image.decode` spec.
+        decode: Box<ImageSpec>,
+        /// An `image.random_resized_crop` spec (writing its own field).
+        crop: Box<ImageSpec>,
+        /// The crop op's id: its random draws come from that op's generator.
+        crop_op_id: u64,
+    },
+}
+
+fn filter(name: &str) -> Result<ip::Filter> {
+    match name {
+        "bilinear" => Ok(ip::Filter::Bilinear),
+        "bicubic" => Ok(ip::Filter::Bicubic),
+        "nearest" => Ok(ip::Filter::Nearest),
+        other => Err(Error::invalid(format!(
+            "interpolation must be bilinear, bicubic or nearest, got '{other}'"
+        ))),
+    }
+}
+
+fn check_p(p: f64) -> Result<()> {
+    if (0.0..=1.0).contains(&p) {
+        Ok(())
+    } else {
+        Err(Error::invalid(format!("p must be in [0, 1], got {p}")))
+    }
+}
+
+fn check_size(s: Size) -> Result<()> {
+    let (h, w) = s.square();
+    if h == 0 || w == 0 {
+        return Err(Error::invalid(format!(
+            "size must be positive, got {}",
+            s.shown()
+        )));
+    }
+    Ok(())
+}
+
+/// Refuses a fixed output size (a crop) above `max_pixels`.
+fn check_output_size(op: &str, s: Size, max_pixels: u64) -> Result<()> {
+    let (h, w) = s.square();
+    let n = product(&[h as u64, w as u64]);
+    if n > max_pixels {
+        return Err(refuse(
+            op,
+            &format!("size={} makes {h}x{w} = {n} pixels", s.shown()),
+            "max_pixels",
+            max_pixels,
+        ));
+    }
+    Ok(())
+}
+
+fn check_field(what: &str, name: &str) -> Result<()> {
+    if name.is_empty() {
+        return Err(Error::invalid(format!(
+            "{what} must be a non-empty field name"
+        )));
+    }
+    Ok(())
+}
+
+impl ImageSpec {
+    /// The API name (`resize`, `random_resized_crop`, ...).
+    pub fn name(&self) -> &'static str {
+        match self {
+            ImageSpec::Decode { .. } => "decode",
+            ImageSpec::Resize { .. } => "resize",
+            ImageSpec::CenterCrop { .. } => "center_crop",
+            ImageSpec::RandomResizedCrop { .. } => "random_resized_crop",
+            ImageSpec::HorizontalFlip { .. } => "horizontal_flip",
+            ImageSpec::ColorJitter { .. } => "color_jitter",
+            ImageSpec::Grayscale { .. } => "grayscale",
+            ImageSpec::GaussianBlur { .. } => "gaussian_blur",
+            ImageSpec::Normalize { .. } => "normalize",
+            ImageSpec::ToTensor { .. } => "to_tensor",
+            ImageSpec::DecodeRandomResizedCrop { .. } => "decode_random_resized_crop",
+        }
+    }
+
+    /// The field the op reads.
+    pub(crate) fn field(&self) -> &str {
+        match self {
+            ImageSpec::Decode { field, .. }
+            | ImageSpec::Resize { field, .. }
+            | ImageSpec::CenterCrop { field, .. }
+            | ImageSpec::RandomResizedCrop { field, .. }
+            | ImageSpec::HorizontalFlip { field, .. }
+            | ImageSpec::ColorJitter { field, .. }
+            | ImageSpec::Grayscale { field, .. }
+            | ImageSpec::GaussianBlur { field, .. }
+            | ImageSpec::Normalize { field, .. }
+            | ImageSpec::ToTensor { field, .. } => field,
+            ImageSpec::DecodeRandomResizedCrop { decode, .. } => decode.field(),
+        }
+    }
+
+    /// The field the op writes (`out`, else `field`).
+    pub(crate) fn out(&self) -> &str {
+        match self {
+            ImageSpec::Decode { out, .. } => out,
+            ImageSpec::DecodeRandomResizedCrop { crop, .. } => crop.out(),
+            ImageSpec::Resize { out, field, .. }
+            | ImageSpec::CenterCrop { out, field, .. }
+            | ImageSpec::RandomResizedCrop { out, field, .. }
+            | ImageSpec::HorizontalFlip { out, field, .. }
+            | ImageSpec::ColorJitter { out, field, .. }
+            | ImageSpec::Grayscale { out, field, .. }
+            | ImageSpec::GaussianBlur { out, field, .. }
+            | ImageSpec::Normalize { out, field, .. }
+            | ImageSpec::ToTensor { out, field, .. } => out.as_deref().unwrap_or(field),
+        }
+    }
+}
+
+/// Builds an `image.*` op, validating its arguments: a bad one is an error naming the op.
+pub fn build(spec: &ImageSpec) -> Result<OpRef> {
+    validate(spec).map_err(|e| match e {
+        Error::InvalidArgument(m) if !m.starts_with("image.") => {
+            Error::InvalidArgument(format!("image.{}: {m}", spec.name()))
+        }
+        other => other,
+    })?;
+    Ok(Arc::new(ImageOp::new(spec.clone())))
+}
+
+fn validate(spec: &ImageSpec) -> Result<()> {
+    let op = format!("image.{}", spec.name());
+    check_field("field", spec.field())?;
+    check_field("out", spec.out())?;
+    match spec {
+        ImageSpec::Decode { mode, .. } if mode != "RGB" && mode != "L" => {
+            return Err(Error::invalid(format!(
+                "mode must be 'RGB' or 'L', got '{mode}'"
+            )))
+        }
+        ImageSpec::Resize {
+            size,
+            interpolation,
+            max_pixels,
+            ..
+        } => {
+            check_size(*size)?;
+            filter(interpolation)?;
+            if let Size::Int(s) = size {
+                // The shorter side is `s`, so the output has at least s x s pixels.
+                let n = product(&[*s as u64, *s as u64]);
+                if n > *max_pixels {
+                    return Err(refuse(
+                        &op,
+                        &format!(
+                            "size={s} sets the shorter side, so the output has at least \
+                             {s}x{s} = {n} pixels"
+                        ),
+                        "max_pixels",
+                        *max_pixels,
+                    ));
+                }
+            } else {
+                check_output_size(&op, *size, *max_pixels)?;
+            }
+        }
+        ImageSpec::CenterCrop {
+            size, max_pixels, ..
+        } => {
+            check_size(*size)?;
+            check_output_size(&op, *size, *max_pixels)?;
+        }
+        ImageSpec::RandomResizedCrop {
+            size,
+            scale,
+            ratio,
+            interpolation,
+            max_pixels,
+            ..
+        } => {
+            check_size(*size)?;
+            check_output_size(&op, *size, *max_pixels)?;
+            filter(interpolation)?;
+            if !(0.0 <= scale.0 && scale.0 <= scale.1 && scale.1 <= 1.0) {
+                return Err(Error::invalid(format!(
+                    "scale must satisfy 0 <= min <= max <= 1, got {scale:?}"
+                )));
+            }
+            if !(0.0 < ratio.0 && ratio.0 <= ratio.1 && ratio.1.is_finite()) {
+                return Err(Error::invalid(format!(
+                    "ratio must satisfy 0 < min <= max, got {ratio:?}"
+                )));
+            }
+        }
+        ImageSpec::HorizontalFlip { p, .. } => check_p(*p)?,
+        ImageSpec::ColorJitter {
+            brightness,
+            contrast,
+            saturation,
+            hue,
+            p,
+            ..
+        } => {
+            check_p(*p)?;
+            for (name, v) in [
+                ("brightness", brightness),
+                ("contrast", contrast),
+                ("saturation", saturation),
+            ] {
+                if !(v.is_finite() && *v >= 0.0) {
+                    return Err(Error::invalid(format!(
+                        "{name} must be finite and >= 0, got {v}"
+                    )));
+                }
+            }
+            if !(0.0..=0.5).contains(hue) {
+                return Err(Error::invalid(format!(
+                    "hue must be in [0, 0.5], got {hue}"
+                )));
+            }
+        }
+        ImageSpec::Grayscale {
+            p,
+            num_output_channels,
+            ..
+        } => {
+            check_p(*p)?;
+            if *num_output_channels != 1 && *num_output_channels != 3 {
+                return Err(Error::invalid(format!(
+                    "num_output_channels must be 1 or 3, got {num_output_channels}"
+                )));
+            }
+        }
+        ImageSpec::GaussianBlur {
+            kernel_size,
+            sigma,
+            p,
+            ..
+        } => {
+            check_p(*p)?;
+            let (kx, ky) = kernel_size.square();
+            if kx % 2 == 0 || ky % 2 == 0 || kx > MAX_KERNEL_SIZE || ky > MAX_KERNEL_SIZE {
+                return Err(Error::invalid(format!(
+                    "kernel_size must be odd, positive and at most {MAX_KERNEL_SIZE}, got {}",
+                    kernel_size.shown()
+                )));
+            }
+            if !(0.0 < sigma.0 && sigma.0 <= sigma.1 && sigma.1.is_finite()) {
+                return Err(Error::invalid(format!(
+                    "sigma must satisfy 0 < min <= max, got {sigma:?}"
+                )));
+            }
+        }
+        ImageSpec::Normalize { mean, std, .. } => {
+            if mean.is_empty() || mean.len() != std.len() {
+                return Err(Error::invalid(format!(
+                    "mean and std need the same non-zero length, got {} and {}",
+                    mean.len(),
+                    std.len()
+                )));
+            }
+            if std.iter().any(|&s| s == 0.0 || !s.is_finite())
+                || mean.iter().any(|m| !m.is_finite())
+            {
+                return Err(Error::invalid(format!(
+                    "std must be non-zero and mean/std finite, got mean={mean:?}, std={std:?}"
+                )));
+            }
+        }
+        ImageSpec::DecodeRandomResizedCrop { decode, crop, .. } => {
+            match (&**decode, &**crop) {
+                (ImageSpec::Decode { out, .. }, ImageSpec::RandomResizedCrop { field, .. })
+                    if out == field && crop.out() == field => {}
+                _ => {
+                    return Err(Error::invalid(
+                        "decode_random_resized_crop needs an image.decode and an \
+                         image.random_resized_crop of the decoded field, in place",
+                    ))
+                }
+            }
+            validate(decode)?;
+            validate(crop)?;
+        }
+        _ => {}
+    }
+    Ok(())
+}

@@ -1,0 +1,447 @@
+//! Running the `image.*` ops.
+
+use sluice_core::{
+    Emit, Error, Op, OpContext, OpKind, OpMeta, OpRef, Result, Sample, SampleRng, Tensor,
+    TensorData, Value,
+};
+use sluice_imgproc as ip;
+
+use super::{build, filter, ImageSpec, Size};
+use crate::limits::{check, product};
+
+#[derive(Debug)]
+pub(super) struct ImageOp {
+    spec: ImageSpec,
+}
+
+fn kernel_err(e: ip::ImageError) -> Error {
+    Error::data(e.to_string())
+}
+
+/// Takes an HWC uint8 image with 1 or 3 channels out of `field` (no copy when the buffer is
+/// not shared).
+fn take_image(s: &mut Sample, field: &str, op: &str) -> Result<ip::Image> {
+    match s.take(field, op)? {
+        Value::Tensor(t)
+            if matches!(t.shape(), [_, _, 1 | 3]) && matches!(t.data(), TensorData::U8(_)) =>
+        {
+            let (shape, data) = t.into_parts();
+            let TensorData::U8(data) = data else {
+                unreachable!("checked above")
+            };
+            ip::Image::new(shape[0], shape[1], shape[2], data).map_err(kernel_err)
+        }
+        other => Err(Error::type_error(format!(
+            "field '{field}' must be an HWC uint8 image [height, width, 1 or 3] (use \
+             image.decode first), got {}",
+            match &other {
+                Value::Tensor(t) => format!("{} {:?}", t.dtype().name(), t.shape()),
+                v => v.kind().to_string(),
+            }
+        ))),
+    }
+}
+
+fn image_value(img: ip::Image) -> Result<Value> {
+    Ok(Value::Tensor(Tensor::new(
+        vec![img.height, img.width, img.channels],
+        TensorData::U8(img.data),
+    )?))
+}
+
+fn chw_value(img: &ip::Image, data: Vec<f32>) -> Result<Value> {
+    Ok(Value::Tensor(Tensor::new(
+        vec![img.channels, img.height, img.width],
+        TensorData::F32(data),
+    )?))
+}
+
+/// torchvision's `resize` output size for an int size: the shorter side becomes `size`.
+fn shorter_side(h: usize, w: usize, size: usize) -> (usize, usize) {
+    if h <= w {
+        (size, ((size as f64) * w as f64 / h as f64) as usize)
+    } else {
+        (((size as f64) * h as f64 / w as f64) as usize, size)
+    }
+}
+
+/// torchvision's `center_crop` origin along one axis of `n` pixels for a crop of `c`: a crop
+/// larger than the image pads `(c - n) // 2` zeros before and the rest (the odd one) after;
+/// a smaller one starts at `int(round((n - c) / 2))`, Python's round (ties to even).
+pub(super) fn center_origin(n: usize, c: usize) -> i64 {
+    if c > n {
+        -(((c - n) / 2) as i64)
+    } else {
+        ((n - c) as f64 / 2.0).round_ties_even() as i64
+    }
+}
+
+fn center_crop(img: &ip::Image, ch: usize, cw: usize) -> Result<ip::Image> {
+    let top = center_origin(img.height, ch);
+    let left = center_origin(img.width, cw);
+    ip::crop(img, top, left, ch, cw).map_err(kernel_err)
+}
+
+fn require_bytes<'a>(s: &'a Sample, field: &str, op: &str) -> Result<&'a [u8]> {
+    let v = s.require(field, op)?;
+    v.as_bytes().ok_or_else(|| {
+        Error::type_error(format!("field '{field}' must be bytes, got {}", v.kind()))
+    })
+}
+
+fn decode_options(mode: &str, max_pixels: u64) -> ip::DecodeOptions {
+    ip::DecodeOptions {
+        mode: if mode == "L" {
+            ip::Mode::L
+        } else {
+            ip::Mode::Rgb
+        },
+        max_pixels,
+    }
+}
+
+/// An in-place kernel on `img`, or on a copy when the input must stay (`keep`).
+fn in_place(
+    img: ip::Image,
+    keep: bool,
+    f: impl FnOnce(&mut ip::Image) -> Result<()>,
+) -> Result<(Option<ip::Image>, ip::Image)> {
+    if keep {
+        let mut copy = img.clone();
+        f(&mut copy)?;
+        Ok((Some(img), copy))
+    } else {
+        let mut img = img;
+        f(&mut img)?;
+        Ok((None, img))
+    }
+}
+
+impl ImageOp {
+    pub(super) fn new(spec: ImageSpec) -> Self {
+        ImageOp { spec }
+    }
+
+    /// The decoding ops: bytes in `field` → an image.
+    fn decode(&self, s: &Sample, u: &mut dyn FnMut() -> f64) -> Result<ip::Image> {
+        let (name, field) = (self.name(), self.spec.field());
+        match &self.spec {
+            ImageSpec::Decode {
+                mode, max_pixels, ..
+            } => {
+                let bytes = require_bytes(s, field, name)?;
+                ip::decode(bytes, &decode_options(mode, *max_pixels)).map_err(kernel_err)
+            }
+            ImageSpec::DecodeRandomResizedCrop { decode, crop, .. } => {
+                let (
+                    ImageSpec::Decode {
+                        mode, max_pixels, ..
+                    },
+                    ImageSpec::RandomResizedCrop {
+                        size,
+                        scale,
+                        ratio,
+                        interpolation,
+                        ..
+                    },
+                ) = (&**decode, &**crop)
+                else {
+                    return Err(Error::Internal(
+                        "decode_random_resized_crop: bad spec".into(),
+                    ));
+                };
+                let bytes = require_bytes(s, field, name)?;
+                let opts = decode_options(mode, *max_pixels);
+                let (oh, ow) = size.square();
+                let interp = filter(interpolation)?;
+                if ip::sniff(bytes) == Some(ip::Format::Jpeg) {
+                    // The crop op's draw, from the header's (upright) size: the same box
+                    // the unfused ops pick from the decoded image.
+                    let (h, w) = ip::jpeg_dimensions(bytes).map_err(kernel_err)?;
+                    let (top, left, ch, cw) =
+                        ip::rrc_params(h, w, *scale, *ratio, u).map_err(kernel_err)?;
+                    Ok(
+                        ip::decode_resized_crop(bytes, &opts, top, left, ch, cw, oh, ow, interp)
+                            .map_err(kernel_err)?
+                            .0,
+                    )
+                } else {
+                    let img = ip::decode(bytes, &opts).map_err(kernel_err)?;
+                    let (top, left, ch, cw) =
+                        ip::rrc_params(img.height, img.width, *scale, *ratio, u)
+                            .map_err(kernel_err)?;
+                    ip::resized_crop(&img, top, left, ch, cw, oh, ow, interp).map_err(kernel_err)
+                }
+            }
+            _ => Err(Error::Internal(format!("{name} is not a decoding op"))),
+        }
+    }
+
+    /// An image → image op on `img`. Returns the input back when `keep` (the op writes
+    /// another field), and the output.
+    fn transform(
+        &self,
+        img: ip::Image,
+        keep: bool,
+        u: &mut dyn FnMut() -> f64,
+    ) -> Result<(Option<ip::Image>, ip::Image)> {
+        let keep_input = |img: ip::Image| keep.then_some(img);
+        let out = match &self.spec {
+            ImageSpec::Resize {
+                size,
+                interpolation,
+                antialias,
+                max_pixels,
+                ..
+            } => {
+                let (h, w) = match size {
+                    Size::Int(n) => {
+                        let (h, w) = shorter_side(img.height, img.width, *n);
+                        check(
+                            product(&[h as u64, w as u64]),
+                            *max_pixels,
+                            "max_pixels",
+                            || {
+                                format!(
+                                    "size={n} (the shorter side) on a {}x{} image makes {h}x{w} \
+                                 pixels",
+                                    img.height, img.width
+                                )
+                            },
+                        )?;
+                        (h, w)
+                    }
+                    Size::Hw(h, w) => (*h, *w),
+                };
+                ip::resize(&img, h, w, filter(interpolation)?, *antialias).map_err(kernel_err)?
+            }
+            ImageSpec::CenterCrop { size, .. } => {
+                let (h, w) = size.square();
+                center_crop(&img, h, w)?
+            }
+            ImageSpec::RandomResizedCrop {
+                size,
+                scale,
+                ratio,
+                interpolation,
+                ..
+            } => {
+                let (top, left, h, w) =
+                    ip::rrc_params(img.height, img.width, *scale, *ratio, u).map_err(kernel_err)?;
+                let (oh, ow) = size.square();
+                ip::resized_crop(&img, top, left, h, w, oh, ow, filter(interpolation)?)
+                    .map_err(kernel_err)?
+            }
+            ImageSpec::HorizontalFlip { p, .. } => {
+                let flip = u() < *p;
+                return in_place(img, keep, |img| {
+                    if flip {
+                        ip::hflip(img).map_err(kernel_err)?;
+                    }
+                    Ok(())
+                });
+            }
+            ImageSpec::ColorJitter {
+                brightness,
+                contrast,
+                saturation,
+                hue,
+                p,
+                ..
+            } => {
+                let params = if u() < *p {
+                    Some(
+                        ip::color_jitter_params(*brightness, *contrast, *saturation, *hue, u)
+                            .map_err(kernel_err)?,
+                    )
+                } else {
+                    None
+                };
+                return in_place(img, keep, |img| match params {
+                    Some(params) => ip::apply_jitter(img, &params).map_err(kernel_err),
+                    None => Ok(()),
+                });
+            }
+            ImageSpec::Grayscale {
+                p,
+                num_output_channels,
+                ..
+            } => {
+                if u() < *p {
+                    ip::to_grayscale(&img, *num_output_channels).map_err(kernel_err)?
+                } else {
+                    return in_place(img, keep, |_| Ok(()));
+                }
+            }
+            ImageSpec::GaussianBlur {
+                kernel_size,
+                sigma,
+                p,
+                ..
+            } => {
+                if u() < *p {
+                    let sig = ip::blur_sigma(sigma.0, sigma.1, u).map_err(kernel_err)?;
+                    // torchvision's kernel_size is (kx, ky); the kernel takes (rows, columns).
+                    let (kx, ky) = kernel_size.square();
+                    ip::gaussian_blur(&img, (ky, kx), (sig, sig)).map_err(kernel_err)?
+                } else {
+                    return in_place(img, keep, |_| Ok(()));
+                }
+            }
+            _ => {
+                return Err(Error::Internal(format!(
+                    "{} is not image → image",
+                    self.name()
+                )))
+            }
+        };
+        Ok((keep_input(img), out))
+    }
+
+    /// `normalize` / `to_tensor`: HWC uint8 → float32 CHW.
+    fn to_chw(&self, img: &ip::Image) -> Result<Vec<f32>> {
+        let field = self.spec.field();
+        match &self.spec {
+            ImageSpec::Normalize {
+                mean,
+                std,
+                max_pixels,
+                ..
+            } => {
+                check_chw(img, *max_pixels)?;
+                if mean.len() != img.channels {
+                    return Err(Error::type_error(format!(
+                        "mean and std have {} values but field '{field}' has {} channel(s) \
+                         (shape [{}, {}, {}])",
+                        mean.len(),
+                        img.channels,
+                        img.height,
+                        img.width,
+                        img.channels
+                    )));
+                }
+                ip::normalize(img, mean, std).map_err(kernel_err)
+            }
+            ImageSpec::ToTensor { max_pixels, .. } => {
+                check_chw(img, *max_pixels)?;
+                ip::to_tensor(img).map_err(kernel_err)
+            }
+            _ => Err(Error::Internal(format!(
+                "{} is not a tensor op",
+                self.name()
+            ))),
+        }
+    }
+
+    fn run(&self, s: &mut Sample, rng: &mut SampleRng) -> Result<()> {
+        let (name, field, out) = (self.name(), self.spec.field(), self.spec.out());
+        let mut u = || rng.uniform();
+        match &self.spec {
+            ImageSpec::Decode { .. } | ImageSpec::DecodeRandomResizedCrop { .. } => {
+                let img = self.decode(s, &mut u)?;
+                s.set(out, image_value(img)?);
+            }
+            ImageSpec::Normalize { .. } | ImageSpec::ToTensor { .. } => {
+                let img = take_image(s, field, name)?;
+                let chw = self.to_chw(&img);
+                let value = chw.and_then(|data| chw_value(&img, data));
+                if out != field {
+                    s.set(field, image_value(img)?);
+                }
+                s.set(out, value?);
+            }
+            _ => {
+                let img = take_image(s, field, name)?;
+                let (input, img) = self.transform(img, out != field, &mut u)?;
+                if let Some(input) = input {
+                    s.set(field, image_value(input)?);
+                }
+                s.set(out, image_value(img)?);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The float32 copy `normalize` / `to_tensor` make is within `max_pixels`.
+fn check_chw(img: &ip::Image, max_pixels: u64) -> Result<()> {
+    check(
+        product(&[img.height as u64, img.width as u64]),
+        max_pixels,
+        "max_pixels",
+        || format!("a float32 copy of a {}x{} image", img.height, img.width),
+    )
+}
+
+impl Op for ImageOp {
+    fn name(&self) -> &str {
+        self.spec.name()
+    }
+    fn spec(&self) -> serde_json::Value {
+        serde_json::to_value(&self.spec).unwrap_or_default()
+    }
+    fn meta(&self) -> OpMeta {
+        let (kind, random) = match self.spec {
+            ImageSpec::Decode { .. } => (OpKind::Decode, false),
+            ImageSpec::DecodeRandomResizedCrop { .. } => (OpKind::Decode, true),
+            ImageSpec::Resize { .. } | ImageSpec::CenterCrop { .. } => {
+                (OpKind::SizeReducing, false)
+            }
+            ImageSpec::RandomResizedCrop { .. } => (OpKind::SizeReducing, true),
+            ImageSpec::HorizontalFlip { .. } => (OpKind::Geometric, true),
+            ImageSpec::Normalize { .. } | ImageSpec::ToTensor { .. } => (OpKind::PixelWise, false),
+            ImageSpec::ColorJitter { .. }
+            | ImageSpec::Grayscale { .. }
+            | ImageSpec::GaussianBlur { .. } => (OpKind::PixelWise, true),
+        };
+        // Writing another field keeps the input: the sample grows, whatever the op.
+        let kind = if kind == OpKind::SizeReducing && self.spec.out() != self.spec.field() {
+            OpKind::Opaque
+        } else {
+            kind
+        };
+        OpMeta {
+            reads: vec![self.spec.field().to_string()],
+            writes: vec![self.spec.out().to_string()],
+            kind,
+            random,
+            python: false,
+        }
+    }
+    fn apply(&self, mut s: Sample, cx: &OpContext) -> Result<Emit> {
+        let mut rng = match self.spec {
+            // Draw with the crop op's generator, as the unfused crop does.
+            ImageSpec::DecodeRandomResizedCrop { crop_op_id, .. } => OpContext {
+                op_id: crop_op_id,
+                ..*cx
+            }
+            .rng(),
+            _ => cx.rng(),
+        };
+        self.run(&mut s, &mut rng)?;
+        Ok(Emit::One(s))
+    }
+    /// `decode` + the in-place `random_resized_crop` of its output field (bilinear or
+    /// bicubic) become `decode_random_resized_crop`. A crop writing another field keeps the
+    /// decoded image too, so it is not fused.
+    fn fuse_next(&self, next: &dyn Op, next_op_id: u64) -> Option<OpRef> {
+        let ImageSpec::Decode { out, .. } = &self.spec else {
+            return None;
+        };
+        let crop: ImageSpec = serde_json::from_value(next.spec()).ok()?;
+        match &crop {
+            ImageSpec::RandomResizedCrop {
+                field,
+                interpolation,
+                ..
+            } if field == out && crop.out() == field && interpolation != "nearest" => {}
+            _ => return None,
+        }
+        build(&ImageSpec::DecodeRandomResizedCrop {
+            decode: Box::new(self.spec.clone()),
+            crop: Box::new(crop),
+            crop_op_id: next_op_id,
+        })
+        .ok()
+    }
+}

@@ -68,6 +68,14 @@ pub struct Plan {
     pub options: OptimizerOptions,
 }
 
+/// Most workers one stage of a loaded plan may ask for: far above any machine's cores, low
+/// enough that an edited plan file cannot make a run spawn threads until memory runs out.
+pub const MAX_STAGE_WORKERS: usize = 1024;
+
+/// Most chunks one queue of a loaded plan may hold (a queue's slots are allocated when the
+/// run starts, so an absurd depth would abort it instead of failing).
+pub const MAX_QUEUE_DEPTH: usize = 1 << 16;
+
 impl Plan {
     /// The current format version.
     pub const VERSION: u32 = 1;
@@ -177,6 +185,16 @@ impl Plan {
         }
         let mut others = others.into_iter();
         for ps in &self.stages {
+            // Plans are files a person may edit: bound what the run will allocate and spawn.
+            if ps.variant.workers() > MAX_STAGE_WORKERS || ps.queue_depth > MAX_QUEUE_DEPTH {
+                return Err(Error::invalid(format!(
+                    "plan stage {}: {} workers and a queue of {} chunks; a stage may have at \
+                     most {MAX_STAGE_WORKERS} workers and {MAX_QUEUE_DEPTH} chunks",
+                    ps.label,
+                    ps.variant.workers(),
+                    ps.queue_depth
+                )));
+            }
             let kind = match ps.read {
                 Some(read) => StageKind::Chain {
                     read,
@@ -251,5 +269,54 @@ impl fmt::Display for Plan {
             writeln!(f, "  - {d}")?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_core::{lower, BatchNode, LogicalPlan, LowerOptions, RangeSource, SourceNode};
+
+    fn default_and_plan() -> (PhysicalPlan, Plan) {
+        let src = Arc::new(LogicalPlan::Source(SourceNode::new(Arc::new(
+            RangeSource::new(10),
+        ))));
+        let batch = Arc::new(LogicalPlan::Batch(
+            BatchNode::try_new(src, 4, false).unwrap(),
+        ));
+        let phys = lower(&batch, &LowerOptions::default()).unwrap();
+        let prediction = Prediction {
+            throughput: 1.0,
+            bottleneck: "cores".into(),
+            stages: vec![],
+            cpu_per_sample: 1.0,
+        };
+        let plan = Plan::describe(&phys, None, prediction, vec![], &Default::default(), 2);
+        (phys, plan)
+    }
+
+    #[test]
+    fn absurd_queue_depth_or_worker_count_is_refused() {
+        // Found by fuzzing (fuzz/ target `plan`): a plan stage with queue_depth 10^15 made the
+        // run allocate that many queue slots up front and abort; 100000 threads ran out of
+        // memory spawning them.
+        let (phys, plan) = default_and_plan();
+        assert!(plan.apply(&phys).is_ok());
+        let mut deep = plan.clone();
+        deep.stages[0].queue_depth = 1_000_000_000_000_000;
+        let e = deep.apply(&phys).unwrap_err().to_string();
+        assert!(e.contains("queue of 1000000000000000 chunks"), "{e}");
+        let mut wide = plan.clone();
+        wide.stages[0].variant = Variant::Threads { threads: 100_000 };
+        let e = wide.apply(&phys).unwrap_err().to_string();
+        assert!(e.contains("100000 workers"), "{e}");
+        // The same through the file form, as `sluice run --plan` and `iter(plan=...)` load it.
+        let mut v: serde_json::Value = serde_json::from_str(&plan.to_json()).unwrap();
+        v["stages"][0]["queue_depth"] = 99_999_999.into();
+        let e = Plan::from_json(&v.to_string())
+            .unwrap()
+            .apply(&phys)
+            .unwrap_err();
+        assert!(e.to_string().contains("at most"), "{e}");
     }
 }

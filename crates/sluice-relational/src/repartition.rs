@@ -20,10 +20,19 @@ pub fn partition_sizes(len: u64, n: usize) -> Vec<u64> {
     (0..n).map(|p| len / n + u64::from(p < len % n)).collect()
 }
 
+/// Most partitions `repartition(n)` makes.
+pub const MAX_PARTITIONS: usize = 1 << 20;
+
 /// Checks a partition count.
 pub fn check_partitions(n: usize) -> Result<()> {
     if n == 0 {
         return Err(Error::invalid("repartition needs n >= 1 partitions"));
+    }
+    // Partition sizes are a list of n, and sinks write a file per partition.
+    if n > MAX_PARTITIONS {
+        return Err(Error::invalid(format!(
+            "repartition: at most {MAX_PARTITIONS} partitions, got {n}"
+        )));
     }
     Ok(())
 }

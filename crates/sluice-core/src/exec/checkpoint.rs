@@ -423,8 +423,21 @@ pub fn elastic_state(states: &[IterState]) -> Result<IterState> {
                  change world size mid-epoch",
             ));
         }
-        let source = last(tree);
-        ranks[rank as usize] = Some(cursor_from(&source.own, "at")?);
+        // `rank` comes from the file: index only within the world, once per rank.
+        let slot = ranks
+            .get_mut(rank as usize)
+            .filter(|_| rank < world)
+            .ok_or_else(|| {
+                Error::invalid(format!(
+                    "elastic_state: a checkpoint of rank {rank} in a world of {world}"
+                ))
+            })?;
+        if slot.is_some() {
+            return Err(Error::invalid(format!(
+                "elastic_state: two checkpoints of rank {rank}; pass each rank's once"
+            )));
+        }
+        *slot = Some(cursor_from(&last(tree).own, "at")?);
     }
     // Ranks in lockstep stop in one epoch; one that just finished the previous epoch has
     // not started this one (checked against the epoch's length when loaded).
@@ -508,4 +521,38 @@ pub fn elastic_epoch(
         equal: shard.equal,
         whole,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(json: &str) -> IterState {
+        serde_json::from_str(json).unwrap()
+    }
+
+    fn sharded(rank: u64, world: u64) -> IterState {
+        state(&format!(
+            r#"{{"version":2,"pipeline":"p","seed":0,"state":{{"node":"shard",
+                "own":{{"rank":{rank},"world_size":{world}}},"parent":{{"node":"range",
+                "own":{{"at":{{"epoch":0,"ord":0,"pos":1}}}},"parent":null}}}}}}"#
+        ))
+    }
+
+    #[test]
+    fn elastic_state_refuses_a_rank_outside_the_world() {
+        // Found by fuzzing (fuzz/ target `state`): rank 5 of a world of 1 indexed past the
+        // ranks and panicked.
+        let e = elastic_state(&[sharded(5, 1)]).unwrap_err().to_string();
+        assert!(e.contains("rank 5 in a world of 1"), "{e}");
+    }
+
+    #[test]
+    fn elastic_state_refuses_a_rank_given_twice() {
+        let e = elastic_state(&[sharded(0, 2), sharded(0, 2)])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("two checkpoints of rank 0"), "{e}");
+        assert!(elastic_state(&[sharded(1, 2), sharded(0, 2)]).is_ok());
+    }
 }

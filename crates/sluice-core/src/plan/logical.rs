@@ -148,11 +148,11 @@ pub struct PackNode {
     pub schema: Schema,
 }
 
-/// What `pack` does.
 /// The longest `pack` block, in tokens (2^24, the text ops' default `max_tokens`): a block's
 /// buffers are allocated whole, so an absurd length is refused when the pipeline is built.
 pub const MAX_PACK_LENGTH: usize = 1 << 24;
 
+/// What `pack` does.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PackSpec {
     /// Tokens per block.

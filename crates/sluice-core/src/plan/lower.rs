@@ -54,6 +54,11 @@ impl Default for LowerOptions {
     }
 }
 
+/// Most threads per parallel stage: far above any machine's cores, low enough that a typo
+/// (`num_threads = 100000`) is an error rather than a run that spawns threads until memory
+/// runs out.
+pub const MAX_THREADS: usize = 1024;
+
 /// The seed of a `shuffle` or `shuffle_buffer` step: its own, or the iteration's when it has
 /// none. Decided here only; the physical plan carries the result, so the executor never
 /// falls back to a seed of its own.
@@ -63,8 +68,11 @@ fn shuffle_seed(own: Option<u64>, opts: &LowerOptions) -> u64 {
 
 /// Lowers `plan` with the default rules.
 pub fn lower(plan: &Arc<LogicalPlan>, opts: &LowerOptions) -> Result<PhysicalPlan> {
-    if opts.num_threads == 0 {
-        return Err(Error::invalid("num_threads must be > 0"));
+    if opts.num_threads == 0 || opts.num_threads > MAX_THREADS {
+        return Err(Error::invalid(format!(
+            "num_threads must be in 1..={MAX_THREADS}, got {}",
+            opts.num_threads
+        )));
     }
     let nodes = plan.chain();
     let mut source = nodes[0].source().clone();

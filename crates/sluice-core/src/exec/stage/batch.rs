@@ -88,7 +88,7 @@ impl Batch {
             other => other,
         })?;
         out.push(vec![batch]);
-        self.pending = Vec::with_capacity(self.size);
+        self.pending = Vec::with_capacity(self.size.min(1 << 12));
         Ok(())
     }
 }

@@ -67,7 +67,9 @@ pub(crate) fn make_transform(
             drop_last: *drop_last,
             per_epoch: *per_epoch,
             pad: pad.clone(),
-            pending: Vec::with_capacity(*size),
+            // `size` is the user's (batch(10**15) over a small set is one batch): reserve
+            // a typical batch up front, not the declared size.
+            pending: Vec::with_capacity((*size).min(1 << 12)),
             numbering: following.resequence.then_some(BatchNumbers {
                 slot: stage,
                 epoch: resume.epoch.map(|e| if *per_epoch { e } else { 0 }),

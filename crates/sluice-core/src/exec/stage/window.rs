@@ -72,10 +72,11 @@ impl WindowShuffle {
             epoch: None,
             inputs: 0,
             a_start: None,
-            a_buf: Vec::with_capacity(w as usize),
+            // The window is the user's size (it may exceed the data): reserve a bounded part.
+            a_buf: Vec::with_capacity(w.min(1 << 12) as usize),
             a_window: 0,
             a_out: 0,
-            b_buf: Vec::with_capacity(w as usize),
+            b_buf: Vec::with_capacity(w.min(1 << 12) as usize),
             b_start: 0,
             b_window: 0,
             skip_a_before: 0,

@@ -39,7 +39,7 @@ pub mod rules;
 mod testing;
 
 pub use driver::{optimize_physical, OptimizeInput, Optimized};
-pub use model::{predict, predict_with, Prediction, RemoteModel, StagePrediction, TransferCosts};
-pub use options::OptimizerOptions;
-pub use plan::{CachePoint, Plan, PlanStage};
+pub use model::{predict, predict_with, RemoteModel};
+pub use options::{OptimizerOptions, TransferCosts};
+pub use plan::{CachePoint, Plan, PlanStage, Prediction, StagePrediction};
 pub use profile::{profile, Machine, OpProfile, Profile, ProfileOptions};

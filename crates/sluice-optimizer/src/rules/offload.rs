@@ -17,7 +17,8 @@
 use sluice_core::{PhysicalPlan, Result, Stage, StageKind, Variant};
 
 use super::{Draft, Rule};
-use crate::model::{predict_with, Prediction, RemoteModel};
+use crate::model::{predict_with, RemoteModel};
+use crate::plan::Prediction;
 
 /// The least predicted gain worth a remote cluster: below it, the model's error and the
 /// remote run's risks outweigh the gain.

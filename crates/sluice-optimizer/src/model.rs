@@ -19,6 +19,7 @@
 
 use std::collections::HashMap;
 
+use sluice_core::exec::backend::RAY;
 use sluice_core::exec::{CHUNK_BYTES, CHUNK_WORK_NS};
 use sluice_core::{OpKind, PhysicalPlan, StageKind, Variant};
 
@@ -114,9 +115,6 @@ pub struct RemoteModel {
     pub max_actors: Option<usize>,
     pub costs: TransferCosts,
 }
-
-/// The backend name of Ray actors in plans.
-pub const RAY: &str = "ray";
 
 impl RemoteModel {
     /// The Ray cluster described by `o` (`None` without `remote_cpus`).

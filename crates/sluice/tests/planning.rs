@@ -137,6 +137,10 @@ fn printed() -> String {
             ..Default::default()
         };
         let plan = plan_for(&ds);
+        let ray = RunContext::Remote {
+            backend: exec::backend::RAY.into(),
+            workers: 3,
+        };
         let runs: Vec<(&str, IterOptions)> = vec![
             ("default", base.clone()),
             (
@@ -156,7 +160,7 @@ fn printed() -> String {
             (
                 "processes=2",
                 IterOptions {
-                    processes: Some(2),
+                    context: RunContext::Processes { workers: 2 },
                     ..base.clone()
                 },
             ),
@@ -171,29 +175,31 @@ fn printed() -> String {
                 "plan+processes=2",
                 IterOptions {
                     plan: Some(plan.clone()),
-                    processes: Some(2),
+                    context: RunContext::Processes { workers: 2 },
                     ..base.clone()
                 },
             ),
-            ("ray", ds.offloaded(&base, "ray", 3).unwrap()),
+            (
+                "ray",
+                IterOptions {
+                    context: ray.clone(),
+                    ..base.clone()
+                },
+            ),
             (
                 "plan+ray",
-                ds.offloaded(
-                    &IterOptions {
-                        plan: Some(plan.clone()),
-                        ..base.clone()
-                    },
-                    "ray",
-                    3,
-                )
-                .unwrap(),
+                IterOptions {
+                    plan: Some(plan.clone()),
+                    context: ray.clone(),
+                    ..base.clone()
+                },
             ),
         ];
         for (how, opts) in runs {
             let phys = ds.physical_plan(&opts).unwrap();
             writeln!(out, "## {name} / {how}\n{phys}").unwrap();
         }
-        let explicit = ds.offload_plan(&base, "ray", 3).unwrap();
+        let explicit = ds.offload_plan(&base, exec::backend::RAY, 3).unwrap();
         writeln!(out, "## {name} / ray decisions").unwrap();
         for d in &explicit.decisions {
             writeln!(out, "- {d}").unwrap();

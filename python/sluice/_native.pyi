@@ -86,6 +86,7 @@ class Dataset:
         plan_json: str | None = None,
         processes: int | None = None,
         fuse_ops: bool = True,
+        actors: int | None = None,
     ) -> str: ...
     def iter(
         self,
@@ -95,7 +96,13 @@ class Dataset:
         plan_json: str | None = None,
         processes: int | None = None,
         fuse_ops: bool = True,
-    ) -> Iterator: ...
+        ray_factory: Callable[[str, int, str], Any] | None = None,
+        actors: int | None = None,
+    ) -> Iterator:
+        """Starts a run (crates/sluice-py/src/options.rs). ``processes``: every Python stage
+        on that many worker processes. ``ray_factory`` (a Ray context's ``_pool``) makes the
+        ``ray`` backend's pools; ``actors``: every element-wise stage that can travel runs on
+        that many actors per stage, unless the plan placed its stages (``enable_offload``)."""
 
 # Stages in other processes (crates/sluice-py/src/worker.rs, crates/sluice-remote).
 class ChainWorker:
@@ -149,33 +156,19 @@ def optimize(
     ray_factory: Callable[[str, int, str], Any] | None = None,
 ) -> str: ...
 def predict(ds: Dataset, profile_json: str, plan_json: str, options_json: str) -> str: ...
+def offload_plan(
+    ds: Dataset,
+    actors: int,
+    seed: int = 0,
+    num_threads: int | None = None,
+    plan_json: str | None = None,
+) -> str:
+    """The plan a Ray context runs ``ds`` with when no optimizer plan decides."""
 def plan_text(json: str) -> str: ...
 def default_optimizer_options() -> str: ...
 
 # Weighted interleave (crates/sluice-py/src/mix.rs).
 def mix(datasets: list[Dataset], weights: list[float] | None, seed: int, stop: str) -> Dataset: ...
-
-# Ray / Python-implemented pools (crates/sluice-py/src/remote.rs)
-def offload_plan(
-    ds: Dataset,
-    seed: int,
-    num_threads: int | None,
-    chunk_size: int | None,
-    backend: str,
-    workers: int,
-    plan_json: str | None = None,
-) -> str: ...
-def iter_offloaded(
-    ds: Dataset,
-    seed: int,
-    num_threads: int | None,
-    chunk_size: int | None,
-    backend: str,
-    factory: Callable[[str, int, str], Any],
-    workers: int,
-    plan_json: str | None = None,
-    fuse_ops: bool = True,
-) -> Iterator: ...
 
 # Relational, blocking ops (crates/sluice-py/src/relational.rs); they run on first iteration.
 def sort(

@@ -8,6 +8,7 @@ mod formats;
 mod iter;
 mod mix;
 mod optimizer;
+mod options;
 mod relational;
 mod remote;
 mod udf;
@@ -31,7 +32,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     formats::register(m)?;
     optimizer::register(m)?;
     mix::register(m)?;
-    remote::register(m)?;
     relational::register(m)?;
     m.add("SluiceError", m.py().get_type::<errors::SluiceError>())?;
     m.add("PipelineError", m.py().get_type::<errors::PipelineError>())?;

@@ -194,3 +194,89 @@ def repartition(
     spill_dir: str | None = None,
     seed: int = 0,
 ) -> Dataset: ...
+
+# Run-time hybrid placement, re-exported by sluice.placement (crates/sluice-py/src/placement.rs).
+DEFAULT_REMOTE_CPU_PRICE: float
+SCALE_REMOTE: str
+STABLE: str
+
+class Decision:
+    """One placement change (``local``/``remote``: -1, 0 or +1) and why."""
+
+    local: int
+    remote: int
+    state: str
+    reason: str
+    rate: float
+    local_workers: int
+    remote_actors: int
+    cost_per_hour: float
+    def __init__(
+        self,
+        local: int,
+        remote: int,
+        state: str,
+        reason: str,
+        rate: float,
+        local_workers: int,
+        remote_actors: int,
+        cost_per_hour: float,
+    ) -> None: ...
+    def as_dict(self) -> dict[str, Any]: ...
+
+class AutoPlacement:
+    """Pecan's AutoPlacement for one stage: ``observe(rate)`` once per measurement window."""
+
+    def __init__(
+        self,
+        local: int,
+        remote: int,
+        min_local: int = 0,
+        max_local: int = 0,
+        min_remote: int = 0,
+        max_remote: int = 1,
+        local_cpu_price: float = 0.0,
+        remote_cpu_price: float = ...,
+        actor_cpus: float = 1.0,
+        target: float | None = None,
+        slack: float = 0.05,
+        improve: float = 0.03,
+        degrade: float = 0.10,
+        patience: int = 2,
+    ) -> None: ...
+    def observe(self, rate: float) -> Decision | None: ...
+    def cost_per_hour(self, local: int | None = None, remote: int | None = None) -> float: ...
+    @property
+    def cheap(self) -> str: ...
+    @property
+    def local(self) -> int: ...
+    @property
+    def remote(self) -> int: ...
+    @property
+    def state(self) -> str: ...
+    @property
+    def decisions(self) -> list[Decision]: ...
+    @property
+    def min_local(self) -> int: ...
+    @property
+    def max_local(self) -> int: ...
+    @property
+    def min_remote(self) -> int: ...
+    @property
+    def max_remote(self) -> int: ...
+    @property
+    def local_cpu_price(self) -> float: ...
+    @property
+    def remote_cpu_price(self) -> float: ...
+    @property
+    def actor_cpus(self) -> float: ...
+    @property
+    def target(self) -> float | None: ...
+    @property
+    def slack(self) -> float: ...
+    @property
+    def improve(self) -> float: ...
+    @property
+    def degrade(self) -> float: ...
+    @property
+    def patience(self) -> int: ...

@@ -9,6 +9,7 @@ mod iter;
 mod mix;
 mod optimizer;
 mod options;
+mod placement;
 mod relational;
 mod remote;
 mod udf;
@@ -33,6 +34,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     optimizer::register(m)?;
     mix::register(m)?;
     relational::register(m)?;
+    placement::register(m)?;
     m.add("SluiceError", m.py().get_type::<errors::SluiceError>())?;
     m.add("PipelineError", m.py().get_type::<errors::PipelineError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -103,13 +103,55 @@ impl PyDecision {
     }
 }
 
+/// The limits, prices and thresholds of an :class:`AutoPlacement` (its base class: they read
+/// as its attributes), the limits widened to the starting counts.
+#[pyclass(
+    name = "PlacementOptions",
+    module = "sluice._native",
+    subclass,
+    get_all
+)]
+pub struct PyOptions {
+    min_local: i64,
+    max_local: i64,
+    min_remote: i64,
+    max_remote: i64,
+    local_cpu_price: f64,
+    remote_cpu_price: f64,
+    actor_cpus: f64,
+    target: Option<f64>,
+    slack: f64,
+    improve: f64,
+    degrade: f64,
+    patience: i64,
+}
+
+impl From<&PlacementOptions> for PyOptions {
+    fn from(o: &PlacementOptions) -> Self {
+        PyOptions {
+            min_local: o.min_local,
+            max_local: o.max_local,
+            min_remote: o.min_remote,
+            max_remote: o.max_remote,
+            local_cpu_price: o.local_cpu_price,
+            remote_cpu_price: o.remote_cpu_price,
+            actor_cpus: o.actor_cpus,
+            target: o.target,
+            slack: o.slack,
+            improve: o.improve,
+            degrade: o.degrade,
+            patience: o.patience,
+        }
+    }
+}
+
 /// Pecan's AutoPlacement for one stage: ``observe(rate)`` once per measurement window
 /// (samples/s with the current workers) returns a :class:`Decision` or None.
 ///
 /// ``target``: samples/s the trainer needs (``None``: as fast as it goes); with a target,
 /// scaling stops once ``target × (1 + slack)`` is reached and the cost phases keep the rate
 /// above ``target × (1 - slack)``. ``actor_cpus``: CPUs each actor reserves (billed).
-#[pyclass(name = "AutoPlacement", module = "sluice._native")]
+#[pyclass(name = "AutoPlacement", module = "sluice._native", extends = PyOptions)]
 pub struct PyAutoPlacement {
     inner: AutoPlacement,
 }
@@ -151,7 +193,7 @@ impl PyAutoPlacement {
         improve: f64,
         degrade: f64,
         patience: i64,
-    ) -> Self {
+    ) -> PyClassInitializer<Self> {
         let opts = PlacementOptions {
             min_local,
             max_local,
@@ -166,9 +208,9 @@ impl PyAutoPlacement {
             degrade,
             patience,
         };
-        PyAutoPlacement {
-            inner: AutoPlacement::new(local, remote, opts),
-        }
+        let inner = AutoPlacement::new(local, remote, opts);
+        PyClassInitializer::from(PyOptions::from(inner.options()))
+            .add_subclass(PyAutoPlacement { inner })
     }
 
     /// Takes one window's throughput (samples/s) and returns the change to make, if any.
@@ -209,54 +251,6 @@ impl PyAutoPlacement {
             .map(PyDecision::from)
             .collect()
     }
-    #[getter]
-    fn min_local(&self) -> i64 {
-        self.inner.options().min_local
-    }
-    #[getter]
-    fn max_local(&self) -> i64 {
-        self.inner.options().max_local
-    }
-    #[getter]
-    fn min_remote(&self) -> i64 {
-        self.inner.options().min_remote
-    }
-    #[getter]
-    fn max_remote(&self) -> i64 {
-        self.inner.options().max_remote
-    }
-    #[getter]
-    fn local_cpu_price(&self) -> f64 {
-        self.inner.options().local_cpu_price
-    }
-    #[getter]
-    fn remote_cpu_price(&self) -> f64 {
-        self.inner.options().remote_cpu_price
-    }
-    #[getter]
-    fn actor_cpus(&self) -> f64 {
-        self.inner.options().actor_cpus
-    }
-    #[getter]
-    fn target(&self) -> Option<f64> {
-        self.inner.options().target
-    }
-    #[getter]
-    fn slack(&self) -> f64 {
-        self.inner.options().slack
-    }
-    #[getter]
-    fn improve(&self) -> f64 {
-        self.inner.options().improve
-    }
-    #[getter]
-    fn degrade(&self) -> f64 {
-        self.inner.options().degrade
-    }
-    #[getter]
-    fn patience(&self) -> i64 {
-        self.inner.options().patience
-    }
 
     fn __repr__(&self) -> String {
         let p = &self.inner;
@@ -270,8 +264,9 @@ impl PyAutoPlacement {
     }
 }
 
-/// Adds `AutoPlacement`, `Decision` and the constants of `sluice.placement`.
+/// Adds `AutoPlacement` (and its base), `Decision` and the constants of `sluice.placement`.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyOptions>()?;
     m.add_class::<PyAutoPlacement>()?;
     m.add_class::<PyDecision>()?;
     m.add("DEFAULT_REMOTE_CPU_PRICE", ap::DEFAULT_REMOTE_CPU_PRICE)?;

@@ -39,6 +39,13 @@ fn default_cluster() -> impl Fn(i64, i64) -> f64 {
     cluster(100.0, 90.0)
 }
 
+/// An AutoPlacement after 40 windows on the default cluster.
+fn settled(local: i64, remote: i64, opts: PlacementOptions) -> AutoPlacement {
+    let mut p = AutoPlacement::new(local, remote, opts);
+    run(&mut p, default_cluster(), 40, quiet);
+    p
+}
+
 fn opts(max_local: i64, max_remote: i64) -> PlacementOptions {
     PlacementOptions {
         max_local,
@@ -47,27 +54,20 @@ fn opts(max_local: i64, max_remote: i64) -> PlacementOptions {
     }
 }
 
-/// (state, local workers, remote actors, cost per hour, reason) of each decision.
-fn trace(p: &AutoPlacement) -> Vec<(&'static str, i64, i64, f64, &str)> {
+/// "state local+remote $cost: reason" of each decision.
+fn trace(p: &AutoPlacement) -> Vec<String> {
     p.decisions()
         .iter()
         .map(|d| {
-            let s = d.state.as_str();
-            (
-                s,
-                d.local_workers,
-                d.remote_actors,
-                d.cost_per_hour,
-                &*d.reason,
-            )
+            let (s, l, r) = (d.state, d.local_workers, d.remote_actors);
+            format!("{s} {l}+{r} ${}: {}", d.cost_per_hour, d.reason)
         })
         .collect()
 }
 
 #[test]
 fn pecan_order_scale_remote_then_shift_to_free_local_then_drop_remote() {
-    let mut p = AutoPlacement::new(0, 1, opts(4, 8));
-    run(&mut p, default_cluster(), 40, quiet);
+    let p = settled(0, 1, opts(4, 8));
     assert_eq!(p.decisions()[0].state, State::ScaleRemote);
     assert_eq!(p.state(), State::Stable);
     // Scale-out found the consumer's cap (5 actors; the 6th gained nothing and went)...
@@ -89,87 +89,26 @@ fn pecan_order_scale_remote_then_shift_to_free_local_then_drop_remote() {
 
 #[test]
 fn golden_free_local_workers() {
-    let mut p = AutoPlacement::new(0, 1, opts(4, 8));
-    run(&mut p, default_cluster(), 40, quiet);
+    let p = settled(0, 1, opts(4, 8));
     let add = "450.0/s; adding a local worker ($0.000/h)";
-    let remove = "removing an actor ($0.053/h)";
     assert_eq!(
         trace(&p),
-        vec![
-            (
-                "scale_remote",
-                0,
-                2,
-                0.1067,
-                "first window: 100.0/s; trying one more actor"
-            ),
-            (
-                "scale_remote",
-                0,
-                3,
-                0.1601,
-                "+1 actor gained +100.0%: one more"
-            ),
-            (
-                "scale_remote",
-                0,
-                4,
-                0.2135,
-                "+1 actor gained +50.0%: one more"
-            ),
-            (
-                "scale_remote",
-                0,
-                5,
-                0.2669,
-                "+1 actor gained +33.3%: one more"
-            ),
-            (
-                "scale_remote",
-                0,
-                6,
-                0.3202,
-                "+1 actor gained +12.5%: one more"
-            ),
-            (
-                "increase_local",
-                0,
-                5,
-                0.2669,
-                "+1 actor gained +0.0% (<= 3%): removed again"
-            ),
-            ("increase_local", 1, 5, 0.2669, add),
-            ("increase_local", 2, 5, 0.2669, add),
-            ("increase_local", 3, 5, 0.2669, add),
-            ("increase_local", 4, 5, 0.2669, add),
-            (
-                "decrease_remote",
-                4,
-                4,
-                0.2135,
-                &format!("450.0/s; {remove}")
-            ),
-            (
-                "decrease_remote",
-                4,
-                3,
-                0.1601,
-                &format!("419.0/s; {remove}")
-            ),
-            (
-                "increase_local",
-                4,
-                4,
-                0.2135,
-                "346.8/s is below 405.0/s after -1 actor: undone"
-            ),
-            (
-                "stable",
-                4,
-                4,
-                0.2135,
-                "419.0/s; no cheaper placement keeps the rate: stable at 4 local + 4 actors"
-            ),
+        [
+            "scale_remote 0+2 $0.1067: first window: 100.0/s; trying one more actor",
+            "scale_remote 0+3 $0.1601: +1 actor gained +100.0%: one more",
+            "scale_remote 0+4 $0.2135: +1 actor gained +50.0%: one more",
+            "scale_remote 0+5 $0.2669: +1 actor gained +33.3%: one more",
+            "scale_remote 0+6 $0.3202: +1 actor gained +12.5%: one more",
+            "increase_local 0+5 $0.2669: +1 actor gained +0.0% (<= 3%): removed again",
+            &format!("increase_local 1+5 $0.2669: {add}"),
+            &format!("increase_local 2+5 $0.2669: {add}"),
+            &format!("increase_local 3+5 $0.2669: {add}"),
+            &format!("increase_local 4+5 $0.2669: {add}"),
+            "decrease_remote 4+4 $0.2135: 450.0/s; removing an actor ($0.053/h)",
+            "decrease_remote 4+3 $0.1601: 419.0/s; removing an actor ($0.053/h)",
+            "increase_local 4+4 $0.2135: 346.8/s is below 405.0/s after -1 actor: undone",
+            "stable 4+4 $0.2135: 419.0/s; no cheaper placement keeps the rate: stable at \
+             4 local + 4 actors",
         ]
     );
     let last = p.decisions().last().unwrap();
@@ -185,64 +124,29 @@ fn golden_priced_local_workers_are_trimmed() {
         local_cpu_price: 0.02,
         ..opts(4, 8)
     };
-    let mut p = AutoPlacement::new(0, 1, o);
-    run(&mut p, default_cluster(), 40, quiet);
+    let p = settled(0, 1, o);
     let t = trace(&p);
     assert_eq!(t.len(), 18);
     assert_eq!(
+        t[6],
+        "increase_local 1+5 $0.2869: 450.0/s; adding a local worker ($0.020/h)"
+    );
+    assert_eq!(
         t[12..],
         [
-            (
-                "increase_local",
-                4,
-                4,
-                0.2935,
-                "346.8/s is below 405.0/s after -1 actor: undone"
-            ),
-            (
-                "trim_local",
-                3,
-                4,
-                0.2735,
-                "419.0/s; trimming a local worker beyond need"
-            ),
-            (
-                "trim_local",
-                2,
-                4,
-                0.2535,
-                "450.0/s; trimming a local worker beyond need"
-            ),
-            (
-                "trim_local",
-                1,
-                4,
-                0.2335,
-                "450.0/s; trimming a local worker beyond need"
-            ),
-            (
-                "trim_local",
-                0,
-                4,
-                0.2135,
-                "450.0/s; trimming a local worker beyond need"
-            ),
-            (
-                "stable",
-                1,
-                4,
-                0.2335,
-                "400.0/s is below 405.0/s after -1 local: undone"
-            ),
+            "increase_local 4+4 $0.2935: 346.8/s is below 405.0/s after -1 actor: undone",
+            "trim_local 3+4 $0.2735: 419.0/s; trimming a local worker beyond need",
+            "trim_local 2+4 $0.2535: 450.0/s; trimming a local worker beyond need",
+            "trim_local 1+4 $0.2335: 450.0/s; trimming a local worker beyond need",
+            "trim_local 0+4 $0.2135: 450.0/s; trimming a local worker beyond need",
+            "stable 1+4 $0.2335: 400.0/s is below 405.0/s after -1 local: undone",
         ]
     );
-    assert_eq!(t[6].4, "450.0/s; adding a local worker ($0.020/h)");
 }
 
 #[test]
 fn noise_within_the_margins_does_not_move_a_stable_placement() {
-    let mut p = AutoPlacement::new(0, 1, opts(4, 8));
-    run(&mut p, default_cluster(), 40, quiet);
+    let mut p = settled(0, 1, opts(4, 8));
     let settled = (p.local(), p.remote(), p.decisions().len());
     // +-6% noise: inside the 10% band, so nothing changes (hysteresis).
     let noise = |w: usize| if w % 2 == 1 { 1.06 } else { 0.94 };
@@ -252,29 +156,16 @@ fn noise_within_the_margins_does_not_move_a_stable_placement() {
 
 #[test]
 fn a_lasting_change_restarts_the_search() {
-    let mut p = AutoPlacement::new(0, 1, opts(4, 8));
-    run(&mut p, default_cluster(), 40, quiet);
+    let mut p = settled(0, 1, opts(4, 8));
     let n = p.decisions().len();
     // The workload gets twice as expensive: every worker does half as much.
     run(&mut p, cluster(50.0, 45.0), 3, quiet);
     assert_eq!(
         trace(&p)[n..],
         [
-            (
-                "scale_remote",
-                4,
-                5,
-                0.2669,
-                "209.5/s left the 10% band around 419.1/s for 2 windows: re-placing; \
-                 trying one more actor"
-            ),
-            (
-                "scale_remote",
-                4,
-                6,
-                0.3202,
-                "+1 actor gained +17.2%: one more"
-            ),
+            "scale_remote 4+5 $0.2669: 209.5/s left the 10% band around 419.1/s for 2 windows: \
+             re-placing; trying one more actor",
+            "scale_remote 4+6 $0.3202: +1 actor gained +17.2%: one more",
         ]
     );
 }
@@ -286,8 +177,7 @@ fn a_target_stops_scaling_and_bounds_the_cost_phases() {
         slack: 0.05,
         ..opts(4, 8)
     };
-    let mut p = AutoPlacement::new(0, 1, o);
-    run(&mut p, default_cluster(), 40, quiet);
+    let p = settled(0, 1, o);
     let reasons: Vec<_> = p.decisions().iter().map(|d| &*d.reason).collect();
     assert_eq!(
         reasons[2],
@@ -311,23 +201,22 @@ fn when_local_cpus_cost_more_the_roles_swap() {
         remote_cpu_price: 0.05,
         ..opts(2, 8)
     };
-    let mut p = AutoPlacement::new(2, 1, o);
-    run(&mut p, default_cluster(), 40, quiet);
+    let p = settled(2, 1, o);
     assert_eq!(p.cheap(), Side::Remote);
     let t = trace(&p);
     assert_eq!(t.len(), 16);
     assert_eq!(
-        t[9],
-        (
-            "decrease_local",
-            1,
-            8,
-            1.4,
-            "450.0/s; removing a local worker ($1.000/h)"
-        )
+        t[4],
+        "increase_remote 2+4 $2.2: 450.0/s; adding an actor ($0.050/h)"
     );
-    assert_eq!(t[4].4, "450.0/s; adding an actor ($0.050/h)");
-    assert_eq!(t[11].4, "450.0/s; trimming an actor beyond need");
+    assert_eq!(
+        t[9],
+        "decrease_local 1+8 $1.4: 450.0/s; removing a local worker ($1.000/h)"
+    );
+    assert_eq!(
+        t[11],
+        "trim_remote 0+7 $0.35: 450.0/s; trimming an actor beyond need"
+    );
     assert!(p.local() < 2);
     assert!(default_cluster()(p.local(), p.remote()) >= 0.9 * 450.0);
 }
@@ -340,8 +229,7 @@ fn limits_are_respected_and_something_always_serves() {
         max_remote: 0,
         ..Default::default()
     };
-    let mut p = AutoPlacement::new(1, 0, o);
-    run(&mut p, default_cluster(), 40, quiet);
+    let p = settled(1, 0, o);
     assert_eq!((p.local(), p.remote()), (1, 0));
     let mut p = AutoPlacement::new(0, 1, opts(0, 1));
     run(&mut p, |l, r| 10.0 * (l + r) as f64, 40, quiet);
@@ -375,28 +263,11 @@ fn a_stalled_stage_is_not_a_crash() {
         assert!(p.local() + p.remote() >= 1);
         assert_eq!(
             trace(&p),
-            vec![
-                (
-                    "scale_remote",
-                    0,
-                    2,
-                    0.1067,
-                    "first window: 0.0/s; trying one more actor"
-                ),
-                (
-                    "increase_local",
-                    0,
-                    1,
-                    0.0534,
-                    "+1 actor gained +0.0% (<= 3%): removed again"
-                ),
-                (
-                    "stable",
-                    0,
-                    1,
-                    0.0534,
-                    "0.0/s; no cheaper placement keeps the rate: stable at 0 local + 1 actors"
-                ),
+            [
+                "scale_remote 0+2 $0.1067: first window: 0.0/s; trying one more actor",
+                "increase_local 0+1 $0.0534: +1 actor gained +0.0% (<= 3%): removed again",
+                "stable 0+1 $0.0534: 0.0/s; no cheaper placement keeps the rate: stable at \
+                 0 local + 1 actors",
             ]
         );
         assert_eq!(p.decisions()[0].rate, 1e-9);

@@ -83,6 +83,7 @@ class Dataset:
         plan_json: str | None = None,
         processes: int | None = None,
         fuse_ops: bool = True,
+        actors: int | None = None,
     ) -> str: ...
     def iter(
         self,
@@ -92,7 +93,13 @@ class Dataset:
         plan_json: str | None = None,
         processes: int | None = None,
         fuse_ops: bool = True,
-    ) -> Iterator: ...
+        ray_factory: Callable[[str, int, str], Any] | None = None,
+        actors: int | None = None,
+    ) -> Iterator:
+        """Starts a run (crates/sluice-py/src/options.rs). ``processes``: every Python stage
+        on that many worker processes. ``ray_factory`` (a Ray context's ``_pool``) makes the
+        ``ray`` backend's pools; ``actors``: every element-wise stage that can travel runs on
+        that many actors per stage, unless the plan placed its stages (``enable_offload``)."""
 
 # Stages in other processes (crates/sluice-py/src/worker.rs, crates/sluice-remote).
 class ChainWorker:
@@ -151,33 +158,19 @@ def optimize(
     ray_factory: Callable[[str, int, str], Any] | None = None,
 ) -> str: ...
 def predict(ds: Dataset, profile_json: str, plan_json: str, options_json: str) -> str: ...
+def offload_plan(
+    ds: Dataset,
+    actors: int,
+    seed: int = 0,
+    num_threads: int | None = None,
+    plan_json: str | None = None,
+) -> str:
+    """The plan a Ray context runs ``ds`` with when no optimizer plan decides."""
 def plan_text(json: str) -> str: ...
 def default_optimizer_options() -> str: ...
 
 # Weighted interleave (crates/sluice-py/src/mix.rs).
 def mix(datasets: list[Dataset], weights: list[float] | None, seed: int, stop: str) -> Dataset: ...
-
-# Ray / Python-implemented pools (crates/sluice-py/src/remote.rs)
-def offload_plan(
-    ds: Dataset,
-    seed: int,
-    num_threads: int | None,
-    chunk_size: int | None,
-    backend: str,
-    workers: int,
-    plan_json: str | None = None,
-) -> str: ...
-def iter_offloaded(
-    ds: Dataset,
-    seed: int,
-    num_threads: int | None,
-    chunk_size: int | None,
-    backend: str,
-    factory: Callable[[str, int, str], Any],
-    workers: int,
-    plan_json: str | None = None,
-    fuse_ops: bool = True,
-) -> Iterator: ...
 
 # Relational, blocking ops (crates/sluice-py/src/relational.rs); they run on first iteration.
 def sort(
@@ -203,3 +196,81 @@ def repartition(
     spill_dir: str | None = None,
     seed: int = 0,
 ) -> Dataset: ...
+
+# Run-time hybrid placement, re-exported by sluice.placement (crates/sluice-py/src/placement.rs).
+DEFAULT_REMOTE_CPU_PRICE: float
+SCALE_REMOTE: str
+STABLE: str
+
+class Decision:
+    """One placement change (``local``/``remote``: -1, 0 or +1) and why."""
+
+    local: int
+    remote: int
+    state: str
+    reason: str
+    rate: float
+    local_workers: int
+    remote_actors: int
+    cost_per_hour: float
+    def __init__(
+        self,
+        local: int,
+        remote: int,
+        state: str,
+        reason: str,
+        rate: float,
+        local_workers: int,
+        remote_actors: int,
+        cost_per_hour: float,
+    ) -> None: ...
+    def as_dict(self) -> dict[str, Any]: ...
+
+class PlacementOptions:
+    """The limits (widened to the starting counts), prices and thresholds of an AutoPlacement."""
+
+    min_local: int
+    max_local: int
+    min_remote: int
+    max_remote: int
+    local_cpu_price: float
+    remote_cpu_price: float
+    actor_cpus: float
+    target: float | None
+    slack: float
+    improve: float
+    degrade: float
+    patience: int
+
+class AutoPlacement(PlacementOptions):
+    """Pecan's AutoPlacement for one stage: ``observe(rate)`` once per measurement window."""
+
+    def __init__(
+        self,
+        local: int,
+        remote: int,
+        min_local: int = 0,
+        max_local: int = 0,
+        min_remote: int = 0,
+        max_remote: int = 1,
+        local_cpu_price: float = 0.0,
+        remote_cpu_price: float = ...,
+        actor_cpus: float = 1.0,
+        target: float | None = None,
+        slack: float = 0.05,
+        improve: float = 0.03,
+        degrade: float = 0.10,
+        patience: int = 2,
+    ) -> None: ...
+    def observe(self, rate: float) -> Decision | None: ...
+    def cost_per_hour(self, local: int | None = None, remote: int | None = None) -> float: ...
+    @property
+    def cheap(self) -> str: ...
+    @property
+    def local(self) -> int: ...
+    @property
+    def remote(self) -> int: ...
+    @property
+    def state(self) -> str: ...
+    @property
+    def decisions(self) -> list[Decision]: ...

@@ -269,28 +269,14 @@ class Context:
         return list(self._pools)
 
     def starter(self, native_ds: Any) -> Callable[..., Any]:
-        """How ``Dataset.iter`` starts ``native_ds`` in this context: a callable taking
-        (seed, num_threads, chunk_size, plan_json, processes, fuse_ops) like the native ``iter``."""
+        """How ``Dataset.iter`` starts ``native_ds`` in this context: the native ``iter``,
+        on Ray with this context's pools and actors when the context is remote."""
         if not self.remote:
             return native_ds.iter
 
-        def start(
-            seed: int,
-            num_threads: int | None,
-            chunk_size: int | None,
-            plan_json: str | None = None,
-            processes: int | None = None,
-            fuse_ops: bool = True,
-        ) -> Any:
-            if processes is not None:
-                raise ValueError(
-                    "iter(processes=...) and a Ray context do not combine: with a Ray address, "
-                    "Python stages already run in Ray's worker processes"
-                )
+        def start(*args: Any, **kwargs: Any) -> Any:
             self.connect()
-            return _native.iter_offloaded(
-                native_ds, seed, num_threads, chunk_size, "ray", self._pool, self.actors(), plan_json, fuse_ops
-            )
+            return native_ds.iter(*args, ray_factory=self._pool, actors=self.actors(), **kwargs)
 
         return start
 
@@ -305,7 +291,7 @@ class Context:
         element-wise stage that can travel on Ray with ``num_actors`` actors."""
         from .optimizer import Plan
 
-        return Plan(_native.offload_plan(ds._native, seed, num_threads, None, "ray", self.actors()))
+        return Plan(_native.offload_plan(ds._native, self.actors(), seed, num_threads))
 
     def add_stats(self, data: dict, text: str) -> tuple[dict, str]:
         """Adds the Ray pools' figures (chunks per actor, retries, placement decisions)."""

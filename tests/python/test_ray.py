@@ -154,7 +154,7 @@ def test_split_replies_carry_tensors_out_of_band():
             pass
 
     ds = big_outputs()
-    it = _native.iter_offloaded(ds._native, 7, None, 4, "ray", SplitPool, 1, None)
+    it = ds._native.iter(7, None, 4, ray_factory=SplitPool, actors=1)
     got = [dict(b) for b in it]
     same(list(ds.iter(seed=7, chunk_size=4)), got)
     assert seen and all(n == 4 and bufs == 4 == oob and kinds == {"uint8"} for n, bufs, oob, kinds, _ in seen), seen

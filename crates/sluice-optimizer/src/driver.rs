@@ -15,9 +15,9 @@ use sluice_core::{
     ChainOp, ElemMode, Error, LogicalPlan, PhysicalPlan, Result, StageKind, Variant,
 };
 
-use crate::model::{predict_with, Prediction, RemoteModel};
+use crate::model::{predict_with, RemoteModel};
 use crate::options::OptimizerOptions;
-use crate::plan::{CachePoint, Plan};
+use crate::plan::{CachePoint, Plan, Prediction};
 use crate::profile::Profile;
 use crate::rules::{self, Draft, Rule};
 

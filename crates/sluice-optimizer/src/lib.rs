@@ -7,6 +7,8 @@
 //! - [`rules`] rewrite the plan (reorder, caching, placement, fusion, parallelism, offload,
 //!   prefetch), each in its own module with its tests; [`driver`] runs them and checks invariants.
 //! - [`Plan`] is the result as a readable file that a run can load.
+//! - [`planning`] is the one path from a pipeline to the physical plan a run uses: lower,
+//!   apply a plan, fuse, and the placement a run forces ([`RunContext`]).
 //!
 //! ```
 //! use std::sync::Arc;
@@ -33,13 +35,15 @@ pub mod driver;
 pub mod model;
 pub mod options;
 pub mod plan;
+pub mod planning;
 pub mod profile;
 pub mod rules;
 #[cfg(test)]
 mod testing;
 
 pub use driver::{optimize_physical, OptimizeInput, Optimized};
-pub use model::{predict, predict_with, Prediction, RemoteModel, StagePrediction, TransferCosts};
-pub use options::OptimizerOptions;
-pub use plan::{CachePoint, Plan, PlanStage};
+pub use model::{predict, predict_with, RemoteModel};
+pub use options::{OptimizerOptions, TransferCosts};
+pub use plan::{CachePoint, Plan, PlanStage, Prediction, StagePrediction};
+pub use planning::{physical_plan, PlanOptions, RunContext};
 pub use profile::{profile, Machine, OpProfile, Profile, ProfileOptions};

@@ -19,11 +19,12 @@
 
 use std::collections::HashMap;
 
-use serde::{Deserialize, Serialize};
+use sluice_core::exec::backend::RAY;
 use sluice_core::exec::{CHUNK_BYTES, CHUNK_WORK_NS};
 use sluice_core::{OpKind, PhysicalPlan, StageKind, Variant};
 
-use crate::plan::CachePoint;
+use crate::options::{OptimizerOptions, TransferCosts};
+use crate::plan::{CachePoint, Prediction, StagePrediction};
 use crate::profile::{OpProfile, Profile};
 
 /// CPU seconds each executor stage adds per item it hands on (channel, reply slot, wakeup),
@@ -96,51 +97,6 @@ impl ConsumerCosts {
     }
 }
 
-/// What moving one chunk through a remote backend costs, besides the ops' own CPU. Defaults
-/// measured on this project's 2-core reference machine with a local Ray 2.60 cluster
-/// (`benchmarks/ray_overhead.py`, noop pipeline, chunks of 64: round trip 1.05–1.36 ms, actor
-/// 0.4–0.6 ms, driver 0.5–0.8 ms of CPU per chunk over three smoke runs on a shared machine);
-/// a network link of 10 Gb/s is assumed. Every term is an option, so a user can put their
-/// cluster's figures in.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct TransferCosts {
-    /// Wall seconds a chunk's round trip takes besides its work (submit, schedule, object
-    /// store put and get): hidden when enough chunks are in flight per actor.
-    #[serde(rename = "offload_round_trip_s")]
-    pub round_trip_s: f64,
-    /// CPU seconds per chunk an actor spends besides the ops (decoding the request,
-    /// encoding and storing the reply).
-    #[serde(rename = "offload_actor_s_per_chunk")]
-    pub actor_s_per_chunk: f64,
-    /// CPU seconds per chunk in this process, holding the GIL (submitting, waiting, taking
-    /// the reply).
-    #[serde(rename = "offload_driver_s_per_chunk")]
-    pub driver_s_per_chunk: f64,
-    /// Bytes per second between the cluster and this machine.
-    #[serde(rename = "offload_bandwidth")]
-    pub bandwidth: f64,
-    /// Request bytes per item when actors reopen the source (item coordinates only).
-    #[serde(rename = "offload_item_bytes")]
-    pub item_bytes: f64,
-    /// Chunks queued per actor.
-    #[serde(rename = "offload_in_flight")]
-    pub in_flight: usize,
-}
-
-impl Default for TransferCosts {
-    fn default() -> Self {
-        TransferCosts {
-            round_trip_s: 1.2e-3,
-            actor_s_per_chunk: 0.5e-3,
-            driver_s_per_chunk: 0.7e-3,
-            bandwidth: 1.25e9,
-            item_bytes: 80.0,
-            in_flight: 2,
-        }
-    }
-}
-
 /// Remote workers a plan may put stages on: the backend's name in plans, the CPUs its
 /// cluster offers and what moving data costs.
 ///
@@ -160,12 +116,9 @@ pub struct RemoteModel {
     pub costs: TransferCosts,
 }
 
-/// The backend name of Ray actors in plans.
-pub const RAY: &str = "ray";
-
 impl RemoteModel {
     /// The Ray cluster described by `o` (`None` without `remote_cpus`).
-    pub fn from_options(o: &crate::OptimizerOptions) -> Option<RemoteModel> {
+    pub fn from_options(o: &OptimizerOptions) -> Option<RemoteModel> {
         let cpus = o.remote_cpus.filter(|c| *c > 0.0)?;
         Some(RemoteModel {
             backend: RAY.into(),
@@ -182,29 +135,6 @@ impl RemoteModel {
         let by_cpus = (self.cpus / self.actor_cpus.max(1.0)).floor() as usize;
         self.max_actors.map_or(by_cpus, |m| m.min(by_cpus))
     }
-}
-
-/// What the model predicts for one stage.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StagePrediction {
-    pub label: String,
-    pub variant: String,
-    /// CPU seconds per source sample spent in this stage.
-    pub cpu_per_sample: f64,
-    /// Source samples per second this stage alone could sustain with its workers.
-    pub capacity: f64,
-}
-
-/// What the model predicts for a plan.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Prediction {
-    /// Source samples per second.
-    pub throughput: f64,
-    /// What limits it: a stage label, `cores`, `gil` or `consumer`.
-    pub bottleneck: String,
-    pub stages: Vec<StagePrediction>,
-    /// Total CPU seconds per source sample.
-    pub cpu_per_sample: f64,
 }
 
 /// Whether `op` rewrites its input's buffer in place (a pixel-wise op writing only fields it

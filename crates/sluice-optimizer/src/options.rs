@@ -2,8 +2,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::TransferCosts;
-
 /// Pecan's remote worker (GCP n2-standard-8 at $0.427/h) per CPU.
 pub const DEFAULT_REMOTE_CPU_PRICE: f64 = 0.427 / 8.0;
 
@@ -118,5 +116,50 @@ impl OptimizerOptions {
     /// The cores the plan may use on a machine with `cores`.
     pub fn cpus(&self, cores: usize) -> usize {
         self.available_local_cpus.unwrap_or(cores).max(1)
+    }
+}
+
+/// What moving one chunk through a remote backend costs, besides the ops' own CPU. Defaults
+/// measured on this project's 2-core reference machine with a local Ray 2.60 cluster
+/// (`benchmarks/ray_overhead.py`, noop pipeline, chunks of 64: round trip 1.05–1.36 ms, actor
+/// 0.4–0.6 ms, driver 0.5–0.8 ms of CPU per chunk over three smoke runs on a shared machine);
+/// a network link of 10 Gb/s is assumed. Every term is an option, so a user can put their
+/// cluster's figures in.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct TransferCosts {
+    /// Wall seconds a chunk's round trip takes besides its work (submit, schedule, object
+    /// store put and get): hidden when enough chunks are in flight per actor.
+    #[serde(rename = "offload_round_trip_s")]
+    pub round_trip_s: f64,
+    /// CPU seconds per chunk an actor spends besides the ops (decoding the request,
+    /// encoding and storing the reply).
+    #[serde(rename = "offload_actor_s_per_chunk")]
+    pub actor_s_per_chunk: f64,
+    /// CPU seconds per chunk in this process, holding the GIL (submitting, waiting, taking
+    /// the reply).
+    #[serde(rename = "offload_driver_s_per_chunk")]
+    pub driver_s_per_chunk: f64,
+    /// Bytes per second between the cluster and this machine.
+    #[serde(rename = "offload_bandwidth")]
+    pub bandwidth: f64,
+    /// Request bytes per item when actors reopen the source (item coordinates only).
+    #[serde(rename = "offload_item_bytes")]
+    pub item_bytes: f64,
+    /// Chunks queued per actor.
+    #[serde(rename = "offload_in_flight")]
+    pub in_flight: usize,
+}
+
+impl Default for TransferCosts {
+    fn default() -> Self {
+        TransferCosts {
+            round_trip_s: 1.2e-3,
+            actor_s_per_chunk: 0.5e-3,
+            driver_s_per_chunk: 0.7e-3,
+            bandwidth: 1.25e9,
+            item_bytes: 80.0,
+            in_flight: 2,
+        }
     }
 }

@@ -14,8 +14,30 @@ use serde::{Deserialize, Serialize};
 use sluice_core::cache::CachedSource;
 use sluice_core::{ChainOp, Error, PhysicalPlan, Result, Stage, StageKind, Variant};
 
-use crate::model::Prediction;
 use crate::options::OptimizerOptions;
+
+/// What the model predicts for one stage.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StagePrediction {
+    pub label: String,
+    pub variant: String,
+    /// CPU seconds per source sample spent in this stage.
+    pub cpu_per_sample: f64,
+    /// Source samples per second this stage alone could sustain with its workers.
+    pub capacity: f64,
+}
+
+/// What the model predicts for a plan.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Prediction {
+    /// Source samples per second.
+    pub throughput: f64,
+    /// What limits it: a stage label, `cores`, `gil` or `consumer`.
+    pub bottleneck: String,
+    pub stages: Vec<StagePrediction>,
+    /// Total CPU seconds per source sample.
+    pub cpu_per_sample: f64,
+}
 
 /// Where the deterministic prefix is cached.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

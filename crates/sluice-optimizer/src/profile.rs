@@ -146,7 +146,7 @@ impl OpProfile {
 /// What the profiled part of the pipeline hands on per sample: its fields, and the values
 /// among them that the consumer turns into one Python object per row (strings, bytes, list
 /// elements; numbers and tensors are collated into arrays). Converting outputs for Python
-/// costs by these (see [`crate::model::CONSUMER`]).
+/// costs by these (the cost model's `CONSUMER` costs).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct OutputShape {
     pub items: u64,

@@ -31,6 +31,8 @@ pub struct TestOp {
     pub keep_position: Option<bool>,
     /// Really spend the declared CPU (for the profiler's own tests).
     pub burn: bool,
+    /// Has a portable form (off: like a Python callable without cloudpickle).
+    pub ships: bool,
 }
 
 impl TestOp {
@@ -49,6 +51,7 @@ impl TestOp {
             fail_at: None,
             keep_position: None,
             burn: false,
+            ships: true,
         }
     }
     /// CPU seconds this op declares for an input whose `img` has `len` bytes.
@@ -70,6 +73,12 @@ impl Op for TestOp {
     }
     fn spec(&self) -> serde_json::Value {
         serde_json::json!({"op": self.name, "fixed_us": self.fixed_us, "ns_per_byte": self.ns_per_byte})
+    }
+    fn ship(&self) -> Result<serde_json::Value> {
+        if !self.ships {
+            return Err(Error::invalid(format!("{} cannot be shipped", self.name)));
+        }
+        Ok(self.spec())
     }
     fn meta(&self) -> OpMeta {
         OpMeta {

@@ -4,12 +4,12 @@ use std::sync::Arc;
 
 use pyo3::prelude::*;
 use pyo3::types::PyList;
-use sluice::exec::Backends;
 use sluice::{Dataset, ElemMode, IterOptions, OnError, OpRef, OpSpec};
 
 use crate::convert::py_to_sample;
 use crate::errors::IntoPy;
 use crate::iter::PyIter;
+use crate::options::RunArgs;
 use crate::udf::{code_digest, PyUdf};
 
 /// A built-in op, from its serde form.
@@ -203,7 +203,8 @@ impl PyDataset {
     fn logical_plan(&self) -> String {
         self.ds.plan().to_string()
     }
-    #[pyo3(signature = (seed=0, num_threads=None, chunk_size=None, plan_json=None, processes=None, fuse_ops=true))]
+    /// The physical plan `iter` with these arguments runs, printed (`Dataset.explain`).
+    #[pyo3(signature = (seed=0, num_threads=None, chunk_size=None, plan_json=None, processes=None, fuse_ops=true, actors=None))]
     #[allow(clippy::too_many_arguments)] // the keyword arguments of `Dataset.explain`
     fn physical_plan(
         &self,
@@ -214,21 +215,26 @@ impl PyDataset {
         plan_json: Option<&str>,
         processes: Option<usize>,
         fuse_ops: bool,
+        actors: Option<usize>,
     ) -> PyResult<String> {
-        let opts = IterOptions {
+        let opts = RunArgs {
             seed,
             num_threads,
             chunk_size,
-            plan: crate::optimizer::parse_plan(plan_json)?,
+            plan_json,
             processes,
             fuse_ops,
-            ..Default::default()
-        };
+            ray_factory: None,
+            actors,
+        }
+        .options(py)?;
         crate::errors::interruptible(py, || self.ds.physical_plan(&opts))?
             .map(|p| p.to_string())
             .py()
     }
-    #[pyo3(signature = (seed=0, num_threads=None, chunk_size=None, plan_json=None, processes=None, fuse_ops=true))]
+    /// Starts a run. With a Ray context, `ray_factory` makes the `ray` backend's pools and
+    /// `actors` says how many per stage (see [`RunArgs`]).
+    #[pyo3(signature = (seed=0, num_threads=None, chunk_size=None, plan_json=None, processes=None, fuse_ops=true, ray_factory=None, actors=None))]
     #[allow(clippy::too_many_arguments)]
     fn iter(
         &self,
@@ -239,16 +245,22 @@ impl PyDataset {
         plan_json: Option<&str>,
         processes: Option<usize>,
         fuse_ops: bool,
+        ray_factory: Option<Py<PyAny>>,
+        actors: Option<usize>,
     ) -> PyResult<PyIter> {
         let opts = IterOptions {
-            seed,
-            num_threads,
-            chunk_size,
-            plan: crate::optimizer::parse_plan(plan_json)?,
-            processes,
-            backends: Backends::default().with(crate::worker::process_backend(py)?),
-            fuse_ops,
             columns: true,
+            ..RunArgs {
+                seed,
+                num_threads,
+                chunk_size,
+                plan_json,
+                processes,
+                fuse_ops,
+                ray_factory,
+                actors,
+            }
+            .options(py)?
         };
         let exec = crate::errors::interruptible(py, || self.ds.iter(&opts))?.py()?;
         Ok(PyIter::new(exec, self.ds.clone(), opts))

@@ -6,10 +6,11 @@ use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 use sluice::arrow_array::ffi_stream::{ArrowArrayStreamReader, FFI_ArrowArrayStream};
 use sluice::arrow_array::{RecordBatch, RecordBatchReader};
-use sluice::{Dataset, Error, IterOptions, SinkOptions};
+use sluice::{Dataset, Error, SinkOptions};
 
 use crate::dataset::PyDataset;
 use crate::errors::IntoPy;
+use crate::options::RunArgs;
 
 const STREAM: &std::ffi::CStr = c"arrow_array_stream";
 
@@ -37,14 +38,6 @@ fn from_arrow_stream(py: Python<'_>, capsule: &Bound<'_, PyCapsule>) -> PyResult
     })
 }
 
-fn iter_opts(seed: u64, num_threads: Option<usize>) -> IterOptions {
-    IterOptions {
-        seed,
-        num_threads,
-        ..Default::default()
-    }
-}
-
 #[pyfunction]
 #[pyo3(signature = (ds, dir, rows_per_file, rows_per_group, seed=0, num_threads=None))]
 fn write_parquet(
@@ -60,11 +53,13 @@ fn write_parquet(
         rows_per_file,
         rows_per_group,
     };
-    py.detach(|| {
-        ds.ds
-            .write_parquet(&dir, &sink, &iter_opts(seed, num_threads))
-    })
-    .py()
+    let opts = RunArgs {
+        seed,
+        num_threads,
+        ..Default::default()
+    }
+    .options(py)?;
+    py.detach(|| ds.ds.write_parquet(&dir, &sink, &opts)).py()
 }
 
 #[pyfunction]
@@ -81,11 +76,13 @@ fn write_jsonl(
         rows_per_file,
         ..Default::default()
     };
-    py.detach(|| {
-        ds.ds
-            .write_jsonl(&dir, &sink, &iter_opts(seed, num_threads))
-    })
-    .py()
+    let opts = RunArgs {
+        seed,
+        num_threads,
+        ..Default::default()
+    }
+    .options(py)?;
+    py.detach(|| ds.ds.write_jsonl(&dir, &sink, &opts)).py()
 }
 
 /// Pulls each batch with the GIL released: the consumer (pyarrow) may hold it while Python
@@ -115,12 +112,13 @@ fn to_arrow_stream<'py>(
     seed: u64,
     num_threads: Option<usize>,
 ) -> PyResult<Bound<'py, PyCapsule>> {
-    let batches = py
-        .detach(|| {
-            ds.ds
-                .arrow_batches(batch_rows, &iter_opts(seed, num_threads))
-        })
-        .py()?;
+    let opts = RunArgs {
+        seed,
+        num_threads,
+        ..Default::default()
+    }
+    .options(py)?;
+    let batches = py.detach(|| ds.ds.arrow_batches(batch_rows, &opts)).py()?;
     let stream = FFI_ArrowArrayStream::new(Box::new(Detached(batches)));
     PyCapsule::new_with_value(py, stream, STREAM)
 }

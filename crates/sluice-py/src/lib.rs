@@ -8,6 +8,8 @@ mod formats;
 mod iter;
 mod mix;
 mod optimizer;
+mod options;
+mod placement;
 mod relational;
 mod remote;
 mod sources;
@@ -33,8 +35,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     sources::register(m)?;
     optimizer::register(m)?;
     mix::register(m)?;
-    remote::register(m)?;
     relational::register(m)?;
+    placement::register(m)?;
     m.add("SluiceError", m.py().get_type::<errors::SluiceError>())?;
     m.add("PipelineError", m.py().get_type::<errors::PipelineError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -1,21 +1,14 @@
 //! Caching, profiling and planning, as module functions taking a dataset. Profiles, options
 //! and plans cross as JSON; the Python side (`sluice.optimizer`) wraps them.
 
-use std::sync::Arc;
-
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use sluice::{IterOptions, OptimizerOptions, Plan, Profile, ProfileOptions};
+use sluice::exec::backend::RAY;
+use sluice::{OptimizerOptions, Plan, Profile, ProfileOptions};
 
 use crate::dataset::PyDataset;
 use crate::errors::IntoPy;
-
-/// Parses an optional plan for `IterOptions::plan`.
-pub fn parse_plan(json: Option<&str>) -> PyResult<Option<Arc<Plan>>> {
-    json.map(|j| Plan::from_json(j).map(Arc::new))
-        .transpose()
-        .py()
-}
+use crate::options::RunArgs;
 
 fn parse_options(json: &str) -> PyResult<OptimizerOptions> {
     serde_json::from_str(json)
@@ -70,15 +63,12 @@ fn optimize(
     let options = parse_options(options_json)?;
     // Local runs can always use the process pool, so the placement rule may choose it; on
     // Ray, Python stages run in Ray's worker processes instead.
-    let backends = match ray_factory {
-        Some(f) => sluice::exec::Backends::default().with(crate::remote::python_backend("ray", f)),
-        None => sluice::exec::Backends::default().with(crate::worker::process_backend(py)?),
-    };
-    let iter = IterOptions {
+    let iter = RunArgs {
         seed,
-        backends,
+        ray_factory,
         ..Default::default()
-    };
+    }
+    .options(py)?;
     let plan = py
         .detach(|| ds.ds.optimize(&profile, &options, &iter))
         .py()?;
@@ -103,6 +93,28 @@ fn predict(
     serde_json::to_string(&p).map_err(|e| PyValueError::new_err(e.to_string()))
 }
 
+/// The plan (JSON) a Ray context runs `ds` with when no optimizer plan decides: every
+/// element-wise stage that can travel on `actors` Ray actors.
+#[pyfunction]
+#[pyo3(signature = (ds, actors, seed=0, num_threads=None, plan_json=None))]
+fn offload_plan(
+    py: Python<'_>,
+    ds: &PyDataset,
+    actors: usize,
+    seed: u64,
+    num_threads: Option<usize>,
+    plan_json: Option<&str>,
+) -> PyResult<String> {
+    let opts = RunArgs {
+        seed,
+        num_threads,
+        plan_json,
+        ..Default::default()
+    }
+    .options(py)?;
+    Ok(ds.ds.offload_plan(&opts, RAY, actors).py()?.to_json())
+}
+
 #[pyfunction]
 fn plan_text(json: &str) -> PyResult<String> {
     Ok(Plan::from_json(json).py()?.to_string())
@@ -120,6 +132,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(profile_text, m)?)?;
     m.add_function(wrap_pyfunction!(optimize, m)?)?;
     m.add_function(wrap_pyfunction!(predict, m)?)?;
+    m.add_function(wrap_pyfunction!(offload_plan, m)?)?;
     m.add_function(wrap_pyfunction!(plan_text, m)?)?;
     m.add_function(wrap_pyfunction!(default_optimizer_options, m)?)?;
     Ok(())

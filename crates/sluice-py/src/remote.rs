@@ -4,20 +4,19 @@
 //! reply frames back to chunks — the same wire format the process pool uses); the Python side
 //! is any object made by `factory(init, workers, label)` with a `parallelism` attribute, a
 //! `run(frame: bytes, items: int)` method returning the reply frame or a split reply
-//! `(frame, [uint8 arrays])`, and `shutdown()` (`sluice.ray_backend.RayPool`). The placement
-//! is the optimizer's offload rule (a plan) or [`sluice::Dataset::offload_plan`].
+//! `(frame, [uint8 arrays])`, and `shutdown()` (`sluice.ray_backend.RayPool`). Which stages
+//! run on it is the optimizer's offload rule: by cost in a plan, or forced by a Ray context
+//! ([`sluice::RunContext::Remote`]).
 
 use std::sync::Arc;
 
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
-use sluice::exec::{Backend, Backends, Chunk, StageWork, Workers};
-use sluice::{IterOptions, Result};
+use sluice::exec::{Backend, Chunk, StageWork, Workers};
+use sluice::Result;
 use sluice_remote::RemoteStage;
 
-use crate::dataset::PyDataset;
-use crate::errors::{from_py, IntoPy};
-use crate::iter::PyIter;
+use crate::errors::from_py;
 
 /// A backend whose workers a Python factory makes.
 #[derive(Debug)]
@@ -105,68 +104,4 @@ impl Workers for PyPoolWorkers {
             let _ = self.pool.bind(py).call_method0("shutdown");
         })
     }
-}
-
-fn options(
-    seed: u64,
-    num_threads: Option<usize>,
-    chunk_size: Option<usize>,
-    plan_json: Option<&str>,
-    fuse_ops: bool,
-) -> PyResult<IterOptions> {
-    Ok(IterOptions {
-        seed,
-        num_threads,
-        chunk_size,
-        plan: crate::optimizer::parse_plan(plan_json)?,
-        fuse_ops,
-        ..Default::default()
-    })
-}
-
-/// The offload plan (JSON) of `ds`: element-wise stages on `backend` with `workers` workers.
-#[pyfunction]
-#[pyo3(signature = (ds, seed, num_threads, chunk_size, backend, workers, plan_json=None))]
-fn offload_plan(
-    ds: &PyDataset,
-    seed: u64,
-    num_threads: Option<usize>,
-    chunk_size: Option<usize>,
-    backend: &str,
-    workers: usize,
-    plan_json: Option<&str>,
-) -> PyResult<String> {
-    let opts = options(seed, num_threads, chunk_size, plan_json, true)?;
-    Ok(ds.ds.offload_plan(&opts, backend, workers).py()?.to_json())
-}
-
-/// Starts `ds` with its element-wise stages on the pool `factory` makes (as `backend`).
-#[pyfunction]
-#[pyo3(signature = (ds, seed, num_threads, chunk_size, backend, factory, workers, plan_json=None, fuse_ops=true))]
-#[allow(clippy::too_many_arguments)]
-fn iter_offloaded(
-    py: Python<'_>,
-    ds: &PyDataset,
-    seed: u64,
-    num_threads: Option<usize>,
-    chunk_size: Option<usize>,
-    backend: String,
-    factory: Py<PyAny>,
-    workers: usize,
-    plan_json: Option<&str>,
-    fuse_ops: bool,
-) -> PyResult<PyIter> {
-    let opts = IterOptions {
-        backends: Backends::default().with(python_backend(&backend, factory)),
-        ..options(seed, num_threads, chunk_size, plan_json, fuse_ops)?
-    };
-    let opts = ds.ds.offloaded(&opts, &backend, workers).py()?;
-    let exec = crate::errors::interruptible(py, || ds.ds.iter(&opts))?.py()?;
-    Ok(PyIter::new(exec, ds.ds.clone(), opts))
-}
-
-pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_function(wrap_pyfunction!(offload_plan, m)?)?;
-    m.add_function(wrap_pyfunction!(iter_offloaded, m)?)?;
-    Ok(())
 }

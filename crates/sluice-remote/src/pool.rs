@@ -182,7 +182,7 @@ impl ProcessBackend {
 
 impl Backend for ProcessBackend {
     fn name(&self) -> &str {
-        "processes"
+        crate::PROCESSES
     }
 
     fn start(&self, work: StageWork, workers: usize) -> Result<Box<dyn Workers>> {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use sluice_core::exec::Backends;
 use sluice_core::*;
 use sluice_ops::OpSpec;
-use sluice_remote::{place_python_on_processes, ProcessBackend};
+use sluice_remote::{ProcessBackend, PROCESSES};
 
 fn backend(command: &str) -> Backends {
     Backends::default().with(Arc::new(ProcessBackend::new(
@@ -37,9 +37,8 @@ fn plan(n: u64, op: OpSpec) -> PhysicalPlan {
     ));
     let mut plan = lower(&batched, &LowerOptions::default()).unwrap();
     // No Python op here, so put the chain on the pool by hand.
-    assert_eq!(place_python_on_processes(&mut plan, 2), 0);
     plan.stages[0].variant = Variant::Pool {
-        backend: "processes".into(),
+        backend: PROCESSES.into(),
         workers: 2,
     };
     plan

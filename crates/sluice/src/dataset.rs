@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use sluice_core::*;
 use sluice_io::{FilesSource, JsonlOptions, LabelMode, LinesFormat, LinesSource, Utf8Errors};
+use sluice_optimizer::{PlanOptions, RunContext};
 
 /// An immutable pipeline; every step returns a new `Dataset`.
 ///
@@ -35,10 +36,11 @@ pub struct IterOptions {
     pub backends: sluice_core::exec::Backends,
     /// Run this optimizer plan instead of the default lowering.
     pub plan: Option<Arc<sluice_optimizer::Plan>>,
-    /// Run every stage of Python code on the `processes` backend with this many worker
-    /// processes ([`sluice_remote::place_python_on_processes`]); `backends` must hold a
-    /// [`sluice_remote::ProcessBackend`] (the Python bindings register one).
-    pub processes: Option<usize>,
+    /// Where the run puts its stages besides what the plan says: `Processes` runs every
+    /// stage of Python code on the `processes` backend, `Remote` every element-wise stage
+    /// that can travel on a worker pool (a Ray context); `backends` must hold that backend
+    /// (the Python bindings register them).
+    pub context: RunContext,
     /// Fuse ops that offer a faster fused form ([`Op::fuse_next`]), e.g. `decode` followed
     /// by `random_resized_crop` becomes a DCT-scaled decode of the crop (same crops, pixels
     /// within ~35 dB PSNR of the unfused run). Default on; off gives the unfused ops' exact
@@ -56,7 +58,7 @@ impl Default for IterOptions {
             chunk_size: None,
             backends: Default::default(),
             plan: None,
-            processes: None,
+            context: RunContext::Local,
             fuse_ops: true,
             columns: false,
         }
@@ -64,23 +66,14 @@ impl Default for IterOptions {
 }
 
 impl IterOptions {
-    /// The default lowering options for these settings. Under a plan, ops are fused after
-    /// the plan is applied (plans name the unfused ops), so the lowering does not fuse.
-    pub fn lower_options(&self) -> LowerOptions {
-        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-        let mut o = LowerOptions {
-            // 0 threads: every stage in the consumer (a plan sets its own variants).
-            num_threads: self.num_threads.unwrap_or(cores).max(1),
+    /// The settings the physical plan depends on.
+    pub fn plan_options(&self) -> PlanOptions {
+        PlanOptions {
             seed: self.seed,
-            fuse_ops: self.fuse_ops && self.plan.is_none(),
-            in_consumer: self.num_threads == Some(0) && self.plan.is_none(),
-            ..LowerOptions::default()
-        };
-        if let Some(c) = self.chunk_size {
-            o.chunk_size = c.max(1);
-            o.max_chunk = o.chunk_size;
+            num_threads: self.num_threads,
+            chunk_size: self.chunk_size,
+            fuse_ops: self.fuse_ops,
         }
-        o
     }
 }
 
@@ -271,62 +264,26 @@ impl Dataset {
         &self.plan
     }
     /// The physical plan the run will use: the default lowering, or the given optimizer
-    /// plan applied to it.
+    /// plan applied to it, with the placement `opts.context` forces (see
+    /// [`sluice_optimizer::planning`]).
     pub fn physical_plan(&self, opts: &IterOptions) -> Result<PhysicalPlan> {
-        let mut plan = self.planned(opts)?;
-        if let Some(workers) = opts.processes {
-            sluice_remote::place_python_on_processes(&mut plan, workers);
-        }
-        Ok(plan)
-    }
-    fn planned(&self, opts: &IterOptions) -> Result<PhysicalPlan> {
-        let default = lower(&self.plan, &opts.lower_options())?;
-        match &opts.plan {
-            None => Ok(default),
-            Some(plan) => {
-                if plan.pipeline != self.fingerprint() {
-                    return Err(Error::invalid(format!(
-                        "this plan was made for pipeline {}, not this one ({}); re-run optimize()",
-                        plan.pipeline,
-                        self.fingerprint()
-                    )));
-                }
-                let mut phys = plan.apply(&default)?;
-                // Fusion comes after the plan, so it also fuses ops the plan's reorder made
-                // adjacent. Exact plans promise the unfused ops' bytes: no approximate fusion.
-                if opts.fuse_ops && !plan.options.exact {
-                    sluice_core::plan::fuse::fuse_ops(&mut phys.stages);
-                }
-                Ok(phys)
-            }
-        }
+        sluice_optimizer::physical_plan(
+            &self.plan,
+            &opts.plan_options(),
+            opts.plan.as_deref(),
+            &opts.context,
+        )
     }
     /// Starts an iteration.
     pub fn iter(&self, opts: &IterOptions) -> Result<Execution> {
         self.iter_from(opts, None)
     }
 
-    /// A fingerprint of the pipeline, so a checkpoint is never loaded into another pipeline.
-    /// A shard's rank and world size are left out (the checkpoint's `shard` node carries
-    /// them), so an elastic checkpoint fits every rank of a new world size.
-    /// Ops count with their spec (a built-in op's arguments); a Python function by its
-    /// name here, its code in the checkpoint's [`crate::state::FunctionCode`]s.
+    /// A fingerprint of the pipeline, so a checkpoint or a plan is never loaded into another
+    /// pipeline ([`sluice_optimizer::planning::fingerprint`]). A Python function counts by
+    /// its name here, its code in the checkpoint's [`crate::state::FunctionCode`]s.
     pub fn fingerprint(&self) -> String {
-        let text: String = self
-            .plan
-            .chain()
-            .iter()
-            .map(|n| match &**n {
-                LogicalPlan::Shard(s) => format!("shard(equal={})\n", s.shard.equal),
-                LogicalPlan::Map(m) => format!("{} {}\n", n.describe(), m.op.spec()),
-                LogicalPlan::MapBatches(m) => format!("{} {}\n", n.describe(), m.op.spec()),
-                other => format!("{}\n", other.describe()),
-            })
-            .collect();
-        let h = text
-            .bytes()
-            .fold(0x5eed_u64, |h, b| sluice_core::rng::combine(h, b as u64));
-        format!("{h:016x}")
+        sluice_optimizer::planning::fingerprint(&self.plan)
     }
 
     /// Every pipeline can be checkpointed: the position of the last output travels with it

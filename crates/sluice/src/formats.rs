@@ -9,6 +9,7 @@ use sluice_io::{
     sink, ArrowSource, CsvOptions, CsvSource, ParquetSource, ShardShuffle, SinkOptions, SourceSpec,
     WdsOptions, WebDatasetSource,
 };
+use sluice_optimizer::RunContext;
 
 use crate::dataset::{Dataset, IterOptions};
 
@@ -99,12 +100,12 @@ impl Dataset {
     /// ```
     pub fn arrow_batches(&self, rows: usize, opts: &IterOptions) -> Result<Records> {
         let rows = rows.max(1);
-        if opts.plan.is_none() && opts.processes.is_none() {
+        if opts.plan.is_none() && opts.context == RunContext::Local {
             // Only a source: its own scan, when it has one (Parquet decodes row groups on a
             // pool and hands out slices of them), skips the executor altogether.
             if let [only] = self.plan().chain().as_slice() {
                 if let LogicalPlan::Source(n) = &**only {
-                    let threads = opts.lower_options().num_threads;
+                    let threads = opts.plan_options().threads();
                     if let Some(scan) = n.source.scan_columns(threads, rows) {
                         return Records::from_batches(scan);
                     }

@@ -13,7 +13,6 @@ pub mod alloc;
 mod dataset;
 mod formats;
 mod mixing;
-mod offload;
 mod optimize;
 mod relational;
 mod spec;
@@ -32,7 +31,9 @@ pub use sluice_io::{
     SourceSpec, Utf8Errors, WdsOptions, DEFAULT_MAX_MEMBER_SIZE,
 };
 pub use sluice_ops::OpSpec;
-pub use sluice_optimizer::{OptimizerOptions, Plan, Profile, ProfileOptions};
+pub use sluice_optimizer::{
+    OptimizerOptions, Plan, PlanOptions, Profile, ProfileOptions, RunContext,
+};
 pub use sluice_relational::{
     Agg, AggFn, AggregateSpec, BlockingOptions, SortSpec, SpillReport, DEFAULT_MEMORY_BUDGET,
 };

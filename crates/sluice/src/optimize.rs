@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use sluice_core::{CacheNode, LogicalPlan, Result};
 use sluice_optimizer::{
-    optimize_physical, predict_with, OptimizeInput, OptimizerOptions, Plan, Prediction, Profile,
-    ProfileOptions, RemoteModel,
+    optimize_physical, predict_with, OptimizeInput, OptimizerOptions, Plan, PlanOptions,
+    Prediction, Profile, ProfileOptions, RemoteModel,
 };
 
 use crate::dataset::{Dataset, IterOptions};
@@ -83,13 +83,9 @@ impl Dataset {
             ));
         }
         // Plans name ops by id and are applied to an unfused lowering (ops fuse after).
-        let lower = sluice_core::LowerOptions {
-            fuse_ops: false,
-            ..iter.lower_options()
-        };
         let input = OptimizeInput {
             logical: self.plan().clone(),
-            default: sluice_core::lower(self.plan(), &lower)?,
+            default: iter.plan_options().unfused_lowering(self.plan())?,
             profile: profile.clone(),
             options: options.clone(),
             cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
@@ -123,15 +119,84 @@ impl Dataset {
     ) -> Result<Prediction> {
         // Plans name the unfused ops (as `optimize` makes them); a fused lowering would not
         // have them all.
-        let lower = sluice_core::LowerOptions {
-            fuse_ops: false,
-            ..IterOptions::default().lower_options()
-        };
-        let default = sluice_core::lower(self.plan(), &lower)?;
+        let default = PlanOptions::default().unfused_lowering(self.plan())?;
         let phys = plan.apply(&default)?;
         let cpus = options.cpus(std::thread::available_parallelism().map_or(1, |n| n.get()));
         let cache = plan.cache.as_ref();
         let remote = RemoteModel::from_options(options);
         Ok(predict_with(&phys, profile, cpus, cache, remote.as_ref()))
+    }
+
+    /// The plan a remote context runs without an optimizer plan, as a plan file: this
+    /// dataset's run under `opts` (its default lowering, or `opts.plan`) with every
+    /// element-wise stage whose ops can travel on `backend` with `workers` workers; stateful
+    /// steps stay local, and so do stages with an op that cannot travel. Which stages to
+    /// offload by cost is the optimizer's offload rule (`enable_offload`); this is its
+    /// forced mode ([`sluice_optimizer::RunContext::Remote`]).
+    ///
+    /// ```
+    /// use sluice::{Dataset, IterOptions, OnError, OpSpec, Variant};
+    /// let ds = Dataset::range(10).map(OpSpec::Noop.build()?, OnError::Raise, None)?.batch(5, false)?;
+    /// let plan = ds.offload_plan(&IterOptions::default(), "ray", 3)?;
+    /// assert_eq!(plan.stages[0].variant, Variant::Pool { backend: "ray".into(), workers: 3 });
+    /// assert_eq!(plan.stages[1].variant, Variant::Threads { threads: 1 }); // batch stays
+    /// # Ok::<(), sluice::Error>(())
+    /// ```
+    pub fn offload_plan(&self, opts: &IterOptions, backend: &str, workers: usize) -> Result<Plan> {
+        sluice_optimizer::planning::offload_plan(
+            self.plan(),
+            &opts.plan_options(),
+            opts.plan.as_deref(),
+            backend,
+            workers,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_core::OnError;
+    use sluice_ops::OpSpec;
+    use sluice_optimizer::RunContext;
+
+    #[test]
+    fn a_remote_context_moves_chains_and_stateful_steps_stay() {
+        let ds = Dataset::range(20)
+            .shuffle(Some(1))
+            .unwrap()
+            .map(OpSpec::Noop.build().unwrap(), OnError::Raise, None)
+            .unwrap()
+            .batch(4, false)
+            .unwrap();
+        let opts = IterOptions::default();
+        let plan = ds.offload_plan(&opts, "pool", 2).unwrap();
+        assert!(
+            plan.decisions[0].contains("pool (2 workers)"),
+            "{:?}",
+            plan.decisions
+        );
+        let off = IterOptions {
+            context: RunContext::Remote {
+                backend: "pool".into(),
+                workers: 2,
+            },
+            ..IterOptions::default()
+        };
+        let phys = ds.physical_plan(&off).unwrap();
+        assert!(phys.stages[0].variant.is_pool());
+        assert!(!phys.stages[1].variant.is_pool());
+        // Without the pool registered the run fails clearly, naming it.
+        let err = ds.iter(&off).err().unwrap().to_string();
+        assert!(err.contains("pool"), "{err}");
+        // The plan file runs the same stages as the context.
+        let planned = IterOptions {
+            plan: Some(Arc::new(plan)),
+            ..IterOptions::default()
+        };
+        assert_eq!(
+            ds.physical_plan(&planned).unwrap().to_string(),
+            phys.to_string()
+        );
     }
 }

@@ -182,7 +182,13 @@ fn offload_plans_name_unfused_ops_and_runs_fuse_after() {
     let plan = ds.offload_plan(&IterOptions::default(), "ray", 2).unwrap();
     let ids: Vec<u64> = plan.stages.iter().flat_map(|s| s.op_ids.clone()).collect();
     assert_eq!(ids.len(), 2, "{plan}");
-    let opts = ds.offloaded(&IterOptions::default(), "ray", 2).unwrap();
+    let opts = IterOptions {
+        context: RunContext::Remote {
+            backend: "ray".into(),
+            workers: 2,
+        },
+        ..Default::default()
+    };
     let phys = ds.physical_plan(&opts).unwrap();
     assert_eq!(
         phys.stages[0].kind.label(),

@@ -57,6 +57,13 @@ use crate::stats::PipelineStats;
 #[allow(unused_imports)] // for the doc links
 use crate::op::Op;
 
+/// The thread pool every execution has (`Variant::Threads` runs on it too).
+pub const THREADS: &str = "threads";
+/// Worker processes with a GIL each, for Python stages (`sluice_remote::ProcessBackend`).
+pub const PROCESSES: &str = "processes";
+/// Ray actors (the Python bindings' pool over `sluice.ray_backend.RayPool`).
+pub const RAY: &str = "ray";
+
 /// Everything a backend needs to run one element-wise stage.
 #[derive(Clone)]
 pub struct StageWork {
@@ -197,7 +204,7 @@ impl Workers for ThreadWorkers {
 
 impl Backend for ThreadBackend {
     fn name(&self) -> &str {
-        "threads"
+        THREADS
     }
     fn start(&self, work: StageWork, workers: usize) -> Result<Box<dyn Workers>> {
         Ok(Box::new(ThreadWorkers {
@@ -231,7 +238,7 @@ impl Backends {
     }
     /// The backend called `name`.
     pub fn get(&self, name: &str) -> Result<Arc<dyn Backend>> {
-        if name == "threads" {
+        if name == THREADS {
             return Ok(Arc::new(ThreadBackend));
         }
         self.by_name.get(name).cloned().ok_or_else(|| {

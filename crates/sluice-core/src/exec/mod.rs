@@ -12,6 +12,7 @@
 //! `ordering` of a parallel stage's outputs); each stage kind's work is in `stage/`; positions
 //! and resuming in `resume`, and the checkpoint format that saves them in [`checkpoint`].
 
+pub mod autoplacement;
 pub mod backend;
 mod channel;
 pub mod checkpoint;

@@ -13,11 +13,16 @@
 //!
 //! The rule runs after `parallelism`: the stages that stay local are then re-sized for the
 //! new target (their threads were sized for the local-only one).
+//!
+//! Forced mode ([`Offload::force`], what a Ray `sluice.Context` runs without an optimizer
+//! plan): every element-wise stage whose ops can travel goes to the workers, with no profile
+//! and no cost model; stateful steps (batch, shuffle buffer, take) stay local.
 
 use sluice_core::{PhysicalPlan, Result, Stage, StageKind, Variant};
 
 use super::{Draft, Rule};
-use crate::model::{predict_with, Prediction, RemoteModel};
+use crate::model::{predict_with, RemoteModel};
+use crate::plan::Prediction;
 
 /// The least predicted gain worth a remote cluster: below it, the model's error and the
 /// remote run's risks outweigh the gain.
@@ -34,6 +39,53 @@ const THREAD_MARGIN: f64 = 1.05;
 /// The offload rule.
 #[derive(Debug, Default)]
 pub struct Offload;
+
+impl Offload {
+    /// Forced mode: moves every chain of `plan` whose ops can travel onto `backend` with
+    /// `workers` workers; returns one decision line per chain.
+    pub fn force(plan: &mut PhysicalPlan, backend: &str, workers: usize) -> Vec<String> {
+        let workers = workers.max(1);
+        let mut decisions = Vec::new();
+        let mut placed: Vec<Stage> = Vec::with_capacity(plan.stages.len());
+        for mut stage in std::mem::take(&mut plan.stages) {
+            let StageKind::Chain { ops, read } = &stage.kind else {
+                placed.push(stage);
+                continue;
+            };
+            let label = stage.kind.label();
+            // An op that cannot describe itself portably (e.g. a Python callable without
+            // cloudpickle) would fail on the worker: the stage stays here instead.
+            if let Some(bad) = ops.iter().find(|o| o.op.ship().is_err()) {
+                decisions.push(format!(
+                    "{label} stays local: op {} cannot be shipped to {backend}",
+                    bad.op.name()
+                ));
+                placed.push(stage);
+                continue;
+            }
+            // Locally, chains split where GIL-free ops meet Python ones; a worker is a
+            // process of its own, so adjacent offloaded chains fuse: one round trip instead
+            // of several.
+            if let (false, Some(prev)) = (*read, placed.last_mut()) {
+                if let (StageKind::Chain { ops: prev_ops, .. }, Variant::Pool { .. }) =
+                    (&mut prev.kind, &prev.variant)
+                {
+                    prev_ops.extend(ops.iter().cloned());
+                    decisions.push(format!("{label} fused into the previous {backend} stage"));
+                    continue;
+                }
+            }
+            stage.variant = Variant::Pool {
+                backend: backend.to_string(),
+                workers,
+            };
+            decisions.push(format!("{label} → {backend} ({workers} workers)"));
+            placed.push(stage);
+        }
+        plan.stages = placed;
+        decisions
+    }
+}
 
 /// A way to offload, as predicted.
 #[derive(Debug, Clone)]
@@ -372,10 +424,12 @@ impl Model<'_, '_> {
 
 #[cfg(test)]
 mod tests {
+    use super::Offload;
     use crate::driver::{optimize_physical, OptimizeInput};
     use crate::options::OptimizerOptions;
     use crate::testing::*;
-    use sluice_core::{lower, OpKind, Variant};
+    use sluice_core::exec::backend::RAY;
+    use sluice_core::{lower, LowerOptions, OpKind, Variant};
 
     fn options(remote_cpus: f64, shares: bool) -> OptimizerOptions {
         OptimizerOptions {
@@ -392,7 +446,7 @@ mod tests {
     ) -> OptimizeInput {
         let mut input = OptimizeInput::for_test(plan, o);
         input.cpus = 2;
-        input.pools = vec!["ray".into()];
+        input.pools = vec![RAY.into()];
         input
     }
 
@@ -429,7 +483,7 @@ mod tests {
         let Variant::Pool { backend, workers } = &out.plan.stages[0].variant else {
             panic!("{after}");
         };
-        assert_eq!(backend, "ray");
+        assert_eq!(backend, RAY);
         assert!((4..64).contains(workers), "{after}");
         assert!(after.starts_with("read+heavy [ray="), "{after}");
         assert!(
@@ -549,5 +603,54 @@ mod tests {
             file.apply(&default).unwrap().to_string(),
             out.plan.to_string()
         );
+    }
+
+    #[test]
+    fn forced_mode_moves_every_chain_that_travels_without_a_profile() {
+        let py = |name| TestOp {
+            python: true,
+            ..busy_op(name, 1, OpKind::Opaque)
+        };
+        let stays = TestOp {
+            ships: false,
+            ..busy_op("stays", 1, OpKind::Opaque)
+        };
+        // read+stays | batch | a | x | b | batch: the first chain cannot travel; after the
+        // stateful step, three chains (split where Rust meets Python) fuse into one.
+        let first = then(images(20, 10), vec![stays]);
+        let batched = std::sync::Arc::new(sluice_core::LogicalPlan::Batch(
+            sluice_core::BatchNode::try_new(first, 4, false).unwrap(),
+        ));
+        let logical = then(
+            batched,
+            vec![py("a"), busy_op("x", 1, OpKind::Opaque), py("b")],
+        );
+        let mut plan = lower(&logical, &LowerOptions::default()).unwrap();
+        assert_eq!(
+            printed(&plan),
+            "read+stays [threads=2] | batch(4) [threads=1] | a [threads=2] | x [threads=2] | b [threads=2]"
+        );
+        let decisions = Offload::force(&mut plan, RAY, 3);
+        assert_eq!(
+            printed(&plan),
+            "read+stays [threads=2] | batch(4) [threads=1] | a+x+b [ray=3]"
+        );
+        assert_eq!(
+            decisions,
+            [
+                "read+stays stays local: op stays cannot be shipped to ray",
+                "a → ray (3 workers)",
+                "x fused into the previous ray stage",
+                "b fused into the previous ray stage",
+            ]
+        );
+        // A read starts a stage of its own even after a pooled one (it cannot follow ops).
+        let mut simple = lower(
+            &pipeline(5, vec![busy_op("y", 1, OpKind::Opaque)]),
+            &LowerOptions::default(),
+        )
+        .unwrap();
+        Offload::force(&mut simple, "pool", 0);
+        assert_eq!(printed(&simple), "read+y [pool=1]");
     }
 }

@@ -235,14 +235,6 @@ mod tests {
     use sluice_core::exec::backend::{PROCESSES, RAY};
     use sluice_core::OpKind;
 
-    fn printed(plan: &PhysicalPlan) -> String {
-        plan.stages
-            .iter()
-            .map(|s| format!("{} [{}]", s.kind.label(), s.variant))
-            .collect::<Vec<_>>()
-            .join(" | ")
-    }
-
     fn mixed() -> Arc<LogicalPlan> {
         let py = |name| TestOp {
             python: true,

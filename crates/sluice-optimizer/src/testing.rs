@@ -214,3 +214,12 @@ pub fn then(mut plan: Arc<LogicalPlan>, ops: Vec<TestOp>) -> Arc<LogicalPlan> {
     }
     plan
 }
+
+/// A plan's stages on one line, `kind [variant] | ...`: what placement tests compare.
+pub fn printed(plan: &PhysicalPlan) -> String {
+    plan.stages
+        .iter()
+        .map(|s| format!("{} [{}]", s.kind.label(), s.variant))
+        .collect::<Vec<_>>()
+        .join(" | ")
+}

@@ -450,14 +450,6 @@ mod tests {
         input
     }
 
-    fn printed(plan: &sluice_core::PhysicalPlan) -> String {
-        plan.stages
-            .iter()
-            .map(|s| format!("{} [{}]", s.kind.label(), s.variant))
-            .collect::<Vec<_>>()
-            .join(" | ")
-    }
-
     /// A heavy stage, a stateful step, then a cheap stage.
     fn heavy_then_cheap() -> std::sync::Arc<sluice_core::LogicalPlan> {
         let heavy = then(

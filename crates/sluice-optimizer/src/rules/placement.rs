@@ -96,14 +96,6 @@ mod tests {
     use sluice_core::exec::backend::PROCESSES;
     use sluice_core::{lower, LowerOptions, OpKind, Variant};
 
-    fn printed(plan: &sluice_core::PhysicalPlan) -> String {
-        plan.stages
-            .iter()
-            .map(|s| format!("{} [{}]", s.kind.label(), s.variant))
-            .collect::<Vec<_>>()
-            .join(" | ")
-    }
-
     #[test]
     fn forced_mode_puts_every_python_stage_on_processes_without_a_profile() {
         let py = |name| TestOp {

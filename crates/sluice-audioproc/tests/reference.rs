@@ -241,6 +241,38 @@ fn bad_files_give_typed_errors() {
 }
 
 #[test]
+fn fuzz_regression_wav_channel_count_overflow_is_an_error() {
+    // Found by fuzzing (fuzz/ target `audio_mp3`): a PCM `fmt ` chunk with 65,535 channels of
+    // 32 bits overflows symphonia's block-align product (a panic under overflow checks, as
+    // in this test build). The decoder's catch_unwind backstop makes it a typed error.
+    let mut wav = Vec::new();
+    let fmt: [u8; 16] = {
+        let mut f = [0u8; 16];
+        f[0..2].copy_from_slice(&1u16.to_le_bytes()); // PCM
+        f[2..4].copy_from_slice(&u16::MAX.to_le_bytes()); // channels
+        f[4..8].copy_from_slice(&16_000u32.to_le_bytes()); // sample rate
+        f[8..12].copy_from_slice(&64_000u32.to_le_bytes()); // byte rate
+        f[12..14].copy_from_slice(&4u16.to_le_bytes()); // block align
+        f[14..16].copy_from_slice(&32u16.to_le_bytes()); // bits per sample
+        f
+    };
+    let data = [0u8; 64];
+    wav.extend_from_slice(b"RIFF");
+    wav.extend_from_slice(&((4 + 8 + fmt.len() + 8 + data.len()) as u32).to_le_bytes());
+    wav.extend_from_slice(b"WAVEfmt ");
+    wav.extend_from_slice(&(fmt.len() as u32).to_le_bytes());
+    wav.extend_from_slice(&fmt);
+    wav.extend_from_slice(b"data");
+    wav.extend_from_slice(&(data.len() as u32).to_le_bytes());
+    wav.extend_from_slice(&data);
+    let r = decode(&wav, Some("wav"));
+    assert!(
+        matches!(r, Err(AudioError::Unsupported(_) | AudioError::Corrupt(_))),
+        "{r:?}"
+    );
+}
+
+#[test]
 fn stft_matches_librosa() {
     let r = reference();
     let y = f32s("dsp_input.f32");

@@ -76,8 +76,8 @@ def psnr(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def quality(ds: sluice.Dataset, threads: int) -> dict:
-    fused = ds.iter(seed=0, num_threads=threads, progress=False)
-    plain = ds.iter(seed=0, num_threads=threads, progress=False, fuse_ops=False)
+    fused = ds.iter(seed=0, epoch=0, num_threads=threads, progress=False)
+    plain = ds.iter(seed=0, epoch=0, num_threads=threads, progress=False, fuse_ops=False)
     values, total = [], 0
     for a, b in zip(fused, plain):
         for x, y in zip(a["image"], b["image"]):

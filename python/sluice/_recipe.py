@@ -171,6 +171,14 @@ def reduce_iterator(it: Any) -> tuple:
     The copy starts a pipeline of its own and continues after the last output the original
     delivered; outputs the original had prefetched but not delivered are recomputed."""
     recipe = _check(getattr(it, "_recipe", None), "Iterator")
+    if recipe.call == "iter":
+        # The epoch it runs, not "the next one" (the copy's dataset has started none).
+        args, kwargs = list(recipe.args), dict(recipe.kwargs)
+        if len(args) >= 2:
+            args[1] = it.epoch
+        else:
+            kwargs["epoch"] = it.epoch
+        recipe = recipe._replace(args=tuple(args), kwargs=kwargs)
     # An iterator that has delivered nothing needs no state (and pipelines whose state
     # cannot be captured, e.g. with shuffle_buffer, can still travel before they start).
     state = it.state_dict() if getattr(it, "_count", 0) else None

@@ -62,6 +62,10 @@ class Dataset(FormatsMixin):  # FormatsMixin: write_parquet/jsonl, to_arrow/pand
 
     def __init__(self, native: _native.Dataset):
         self._native = native
+        # The epoch the next ``for`` loop (or ``iter()`` without ``epoch``) runs: iterations
+        # started so far, so a program that loops E times sees epochs 0..E-1, and so does
+        # its rerun.
+        self._next_epoch = 0
         # The latest iteration's statistics (a handle that outlives its iterator) and context.
         self._last_stats: "_native.Stats | None" = None
         self._last_context: "Context | None" = None
@@ -169,9 +173,24 @@ class Dataset(FormatsMixin):  # FormatsMixin: write_parquet/jsonl, to_arrow/pand
         return Dataset(self._native.batch(_int("batch size", size, 1), bool(drop_last), pairs, bool(ragged)))
 
     @_recipe.step
-    def shuffle(self, seed: int | None = None) -> "Dataset":
-        """Global per-epoch shuffle of a random-access pipeline (O(1) memory)."""
-        return Dataset(self._native.shuffle(_int("seed", seed, 0, allow_none=True)))
+    def shuffle(self, seed: int | None = None, *, reshuffle_each_epoch: bool = True) -> "Dataset":
+        """Global shuffle of a random-access pipeline (O(1) memory), a new permutation every
+        epoch: epoch k's derives from (seed, k) — ``seed`` fixes the family of permutations,
+        the iteration's seed when None. ``reshuffle_each_epoch=False`` keeps one permutation
+        (epoch 0's) for every epoch; augmentations still draw anew.
+
+        >>> import sluice
+        >>> ds = sluice.range(10).shuffle(seed=1)
+        >>> a, b = [s["id"] for s in ds], [s["id"] for s in ds]   # epochs 0 and 1
+        >>> a != b and sorted(a) == sorted(b)
+        True
+        >>> fixed = sluice.range(10).shuffle(seed=1, reshuffle_each_epoch=False)
+        >>> [s["id"] for s in fixed] == [s["id"] for s in fixed] == a
+        True
+        """
+        if not isinstance(reshuffle_each_epoch, bool):
+            raise TypeError(f"reshuffle_each_epoch must be a bool, got {type(reshuffle_each_epoch).__name__}")
+        return Dataset(self._native.shuffle(_int("seed", seed, 0, allow_none=True), reshuffle_each_epoch))
 
     @_recipe.step
     def shuffle_buffer(self, size: int, seed: int | None = None) -> "Dataset":
@@ -337,6 +356,7 @@ class Dataset(FormatsMixin):  # FormatsMixin: write_parquet/jsonl, to_arrow/pand
     def iter(
         self,
         seed: int = 0,
+        epoch: int | None = None,
         num_threads: int | None = None,
         *,
         progress: bool | None = None,
@@ -347,7 +367,13 @@ class Dataset(FormatsMixin):  # FormatsMixin: write_parquet/jsonl, to_arrow/pand
         processes: int | None = None,
         fuse_ops: bool = True,
     ) -> "Iterator":
-        """Starts an iteration. ``num_threads`` is per parallel stage (default: all cores);
+        """Starts an iteration at ``epoch``: its permutations and augmentation draws are
+        epoch ``epoch``'s, derived from (seed, epoch). ``epoch=None`` (and ``for … in ds``)
+        takes this dataset's next epoch — 0, 1, 2, … as loops start — so every pass
+        reshuffles and a rerun of the program repeats the sequence; an explicit ``epoch``
+        (a trainer that owns the epoch counter) does not advance it. With ``repeat(n)``
+        an iteration runs data epochs ``epoch*n`` … ``epoch*n + n-1``. ``it.epoch`` says
+        which; ``state_dict()`` carries it. ``num_threads`` is per parallel stage (default: all cores);
         results do not depend on it. ``num_threads=0`` runs every stage in the iterating
         thread, as ``DataLoader(num_workers=0)`` does (only the source reads ahead on its own
         thread): fastest for pure-Python functions when the loop does nothing else, since
@@ -363,6 +389,10 @@ class Dataset(FormatsMixin):  # FormatsMixin: write_parquet/jsonl, to_arrow/pand
         by ``image.random_resized_crop`` runs as one op that decodes a JPEG at 1/2–1/8 scale
         when the crop is shrunk enough (same crops, pixels within ≥ 35 dB PSNR; see
         docs/ARCHITECTURE.md); off, every op computes exactly. Exact plans never fuse."""
+        if epoch is not None:
+            epoch = _int("epoch", epoch, 0)
+            if epoch >= 2**64:
+                raise ValueError(f"epoch must be < 2**64, got {epoch}")
         if optimize and plan is None:
             from .optimizer import OptimizerOptions
 
@@ -378,7 +408,10 @@ class Dataset(FormatsMixin):  # FormatsMixin: write_parquet/jsonl, to_arrow/pand
             plan.to_json() if plan is not None else None,
             **({} if processes is None else {"processes": _int("processes", processes, 1)}),
             **({} if fuse_ops else {"fuse_ops": False}),
+            epoch=self._next_epoch if epoch is None else epoch,
         )
+        if epoch is None:
+            self._next_epoch += 1
         it = Iterator(native, progress)
         it.plan = plan
         it._context = context
@@ -406,8 +439,9 @@ class Dataset(FormatsMixin):  # FormatsMixin: write_parquet/jsonl, to_arrow/pand
         return _recipe.reduce_dataset(self)
 
     def take(self, n: int) -> list:
-        """The first ``n`` outputs as a list."""
-        with self.limit(n).iter(progress=False) as it:
+        """The first ``n`` outputs of epoch 0 as a list (a look at the data: it does not
+        advance the epoch ``for`` loops run)."""
+        with self.limit(n).iter(epoch=0, progress=False) as it:
             return list(it)
 
     def stats(self) -> "Stats | None":

@@ -20,7 +20,8 @@ from . import _native
 
 class FormatsMixin:
     """``Dataset`` methods that write data out or hand it to Arrow/pandas. Each runs the
-    pipeline once, from the start (``seed``/``num_threads`` as in ``iter``)."""
+    pipeline once, from the start of epoch 0 (``seed``/``num_threads`` as in ``iter``; the
+    dataset's epoch count for ``for`` loops does not advance)."""
 
     _native: Any
 

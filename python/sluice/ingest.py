@@ -50,7 +50,8 @@ def check_ingest(
     num_threads: int | None = None,
     verbose: bool = True,
 ) -> dict:
-    """Reads ``epochs`` passes over ``ds`` (or ``batches`` outputs per epoch) like a training
+    """Reads ``epochs`` passes over ``ds`` (epochs 0, 1, …, each reshuffled; or ``batches``
+    outputs per epoch) like a training
     loop that spends ``consumer_delay`` seconds per batch, and reports how long the loop waited
     for each batch (P50/P95/max), epochs and batches read, bytes read, throughput (MiB/s and
     samples/s) and peak memory. A P95 delay near zero means the loader keeps up."""
@@ -64,7 +65,7 @@ def check_ingest(
     nbytes = rows = 0
     t0 = time.perf_counter()
     for epoch in range(epochs):
-        it = ds.iter(seed=seed + epoch, num_threads=num_threads, progress=False)
+        it = ds.iter(seed=seed, epoch=epoch, num_threads=num_threads, progress=False)
         try:
             n = 0
             while batches is None or n < batches:

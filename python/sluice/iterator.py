@@ -82,6 +82,12 @@ class Iterator:
     def _count(self) -> int:
         return self._native.count
 
+    @property
+    def epoch(self) -> int:
+        """The epoch this iteration runs (``iter(epoch=...)``, the dataset's next one for a
+        plain loop, or a loaded checkpoint's)."""
+        return self._native.epoch
+
     def __iter__(self) -> "Iterator":
         # Without a progress bar a ``for`` loop drives the native iterator directly: no
         # Python frame per output (it closes itself at the end, on error and when dropped).
@@ -113,8 +119,9 @@ class Iterator:
         self._native.close()
 
     def state_dict(self) -> dict:
-        """A small JSON-able checkpoint of the position after the last output delivered.
-        It does not depend on thread counts; prefetched outputs are recomputed on resume.
+        """A small JSON-able checkpoint of the position after the last output delivered,
+        with the iteration's ``epoch``. It does not depend on thread counts; prefetched
+        outputs are recomputed on resume.
 
         >>> import sluice
         >>> ds = sluice.range(10).shuffle(seed=1).batch(3)
@@ -126,7 +133,10 @@ class Iterator:
         return json.loads(self._native.state_dict_json())
 
     def load_state_dict(self, state: dict, strict: bool = True) -> None:
-        """Continues right after the checkpointed output (same pipeline and seed required).
+        """Continues right after the checkpointed output, in the checkpoint's epoch (same
+        pipeline and seed required; a checkpoint saved before checkpoints carried the epoch
+        is epoch 0); the next plain loop over the dataset that started this iterator is the
+        epoch after it.
         A checkpoint whose position lies outside the data, or whose Python functions' code
         (bytecode, constants, captured values) changed since, raises ``ValueError``;
         ``strict=False`` accepts changed functions on purpose."""
@@ -135,6 +145,8 @@ class Iterator:
         self._native.load_state_dict_json(json.dumps(state), bool(strict))
         if self._owner is not None:
             self._owner._last_stats = self._native.stats_handle()
+            # The loop is in the checkpoint's epoch now: the next plain loop is the one after.
+            self._owner._next_epoch = self.epoch + 1
 
     def stats(self) -> Stats:
         """Statistics so far (with a Ray context: ``stats["remote"]``, per actor and decisions)."""

@@ -348,7 +348,7 @@ def test_webdataset_shard_order_shuffles_per_epoch(tmp_path):
 
     def order(ds, seed=0):
         # First key of each shard, per epoch (2 samples per shard).
-        keys = [r["__key__"] for r in ds.iter(seed=seed)]
+        keys = [r["__key__"] for r in ds.iter(seed=seed, epoch=0)]
         return [k.split("-")[0] for k in keys[::2]]
 
     plain = order(sluice.read_webdataset(shards).repeat(2))
@@ -368,10 +368,17 @@ def test_webdataset_shard_order_shuffles_per_epoch(tmp_path):
     assert sorted(r0 + r1) == [str(s) for s in range(6)]
     # Resume mid-epoch replays the same order.
     ds = sluice.read_webdataset(shards, shuffle_shards=True).repeat(2)
-    full = [r["__key__"] for r in ds.iter(seed=4)]
-    it = ds.iter(seed=4)
+    full = [r["__key__"] for r in ds.iter(seed=4, epoch=0)]
+    it = ds.iter(seed=4, epoch=0)
     for _ in range(7):
         next(it)
     it2 = ds.iter(seed=4)
     it2.load_state_dict(it.state_dict())
     assert [r["__key__"] for r in it2] == full[7:]
+    # Each plain loop is the next epoch: the shard order changes from pass to pass, and
+    # pass k is epoch k (what a rerun of the program gives).
+    fresh = sluice.read_webdataset(shards, shuffle_shards=True)
+    keys = lambda it: [r["__key__"] for r in it]  # noqa: E731
+    passes = [keys(fresh.iter(epoch=k)) for k in range(4)]
+    assert len({tuple(p) for p in passes}) > 1
+    assert [keys(fresh) for _ in range(4)] == passes

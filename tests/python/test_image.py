@@ -95,11 +95,11 @@ def cv_pipeline(images_dir):
 
 def test_random_ops_deterministic_and_thread_independent(images_dir):
     ds = cv_pipeline(images_dir)
-    runs = [np.concatenate([b["image"] for b in ds.iter(seed=7, num_threads=t)]) for t in (1, 2, 8)]
+    runs = [np.concatenate([b["image"] for b in ds.iter(seed=7, epoch=0, num_threads=t)]) for t in (1, 2, 8)]
     assert runs[0].shape == (24, 3, 64, 64)
     for r in runs[1:]:
         np.testing.assert_array_equal(runs[0], r)
-    other = np.concatenate([b["image"] for b in ds.iter(seed=8)])
+    other = np.concatenate([b["image"] for b in ds.iter(seed=8, epoch=0)])
     assert not np.array_equal(runs[0], other)
 
 
@@ -179,8 +179,8 @@ def test_fused_decode_crop_picks_the_same_crops_within_35_db(images_dir):
     ds = rrc_pipeline(sluice.read_images(str(images_dir), labels="parent_dir"))
     assert "read+decode_random_resized_crop" in ds.explain()
     assert "read+decode+random_resized_crop" in ds.explain(fuse_ops=False)
-    fused = list(ds.iter(seed=3))
-    exact = list(ds.iter(seed=3, fuse_ops=False))
+    fused = list(ds.iter(seed=3, epoch=0))
+    exact = list(ds.iter(seed=3, epoch=0, fuse_ops=False))
     assert len(fused) == len(exact) == 32
     assert [s["label"] for s in fused] == [s["label"] for s in exact]
     assert [s["path"] for s in fused] == [s["path"] for s in exact]
@@ -197,7 +197,7 @@ def test_fused_decode_crop_picks_the_same_crops_within_35_db(images_dir):
 
 def test_fused_decode_crop_is_thread_independent(images_dir):
     ds = rrc_pipeline(sluice.read_images(str(images_dir), labels="parent_dir"), epochs=3)
-    runs = [np.stack([s["image"] for s in ds.iter(seed=5, num_threads=t)]) for t in (1, 2, 4)]
+    runs = [np.stack([s["image"] for s in ds.iter(seed=5, epoch=0, num_threads=t)]) for t in (1, 2, 4)]
     for r in runs[1:]:
         np.testing.assert_array_equal(runs[0], r)
 
@@ -220,7 +220,7 @@ def test_fused_decode_crop_of_pngs_and_small_crops_is_exact(tmp_path, images_dir
                       (sluice.read_files([str(p) for p in photos(images_dir)]), 224)]:
         ds = rrc_pipeline(src, size=size, epochs=3)
         assert "decode_random_resized_crop" in ds.explain()
-        for a, b in zip(ds.iter(seed=2), ds.iter(seed=2, fuse_ops=False)):
+        for a, b in zip(ds.iter(seed=2, epoch=0), ds.iter(seed=2, epoch=0, fuse_ops=False)):
             np.testing.assert_array_equal(a["image"], b["image"])
     # Mode "L" fuses too and keeps one channel.
     ds = rrc_pipeline(sluice.read_files([str(p) for p in photos(images_dir)]), mode="L", epochs=1)

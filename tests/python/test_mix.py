@@ -39,9 +39,9 @@ def test_stop_policies():
 def test_deterministic_shuffleable_and_resumable():
     mixed = sluice.mix([tagged("a", 40), tagged("b", 40)], weights=[1, 3], seed=4, stop="all_exhausted")
     ds = mixed.shuffle(seed=2).repeat(2).batch(7)
-    full = [(b["src"], b["i"].tolist()) for b in ds.iter(seed=9)]
-    assert full == [(b["src"], b["i"].tolist()) for b in ds.iter(seed=9, num_threads=1)]
-    it = ds.iter(seed=9)
+    full = [(b["src"], b["i"].tolist()) for b in ds.iter(seed=9, epoch=0)]
+    assert full == [(b["src"], b["i"].tolist()) for b in ds.iter(seed=9, epoch=0, num_threads=1)]
+    it = ds.iter(seed=9, epoch=0)
     head = [next(it) for _ in range(3)]
     state = it.state_dict()
     it2 = ds.iter(seed=9)

@@ -165,17 +165,17 @@ def test_a_reordered_plan_gets_the_fused_decode_crop_and_an_exact_one_does_not()
     )
     assert "decode_random_resized_crop" in plain.explain()
     exact = plain.optimize(plain.profile(samples=4), OptimizerOptions(exact=True))
-    same(outputs(plain.iter(seed=6, plan=exact)), outputs(plain.iter(seed=6, fuse_ops=False)))
+    same(outputs(plain.iter(seed=6, epoch=0, plan=exact)), outputs(plain.iter(seed=6, epoch=0, fuse_ops=False)))
 
 
 @pytest.mark.parametrize("workload", ["cv", "nlp", "asr"])
 def test_exact_plans_are_byte_identical_on_every_workload(workload, tokenizer):
     ds = {"cv": cv, "nlp": lambda: nlp(tokenizer), "asr": asr}[workload]()
-    reference = typed(ds.iter(seed=5))
+    reference = typed(ds.iter(seed=5, epoch=0))
     prof = ds.profile(samples=10)
     for opts in [OptimizerOptions(exact=True), OptimizerOptions(enable_reorder=False), OptimizerOptions.baseline()]:
         plan = ds.optimize(prof, opts, seed=5)
-        assert typed(ds.iter(seed=5, plan=plan)) == reference, opts
+        assert typed(ds.iter(seed=5, epoch=0, plan=plan)) == reference, opts
 
 
 def op_order(plan):
@@ -192,14 +192,14 @@ def test_default_plans_change_outputs_only_where_ops_moved(workload, tokenizer):
     # byte-identical unless the plan moved an op; then only the fields moved ops write can
     # differ, with the same dtypes and shapes.
     ds = {"cv": lambda: cv(epochs=2), "nlp": lambda: nlp(tokenizer), "asr": asr}[workload]()
-    reference = typed(ds.iter(seed=6))
+    reference = typed(ds.iter(seed=6, epoch=0))
     prof = ds.profile(samples=10)
     plan = ds.optimize(prof, seed=6)
     default = ds.optimize(prof, OptimizerOptions.baseline(), seed=6)
     # Ops the cache computes before the stages are not in the stages' order.
     order = op_order(plan)
     moved = order != [n for n in op_order(default) if n in order]
-    got = typed(ds.iter(seed=6, plan=plan))
+    got = typed(ds.iter(seed=6, epoch=0, plan=plan))
     assert len(got) == len(reference)
     if not moved:
         assert got == reference, plan
@@ -218,8 +218,8 @@ def test_default_plans_change_outputs_only_where_ops_moved(workload, tokenizer):
 def test_reordered_plan_differs_only_where_ops_moved():
     ds = cv()
     plan = ds.optimize(ds.profile(samples=8))
-    got = outputs(ds.iter(seed=1, plan=plan))
-    ref = outputs(ds.iter(seed=1))
+    got = outputs(ds.iter(seed=1, epoch=0, plan=plan))
+    ref = outputs(ds.iter(seed=1, epoch=0))
     # Same labels and shapes; pixels differ because the jitter now sees the crop.
     assert [b["label"] for b in got] == [b["label"] for b in ref]
     assert [np.shape(b["image"]) for b in got] == [np.shape(b["image"]) for b in ref]
@@ -252,8 +252,8 @@ def test_iter_optimize_true_profiles_plans_and_runs():
     n = sum(len(b["label"]) for b in it)
     assert n == 8
     assert isinstance(it.plan, Plan) and it.plan.stages
-    it = ds.iter(seed=2, optimize=OptimizerOptions(exact=True))
-    same(outputs(it), outputs(ds.iter(seed=2)))
+    it = ds.iter(seed=2, epoch=0, optimize=OptimizerOptions(exact=True))
+    same(outputs(it), outputs(ds.iter(seed=2, epoch=0)))
 
 
 def test_cache_computes_the_prefix_once():
@@ -310,8 +310,8 @@ def test_caching_rule_caches_decode_when_epochs_repeat():
     plan = ds.optimize(ds.profile(samples=8))
     assert plan["cache"] is not None, plan
     assert any(d.startswith("caching") and "cached" in d for d in plan.decisions)
-    same(outputs(ds.iter(seed=4, plan=ds.optimize(ds.profile(samples=8), OptimizerOptions(exact=True)))),
-         outputs(ds.iter(seed=4)))
+    same(outputs(ds.iter(seed=4, epoch=0, plan=ds.optimize(ds.profile(samples=8), OptimizerOptions(exact=True)))),
+         outputs(ds.iter(seed=4, epoch=0)))
 
 
 def test_controller_plan_runs_unchanged_output():
@@ -319,8 +319,8 @@ def test_controller_plan_runs_unchanged_output():
     ds = cv(epochs=4)
     plan = ds.optimize(ds.profile(samples=4), OptimizerOptions(enable_controller=True, exact=True))
     assert plan["controller"] is True
-    it = ds.iter(seed=3, plan=plan)
-    same(outputs(it), outputs(ds.iter(seed=3)))
+    it = ds.iter(seed=3, epoch=0, plan=plan)
+    same(outputs(it), outputs(ds.iter(seed=3, epoch=0)))
     for d in it.stats().data.get("controller", []):
         assert d["workers"] >= 1 and d["why"]
 
@@ -342,5 +342,5 @@ def test_placement_puts_a_dominant_python_stage_on_the_process_pool():
         pytest.skip("one core: no process pool")
     assert any(s.get("variant") == "pool" and s.get("backend") == "processes" for s in plan.stages), str(plan)
     assert any("process pool" in d for d in plan.decisions)
-    same(outputs(ds.iter(plan=plan)), outputs(ds.iter()))
+    same(outputs(ds.iter(epoch=0, plan=plan)), outputs(ds.iter(epoch=0)))
     assert not [c for c in psutil.Process().children(recursive=True) if c.is_running() and c.status() != "zombie"]

@@ -56,7 +56,8 @@ def same(a, b):
 
 
 def run(ds, **kw):
-    return list(ds.iter(seed=7, **kw))
+    # Every run is epoch 0: the runs compare placements, not epochs.
+    return list(ds.iter(seed=7, epoch=0, **kw))
 
 
 def augment(s, rng):

@@ -108,9 +108,9 @@ def test_workers_import_this_sluice(cluster):
 
 def test_output_is_byte_identical_to_local(cluster, images_dir):
     ds = cv(images_dir, k=3)  # the lambda closes over k: shipped by cloudpickle
-    local = list(ds.iter(seed=11, chunk_size=4))
+    local = list(ds.iter(seed=11, epoch=0, chunk_size=4))
     c = ctx()
-    it = ds.iter(seed=11, chunk_size=4, context=c)
+    it = ds.iter(seed=11, epoch=0, chunk_size=4, context=c)
     remote = list(it)
     same(local, remote)
     stats = it.stats()
@@ -121,10 +121,10 @@ def test_output_is_byte_identical_to_local(cluster, images_dir):
     plan = c.explicit_plan(ds, seed=11)
     assert any("→ ray (2 workers)" in d for d in plan.decisions), plan.decisions
     # Replies as one byte frame (the path before zero-copy results) give the same bytes.
-    same(local, list(ds.iter(seed=11, chunk_size=4, context=ctx(zero_copy=False))))
+    same(local, list(ds.iter(seed=11, epoch=0, chunk_size=4, context=ctx(zero_copy=False))))
     # Tensors big enough to leave the frame come back through the object store intact.
     big = big_outputs()
-    same(list(big.iter(seed=2, chunk_size=4)), list(big.iter(seed=2, chunk_size=4, context=ctx())))
+    same(list(big.iter(seed=2, epoch=0, chunk_size=4)), list(big.iter(seed=2, epoch=0, chunk_size=4, context=ctx())))
 
 
 def big_outputs(n=24):
@@ -156,7 +156,7 @@ def test_split_replies_carry_tensors_out_of_band():
     ds = big_outputs()
     it = ds._native.iter(7, None, 4, ray_factory=SplitPool, actors=1)
     got = [dict(b) for b in it]
-    same(list(ds.iter(seed=7, chunk_size=4)), got)
+    same(list(ds.iter(seed=7, epoch=0, chunk_size=4)), got)
     assert seen and all(n == 4 and bufs == 4 == oob and kinds == {"uint8"} for n, bufs, oob, kinds, _ in seen), seen
     assert all(head < 2_000 for *_, head in seen), "the frame holds no tensor bytes"
 
@@ -198,9 +198,9 @@ def test_killed_actor_loses_and_duplicates_nothing(cluster):
         return {"id": s["id"], "sq": s["id"] * s["id"]}
 
     ds = sluice.range(1200).shuffle(seed=3).map(slow).batch(10)
-    local = [b["id"].tolist() for b in ds.iter(seed=2, chunk_size=8)]
+    local = [b["id"].tolist() for b in ds.iter(seed=2, epoch=0, chunk_size=8)]
     c = ctx(num_actors=2, in_flight_per_actor=2)
-    it = ds.iter(seed=2, chunk_size=8, context=c)
+    it = ds.iter(seed=2, epoch=0, chunk_size=8, context=c)
     got = [next(it)["id"].tolist() for _ in range(5)]
     pool = c.pools()[-1]
     victim = pool.actor_handles()[0]
@@ -214,16 +214,16 @@ def test_killed_actor_loses_and_duplicates_nothing(cluster):
 
 def test_resume_from_state_dict_on_ray(cluster, images_dir):
     ds = cv(images_dir)
-    full = list(ds.iter(seed=4, chunk_size=3))
-    it = ds.iter(seed=4, chunk_size=3, context=ctx())
+    full = list(ds.iter(seed=4, epoch=0, chunk_size=3))
+    it = ds.iter(seed=4, epoch=0, chunk_size=3, context=ctx())
     head = [next(it) for _ in range(3)]
     state = it.state_dict()
     it.close()
-    again = ds.iter(seed=4, chunk_size=3, context=ctx(num_actors=1))
+    again = ds.iter(seed=4, epoch=0, chunk_size=3, context=ctx(num_actors=1))
     again.load_state_dict(state)
     same(head + list(again), full)
     # The iterator itself pickles and resumes (on Ray too).
-    it2 = ds.iter(seed=4, chunk_size=3, context=ctx(num_actors=1))
+    it2 = ds.iter(seed=4, epoch=0, chunk_size=3, context=ctx(num_actors=1))
     first = next(it2)
     copy = pickle.loads(pickle.dumps(it2))
     it2.close()
@@ -236,9 +236,9 @@ def test_hybrid_local_and_remote_serve_one_stage(cluster):
         return {"id": s["id"], "r": rng.random()}
 
     ds = sluice.range(400).map(slow).batch(16)
-    local = list(ds.iter(seed=9, chunk_size=4))
+    local = list(ds.iter(seed=9, epoch=0, chunk_size=4))
     c = ctx(num_actors=1, local_workers=1)
-    it = ds.iter(seed=9, chunk_size=4, context=c)
+    it = ds.iter(seed=9, epoch=0, chunk_size=4, context=c)
     same(local, list(it))
     slots = it.stats()["remote"][0]["slots"]
     assert {s["local"] for s in slots if s["chunks"]} == {True, False}, slots
@@ -302,8 +302,8 @@ def test_enable_offload_moves_the_cpu_heavy_stage_and_not_the_cheap_one(cluster)
     assert any("cheap stays local" in d for d in plan.decisions), plan.decisions
     assert plan.data["options"]["remote_cpus"] == 2 and plan.data["options"]["remote_shares_local_cores"]
     assert plan.predicted_throughput > 0 and plan.bottleneck
-    it = ds.iter(seed=3, plan=plan, context=c)
-    same(list(ds.iter(seed=3)), list(it))
+    it = ds.iter(seed=3, epoch=0, plan=plan, context=c)
+    same(list(ds.iter(seed=3, epoch=0)), list(it))
     (pool,) = it.stats()["remote"]
     assert "heavy" in pool["stage"] and "cheap" not in pool["stage"]
 

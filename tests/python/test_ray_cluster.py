@@ -149,9 +149,9 @@ def _check_recovered(pool, got, expected):
 
 def test_node_drained_mid_epoch_loses_and_duplicates_nothing(nodes):
     ds = _pipeline()
-    expected = [_digest(b) for b in ds.iter(seed=2, chunk_size=8)]
+    expected = [_digest(b) for b in ds.iter(seed=2, epoch=0, chunk_size=8)]
     ctx = _ctx(actor_start_timeout_s=30)
-    it = ds.iter(seed=2, chunk_size=8, context=ctx)
+    it = ds.iter(seed=2, epoch=0, chunk_size=8, context=ctx)
     try:
         got = [_digest(next(it)) for _ in range(5)]
         pool = ctx.pools()[-1]
@@ -171,9 +171,9 @@ def test_node_killed_with_replies_in_its_object_store_loses_and_duplicates_nothi
     pool's threads cannot start fetching them, and kills the node's raylet meanwhile."""
     # A chunk of 8 takes 0.8 s: longer than RayPool's 0.5 s wait steps.
     ds = _pipeline(delay=0.1, n=96)
-    expected = [_digest(b) for b in ds.iter(seed=2, chunk_size=8, num_threads=8)]
+    expected = [_digest(b) for b in ds.iter(seed=2, epoch=0, chunk_size=8, num_threads=8)]
     ctx = _ctx(actor_start_timeout_s=30)
-    it = ds.iter(seed=2, chunk_size=8, context=ctx)
+    it = ds.iter(seed=2, epoch=0, chunk_size=8, context=ctx)
     switch = sys.getswitchinterval()
     try:
         got = [_digest(next(it))]

@@ -170,7 +170,7 @@ def test_random_access_after_blocking_ops_shuffle_shard_and_resume():
     ds = sluice.from_items(_rows(200)).sort("n", memory_budget=TINY).shuffle(seed=4).shard(1, 2).batch(8)
     full = [b["i"].tolist() for b in ds.iter(seed=0)]
     assert sum(len(b) for b in full) == 100
-    it = ds.iter(seed=0, num_threads=1)
+    it = ds.iter(seed=0, epoch=0, num_threads=1)
     next(it), next(it)
     state = it.state_dict()
     it2 = ds.iter(seed=0, num_threads=2)

@@ -58,9 +58,9 @@ def names(state):
 
 def round_trip(ds, every=1, seed=3):
     """Checkpoint after every `every`-th output, resume with other thread counts, compare."""
-    full = as_text(ds.iter(seed=seed, num_threads=2, progress=False))
+    full = as_text(ds.iter(seed=seed, epoch=0, num_threads=2, progress=False))
     for k in list(range(0, len(full) + 1, every)) + [len(full)]:
-        it = ds.iter(seed=seed, num_threads=2, progress=False)
+        it = ds.iter(seed=seed, epoch=0, num_threads=2, progress=False)
         for _ in range(k):
             next(it)
         state = it.state_dict()
@@ -144,9 +144,9 @@ def test_every_step_kind_round_trips(text_file):
 
 def test_resume_matches_uninterrupted_run_for_any_thread_count():
     ds = pipeline()
-    full = list(ds.iter(seed=4, num_threads=2))
+    full = list(ds.iter(seed=4, epoch=0, num_threads=2))
     for k in (0, 1, 5, len(full) // 2, len(full) - 1, len(full)):
-        it = ds.iter(seed=4, num_threads=2)
+        it = ds.iter(seed=4, epoch=0, num_threads=2)
         for _ in range(k):
             next(it)
         state = it.state_dict()
@@ -160,7 +160,7 @@ def test_resume_matches_uninterrupted_run_for_any_thread_count():
 
 def test_full_outputs_do_not_depend_on_threads(text_file):
     for name, ds in cases(text_file).items():
-        runs = [as_text(ds.iter(seed=5, num_threads=t, progress=False)) for t in (0, 1, 2, 8)]
+        runs = [as_text(ds.iter(seed=5, epoch=0, num_threads=t, progress=False)) for t in (0, 1, 2, 8)]
         assert runs[0] == runs[1] == runs[2] == runs[3], name
 
 
@@ -194,7 +194,7 @@ def test_random_pipelines_resume_exactly(steps, n, shuffled, k, seed):
         }[s](ds)
     full = as_text(ds.iter(seed=seed, progress=False))
     k = k % (len(full) + 1)
-    it = ds.iter(seed=seed, num_threads=2, progress=False)
+    it = ds.iter(seed=seed, epoch=0, num_threads=2, progress=False)
     for _ in range(k):
         next(it)
     state = json.loads(json.dumps(it.state_dict()))

@@ -149,9 +149,9 @@ def test_pack_resumes_inside_a_document(corpus):
         .pack(64, separator=0)
         .batch(8)
     )
-    full = [b["input_ids"].tolist() for b in ds.iter(seed=3)]
+    full = [b["input_ids"].tolist() for b in ds.iter(seed=3, epoch=0)]
     for k in (1, len(full) // 2, len(full) - 1):
-        it = ds.iter(seed=3)
+        it = ds.iter(seed=3, epoch=0)
         for _ in range(k):
             next(it)
         state = it.state_dict()

@@ -84,7 +84,7 @@ enum Command {
     Bench {
         /// Pipeline file (.toml or .json).
         pipeline: String,
-        /// Passes over the pipeline (each with seed + epoch).
+        /// Passes over the pipeline (epochs 0, 1, …: each reshuffles).
         #[arg(long, default_value_t = 1)]
         epochs: u64,
         /// Outputs to read per epoch (default: all).
@@ -333,7 +333,7 @@ fn bench(
     let t0 = Instant::now();
     for epoch in 0..epochs {
         let mut o = opts.clone();
-        o.seed = opts.seed + epoch;
+        o.epoch = epoch;
         let mut exec = ds.iter(&o)?;
         let mut n = 0;
         while batches.is_none_or(|b| n < b) {

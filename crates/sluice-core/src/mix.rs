@@ -114,6 +114,9 @@ impl fmt::Debug for MixChild {
 pub struct ChildOrder {
     /// Permutation seed (reseeded per child epoch), if shuffled.
     pub shuffle: Option<u64>,
+    /// One permutation for every child epoch (`reshuffle_each_epoch=False`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub fixed_shuffle: bool,
     pub shard: Option<ShardSpec>,
     /// Epochs of the child; `None`: forever (only with a finite child to end the mix).
     pub epochs: Option<u64>,
@@ -123,6 +126,7 @@ impl Default for ChildOrder {
     fn default() -> Self {
         ChildOrder {
             shuffle: None,
+            fixed_shuffle: false,
             shard: None,
             epochs: Some(1),
         }
@@ -134,8 +138,10 @@ impl ChildOrder {
         IndexOrder {
             len,
             shuffle: self.shuffle,
+            fixed_shuffle: self.fixed_shuffle,
             shard: self.shard,
             epochs: self.epochs,
+            first_epoch: 0,
             elastic: None,
         }
     }
@@ -528,6 +534,7 @@ mod tests {
             shuffle: Some(2),
             shard: Some(ShardSpec::try_new(1, 3, true).unwrap()),
             epochs: Some(2),
+            ..Default::default()
         };
         let m = MixSource::new(
             vec![ordered(50, shuffled), ordered(30, sharded)],

@@ -105,19 +105,62 @@ pub struct IndexOrder {
     pub len: u64,
     /// Global shuffle seed (reseeded per epoch), if shuffled.
     pub shuffle: Option<u64>,
+    /// The same permutation every epoch (`shuffle(reshuffle_each_epoch=False)`): the one of
+    /// data epoch 0.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fixed_shuffle: bool,
     /// Shard of this rank, if sharded.
     pub shard: Option<ShardSpec>,
     /// Number of epochs; `None` = forever.
     pub epochs: Option<u64>,
+    /// The data epoch of this order's epoch 0 (see [`first_epoch`]): epochs here count
+    /// within one iteration (cursors and checkpoints use them), randomness uses
+    /// `first_epoch + epoch`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub first_epoch: u64,
     /// One epoch finished on this world size after another began it (elastic resume).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub elastic: Option<ElasticEpoch>,
 }
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// Data epochs one iteration of a pipeline that repeats forever owns (see [`first_epoch`]).
+pub const ENDLESS_PASS_EPOCHS: u64 = 1 << 32;
+
+/// The data epoch an iteration at epoch `epoch` (`iter(epoch=k)`, the k-th `for` loop over a
+/// dataset) starts with, when each iteration runs `epochs` epochs of the source (`repeat(n)`;
+/// 1 without repeat; `None`: forever). Iterations own disjoint blocks of data epochs — `k*n`
+/// … `k*n + n-1`, and `k * 2^32` on for an endless repeat — so no two iterations share a
+/// permutation or augmentation draws, and iteration 0 is the data epochs a pipeline always had.
+///
+/// ```
+/// use sluice_core::order::first_epoch;
+/// assert_eq!(first_epoch(3, Some(1)).unwrap(), 3);
+/// assert_eq!(first_epoch(3, Some(2)).unwrap(), 6);
+/// assert!(first_epoch(u64::MAX, Some(2)).is_err());
+/// ```
+pub fn first_epoch(epoch: u64, epochs: Option<u64>) -> Result<u64> {
+    let per = epochs.unwrap_or(ENDLESS_PASS_EPOCHS).max(1);
+    // The last data epoch of the iteration must fit too.
+    epoch
+        .checked_add(1)
+        .and_then(|e| e.checked_mul(per))
+        .map(|_| epoch * per)
+        .ok_or_else(|| {
+            Error::invalid(format!(
+                "epoch {epoch} is too large: an iteration of this pipeline runs {per} epochs \
+                 of its source, so epoch * {per} must stay below 2**64"
+            ))
+        })
+}
+
 /// One position of the order: where a sample sits and which source sample it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Position {
-    /// Epoch (0-based).
+    /// Data epoch (`first_epoch` + the order's epoch): what randomness derives from.
     pub epoch: u64,
     /// Global position within the epoch (same on every rank; randomness derives from it).
     pub index: u64,
@@ -153,8 +196,12 @@ impl IndexOrder {
     }
     /// The position at global index `index` of `epoch`.
     pub fn at_global(&self, epoch: u64, index: u64) -> Position {
+        let epoch = self.first_epoch.wrapping_add(epoch);
         let source_index = match self.shuffle {
-            Some(seed) => Permutation::new(self.len, combine(seed, epoch)).apply(index),
+            Some(seed) => {
+                let key = if self.fixed_shuffle { 0 } else { epoch };
+                Permutation::new(self.len, combine(seed, key)).apply(index)
+            }
             None => index,
         };
         Position {
@@ -188,13 +235,14 @@ mod tests {
         }
 
         #[test]
-        fn shards_are_equal_disjoint_and_cover(n in 0u64..500, world in 1u64..9, seed in any::<u64>()) {
+        fn shards_are_equal_disjoint_and_cover(n in 0u64..500, world in 1u64..9, seed in any::<u64>(),
+                                               first_epoch in 0u64..5) {
             let mut all = vec![];
             let mut lens = vec![];
             for rank in 0..world {
-                let order = IndexOrder { len: n, shuffle: Some(seed),
+                let order = IndexOrder { len: n, shuffle: Some(seed), fixed_shuffle: false,
                     shard: Some(ShardSpec::try_new(rank, world, true).unwrap()), epochs: Some(1),
-                    elastic: None };
+                    first_epoch, elastic: None };
                 lens.push(order.epoch_len());
                 all.extend((0..order.epoch_len()).map(|p| order.position(0, p).source_index));
             }
@@ -215,18 +263,60 @@ mod tests {
         assert_eq!(total, 10);
     }
 
-    #[test]
-    fn shuffle_changes_per_epoch() {
-        let o = IndexOrder {
+    fn order(first_epoch: u64, fixed_shuffle: bool) -> IndexOrder {
+        IndexOrder {
             len: 100,
             shuffle: Some(1),
+            fixed_shuffle,
             shard: None,
             epochs: None,
+            first_epoch,
             elastic: None,
-        };
-        let e0: Vec<u64> = (0..100).map(|p| o.position(0, p).source_index).collect();
-        let e1: Vec<u64> = (0..100).map(|p| o.position(1, p).source_index).collect();
-        assert_ne!(e0, e1);
+        }
+    }
+
+    fn perm(o: &IndexOrder, epoch: u64) -> Vec<u64> {
+        (0..o.len)
+            .map(|p| o.position(epoch, p).source_index)
+            .collect()
+    }
+
+    #[test]
+    fn shuffle_changes_per_epoch() {
+        let o = order(0, false);
+        assert_ne!(perm(&o, 0), perm(&o, 1));
+    }
+
+    #[test]
+    fn first_epoch_shifts_the_data_epoch_and_a_fixed_shuffle_keeps_one_permutation() {
+        // Epoch 0 of an iteration that starts at data epoch 3 is data epoch 3.
+        let (o, later) = (order(0, false), order(3, false));
+        assert_eq!(perm(&later, 0), perm(&o, 3));
+        assert_eq!(later.position(1, 5).epoch, 4);
+        assert_eq!(later.position(1, 5), o.position(4, 5));
+        // Fixed: every epoch has data epoch 0's permutation, but positions keep their
+        // data epochs (augmentations still differ).
+        let fixed = order(3, true);
+        assert_eq!(perm(&fixed, 0), perm(&o, 0));
+        assert_eq!(perm(&fixed, 7), perm(&o, 0));
+        assert_eq!(fixed.position(0, 0).epoch, 3);
+    }
+
+    #[test]
+    fn iterations_own_disjoint_blocks_of_data_epochs() {
+        assert_eq!(first_epoch(0, Some(1)).unwrap(), 0);
+        assert_eq!(first_epoch(5, Some(1)).unwrap(), 5);
+        assert_eq!(first_epoch(2, Some(3)).unwrap(), 6);
+        assert_eq!(first_epoch(2, None).unwrap(), 2 * ENDLESS_PASS_EPOCHS);
+        assert_eq!(
+            first_epoch(4, Some(0)).unwrap(),
+            4,
+            "repeat(0) counts as one"
+        );
+        assert_eq!(first_epoch(u64::MAX - 1, Some(1)).unwrap(), u64::MAX - 1);
+        let e = first_epoch(u64::MAX / 2, Some(2)).unwrap_err().to_string();
+        assert!(e.contains("epoch") && e.contains("too large"), "{e}");
+        assert!(first_epoch(1 << 32, None).is_err());
     }
 
     #[test]

@@ -156,9 +156,9 @@ impl PyDataset {
                 .batch_with(size, drop_last, pad.unwrap_or_default(), ragged),
         )
     }
-    #[pyo3(signature = (seed=None))]
-    fn shuffle(&self, seed: Option<u64>) -> PyResult<PyDataset> {
-        wrap(self.ds.shuffle(seed))
+    #[pyo3(signature = (seed=None, reshuffle_each_epoch=true))]
+    fn shuffle(&self, seed: Option<u64>, reshuffle_each_epoch: bool) -> PyResult<PyDataset> {
+        wrap(self.ds.shuffle_with(seed, reshuffle_each_epoch))
     }
     #[pyo3(signature = (size, seed=None))]
     fn shuffle_buffer(&self, size: usize, seed: Option<u64>) -> PyResult<PyDataset> {
@@ -232,9 +232,10 @@ impl PyDataset {
             .map(|p| p.to_string())
             .py()
     }
-    /// Starts a run. With a Ray context, `ray_factory` makes the `ray` backend's pools and
+    /// Starts a run at `epoch` (the Python layer resolves `epoch=None` to the dataset's next
+    /// epoch). With a Ray context, `ray_factory` makes the `ray` backend's pools and
     /// `actors` says how many per stage (see [`RunArgs`]).
-    #[pyo3(signature = (seed=0, num_threads=None, chunk_size=None, plan_json=None, processes=None, fuse_ops=true, ray_factory=None, actors=None))]
+    #[pyo3(signature = (seed=0, num_threads=None, chunk_size=None, plan_json=None, processes=None, fuse_ops=true, ray_factory=None, actors=None, epoch=0))]
     #[allow(clippy::too_many_arguments)]
     fn iter(
         &self,
@@ -247,9 +248,11 @@ impl PyDataset {
         fuse_ops: bool,
         ray_factory: Option<Py<PyAny>>,
         actors: Option<usize>,
+        epoch: u64,
     ) -> PyResult<PyIter> {
         let opts = IterOptions {
             columns: true,
+            epoch,
             ..RunArgs {
                 seed,
                 num_threads,

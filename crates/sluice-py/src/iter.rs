@@ -28,6 +28,8 @@ pub struct PyIter {
     inner: Mutex<Inner>,
     /// Outputs delivered so far.
     count: AtomicU64,
+    /// The iteration's epoch (a checkpoint's, once one is loaded).
+    epoch: AtomicU64,
     /// `close()` was called: a `__next__` waiting in another thread returns.
     closing: AtomicBool,
     /// The thread holding `inner` ([`thread_key`]; 0: none).
@@ -92,6 +94,7 @@ impl Inner {
 impl PyIter {
     pub fn new(exec: Execution, ds: Dataset, opts: IterOptions) -> Self {
         let stats = exec.stats_handle();
+        let epoch = AtomicU64::new(exec.epoch());
         PyIter {
             inner: Mutex::new(Inner {
                 exec: Some(exec),
@@ -102,6 +105,7 @@ impl PyIter {
                 last_state: None,
             }),
             count: AtomicU64::new(0),
+            epoch,
             closing: AtomicBool::new(false),
             owner: AtomicUsize::new(0),
         }
@@ -249,6 +253,12 @@ impl PyIter {
         self.count.load(Relaxed)
     }
 
+    /// The iteration's epoch (the one `iter(epoch=...)` started, or a loaded checkpoint's).
+    #[getter]
+    fn epoch(&self) -> u64 {
+        self.epoch.load(Relaxed)
+    }
+
     /// Stops the pipeline's threads and waits for them (with the GIL released). A
     /// `__next__` waiting in another thread returns (the iteration is over).
     fn close(&self, py: Python<'_>) -> PyResult<()> {
@@ -285,6 +295,7 @@ impl PyIter {
         };
         inner.close(py);
         self.closing.store(false, Relaxed);
+        self.epoch.store(exec.epoch(), Relaxed);
         inner.stats = exec.stats_handle();
         inner.exec = Some(exec);
         inner.last_state = None;

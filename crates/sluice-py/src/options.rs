@@ -67,6 +67,8 @@ impl RunArgs<'_> {
         };
         Ok(IterOptions {
             seed: self.seed,
+            // `iter` sets its epoch; the other runs (sinks, explain, optimize) are epoch 0.
+            epoch: 0,
             num_threads: self.num_threads,
             chunk_size: self.chunk_size,
             backends,

@@ -27,6 +27,11 @@ pub use crate::state::IterState;
 pub struct IterOptions {
     /// The seed all randomness derives from.
     pub seed: u64,
+    /// The iteration's epoch: iterating again with the next epoch gives a new permutation
+    /// and new augmentation draws, derived from (seed, epoch) ([`ExecOptions::epoch`]; with
+    /// `repeat(n)` an iteration runs the data epochs `epoch*n` … `epoch*n + n-1`). A
+    /// checkpoint carries it and a reload continues in the checkpoint's epoch.
+    pub epoch: u64,
     /// Threads per parallel stage (`None`: the number of cores; `Some(0)`: every stage runs
     /// in the consumer's thread, see [`LowerOptions::in_consumer`]).
     pub num_threads: Option<usize>,
@@ -54,6 +59,7 @@ impl Default for IterOptions {
     fn default() -> Self {
         IterOptions {
             seed: 0,
+            epoch: 0,
             num_threads: None,
             chunk_size: None,
             backends: Default::default(),
@@ -209,12 +215,18 @@ impl Dataset {
                 .with_ragged(ragged),
         )))
     }
-    /// Global per-epoch shuffle of a random-access pipeline.
+    /// Global per-epoch shuffle of a random-access pipeline: epoch k's permutation derives
+    /// from (seed, k), `seed` being the iteration's when `None`.
     pub fn shuffle(&self, seed: Option<u64>) -> Result<Self> {
-        Ok(Dataset::wrap(LogicalPlan::Shuffle(ShuffleNode::try_new(
-            self.input(),
-            seed,
-        )?)))
+        self.shuffle_with(seed, true)
+    }
+    /// [`Dataset::shuffle`]; with `reshuffle_each_epoch` false, every epoch and iteration
+    /// uses one permutation (that of epoch 0).
+    pub fn shuffle_with(&self, seed: Option<u64>, reshuffle_each_epoch: bool) -> Result<Self> {
+        Ok(Dataset::wrap(LogicalPlan::Shuffle(
+            ShuffleNode::try_new(self.input(), seed)?
+                .with_reshuffle_each_epoch(reshuffle_each_epoch),
+        )))
     }
     /// Bounded buffer shuffle (for streams).
     pub fn shuffle_buffer(&self, size: usize, seed: Option<u64>) -> Result<Self> {
@@ -301,6 +313,7 @@ impl Dataset {
             pipeline: self.fingerprint(),
             functions: crate::state::function_codes(&chain),
             seed: opts.seed,
+            epoch: exec.epoch(),
             state: position.as_ref().map(|p| crate::state::to_tree(&chain, p)),
             // Still finishing an elastic epoch: a reload must split it the same way.
             elastic: exec
@@ -310,8 +323,9 @@ impl Dataset {
         })
     }
 
-    /// Starts an iteration, resuming after `state` when given. Thread counts may differ
-    /// from the checkpointed run; the outputs are the same.
+    /// Starts an iteration, resuming after `state` when given (in the checkpoint's epoch,
+    /// whatever `opts.epoch` says). Thread counts may differ from the checkpointed run; the
+    /// outputs are the same.
     pub fn iter_from(&self, opts: &IterOptions, state: Option<&IterState>) -> Result<Execution> {
         self.iter_resume(opts, state, true)
     }
@@ -357,6 +371,7 @@ impl Dataset {
                     .transpose()?
             }
         };
+        let epoch = state.map_or(opts.epoch, |st| st.epoch);
         let plan = self.physical_plan(opts)?;
         let elastic = match &elastic_state {
             None => None,
@@ -382,6 +397,7 @@ impl Dataset {
             &plan,
             ExecOptions {
                 seed: opts.seed,
+                epoch,
                 resume,
                 elastic,
                 columns: opts.columns,

@@ -68,7 +68,8 @@ fn child(i: usize, ds: &Dataset, seed: u64) -> Result<MixChild> {
                 order.shuffle = Some(
                     n.seed
                         .unwrap_or_else(|| combine(combine(CHILD_SHUFFLE, seed), i as u64)),
-                )
+                );
+                order.fixed_shuffle = !n.reshuffle_each_epoch;
             }
             LogicalPlan::Shard(n) => order.shard = Some(n.shard),
             LogicalPlan::Repeat(n) => order.epochs = n.epochs,

@@ -41,6 +41,9 @@ pub enum StepSpec {
     Shuffle {
         #[serde(default)]
         seed: Option<u64>,
+        /// `false`: the same permutation every epoch.
+        #[serde(default = "yes")]
+        reshuffle_each_epoch: bool,
     },
     ShuffleBuffer {
         size: usize,
@@ -188,7 +191,10 @@ impl PipelineSpec {
             ds = match step {
                 StepSpec::Map { op, on_error } => ds.map(op.build()?, *on_error, None)?,
                 StepSpec::Batch { size, drop_last } => ds.batch(*size, *drop_last)?,
-                StepSpec::Shuffle { seed } => ds.shuffle(*seed)?,
+                StepSpec::Shuffle {
+                    seed,
+                    reshuffle_each_epoch,
+                } => ds.shuffle_with(*seed, *reshuffle_each_epoch)?,
                 StepSpec::ShuffleBuffer { size, seed } => ds.shuffle_buffer(*size, *seed)?,
                 StepSpec::Shard {
                     rank,

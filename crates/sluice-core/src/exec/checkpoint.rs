@@ -30,6 +30,11 @@ pub struct IterState {
     /// size, which the `shard` node's state carries, so an elastic resume can change them).
     pub pipeline: String,
     pub seed: u64,
+    /// The iteration's epoch (`iter(epoch=k)`; see [`crate::ExecOptions::epoch`]): a reload
+    /// continues in it. The cursors below count epochs within the iteration (`repeat(n)`'s
+    /// 0…n-1). Checkpoints from before epochs were saved have none: epoch 0, as they ran.
+    #[serde(default)]
+    pub epoch: u64,
     /// The pipeline's last node and, through `parent`, every node up to the source (`None`:
     /// nothing delivered yet).
     pub state: Option<NodeState>,
@@ -395,6 +400,13 @@ pub fn elastic_state(states: &[IterState]) -> Result<IterState> {
                 "elastic_state: checkpoints come from different pipelines or seeds",
             ));
         }
+        if st.epoch != first.epoch {
+            return Err(Error::invalid(format!(
+                "elastic_state: checkpoints come from iterations at different epochs ({} and \
+                 {}); checkpoint every rank at the same step",
+                first.epoch, st.epoch
+            )));
+        }
         if st.elastic.is_some() {
             return Err(Error::invalid(
                 "elastic_state: a checkpoint taken during an elastic epoch cannot be merged \
@@ -454,6 +466,7 @@ pub fn elastic_state(states: &[IterState]) -> Result<IterState> {
         pipeline: first.pipeline.clone(),
         functions: first.functions.clone(),
         seed: first.seed,
+        epoch: first.epoch,
         state: None,
         elastic: Some(Elastic {
             epoch,
@@ -545,6 +558,28 @@ mod tests {
         // ranks and panicked.
         let e = elastic_state(&[sharded(5, 1)]).unwrap_err().to_string();
         assert!(e.contains("rank 5 in a world of 1"), "{e}");
+    }
+
+    #[test]
+    fn a_checkpoint_without_an_epoch_is_epoch_zero_and_elastic_keeps_the_epoch() {
+        assert_eq!(
+            sharded(0, 1).epoch,
+            0,
+            "written before checkpoints had epochs"
+        );
+        let at = |rank, epoch| IterState {
+            epoch,
+            ..sharded(rank, 2)
+        };
+        let merged = elastic_state(&[at(0, 3), at(1, 3)]).unwrap();
+        assert_eq!(merged.epoch, 3);
+        let back: IterState =
+            serde_json::from_str(&serde_json::to_string(&merged).unwrap()).unwrap();
+        assert_eq!(back.epoch, 3);
+        let e = elastic_state(&[at(0, 3), at(1, 4)])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("different epochs (3 and 4)"), "{e}");
     }
 
     #[test]

@@ -85,6 +85,7 @@ pub struct Execution {
     wait_started: Option<Instant>,
     position: Option<(Cursor, Outer)>,
     elastic: Option<crate::order::ElasticEpoch>,
+    epoch: u64,
 }
 
 impl Execution {
@@ -109,7 +110,13 @@ impl Execution {
                 .resume
                 .map(|rp| (rp.cursor, (!rp.outer.is_empty()).then(|| rp.outer.into()))),
             elastic: opts.elastic,
+            epoch: opts.epoch,
         })
+    }
+
+    /// The iteration's epoch ([`ExecOptions::epoch`]; part of its checkpoints).
+    pub fn epoch(&self) -> u64 {
+        self.epoch
     }
 
     /// The elastic epoch this run finishes, if any (part of its checkpoints until it ends).

@@ -17,11 +17,13 @@ use super::item::{Chunk, Item};
 use super::resume::Cursor;
 
 /// Starts the source thread; its chunks (and the error that ends them) arrive on the
-/// returned channel.
+/// returned channel. A stream's epoch `e` is data epoch `first_epoch + e` (what its order and
+/// the items' randomness derive from); cursors count epochs from 0.
 pub(super) fn spawn_source(
     src: &SourceStage,
     resume: Option<Cursor>,
     seed: u64,
+    first_epoch: u64,
     ctl: &Arc<Control>,
     stats: &Arc<PipelineStats>,
 ) -> Result<Receiver<Msg>> {
@@ -43,7 +45,8 @@ pub(super) fn spawn_source(
         let mut epoch = resume.map_or(0, |r| r.epoch);
         let mut skip_to = resume.map_or(0, |r| r.pos);
         while src.stream_epochs.is_none_or(|e| epoch < e) {
-            let stream = match src.source.stream_epoch(seed, epoch) {
+            let data_epoch = first_epoch.wrapping_add(epoch);
+            let stream = match src.source.stream_epoch(seed, data_epoch) {
                 Ok(s) => s,
                 Err(e) => {
                     send_counted(&tx, Err(e), c);
@@ -71,7 +74,7 @@ pub(super) fn spawn_source(
                             pos: i,
                             ord: 0,
                         };
-                        items.push(Item::at(epoch, i, i, cursor).with_sample(sample))
+                        items.push(Item::at(data_epoch, i, i, cursor).with_sample(sample))
                     }
                     Err(e) => {
                         if !items.is_empty() {
@@ -168,7 +171,7 @@ impl OrderedItems {
                         pos: p,
                         ord: 0,
                     };
-                    Item::at(epoch, at.index, at.source_index, cursor)
+                    Item::at(at.epoch, at.index, at.source_index, cursor)
                 })
                 .collect();
             self.pos = end;

@@ -16,7 +16,7 @@ use super::item::Transform;
 use super::ordering::Input;
 use super::resume::{drops, last_dropping_stage, Cursor, ResumePoint, StageResume};
 use super::source::{spawn_source, OrderedItems};
-use super::stage::{make_transform, Following};
+use super::stage::{make_transform, Following, RunKeys};
 use super::threads::{spawn_controller, spawn_parallel, spawn_sequential, Parallel};
 
 /// Options of one run.
@@ -24,6 +24,11 @@ use super::threads::{spawn_controller, spawn_parallel, spawn_sequential, Paralle
 pub struct ExecOptions {
     /// The seed every random decision derives from.
     pub seed: u64,
+    /// The iteration's epoch (`iter(epoch=k)`): the run's epochs are data epochs
+    /// [`crate::order::first_epoch`]`(epoch, …)` on, so each iteration has its own
+    /// permutations and augmentation draws. Cursors (and checkpoints) count epochs within
+    /// the run from 0.
+    pub epoch: u64,
     /// Resume after this output (from a saved [`Execution::position`](super::Execution::position)).
     pub resume: Option<ResumePoint>,
     /// Finish this epoch of a sharded run that ranks of another world size began.
@@ -81,6 +86,17 @@ pub(super) fn start(plan: &PhysicalPlan, opts: &ExecOptions) -> Result<Started> 
         None => vec![StageResume::default(); plan.stages.len()],
     };
     let mut source_stage = plan.source.clone();
+    let epochs = match &source_stage.order {
+        Some(order) => order.epochs,
+        None => source_stage.stream_epochs,
+    };
+    let keys = RunKeys {
+        seed: opts.seed,
+        first_epoch: crate::order::first_epoch(opts.epoch, epochs)?,
+    };
+    if let Some(order) = source_stage.order.as_mut() {
+        order.first_epoch = keys.first_epoch;
+    }
     if let Some(el) = &opts.elastic {
         let order = source_stage
             .order
@@ -128,7 +144,14 @@ pub(super) fn start(plan: &PhysicalPlan, opts: &ExecOptions) -> Result<Started> 
             items: Box::new(items),
             stats: stats.clone(),
         },
-        None => Input::Direct(spawn_source(&source_stage, start, opts.seed, &ctl, &stats)?),
+        None => Input::Direct(spawn_source(
+            &source_stage,
+            start,
+            opts.seed,
+            keys.first_epoch,
+            &ctl,
+            &stats,
+        )?),
     };
     let mut tail = Vec::new();
     let mut tuned: Vec<(usize, Arc<AtomicUsize>)> = Vec::new();
@@ -138,7 +161,7 @@ pub(super) fn start(plan: &PhysicalPlan, opts: &ExecOptions) -> Result<Started> 
         let t = make_transform(
             &st.kind,
             &plan.source.source,
-            opts.seed,
+            keys,
             stats.clone(),
             slot,
             resumes[i].clone(),

@@ -100,6 +100,8 @@ pub struct ShuffleNode {
     pub input: Arc<LogicalPlan>,
     /// `None`: derive from the iteration seed.
     pub seed: Option<u64>,
+    /// A new permutation every epoch (the default); false keeps one for every epoch.
+    pub reshuffle_each_epoch: bool,
 }
 
 /// `shuffle_buffer(size)`: a bounded, seeded buffer shuffle for streams.
@@ -379,7 +381,17 @@ impl ShuffleNode {
                  Use shuffle_buffer(size) to shuffle a stream.",
             ));
         }
-        Ok(ShuffleNode { input, seed })
+        Ok(ShuffleNode {
+            input,
+            seed,
+            reshuffle_each_epoch: true,
+        })
+    }
+    /// With `false`, every epoch (and every iteration) uses the same permutation — the
+    /// one of data epoch 0 — instead of a new one derived from (seed, epoch).
+    pub fn with_reshuffle_each_epoch(mut self, reshuffle: bool) -> Self {
+        self.reshuffle_each_epoch = reshuffle;
+        self
     }
 }
 
@@ -562,6 +574,10 @@ impl LogicalPlan {
                     s.push_str(", ragged=true");
                 }
                 s + ")"
+            }
+            // The flag shows only when off, so fingerprints of earlier pipelines stand.
+            LogicalPlan::Shuffle(n) if !n.reshuffle_each_epoch => {
+                format!("shuffle(seed={:?}, reshuffle_each_epoch=false)", n.seed)
             }
             LogicalPlan::Shuffle(n) => format!("shuffle(seed={:?})", n.seed),
             LogicalPlan::ShuffleBuffer(n) => format!("shuffle_buffer({})", n.size),

@@ -87,8 +87,10 @@ pub fn lower(plan: &Arc<LogicalPlan>, opts: &LowerOptions) -> Result<PhysicalPla
         .map(|len| IndexOrder {
             len,
             shuffle: None,
+            fixed_shuffle: false,
             shard: None,
             epochs: Some(1),
+            first_epoch: 0,
             elastic: None,
         });
     let mut stream_epochs = Some(1);
@@ -101,6 +103,7 @@ pub fn lower(plan: &Arc<LogicalPlan>, opts: &LowerOptions) -> Result<PhysicalPla
                     .as_mut()
                     .ok_or_else(|| Error::invalid("shuffle needs random access"))?;
                 o.shuffle = Some(shuffle_seed(n.seed, opts));
+                o.fixed_shuffle = !n.reshuffle_each_epoch;
             }
             LogicalPlan::Shard(n) => match order.as_mut() {
                 Some(o) => o.shard = Some(n.shard),

@@ -230,6 +230,9 @@ impl fmt::Display for PhysicalPlan {
             write!(f, " len={}", o.len)?;
             if o.shuffle.is_some() {
                 write!(f, " shuffled")?;
+                if o.fixed_shuffle {
+                    write!(f, " (same permutation every epoch)")?;
+                }
             }
             if let Some(s) = o.shard {
                 write!(f, " shard={}/{}", s.rank, s.world_size)?;

@@ -33,11 +33,21 @@ pub(crate) struct Following {
     pub columns: bool,
 }
 
+/// What a run's randomness derives from besides positions.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RunKeys {
+    /// The iteration's seed.
+    pub seed: u64,
+    /// The data epoch of the run's epoch 0 ([`crate::order::first_epoch`]): stages keyed by
+    /// their input's cursor epochs (the window shuffle) add it.
+    pub first_epoch: u64,
+}
+
 /// Builds stage `stage`'s work.
 pub(crate) fn make_transform(
     kind: &StageKind,
     source: &SourceRef,
-    seed: u64,
+    keys: RunKeys,
     stats: Arc<PipelineStats>,
     stage: usize,
     resume: StageResume,
@@ -47,7 +57,7 @@ pub(crate) fn make_transform(
         StageKind::Chain { read, ops } => Box::new(Chain::new(
             read.then(|| source.clone()),
             ops.clone(),
-            seed,
+            keys.seed,
             stats,
             stage,
             resume.drop.clone(),
@@ -84,9 +94,10 @@ pub(crate) fn make_transform(
             taken: resume.counter,
             resume: resume.clone(),
         }),
-        StageKind::ShuffleBuffer { size, seed, op_id } => {
-            Box::new(WindowShuffle::new(*size, *seed, *op_id, stage, resume))
-        }
+        StageKind::ShuffleBuffer { size, seed, op_id } => Box::new(
+            WindowShuffle::new(*size, *seed, *op_id, stage, resume)
+                .with_first_epoch(keys.first_epoch),
+        ),
         StageKind::Pack(spec) => Box::new(Pack::new(spec.clone(), stage, resume)),
     }
 }

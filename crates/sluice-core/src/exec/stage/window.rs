@@ -35,6 +35,9 @@ pub(crate) struct WindowShuffle {
     op_id: u64,
     slot: usize,
     resume: StageResume,
+    /// The data epoch of the input's cursor epoch 0 (the iteration's, see
+    /// [`crate::order::first_epoch`]): windows are keyed by `first_epoch + epoch`.
+    first_epoch: u64,
     epoch: Option<u64>,
     /// Inputs received this epoch (after resume drops).
     inputs: u64,
@@ -69,6 +72,7 @@ impl WindowShuffle {
             op_id,
             slot,
             resume,
+            first_epoch: 0,
             epoch: None,
             inputs: 0,
             a_start: None,
@@ -93,6 +97,12 @@ impl WindowShuffle {
             s.skip_a_before = s.b_start;
         }
         s
+    }
+
+    /// Keyed as the epochs of an iteration that starts at data epoch `first_epoch`.
+    pub(crate) fn with_first_epoch(mut self, first_epoch: u64) -> Self {
+        self.first_epoch = first_epoch;
+        self
     }
 
     /// B windows: [0, w/2), then every `w` from there (aligned with A's when w = 1).
@@ -123,7 +133,13 @@ impl WindowShuffle {
 
     fn key(&self, epoch: u64, pass: u64, window: u64) -> u64 {
         combine(
-            combine(combine(combine(self.seed, epoch), self.op_id), pass),
+            combine(
+                combine(
+                    combine(self.seed, self.first_epoch.wrapping_add(epoch)),
+                    self.op_id,
+                ),
+                pass,
+            ),
             window,
         )
     }
@@ -314,6 +330,22 @@ mod tests {
             moves(&out),
             moves(&run(8, 6, StageResume::default(), input()))
         );
+    }
+
+    #[test]
+    fn a_later_iteration_shuffles_its_epoch_zero_like_that_data_epoch() {
+        let run_from = |first: u64, epoch: u64| {
+            let mut w =
+                WindowShuffle::new(8, 5, 9, 1, StageResume::default()).with_first_epoch(first);
+            let mut out = Vec::new();
+            w.push(items(epoch, 37), &mut out).unwrap();
+            w.finish(&mut out).unwrap();
+            let out: Chunk = out.into_iter().flatten().collect();
+            out.iter().map(|it| it.index).collect::<Vec<_>>()
+        };
+        // Iteration epoch 0 starting at data epoch 3 = epoch 3 of an iteration from 0.
+        assert_eq!(run_from(3, 0), run_from(0, 3));
+        assert_ne!(run_from(3, 0), run_from(0, 0));
     }
 
     #[test]

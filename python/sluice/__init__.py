@@ -11,7 +11,10 @@ from .dataset import Dataset, GroupedDataset
 from .iterator import Iterator, Stats, elastic_state
 from .sources import (
     from_arrow,
+    from_generator,
+    from_huggingface,
     from_items,
+    from_source,
     from_pandas,
     mix,
     range,
@@ -45,7 +48,10 @@ __all__ = [
     "check_ingest",
     "elastic_state",
     "from_arrow",
+    "from_generator",
+    "from_huggingface",
     "from_items",
+    "from_source",
     "mix",
     "from_pandas",
     "image",

@@ -225,3 +225,93 @@ def from_pandas(df: Any) -> "Dataset":
     import pyarrow as pa
 
     return from_arrow(pa.Table.from_pandas(df, preserve_index=False))
+
+
+# Your own data -----------------------------------------------------------------------------
+def _field(fn: str, field: Any) -> str:
+    if not isinstance(field, str) or not field:
+        raise TypeError(f"{fn}: field must be a non-empty str, got {field!r}")
+    return field
+
+
+@_recipe.source
+def from_source(obj: Any, field: str = "item") -> Dataset:
+    """A random-access dataset over any object with ``__len__`` and ``__getitem__`` — a torch
+    map-style ``Dataset``, a Hugging Face ``datasets.Dataset``, a Grain data source, a list.
+    Sample ``i`` is ``obj[i]``: a dict as it is, anything else as ``{field: obj[i]}``.
+
+    Nothing is copied: items are read when the pipeline needs them (on the engine's threads,
+    holding the GIL while ``obj[i]`` runs), so ``shuffle``, ``shard``, ``repeat``,
+    ``state_dict`` and elastic resume work in O(1) memory. The length is read once, here.
+    An ``obj[i]`` that raises fails the pipeline with an error naming ``i``.
+
+    A checkpoint identifies the object by its type name and length only: it loads into a
+    dataset over a changed object of the same type and length (the positions are kept; what
+    ``obj[i]`` returns is up to you). Pickling the dataset pickles ``obj`` (by cloudpickle);
+    with ``processes=N`` or Ray the items are read here and travel with the work.
+
+    >>> import sluice
+    >>> class Squares:
+    ...     def __len__(self): return 5
+    ...     def __getitem__(self, i): return {"x": i * i}
+    >>> sorted(s["x"] for s in sluice.from_source(Squares()).shuffle(seed=0))
+    [0, 1, 4, 9, 16]
+    >>> sluice.from_source(["a", "b"]).take(2)
+    [{'item': 'a'}, {'item': 'b'}]
+    """
+    field = _field("from_source", field)
+    missing = [a for a in ("__len__", "__getitem__") if not hasattr(type(obj), a)]
+    if missing:
+        raise TypeError(
+            f"from_source needs an object with __len__ and __getitem__; "
+            f"{type(obj).__name__} has no {' or '.join(missing)}"
+        )
+    n = type(obj).__len__(obj)
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise TypeError(f"from_source: len() of {type(obj).__name__} must be an int, got {type(n).__name__}")
+    if n < 0:
+        raise ValueError(f"from_source: len() of {type(obj).__name__} must be >= 0, got {n}")
+    return Dataset(_native.from_source(obj, n, field, type(obj).__qualname__))
+
+
+@_recipe.source
+def from_generator(fn: Any, field: str = "item") -> Dataset:
+    """A streaming dataset over the items of ``fn()``, an iterator (a generator function,
+    or any callable returning an iterable): dicts as they are, anything else as
+    ``{field: item}``. ``fn`` is called anew for each epoch and iteration.
+
+    A stream has no length and no random access: use ``shuffle_buffer(size)``, not
+    ``shuffle()``. Resuming (``load_state_dict``) calls ``fn()`` again and skips the items
+    already delivered in that epoch, so it resumes exactly only if ``fn`` yields the same
+    items each time it is called.
+
+    >>> import sluice
+    >>> def gen():
+    ...     yield from ["a", "b", "c"]
+    >>> [s["item"] for s in sluice.from_generator(gen)]
+    ['a', 'b', 'c']
+    """
+    field = _field("from_generator", field)
+    if not callable(fn):
+        raise TypeError(
+            f"from_generator needs a function returning an iterator (called once per epoch), "
+            f"got {type(fn).__name__}; pass a generator function, not a generator"
+        )
+    name = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+    return Dataset(_native.from_generator(fn, field, name))
+
+
+@_recipe.source
+def from_huggingface(hf_dataset: Any) -> Dataset:
+    """A dataset over a local Hugging Face ``datasets.Dataset`` through its Arrow table
+    (memory-mapped, no copy; ``from_arrow``). A dataset with an indices mapping (after
+    ``select``, ``shuffle``, ``train_test_split``) is taken with the mapping applied."""
+    table = getattr(getattr(hf_dataset, "data", None), "table", None)
+    if table is None or not hasattr(hf_dataset, "with_format"):
+        raise TypeError(
+            f"from_huggingface needs a datasets.Dataset (not a DatasetDict or "
+            f"IterableDataset), got {type(hf_dataset).__name__}"
+        )
+    if getattr(hf_dataset, "_indices", None) is not None:
+        table = hf_dataset.with_format("arrow")[:]
+    return from_arrow(table)

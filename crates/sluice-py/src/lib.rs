@@ -14,6 +14,7 @@ mod relational;
 mod remote;
 mod sources;
 mod udf;
+mod user_source;
 mod worker;
 
 use pyo3::prelude::*;
@@ -33,6 +34,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     worker::register(m)?;
     formats::register(m)?;
     sources::register(m)?;
+    user_source::register(m)?;
     optimizer::register(m)?;
     mix::register(m)?;
     relational::register(m)?;

@@ -23,3 +23,10 @@ def test_guide_examples_run(guide):
             exec(compile(code, f"{guide} example {i + 1}", "exec"), {})
         except Exception as e:  # pragma: no cover - the message is the point
             raise AssertionError(f"{guide} example {i + 1} failed: {e!r}\n{code}") from e
+
+
+def test_readme_your_own_data_example_runs():
+    text = (DOCS.parent / "README.md").read_text()
+    section = text.split("## Your own data", 1)[1].split("\n## ", 1)[0]
+    (code,) = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    exec(compile(code, "README 'Your own data'", "exec"), {})

@@ -283,7 +283,7 @@ def from_generator(fn: Any, field: str = "item") -> Dataset:
     A stream has no length and no random access: use ``shuffle_buffer(size)``, not
     ``shuffle()``. Resuming (``load_state_dict``) calls ``fn()`` again and skips the items
     already delivered in that epoch, so it resumes exactly only if ``fn`` yields the same
-    items each time it is called.
+    items each time it is called. A checkpoint identifies ``fn`` by its name only.
 
     >>> import sluice
     >>> def gen():

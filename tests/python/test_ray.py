@@ -127,6 +127,25 @@ def test_output_is_byte_identical_to_local(cluster, images_dir):
     same(list(big.iter(seed=2, epoch=0, chunk_size=4)), list(big.iter(seed=2, epoch=0, chunk_size=4, context=ctx())))
 
 
+class _Rows:
+    """A user's map-style dataset (``from_source``): it stays in the driver; its items travel."""
+
+    def __len__(self):
+        return 30
+
+    def __getitem__(self, i):
+        return {"id": i, "x": np.arange(3, dtype=np.float32) * i}
+
+
+def test_from_source_items_travel_to_actors(cluster):
+    ds = sluice.from_source(_Rows()).shuffle(seed=1).map(lambda s, rng: {**s, "r": rng.random()}).batch(4)
+    local = list(ds.iter(seed=3, epoch=0, chunk_size=4))
+    it = ds.iter(seed=3, epoch=0, chunk_size=4, context=ctx())
+    same(local, list(it))
+    (pool,) = it.stats()["remote"]
+    assert pool["chunks"] > 0
+
+
 def big_outputs(n=24):
     # 160 KB per sample: above the split threshold, so it travels out of band.
     return sluice.range(n).map(lambda s, rng: {"id": s["id"], "x": np.full(40_000, rng.random(), np.float32)}).batch(4)

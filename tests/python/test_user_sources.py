@@ -4,6 +4,7 @@ read lazily on the engine's threads) and ``from_generator`` (a stream, ``fn()`` 
 import collections
 import pickle
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -187,6 +188,27 @@ def test_getitem_error_names_the_index_and_the_source(threads):
             got.append(s["item"])
     assert got == [3 * i for i in range(13)]  # everything before it, in order
     assert isinstance(e.value.__cause__, KeyError)
+
+
+class Slow(ListLike):
+    def __getitem__(self, i):
+        time.sleep(0.002)
+        return super().__getitem__(i)
+
+
+@pytest.mark.parametrize("threads", [0, 2])
+def test_breaking_out_stops_the_reads(threads):
+    obj = Slow(100_000)
+    for s in sluice.from_source(obj).iter(num_threads=threads):
+        break
+    # Closed: the readers stop (they are not left reading the 100,000 items).
+    deadline = time.time() + 60
+    while True:
+        before = len(obj.reads)
+        time.sleep(0.2)
+        if len(obj.reads) == before or time.time() > deadline:
+            break
+    assert len(obj.reads) < 100_000
 
 
 class NoLen:

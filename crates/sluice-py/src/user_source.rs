@@ -77,7 +77,19 @@ impl Source for MapSource {
         Python::attach(|py| self.read(py, index))
     }
     fn get_many(&self, indices: &[u64]) -> Vec<Result<Sample>> {
-        Python::attach(|py| indices.iter().map(|&i| self.read(py, i)).collect())
+        Python::attach(|py| {
+            indices
+                .iter()
+                .map(|&i| {
+                    // A stopped run (closed, broken out of, failed) reads no more of the
+                    // chunk: `obj[i]` may be slow, and the GIL is the training loop's.
+                    if sluice::exec::cancelled() {
+                        return Err(Error::Cancelled);
+                    }
+                    self.read(py, i)
+                })
+                .collect()
+        })
     }
     fn clone_arc(&self) -> SourceRef {
         Arc::new(self.clone())

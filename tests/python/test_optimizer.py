@@ -344,3 +344,22 @@ def test_placement_puts_a_dominant_python_stage_on_the_process_pool():
     assert any("process pool" in d for d in plan.decisions)
     same(outputs(ds.iter(epoch=0, plan=plan)), outputs(ds.iter(epoch=0)))
     assert not [c for c in psutil.Process().children(recursive=True) if c.is_running() and c.status() != "zombie"]
+
+
+def test_caches_of_different_data_or_functions_never_mix(tmp_path):
+    # Caches are shared by content. Two folders with as many files print alike, and two lambdas
+    # print alike (one name): neither may read the other's cache.
+    for d, n in (("a", 1), ("b", 2)):
+        (tmp_path / d).mkdir()
+        for i in range(3):
+            (tmp_path / d / f"{i}.bin").write_bytes(bytes([n]) * (i + 1))
+    for d, n in (("a", 1), ("b", 2)):
+        got = list(sluice.read_files(str(tmp_path / d)).cache())
+        assert [s["path"] for s in got] == sorted(str(tmp_path / d / f"{i}.bin") for i in range(3))
+        assert {bytes(s["bytes"])[:1] for s in got} == {bytes([n])}
+    f = lambda s: {"id": s["id"] + 1}  # noqa: E731
+    g = lambda s: {"id": s["id"] * 10}  # noqa: E731
+    assert [s["id"] for s in sluice.range(3).map(f).cache()] == [1, 2, 3]
+    assert [s["id"] for s in sluice.range(3).map(g).cache()] == [0, 10, 20]
+    items = [sluice.from_items([{"v": v}] * 2).cache() for v in (1, 2)]
+    assert [[s["v"] for s in ds] for ds in items] == [[1, 1], [2, 2]]

@@ -166,36 +166,57 @@ impl CacheStore {
 
 static NEXT_FILE: AtomicU64 = AtomicU64::new(0);
 
-/// Live caches by content key, oldest first.
-type Registry = Mutex<Vec<(String, Arc<CacheStore>)>>;
+/// Live caches by key, oldest first, each with the source it is keyed by when that source is
+/// known by its address (see [`cache_key`]): holding it keeps the address from being reused by
+/// another source while the cache lives.
+type Registry = Mutex<Vec<(String, Arc<CacheStore>, Option<SourceRef>)>>;
 
 fn registry() -> &'static Registry {
     static CACHES: OnceLock<Registry> = OnceLock::new();
     CACHES.get_or_init(Default::default)
 }
 
-/// The process-wide store for `key` (created on first use).
-pub fn store_for(key: &str) -> Arc<CacheStore> {
+/// The process-wide store for `key` (created on first use), keeping `pin` alive with it.
+fn store_for(key: &str, pin: Option<SourceRef>) -> Arc<CacheStore> {
     let mut caches = registry().lock().unwrap_or_else(|p| p.into_inner());
-    if let Some((_, s)) = caches.iter().find(|(k, _)| k == key) {
+    if let Some((_, s, _)) = caches.iter().find(|(k, _, _)| k == key) {
         return s.clone();
     }
     if caches.len() >= MAX_CACHES {
         caches.remove(0);
     }
     let s = Arc::new(CacheStore::default());
-    caches.push((key.to_string(), s.clone()));
+    caches.push((key.to_string(), s.clone(), pin));
     s
 }
 
-/// The content key of `source` followed by `ops`.
-pub fn cache_key(source: &dyn Source, ops: &[ChainOp]) -> String {
-    let specs: Vec<serde_json::Value> = ops.iter().map(|o| o.op.spec()).collect();
-    let text = serde_json::json!({"source": source.spec(), "ops": specs}).to_string();
+/// The key of `source` followed by `ops`, and whether it names `source` by its address.
+///
+/// A source that can be reopened ([`Source::ship`]) is keyed by that full spec (its file list,
+/// not the printed summary, which two directories with as many files share); any other
+/// (`from_items`, Arrow, a mix, a Python object) by its address, since its printed spec does
+/// not tell its data apart. Ops are keyed by their spec and, for Python functions, the digest
+/// of their code and captured values — two lambdas of one name are different ops.
+pub fn cache_key(source: &SourceRef, ops: &[ChainOp]) -> (String, bool) {
+    let (src, by_address) = match source.ship() {
+        Some(spec) => (spec, false),
+        None => {
+            let address = Arc::as_ptr(source) as *const () as usize;
+            (
+                serde_json::json!({"spec": source.spec(), "address": address}),
+                true,
+            )
+        }
+    };
+    let specs: Vec<serde_json::Value> = ops
+        .iter()
+        .map(|o| serde_json::json!([o.op.spec(), o.op.code_digest()]))
+        .collect();
+    let text = serde_json::json!({"source": src, "ops": specs}).to_string();
     let h = text
         .bytes()
         .fold(0xcac4e_u64, |h, b| crate::rng::combine(h, b as u64));
-    format!("{h:016x}")
+    (format!("{h:016x}"), by_address)
 }
 
 /// A source whose samples are `ops` applied to `inner`'s, computed once and cached.
@@ -255,9 +276,9 @@ impl CachedSource {
                 o.op.name()
             )));
         }
-        let key = cache_key(&*inner, &ops);
+        let (key, by_address) = cache_key(&inner, &ops);
         Ok(CachedSource {
-            store: store_for(&key),
+            store: store_for(&key, by_address.then(|| inner.clone())),
             inner,
             ops,
             budget,
@@ -512,7 +533,7 @@ mod tests {
         drop(src);
         // The registry keeps the store for reuse; once evicted and unused, the file goes.
         for n in 0..MAX_CACHES as u64 + 1 {
-            store_for(&format!("evict-{n}"));
+            store_for(&format!("evict-{n}"), None);
         }
         drop(store);
         assert!(!path.exists());
@@ -609,8 +630,28 @@ mod tests {
 
     #[test]
     fn key_changes_with_the_pipeline() {
-        let a = cache_key(&RangeSource::new(3), &[]);
-        let b = cache_key(&RangeSource::new(4), &[]);
-        assert_ne!(a, b);
+        let src = |n| -> SourceRef { Arc::new(RangeSource::new(n)) };
+        assert_ne!(cache_key(&src(3), &[]).0, cache_key(&src(4), &[]).0);
+        // Reopenable sources are keyed by content: two equal ranges share a cache.
+        assert_eq!(cache_key(&src(3), &[]), cache_key(&src(3), &[]));
+    }
+
+    #[test]
+    fn sources_with_the_same_summary_do_not_share_a_cache() {
+        // Two in-memory sources of one length print alike ({"source": "from_items", "len": 2})
+        // but hold different data: each gets its own cache, and the same one its own again.
+        let items = |v: i64| -> SourceRef {
+            let mut s = Sample::new();
+            s.set("id", crate::Value::Int(v));
+            Arc::new(crate::source::ItemsSource::new(vec![s.clone(), s]))
+        };
+        let (a, b) = (items(1), items(2));
+        assert_eq!(a.spec(), b.spec());
+        let ca = CachedSource::new(a.clone(), vec![], 1 << 20, 0).unwrap();
+        let cb = CachedSource::new(b, vec![], 1 << 20, 0).unwrap();
+        assert_eq!(ca.get(0).unwrap().get("id").unwrap().as_int(), Some(1));
+        assert_eq!(cb.get(0).unwrap().get("id").unwrap().as_int(), Some(2));
+        let again = CachedSource::new(a, vec![], 1 << 20, 0).unwrap();
+        assert!(Arc::ptr_eq(again.store(), ca.store()));
     }
 }

@@ -14,6 +14,7 @@ from . import _native, _recipe
 from ._native import Op
 from ._args import _int
 from .formats import FormatsMixin
+from .inspection import InspectMixin
 from .iterator import Iterator, Stats
 
 if TYPE_CHECKING:
@@ -50,7 +51,7 @@ def _wants_rng(fn: Callable) -> bool:
         return False
 
 
-class Dataset(FormatsMixin):  # FormatsMixin: write_parquet/jsonl, to_arrow/pandas
+class Dataset(FormatsMixin, InspectMixin):  # write_*/to_arrow; len/count/schema/show
     """A lazy pipeline. Each transformation returns a new ``Dataset``; nothing runs until you
     iterate.
 

@@ -68,8 +68,10 @@ def read_files(paths: PathLike) -> Dataset:
 
 @_recipe.source
 def read_images(paths: PathLike, labels: str | None = "parent_dir") -> Dataset:
-    """``{path, bytes, label}`` per image file; ``label`` indexes the sorted parent-directory
-    names (ImageFolder style). Decoding is a separate op (``sluice.image.decode``)."""
+    """``{path, bytes, label}`` per image file; ``label`` (an int) indexes the sorted
+    parent-directory names, which ``ds.class_names`` lists (ImageFolder's ``classes``) on
+    this dataset and every one derived from it. ``labels=None``: ``{path, bytes}`` and
+    ``class_names`` is None. Decoding is a separate op (``sluice.image.decode``)."""
     if labels not in ("parent_dir", None):
         raise ValueError(f"labels must be 'parent_dir' or None, got {labels!r}")
     return Dataset(_native.read_images(_paths(paths), labels == "parent_dir"))

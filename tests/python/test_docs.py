@@ -6,7 +6,7 @@ import re
 import pytest
 
 DOCS = pathlib.Path(__file__).resolve().parents[2] / "docs"
-GUIDES = ["REPRODUCIBILITY.md"]
+GUIDES = ["REPRODUCIBILITY.md", "INSPECTING.md"]
 
 
 def blocks(name):

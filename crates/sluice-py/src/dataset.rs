@@ -36,7 +36,13 @@ impl PyOp {
         self.op.spec().to_string()
     }
     fn __repr__(&self) -> String {
-        format!("Op({})", self.op.spec())
+        // A spec may carry a whole tokenizer's JSON: show its start, not megabytes.
+        const SHOWN: usize = 200;
+        let spec = self.op.spec().to_string();
+        match spec.char_indices().nth(SHOWN) {
+            Some((cut, _)) => format!("Op({}… ({} chars))", &spec[..cut], spec.len()),
+            None => format!("Op({spec})"),
+        }
     }
 }
 

@@ -1,7 +1,7 @@
 """The Python face of sluice: a lazy, immutable ``Dataset`` and its ``Iterator``.
 
 Logic lives in Rust; this module turns Python arguments into calls on ``sluice._native`` and
-adds what only Python can do (inspecting a UDF's signature, a progress bar on a TTY).
+adds what only Python can do (inspecting a UDF's signature, a progress bar).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from . import _native, _recipe
 from ._native import Op
 from ._args import _int
 from .formats import FormatsMixin
+from .inspection import InspectMixin
 from .iterator import Iterator, Stats
 
 if TYPE_CHECKING:
@@ -50,7 +51,7 @@ def _wants_rng(fn: Callable) -> bool:
         return False
 
 
-class Dataset(FormatsMixin):  # FormatsMixin: write_parquet/jsonl, to_arrow/pandas
+class Dataset(FormatsMixin, InspectMixin):  # write_*/to_arrow; len/count/schema/show
     """A lazy pipeline. Each transformation returns a new ``Dataset``; nothing runs until you
     iterate.
 
@@ -84,7 +85,8 @@ class Dataset(FormatsMixin):  # FormatsMixin: write_parquet/jsonl, to_arrow/pand
 
         A function that declares an ``rng`` parameter gets a ``numpy.random.Generator`` seeded
         from (seed, epoch, sample index, op), so its randomness is reproducible.
-        ``on_error="skip"`` drops samples the op fails on and counts them in ``stats()``.
+        ``on_error="skip"`` drops samples the op fails on, counts them in ``stats()`` and
+        logs how many on the ``sluice`` logger when the iteration ends.
         """
         if isinstance(fn_or_op, Op):
             return Dataset(self._native.map_op(fn_or_op, on_error, keep_position))
@@ -359,7 +361,7 @@ class Dataset(FormatsMixin):  # FormatsMixin: write_parquet/jsonl, to_arrow/pand
         epoch: int | None = None,
         num_threads: int | None = None,
         *,
-        progress: bool | None = None,
+        progress: bool = False,
         chunk_size: int | None = None,
         plan: "Plan | None" = None,
         optimize: "bool | OptimizerOptions" = False,
@@ -378,7 +380,9 @@ class Dataset(FormatsMixin):  # FormatsMixin: write_parquet/jsonl, to_arrow/pand
         thread, as ``DataLoader(num_workers=0)`` does (only the source reads ahead on its own
         thread): fastest for pure-Python functions when the loop does nothing else, since
         they need the GIL the loop holds; the default background threads instead prepare
-        batches while a training step releases the GIL (accelerator waits, I/O, numpy). ``progress=None`` shows a progress bar on a terminal.
+        batches while a training step releases the GIL (accelerator waits, I/O, numpy).
+        ``progress=True`` shows a progress bar on stderr (tqdm's when it is installed, with
+        the total when ``len(ds)`` is known; else one line of counts); off by default.
         ``plan=`` runs an optimizer plan; ``optimize=True`` (or ``OptimizerOptions``) profiles,
         plans and runs in one step — the plan is then ``it.plan``. ``context=`` says where
         to run: ``sluice.Context(ray_address=...)`` puts every element-wise stage on Ray
@@ -412,7 +416,7 @@ class Dataset(FormatsMixin):  # FormatsMixin: write_parquet/jsonl, to_arrow/pand
         )
         if epoch is None:
             self._next_epoch += 1
-        it = Iterator(native, progress)
+        it = Iterator(native, progress, self._total() if progress else None)
         it.plan = plan
         it._context = context
         self._last_stats, self._last_context = native.stats_handle(), context
@@ -421,6 +425,12 @@ class Dataset(FormatsMixin):  # FormatsMixin: write_parquet/jsonl, to_arrow/pand
 
     def __iter__(self) -> "Iterator":
         return self.iter()
+
+    def _total(self) -> int | None:
+        try:
+            return len(self)
+        except TypeError:  # not known without running: a bar without a total
+            return None
 
     def split(self, n: int, equal: bool = True) -> "list[Dataset]":
         """``n`` datasets, one per trainer: disjoint shards of equal length (``shard(r, n,

@@ -64,18 +64,52 @@ class Stats:
     __repr__ = __str__
 
 
+class _Line:
+    """The progress bar without tqdm: one line on stderr, rewritten at most 5 times a
+    second, and a last one when the iteration ends."""
+
+    def __init__(self, total: int | None):
+        self._total = total
+        self._n = 0
+        self._t0 = self._shown = time.monotonic()
+
+    def _write(self, end: str) -> None:
+        of = "" if self._total is None else f"/{self._total}"
+        rate = self._n / max(time.monotonic() - self._t0, 1e-9)
+        sys.stderr.write(f"\rsluice: {self._n}{of} outputs, {rate:,.1f}/s{end}")
+        sys.stderr.flush()
+
+    def update(self, n: int) -> None:
+        self._n += n
+        now = time.monotonic()
+        if now - self._shown > 0.2:
+            self._shown = now
+            self._write(" ")
+
+    def close(self) -> None:
+        self._write("\n")
+
+
+def _progress_bar(total: int | None) -> Any:
+    """A tqdm bar on stderr when tqdm is installed, else a ``_Line``."""
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        return _Line(total)
+    return tqdm(total=total, desc="sluice", unit="it")
+
+
 class Iterator:
     """A running pipeline. Closing it (or breaking out of a ``for`` loop and dropping it)
     stops its threads."""
 
-    def __init__(self, native: _native.Iterator, progress: bool | None):
+    def __init__(self, native: _native.Iterator, progress: bool | None, total: int | None = None):
         self._native = native
         self._owner: Dataset | None = None
         #: The optimizer plan this iteration runs (``iter(plan=...)`` / ``optimize=True``).
         self.plan: "Plan | None" = None
-        self._progress = sys.stderr.isatty() if progress is None else progress
-        self._t0 = time.monotonic()
-        self._shown = self._t0
+        # Off unless asked for: a bar interleaves with the training script's own log lines.
+        self._bar = _progress_bar(total) if progress else None
         _LIVE.add(native)
 
     @property
@@ -91,7 +125,7 @@ class Iterator:
     def __iter__(self) -> "Iterator":
         # Without a progress bar a ``for`` loop drives the native iterator directly: no
         # Python frame per output (it closes itself at the end, on error and when dropped).
-        return self if self._progress else self._native
+        return self if self._bar is not None else self._native
 
     def __next__(self) -> dict:
         try:
@@ -99,23 +133,18 @@ class Iterator:
         except BaseException:
             self._finish()
             raise
-        if self._progress:
-            now = time.monotonic()
-            if now - self._shown > 0.2:
-                self._shown = now
-                rate = self._count / max(now - self._t0, 1e-9)
-                sys.stderr.write(f"\rsluice: {self._count} outputs, {rate:,.1f}/s ")
-                sys.stderr.flush()
+        if self._bar is not None:
+            self._bar.update(1)
         return out
 
     def _finish(self) -> None:
-        if self._progress and self._count:
-            sys.stderr.write("\n")
-            self._progress = False
         self.close()
 
     def close(self) -> None:
-        """Stops the pipeline and waits for its threads."""
+        """Stops the pipeline and waits for its threads (and ends the progress bar)."""
+        bar, self._bar = self._bar, None
+        if bar is not None:
+            bar.close()
         self._native.close()
 
     def state_dict(self) -> dict:

@@ -32,6 +32,7 @@ both counts by measured throughput and CPU prices. See ``docs/RAY.md``.
 from __future__ import annotations
 
 import concurrent.futures
+import logging
 import os
 import threading
 import time
@@ -40,6 +41,8 @@ from typing import Any
 
 from . import _native
 from .placement import AutoPlacement
+
+logger = logging.getLogger("sluice")
 
 INSTALL_HINT = "Ray is not installed: pip install sluice[ray]"
 
@@ -234,8 +237,10 @@ class RayPool:
         self._all.append(slot)
         return slot
 
-    def _log(self, msg: str) -> None:
+    def _log(self, msg: str, level: int = logging.INFO) -> None:
+        # Kept for stats() (the pool's story) and sent to the "sluice" logger.
         self.events.append(f"{time.strftime('%H:%M:%S')} {self.label}: {msg}")
+        logger.log(level, "ray stage %s: %s", self.label, msg)
 
     def _poll_starting(self) -> None:
         """Marks started actors ready; drops those that fail or take too long to start."""
@@ -267,9 +272,9 @@ class RayPool:
                 self._start_failures += 1
                 fresh = self._new_actor()
                 self._slots.append(fresh)
-                self._log(f"{s.name} {why}; replaced by {fresh.name}")
+                self._log(f"{s.name} {why}; replaced by {fresh.name}", logging.WARNING)
             else:
-                self._log(f"{s.name} {why}; dropped")
+                self._log(f"{s.name} {why}; dropped", logging.WARNING)
 
     def _acquire(self) -> _Slot:
         with self._lock:
@@ -325,7 +330,7 @@ class RayPool:
                 if not self._closed and self._ray.is_initialized():
                     fresh = self._new_actor()
                     self._slots.append(fresh)
-                    self._log(f"{slot.name} lost ({why}); replaced by {fresh.name}")
+                    self._log(f"{slot.name} lost ({why}); replaced by {fresh.name}", logging.WARNING)
             self._lock.notify_all()
 
     # Placement ---------------------------------------------------------------------------
@@ -410,6 +415,10 @@ class RayPool:
                         f"stage {self.label}: a chunk failed on {attempts} actors in a row "
                         f"(last: {type(e).__name__}: {e})"
                     ) from e
+                logger.warning(
+                    "ray stage %s: a chunk's actor failed (%s); re-running it (attempt %d of %d)",
+                    self.label, cause, attempts + 1, self._ctx.max_retries + 1,
+                )
                 self._replace(slot, type(e).__name__)
                 continue
             except BaseException:

@@ -4,12 +4,15 @@ recorded (``_recipe.source``) so the dataset pickles as its source spec or its c
 
 from __future__ import annotations
 
-import warnings
+import logging
 from typing import Any, Iterable, Mapping, Sequence
 
 from . import _native, _recipe
 from ._args import PathLike, _int, _paths
 from .dataset import Dataset
+
+# Skips and retries are reported on the "sluice" logger, where users route their own logs.
+logger = logging.getLogger("sluice")
 
 # Sources -----------------------------------------------------------------------------------
 @_recipe.source
@@ -68,8 +71,10 @@ def read_files(paths: PathLike) -> Dataset:
 
 @_recipe.source
 def read_images(paths: PathLike, labels: str | None = "parent_dir") -> Dataset:
-    """``{path, bytes, label}`` per image file; ``label`` indexes the sorted parent-directory
-    names (ImageFolder style). Decoding is a separate op (``sluice.image.decode``)."""
+    """``{path, bytes, label}`` per image file; ``label`` (an int) indexes the sorted
+    parent-directory names, which ``ds.class_names`` lists (ImageFolder's ``classes``) on
+    this dataset and every one derived from it. ``labels=None``: ``{path, bytes}`` and
+    ``class_names`` is None. Decoding is a separate op (``sluice.image.decode``)."""
     if labels not in ("parent_dir", None):
         raise ValueError(f"labels must be 'parent_dir' or None, got {labels!r}")
     return Dataset(_native.read_images(_paths(paths), labels == "parent_dir"))
@@ -80,14 +85,14 @@ def read_text(paths: PathLike, errors: str = "strict", *, on_error: str = "raise
     """``{text}`` per non-empty line of local files or ``s3://`` / ``gs://`` / ``http(s)://``
     objects. Invalid UTF-8 raises naming ``file:line``; ``errors="replace"`` substitutes it;
     ``on_error="skip"`` checks every line when the files are opened and leaves such lines out
-    (a warning and ``stats()`` count them)."""
+    (a warning on the ``sluice`` logger and ``stats()`` count them)."""
     if errors not in ("strict", "replace"):
         raise ValueError(f"errors must be 'strict' or 'replace', got {errors!r}")
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
     native, skipped = _native.read_text(_paths(paths), on_error, errors)
     if skipped:
-        warnings.warn(f"read_text skipped {skipped} line(s) that are not UTF-8", stacklevel=3)
+        logger.warning("read_text skipped %d line(s) that are not UTF-8", skipped)
     return Dataset(native)
 
 
@@ -108,8 +113,8 @@ def read_jsonl(
     line is None; other fields keep their JSON types. Lines are parsed when read, so a bad
     line raises then — unless ``on_error="skip"``: every line is then checked when the
     files are opened, and lines that are not JSON objects, do not fit the schema or are not
-    UTF-8 are left out (a warning and ``stats()`` count them). ``errors="replace"``
-    substitutes invalid UTF-8.
+    UTF-8 are left out (a warning on the ``sluice`` logger and ``stats()`` count them).
+    ``errors="replace"`` substitutes invalid UTF-8.
 
     >>> import sluice, tempfile, os
     >>> p = os.path.join(tempfile.mkdtemp(), "x.jsonl")
@@ -123,7 +128,7 @@ def read_jsonl(
         raise TypeError("schema must be a dict {field: type}")
     native, skipped = _native.read_jsonl(_paths(paths), dict(schema or {}), on_error, errors)
     if skipped:
-        warnings.warn(f"read_jsonl skipped {skipped} invalid line(s)", stacklevel=3)
+        logger.warning("read_jsonl skipped %d invalid line(s)", skipped)
     return Dataset(native)
 
 
@@ -156,14 +161,14 @@ def read_csv(
     UTF-8, a value not of its column's type — raises naming file and line (a wrong field
     count when the files are opened, the others when the record is read). With
     ``on_error="skip"`` every record is checked when the files are opened and such records
-    are left out: a warning and ``stats()`` count them.
+    are left out: a warning on the ``sluice`` logger and ``stats()`` count them.
     """
     _on_error(on_error)
     native, skipped = _native.read_csv(
         _paths(paths), dict(schema or {}), delimiter, bool(has_header), on_error
     )
     if skipped:
-        warnings.warn(f"read_csv skipped {skipped} record(s) that did not parse", stacklevel=3)
+        logger.warning("read_csv skipped %d record(s) that did not parse", skipped)
     return Dataset(native)
 
 
@@ -196,7 +201,8 @@ def read_webdataset(
     second member for a field its sample has, or one declaring more than
     ``max_member_size`` bytes (default 1 GiB, checked before reading) — raises naming shard
     and member; with ``on_error="skip"`` it is left out, counted in ``stats()`` and reported
-    by a warning when the iteration ends. A damaged tar (bad header, cut short) always raises.
+    by a warning on the ``sluice`` logger when the iteration ends. A damaged tar (bad
+    header, cut short) always raises.
     """
     if isinstance(shuffle_shards, bool):
         shuffle, seed = shuffle_shards, None

@@ -1,5 +1,6 @@
-"""Built-in text ops (Rust, GIL-free): tokenization with any Hugging Face ``tokenizer.json``
-(BPE, WordPiece, Unigram; fully offline) and id-sequence ops. Ids equal the ``tokenizers``
+"""Built-in text ops (Rust, GIL-free): tokenization with any Hugging Face tokenizer — a
+``tokenizer.json`` path, a ``tokenizers.Tokenizer`` or a ``transformers`` fast tokenizer (BPE,
+WordPiece, Unigram; fully offline) — and id-sequence ops. Ids equal the ``tokenizers``
 package's encodings. Every op reads ``field`` and writes ``out`` (default: ``field``); a bad
 argument raises ``ValueError`` or ``TypeError`` naming the op, the argument and the value.
 
@@ -23,8 +24,33 @@ def _op(name: str, **params: Any) -> Op:
     return _spec.op(f"text.{name}", params)
 
 
+def _tokenizer_source(tokenizer: Any) -> dict[str, str]:
+    """The spec's ``tokenizer`` (a path) or ``tokenizer_json`` (an object's JSON)."""
+    if isinstance(tokenizer, (str, os.PathLike)):
+        return {"tokenizer": os.fspath(tokenizer)}
+    # A transformers fast tokenizer wraps a tokenizers.Tokenizer: that one does the encoding.
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        tokenizer = backend
+    to_str = getattr(tokenizer, "to_str", None)
+    if callable(to_str):
+        json = to_str()
+        if isinstance(json, str):
+            return {"tokenizer_json": json}
+    if getattr(tokenizer, "is_fast", None) is False:
+        raise TypeError(
+            f"text.tokenize: {type(tokenizer).__name__} is a slow (Python) transformers "
+            "tokenizer; load it with use_fast=True (AutoTokenizer does by default) or pass "
+            "its tokenizer.json path"
+        )
+    raise TypeError(
+        "text.tokenize: tokenizer must be a tokenizer.json path, a tokenizers.Tokenizer or a "
+        f"transformers fast tokenizer, got {type(tokenizer).__name__}"
+    )
+
+
 def tokenize(
-    tokenizer_json: str | os.PathLike,
+    tokenizer: Any,
     max_length: int | None = None,
     add_special_tokens: bool = True,
     *,
@@ -37,9 +63,26 @@ def tokenize(
     """Encodes ``field`` (str, or UTF-8 bytes such as a WebDataset ``txt`` member) into ids
     (``dtype`` int64 or int32), keeping at most ``max_length``; ``attention_mask`` names a
     field to receive a mask of ones. Invalid UTF-8 is an error naming the sample, or becomes
-    U+FFFD with ``errors="replace"``. A missing or invalid tokenizer file fails when the op is
-    created."""
-    return _op("tokenize", tokenizer=tokenizer_json, max_length=max_length,
+    U+FFFD with ``errors="replace"``.
+
+    ``tokenizer`` is a ``tokenizer.json`` path, a ``tokenizers.Tokenizer``, or a
+    ``transformers`` fast tokenizer (its ``backend_tokenizer`` encodes). An object is
+    captured as its JSON (``Tokenizer.to_str()``) in the op's spec when ``tokenize`` is
+    called — later changes to it do not reach the op — so the op pickles, runs in worker
+    processes and on Ray without a file, and checkpoints and plans know the tokenizer by its
+    content. The ids are those of ``tok.encode(text, add_special_tokens=...).ids``, including
+    any truncation or padding configured on the tokenizer. A missing or invalid tokenizer
+    fails when the op is created.
+
+    >>> import sluice, sluice.text as T
+    >>> from tokenizers import Tokenizer, models, pre_tokenizers
+    >>> tok = Tokenizer(models.WordLevel({"[UNK]": 0, "hello": 1, "world": 2}, unk_token="[UNK]"))
+    >>> tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    >>> ds = sluice.from_items([{"text": "hello big world"}]).map(T.tokenize(tok))
+    >>> ds.take(1)[0]["input_ids"].tolist(), tok.encode("hello big world").ids
+    ([1, 0, 2], [1, 0, 2])
+    """
+    return _op("tokenize", **_tokenizer_source(tokenizer), max_length=max_length,
                add_special_tokens=add_special_tokens, field=field, out=out, dtype=dtype,
                attention_mask=attention_mask, errors=None if errors == "strict" else errors)
 

@@ -1,4 +1,7 @@
+import contextlib
+import logging
 import pathlib
+import re
 import signal
 
 import pytest
@@ -10,6 +13,22 @@ FIXTURE_IMAGES = ROOT / "examples" / "fixtures" / "images"
 @pytest.fixture
 def images_dir() -> pathlib.Path:
     return FIXTURE_IMAGES
+
+
+@pytest.fixture
+def sluice_log(caplog):
+    """``with sluice_log(pattern):`` asserts that the block logs a WARNING matching
+    ``pattern`` on the ``sluice`` logger (where skips and retries go, not ``warnings``)."""
+
+    @contextlib.contextmanager
+    def expect(pattern):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="sluice"):
+            yield
+        got = [r.getMessage() for r in caplog.records if r.name == "sluice" and r.levelno == logging.WARNING]
+        assert any(re.search(pattern, m) for m in got), f"no sluice warning matching {pattern!r} in {got}"
+
+    return expect
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -12,7 +12,15 @@ import re
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-GUIDES = ["README.md", "docs/REPRODUCIBILITY.md", "docs/READING.md", "docs/OPTIMIZER.md", "docs/RAY.md"]
+GUIDES = [
+    "README.md",
+    "docs/REPRODUCIBILITY.md",
+    "docs/READING.md",
+    "docs/INSPECTING.md",
+    "docs/TEXT.md",
+    "docs/OPTIMIZER.md",
+    "docs/RAY.md",
+]
 
 # (guide, a snippet of the block) -> why it does not run here
 NOT_RUN = {

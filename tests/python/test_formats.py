@@ -167,12 +167,12 @@ def test_csv_quotes_types_and_random_access(tmp_path):
     assert typed["id"] == "1"
 
 
-def test_csv_malformed_rows_raise_or_skip(tmp_path):
+def test_csv_malformed_rows_raise_or_skip(tmp_path, sluice_log):
     p = tmp_path / "bad.csv"
     p.write_text("a,b\n1,2\n3\n4,5\n")
     with pytest.raises(sluice.SluiceError, match=r"bad.csv:3:.*expected 2 fields"):
         sluice.read_csv(p)
-    with pytest.warns(UserWarning, match="skipped 1"):
+    with sluice_log("skipped 1"):
         ds = sluice.read_csv(p, on_error="skip")
     assert [s["a"] for s in ds] == [1, 4]
     assert ds.stats().stages[0]["skipped"] == 1  # the source's skips
@@ -292,7 +292,7 @@ def test_to_arrow_runs_python_udfs_without_deadlock():
     assert t.num_rows == 5000 and t.column("sq").to_pylist()[-1] == 4999**2
 
 
-def test_jsonl_schema_coerces_and_skip_counts_in_stats(tmp_path):
+def test_jsonl_schema_coerces_and_skip_counts_in_stats(tmp_path, sluice_log):
     p = tmp_path / "typed.jsonl"
     p.write_text(
         '{"id": "1", "score": 2, "ok": true, "tags": ["a"]}\n'
@@ -307,7 +307,7 @@ def test_jsonl_schema_coerces_and_skip_counts_in_stats(tmp_path):
     bad.write_text('{"id": "two"}\n')
     with pytest.raises(sluice.PipelineError, match=r"bad.jsonl:1: field 'id': cannot convert \"two\" to int"):
         list(sluice.read_jsonl(bad, schema=schema))
-    with pytest.warns(UserWarning, match="read_jsonl skipped 3"):
+    with sluice_log("read_jsonl skipped 3"):
         ds = sluice.read_jsonl(p, schema=schema, on_error="skip")
     rows = list(ds)
     assert rows == [
@@ -322,7 +322,7 @@ def test_jsonl_schema_coerces_and_skip_counts_in_stats(tmp_path):
         sluice.read_jsonl(p, schema={"id": "date"})
 
 
-def test_non_utf8_csv_and_jsonl_name_file_and_line(tmp_path):
+def test_non_utf8_csv_and_jsonl_name_file_and_line(tmp_path, sluice_log):
     csv = tmp_path / "latin1.csv"
     csv.write_bytes("name,city\nJo,Zürich\n".encode("latin-1"))
     with pytest.raises(sluice.PipelineError, match=r"latin1.csv:2: invalid UTF-8"):
@@ -332,7 +332,7 @@ def test_non_utf8_csv_and_jsonl_name_file_and_line(tmp_path):
     with pytest.raises(sluice.PipelineError, match=r"latin1.jsonl:2: invalid UTF-8.*errors=\"replace\""):
         sluice.read_jsonl(jl).take(2)
     assert sluice.read_jsonl(jl, errors="replace").take(2)[1] == {"a": "Z\ufffdrich"}
-    with pytest.warns(UserWarning, match="skipped 1"):
+    with sluice_log("skipped 1"):
         assert [s["a"] for s in sluice.read_jsonl(jl, on_error="skip")] == ["ok"]
     txt = tmp_path / "latin1.txt"
     txt.write_bytes("fine\nZürich\n".encode("latin-1"))

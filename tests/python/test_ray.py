@@ -411,3 +411,16 @@ def test_shutdown_leaves_no_cluster_processes(cluster):
     it.close()
     assert time.monotonic() - t < 15
     assert not ray.is_initialized(), "the pipeline must not start a new cluster"
+
+
+def test_tokenizer_objects_travel_to_actors(cluster):
+    tokenizers = pytest.importorskip("tokenizers")
+    from sluice import text
+
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel({"[UNK]": 0, "a": 1, "b": 2}, unk_token="[UNK]"))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    # The op carries the tokenizer's JSON: the actors rebuild it with no file to read.
+    ds = sluice.from_items([{"text": f"a b {i} b"} for i in range(20)]).map(text.tokenize(tok)).batch(4)
+    local = list(ds.iter(chunk_size=4))
+    same(local, list(ds.iter(chunk_size=4, context=ctx())))
+    assert local[0]["input_ids"][0].tolist() == tok.encode("a b 0 b").ids == [1, 2, 0, 2]

@@ -35,6 +35,7 @@ pub use error::{Error, ExternalError, Result, SampleRef};
 pub use exec::{Cursor, ExecOptions, Execution, Item, Next};
 pub use op::{Emit, Op, OpContext, OpKind, OpMeta, OpRef};
 pub use order::{IndexOrder, Permutation, Position, ShardSpec};
+pub use plan::length::Length;
 pub use plan::logical::{
     BatchNode, CacheNode, ElemMode, LogicalPlan, MapBatchesNode, MapNode, OnError, PackNode,
     PackSpec, PrefetchNode, RepeatNode, ShardNode, ShuffleBufferNode, ShuffleNode, SourceNode,

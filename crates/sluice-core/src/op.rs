@@ -115,6 +115,23 @@ pub trait Op: Send + Sync + fmt::Debug {
     fn spec(&self) -> serde_json::Value;
     /// Read/write sets and kind.
     fn meta(&self) -> OpMeta;
+    /// The fields of a `map` output given the input's: what later steps are checked
+    /// against and what `ds.columns` reports without running. By default the input's plus
+    /// what the op writes; ops that remove fields (`select`, `drop`, `rename`) override it.
+    /// `None`: only running tells (Python code).
+    fn output_fields(&self, input: &[String]) -> Option<Vec<String>> {
+        let meta = self.meta();
+        if meta.python {
+            return None;
+        }
+        let mut out = input.to_vec();
+        for w in meta.writes {
+            if !out.contains(&w) {
+                out.push(w);
+            }
+        }
+        Some(out)
+    }
     /// The portable form another process rebuilds the op from (a worker process, a Ray
     /// actor). Built-in ops ship their spec; Python UDFs add their pickled function.
     fn ship(&self) -> Result<serde_json::Value> {

@@ -29,6 +29,17 @@ pub trait Source: Send + Sync + fmt::Debug {
     fn spec(&self) -> serde_json::Value;
     /// Number of samples, when known without reading everything.
     fn len(&self) -> Option<u64>;
+    /// [`Source::len`] when it is known without running anything: what `len(ds)` reports.
+    /// The same as `len` except for a blocking source (sort, groupby), whose `len` runs its
+    /// input; it answers from its input's plan, or not at all.
+    fn planned_len(&self) -> Option<u64> {
+        self.len()
+    }
+    /// The class names a `label` field indexes (`read_images(labels="parent_dir")`: the
+    /// sorted parent-directory names), when the source assigns labels.
+    fn class_names(&self) -> Option<Vec<String>> {
+        None
+    }
     /// Whether [`Source::get`] works (the format allows random access).
     fn random_access(&self) -> bool {
         self.len().is_some()

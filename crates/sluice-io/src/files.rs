@@ -232,6 +232,9 @@ impl Source for FilesSource {
     fn len(&self) -> Option<u64> {
         Some(self.paths.len() as u64)
     }
+    fn class_names(&self) -> Option<Vec<String>> {
+        self.labels.as_ref().map(|_| self.classes.to_vec())
+    }
     fn fields(&self) -> Option<Vec<String>> {
         let mut f = vec!["path".to_string(), "bytes".to_string()];
         if self.labels.is_some() {

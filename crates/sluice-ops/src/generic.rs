@@ -56,6 +56,25 @@ impl Op for FieldOp {
             python: false,
         }
     }
+    fn output_fields(&self, input: &[String]) -> Option<Vec<String>> {
+        Some(match &self.spec {
+            OpSpec::Select { fields } => fields.clone(),
+            OpSpec::Drop { fields } => input
+                .iter()
+                .filter(|f| !fields.contains(f))
+                .cloned()
+                .collect(),
+            // The value moves to `to`: in `to`'s place if it exists, else at the end.
+            OpSpec::Rename { from, to } => {
+                let mut out: Vec<String> = input.iter().filter(|f| *f != from).cloned().collect();
+                if !out.contains(to) {
+                    out.push(to.clone());
+                }
+                out
+            }
+            OpSpec::Noop | OpSpec::Image(_) | OpSpec::Audio(_) | OpSpec::Text(_) => input.to_vec(),
+        })
+    }
     fn apply(&self, mut s: Sample, _cx: &OpContext) -> Result<Emit> {
         match &self.spec {
             OpSpec::Noop | OpSpec::Image(_) | OpSpec::Audio(_) | OpSpec::Text(_) => {}
@@ -124,6 +143,36 @@ mod tests {
         );
         let e = sel.apply(Sample::new(), &cx(0, 0)).unwrap_err();
         assert!(matches!(e, Error::MissingField { .. }));
+    }
+
+    /// The fields a plan derives for each op are the names its output really has.
+    #[test]
+    fn output_fields_match_what_apply_gives() {
+        let s = Sample::from_pairs([("a", Value::Int(1)), ("b", Value::Int(2))]);
+        let input = ["a".to_string(), "b".to_string()];
+        let specs = [
+            OpSpec::Noop,
+            OpSpec::Select {
+                fields: vec!["b".into(), "a".into()],
+            },
+            OpSpec::Drop {
+                fields: vec!["a".into()],
+            },
+            OpSpec::Rename {
+                from: "a".into(),
+                to: "z".into(),
+            },
+            OpSpec::Rename {
+                from: "a".into(),
+                to: "b".into(),
+            },
+        ];
+        for spec in specs {
+            let op = build(&spec).unwrap();
+            let out = one(op.apply(s.clone(), &cx(0, 0)).unwrap());
+            let names: Vec<String> = out.names().map(str::to_string).collect();
+            assert_eq!(op.output_fields(&input).unwrap(), names, "{spec:?}");
+        }
     }
 
     #[test]

@@ -2,9 +2,10 @@
 
 use std::sync::Arc;
 
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
-use sluice::{Dataset, ElemMode, IterOptions, OnError, OpRef, OpSpec};
+use sluice::{Dataset, ElemMode, IterOptions, Length, OnError, OpRef, OpSpec};
 
 use crate::convert::py_to_sample;
 use crate::errors::IntoPy;
@@ -35,7 +36,13 @@ impl PyOp {
         self.op.spec().to_string()
     }
     fn __repr__(&self) -> String {
-        format!("Op({})", self.op.spec())
+        // A spec may carry a whole tokenizer's JSON: show its start, not megabytes.
+        const SHOWN: usize = 200;
+        let spec = self.op.spec().to_string();
+        match spec.char_indices().nth(SHOWN) {
+            Some((cut, _)) => format!("Op({}… ({} chars))", &spec[..cut], spec.len()),
+            None => format!("Op({spec})"),
+        }
     }
 }
 
@@ -199,6 +206,41 @@ impl PyDataset {
     fn source_len(&self, py: Python<'_>) -> Option<u64> {
         // A blocking source (sort, groupby) runs its input here, maybe Python code.
         crate::errors::interruptible(py, || self.ds.plan().source().len()).unwrap_or(None)
+    }
+    /// `len(ds)`: the number of outputs the plan knows; a `TypeError` saying why it does
+    /// not (a filter, a stream, a repeat forever) otherwise.
+    fn length(&self) -> PyResult<u64> {
+        match self.ds.length() {
+            Length::Known(n) => Ok(n),
+            other => Err(PyTypeError::new_err(other.to_string())),
+        }
+    }
+    /// `ds.count()`: the known length, or a run that counts the outputs (never converting
+    /// them to Python objects), interruptible by Ctrl-C.
+    #[pyo3(signature = (seed=0, num_threads=None, processes=None))]
+    fn count(
+        &self,
+        py: Python<'_>,
+        seed: u64,
+        num_threads: Option<usize>,
+        processes: Option<usize>,
+    ) -> PyResult<u64> {
+        let opts = RunArgs {
+            seed,
+            num_threads,
+            processes,
+            ..Default::default()
+        }
+        .options(py)?;
+        crate::errors::interruptible(py, || self.ds.count(&opts))?.py()
+    }
+    /// The field names the plan knows (`None` after a Python function).
+    fn field_names(&self) -> Option<Vec<String>> {
+        self.ds.field_names()
+    }
+    /// The class names a `read_images(labels="parent_dir")` source's labels index.
+    fn class_names(&self) -> Option<Vec<String>> {
+        self.ds.class_names()
     }
     fn logical_plan(&self) -> String {
         self.ds.plan().to_string()

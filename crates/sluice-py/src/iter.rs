@@ -174,25 +174,35 @@ impl Drop for Held<'_> {
 }
 
 impl Inner {
-    /// What a streaming source left out while this run read it (`on_error="skip"`), as a
-    /// warning at the end: the readers that check at open warn then.
-    fn warn_skips(&self, py: Python<'_>) -> PyResult<()> {
+    /// What this run left out under `on_error="skip"`, logged when it ends: records a
+    /// streaming source could not read, and samples a `map` failed on. (The readers that
+    /// check every record at open log their skips then.)
+    fn log_skips(&self, py: Python<'_>) -> PyResult<()> {
         let n = self.stats.source_read_skips();
-        if n == 0 {
-            return Ok(());
+        if n > 0 {
+            let source = self.ds.plan().source().name().to_string();
+            crate::log::warning(
+                py,
+                &format!(
+                    "{source} left out {n} record(s) it could not read (on_error=\"skip\"); \
+                     stats() counts them as the source's skips"
+                ),
+            )?;
         }
-        let source = self.ds.plan().source().name().to_string();
-        let msg = std::ffi::CString::new(format!(
-            "{source} left out {n} record(s) it could not read (on_error=\"skip\"); \
-             stats() counts them as the source's skips"
-        ))
-        .unwrap_or_default();
-        PyErr::warn(
-            py,
-            &py.get_type::<pyo3::exceptions::PyUserWarning>(),
-            &msg,
-            1,
-        )
+        // Stage 0 is the source: its skips are the ones above or were logged at open.
+        for stage in self.stats.report().stages.iter().skip(1) {
+            if stage.skipped > 0 {
+                crate::log::warning(
+                    py,
+                    &format!(
+                        "stage '{}' skipped {} sample(s) an op failed on (on_error=\"skip\"); \
+                         stats() counts them",
+                        stage.name, stage.skipped
+                    ),
+                )?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -229,7 +239,7 @@ impl PyIter {
                 }
                 Next::End => {
                     inner.close(py);
-                    inner.warn_skips(py)?;
+                    inner.log_skips(py)?;
                     return Ok(None);
                 }
                 Next::Err(e) => {

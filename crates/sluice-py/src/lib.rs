@@ -6,6 +6,7 @@ mod dataset;
 mod errors;
 mod formats;
 mod iter;
+mod log;
 mod mix;
 mod optimizer;
 mod options;

@@ -257,6 +257,22 @@ impl Source for BlockingSource {
         // A failure surfaces from `prepare` (which planning calls first) or `get`.
         self.done(None).ok().map(|d| d.rows.len())
     }
+    fn planned_len(&self) -> Option<u64> {
+        let slot = self.inner.done.lock().unwrap_or_else(|p| p.into_inner());
+        match (&*slot, &self.inner.op) {
+            (Some(d), _) => Some(d.rows.len()),
+            // As many groups as the data holds: known once it ran.
+            (None, BlockingOp::Aggregate(_)) => None,
+            // A sort and a repartition keep every row.
+            (None, _) => self.inner.input.length().known(),
+        }
+    }
+    fn class_names(&self) -> Option<Vec<String>> {
+        match self.inner.op {
+            BlockingOp::Aggregate(_) => None,
+            _ => self.inner.input.source().class_names(),
+        }
+    }
     fn random_access(&self) -> bool {
         true
     }

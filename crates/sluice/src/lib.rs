@@ -12,6 +12,7 @@
 pub mod alloc;
 mod dataset;
 mod formats;
+mod inspect;
 mod mixing;
 mod optimize;
 mod relational;

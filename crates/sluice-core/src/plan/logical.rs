@@ -305,15 +305,7 @@ impl MapNode {
         }
         let schema = match (mode, in_schema) {
             (ElemMode::Filter, s) => s,
-            (_, Some(fields)) if !meta.python => {
-                let mut out = (*fields).clone();
-                for w in &meta.writes {
-                    if !out.contains(w) {
-                        out.push(w.clone());
-                    }
-                }
-                Some(Arc::new(out))
-            }
+            (_, Some(fields)) => op.output_fields(&fields).map(Arc::new),
             _ => None,
         };
         Ok(MapNode {

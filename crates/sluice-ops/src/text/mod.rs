@@ -35,10 +35,17 @@ fn is_strict(s: &str) -> bool {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", deny_unknown_fields)]
 pub enum TextSpec {
-    /// Encodes `field` with the tokenizer at `tokenizer` (a `tokenizer.json` path).
+    /// Encodes `field` with a Hugging Face tokenizer: the `tokenizer.json` file at
+    /// `tokenizer`, or that file's JSON itself in `tokenizer_json` (exactly one of them).
+    /// The inline form is how a tokenizer object made in Python travels: the spec is what
+    /// plans, pickles, worker processes and Ray actors rebuild the op from, so the op needs
+    /// no file on the machine that runs it, and fingerprints cover the tokenizer's content.
     #[serde(rename = "text.tokenize")]
     Tokenize {
-        tokenizer: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tokenizer: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tokenizer_json: Option<String>,
         #[serde(default)]
         max_length: Option<usize>,
         #[serde(default = "yes")]
@@ -145,6 +152,7 @@ pub fn build(spec: &TextSpec) -> Result<OpRef> {
     let tokenizer = match spec {
         TextSpec::Tokenize {
             tokenizer,
+            tokenizer_json,
             dtype,
             errors,
             ..
@@ -159,17 +167,11 @@ pub fn build(spec: &TextSpec) -> Result<OpRef> {
                     "errors must be 'strict' or 'replace', got '{errors}'"
                 ))));
             }
-            if !std::path::Path::new(tokenizer).is_file() {
-                return Err(Error::FileNotFound(format!(
-                    "{tokenizer}: tokenizer file not found"
-                )));
-            }
-            let t = tokenizers::Tokenizer::from_file(tokenizer).map_err(|e| {
-                Error::invalid(format!(
-                    "{op}: {tokenizer}: not a valid tokenizer.json: {e}"
-                ))
-            })?;
-            Some(Arc::new(t))
+            Some(Arc::new(load_tokenizer(
+                &op,
+                tokenizer.as_deref(),
+                tokenizer_json.as_deref(),
+            )?))
         }
         TextSpec::Truncate { length: 0, .. } | TextSpec::Pad { length: 0, .. } => {
             return Err(named(Error::invalid("length must be > 0, got 0")))
@@ -190,6 +192,38 @@ pub fn build(spec: &TextSpec) -> Result<OpRef> {
         spec: spec.clone(),
         tokenizer,
     }))
+}
+
+/// The tokenizer of a `tokenize` spec: from the file at `path` or from the JSON `json`.
+fn load_tokenizer(
+    op: &str,
+    path: Option<&str>,
+    json: Option<&str>,
+) -> Result<tokenizers::Tokenizer> {
+    match (path, json) {
+        (Some(path), None) => {
+            if !std::path::Path::new(path).is_file() {
+                return Err(Error::FileNotFound(format!(
+                    "{path}: tokenizer file not found"
+                )));
+            }
+            tokenizers::Tokenizer::from_file(path).map_err(|e| {
+                Error::invalid(format!("{op}: {path}: not a valid tokenizer.json: {e}"))
+            })
+        }
+        (None, Some(json)) => json.parse().map_err(|e| {
+            Error::invalid(format!(
+                "{op}: tokenizer_json is not a valid tokenizer.json ({} bytes): {e}",
+                json.len()
+            ))
+        }),
+        (Some(_), Some(_)) => Err(Error::invalid(format!(
+            "{op}: give either tokenizer (a tokenizer.json path) or tokenizer_json, not both"
+        ))),
+        (None, None) => Err(Error::invalid(format!(
+            "{op}: tokenizer is required (a tokenizer.json path, or its JSON as tokenizer_json)"
+        ))),
+    }
 }
 
 struct TextOp {

@@ -164,3 +164,58 @@ fn bad_specs() {
         assert!(e.starts_with("text."), "{bad}: {e}");
     }
 }
+
+/// A whitespace WordLevel tokenizer.json, small enough to write out here.
+const WORDS: &str = r#"{"version":"1.0","truncation":null,"padding":null,"added_tokens":[],
+"normalizer":null,"pre_tokenizer":{"type":"Whitespace"},"post_processor":null,"decoder":null,
+"model":{"type":"WordLevel","vocab":{"[UNK]":0,"hello":1,"world":2},"unk_token":"[UNK]"}}"#;
+
+/// The tokenizer's JSON inline gives the ids its file gives; the spec carries the JSON (so a
+/// rebuilt op needs no file) and round-trips; one of the two forms is required.
+#[test]
+fn tokenizer_inline_or_from_a_file() {
+    let path = std::env::temp_dir().join(format!("sluice-words-{}.json", std::process::id()));
+    std::fs::write(&path, WORDS).unwrap();
+    let text = Sample::from_pairs([("text", Value::Str("hello there world".into()))]);
+    let file = serde_json::json!({"op": "text.tokenize", "tokenizer": path.display().to_string()});
+    let inline = serde_json::json!({"op": "text.tokenize", "tokenizer_json": WORDS});
+    let a = run(&file.to_string(), text.clone(), 0).unwrap();
+    let b = run(&inline.to_string(), text, 0).unwrap();
+    assert_eq!(ids(&a, "input_ids"), [1, 0, 2]);
+    assert_eq!(ids(&a, "input_ids"), ids(&b, "input_ids"));
+    std::fs::remove_file(&path).unwrap();
+
+    let op = crate::OpSpec::from_value(inline.clone())
+        .unwrap()
+        .build()
+        .unwrap();
+    assert_eq!(op.spec()["tokenizer_json"], WORDS);
+    assert!(op.spec().get("tokenizer").is_none());
+    let rebuilt = crate::OpSpec::from_value(op.spec())
+        .unwrap()
+        .build()
+        .unwrap();
+    assert_eq!(rebuilt.spec(), op.spec());
+
+    for (bad, says) in [
+        (
+            serde_json::json!({"op": "text.tokenize"}),
+            "tokenizer is required",
+        ),
+        (
+            serde_json::json!({"op": "text.tokenize", "tokenizer": "x.json", "tokenizer_json": WORDS}),
+            "not both",
+        ),
+        (
+            serde_json::json!({"op": "text.tokenize", "tokenizer_json": "{\"model\": 3}"}),
+            "tokenizer_json is not a valid tokenizer.json",
+        ),
+    ] {
+        let e = crate::OpSpec::from_value(bad).unwrap().build().unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+        assert!(
+            e.to_string().starts_with("text.tokenize: ") && e.to_string().contains(says),
+            "{e}"
+        );
+    }
+}

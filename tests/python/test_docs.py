@@ -1,7 +1,7 @@
 """The guides' and the README's examples run as written.
 
 Every ```python block of a guide runs, in order, in one namespace per guide (a later block may
-use what an earlier one made), from the repository root (examples name `examples/fixtures/...`).
+use what an earlier one made), in a scratch folder that sees the repository's `examples/`.
 Blocks that need what a test machine does not have (a Ray cluster's address, a real bucket) are
 listed in NOT_RUN with the reason; everything else must run.
 """
@@ -40,10 +40,13 @@ def skipped(guide, code):
 
 
 @pytest.mark.parametrize("guide", GUIDES)
-def test_guide_examples_run(guide, monkeypatch):
+def test_guide_examples_run(guide, monkeypatch, tmp_path):
     found = blocks(guide)
     assert found, guide
-    monkeypatch.chdir(ROOT)
+    # Examples name `examples/fixtures/...` and may write files (a saved plan): run them in a
+    # scratch folder that sees the repository's examples, never in the repository.
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    monkeypatch.chdir(tmp_path)
     namespace: dict = {}
     ran = 0
     for i, code in enumerate(found):

@@ -14,6 +14,7 @@ from . import _native, _recipe
 from ._native import Op
 from ._args import _int
 from .formats import FormatsMixin
+from .frameworks import FrameworksMixin
 from .inspection import InspectMixin
 from .iterator import Iterator, Stats
 
@@ -51,7 +52,7 @@ def _wants_rng(fn: Callable) -> bool:
         return False
 
 
-class Dataset(FormatsMixin, InspectMixin):  # write_*/to_arrow; len/count/schema/show
+class Dataset(FormatsMixin, InspectMixin, FrameworksMixin):  # write_*/to_arrow; len/count/schema/show; iter_jax
     """A lazy pipeline. Each transformation returns a new ``Dataset``; nothing runs until you
     iterate.
 

@@ -37,3 +37,14 @@ def pytest_configure(config: pytest.Config) -> None:
     # forever. A handler here makes the kernel give children the default disposition on exec.
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+JAX_IMPORTERS = {"test_jax.py", "test_docs.py", "frameworks.py"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
+    # Importing jax starts its thread pool, and JAX warns (rightly) that forking a
+    # multithreaded process may deadlock; later tests start Ray and worker processes. So the
+    # tests that import jax (its own, the README's JAX example, iter_jax's doctest) run last,
+    # with nothing forking after them. The sort is stable: the rest keep their order.
+    items.sort(key=lambda item: item.fspath.basename in JAX_IMPORTERS)

@@ -12,14 +12,15 @@ import re
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+# README last: its JAX example imports jax, after which nothing should fork (see conftest).
 GUIDES = [
-    "README.md",
     "docs/REPRODUCIBILITY.md",
     "docs/READING.md",
     "docs/INSPECTING.md",
     "docs/TEXT.md",
     "docs/OPTIMIZER.md",
     "docs/RAY.md",
+    "README.md",
 ]
 
 # (guide, a snippet of the block) -> why it does not run here

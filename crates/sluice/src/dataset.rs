@@ -18,6 +18,9 @@ use sluice_optimizer::{PlanOptions, RunContext};
 #[derive(Debug, Clone)]
 pub struct Dataset {
     plan: Arc<LogicalPlan>,
+    /// [`Dataset::fingerprint`], computed once: every `state_dict()` and load checks it, and a
+    /// pipeline may print large specs (a tokenizer's JSON is megabytes).
+    fingerprint: Arc<std::sync::OnceLock<String>>,
 }
 
 pub use crate::state::IterState;
@@ -85,12 +88,13 @@ impl IterOptions {
 
 impl Dataset {
     pub(crate) fn from_plan(plan: Arc<LogicalPlan>) -> Self {
-        Dataset { plan }
+        Dataset {
+            plan,
+            fingerprint: Default::default(),
+        }
     }
     fn wrap(plan: LogicalPlan) -> Self {
-        Dataset {
-            plan: Arc::new(plan),
-        }
+        Dataset::from_plan(Arc::new(plan))
     }
     fn input(&self) -> Arc<LogicalPlan> {
         self.plan.clone()
@@ -295,7 +299,9 @@ impl Dataset {
     /// pipeline ([`sluice_optimizer::planning::fingerprint`]). A Python function counts by
     /// its name here, its code in the checkpoint's [`crate::state::FunctionCode`]s.
     pub fn fingerprint(&self) -> String {
-        sluice_optimizer::planning::fingerprint(&self.plan)
+        self.fingerprint
+            .get_or_init(|| sluice_optimizer::planning::fingerprint(&self.plan))
+            .clone()
     }
 
     /// Every pipeline can be checkpointed: the position of the last output travels with it

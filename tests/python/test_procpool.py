@@ -15,6 +15,7 @@ import pytest
 import sluice
 from sluice import _native
 from procs import Child
+from compare import same
 
 
 def workers():
@@ -40,19 +41,6 @@ def shm_segments():
     return {f for f in os.listdir("/dev/shm") if f.startswith(f"sluice-{os.getpid()}-")} if os.path.isdir(
         "/dev/shm"
     ) else set()
-
-
-def same(a, b):
-    """Batches equal byte for byte (dtype, shape and content; lists element-wise)."""
-    assert len(a) == len(b)
-    for x, y in zip(a, b):
-        assert x.keys() == y.keys()
-        for k in x:
-            if isinstance(x[k], np.ndarray):
-                assert x[k].dtype == y[k].dtype and x[k].shape == y[k].shape, k
-                assert x[k].tobytes() == y[k].tobytes(), k
-            else:
-                assert x[k] == y[k], k
 
 
 def run(ds, **kw):

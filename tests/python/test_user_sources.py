@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import sluice
+from compare import same
 
 
 class ListLike:
@@ -44,19 +45,6 @@ class MapStyle:
     def __getitem__(self, idx):
         x = np.arange(self.dim, dtype=np.float32) + idx
         return {"x": x, "label": idx % 5, "name": f"s{idx}"}
-
-
-def same(a, b):
-    """Batches equal byte for byte."""
-    assert len(a) == len(b)
-    for x, y in zip(a, b):
-        assert x.keys() == y.keys()
-        for k in x:
-            if isinstance(x[k], np.ndarray):
-                assert x[k].dtype == y[k].dtype and x[k].shape == y[k].shape, k
-                assert x[k].tobytes() == y[k].tobytes(), k
-            else:
-                assert x[k] == y[k], k
 
 
 def pipeline(obj, world=1, rank=0):

@@ -216,17 +216,28 @@ def _split_point(steps: list[Step]) -> int:
     return n
 
 
+def split_layout(ds: Any, why: str) -> "tuple[list[Step], int]":
+    """(the recipe's steps, how many lead up to where a shard can go)."""
+    recipe = _check(getattr(ds, "_recipe", None), f"Dataset ({why})")
+    steps = recipe.chain()
+    return steps, _split_point(steps)
+
+
+def with_shards(steps: "list[Step]", cut: int, shards: "list[dict]") -> Any:
+    """The dataset of ``steps`` with ``shard(**kw)`` for each of ``shards`` inserted after the
+    first ``cut`` steps (where the pipeline still has random access)."""
+    s: Step = steps[cut - 1]
+    for kw in shards:
+        s = Step(s, "shard", (), kw)
+    for rest in steps[cut:]:
+        s = Step(s, rest.call, rest.args, rest.kwargs)
+    return build(s)
+
+
 def split(ds: Any, n: int, equal: bool) -> list:
     """``Dataset.split``: ``n`` datasets, shard ``r`` of ``n`` each, the shard placed where
     the pipeline still has random access (so batches and filters run per shard)."""
-    recipe = _check(getattr(ds, "_recipe", None), "Dataset (split rebuilds it per shard)")
-    steps = recipe.chain()
-    cut = _split_point(steps)
-    head = steps[cut - 1]
-    out = []
-    for rank in range(n):
-        s: Step = Step(head, "shard", (rank, n), {"equal": equal})
-        for rest in steps[cut:]:
-            s = Step(s, rest.call, rest.args, rest.kwargs)
-        out.append(build(s))
-    return out
+    steps, cut = split_layout(ds, "split rebuilds it per shard")
+    return [
+        with_shards(steps, cut, [{"rank": rank, "world_size": n, "equal": equal}]) for rank in range(n)
+    ]

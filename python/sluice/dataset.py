@@ -201,9 +201,25 @@ class Dataset(FormatsMixin, InspectMixin, FrameworksMixin):  # write_*/to_arrow;
         return Dataset(self._native.shuffle_buffer(_int("size", size, 1), _int("seed", seed, 0, allow_none=True)))
 
     @_recipe.step
-    def shard(self, rank: int, world_size: int, equal: bool = True) -> "Dataset":
-        """This rank's share: equal length on every rank, disjoint, covering all but < world_size."""
-        return Dataset(self._native.shard(_int("rank", rank, 0), _int("world_size", world_size, 1), bool(equal)))
+    def shard(self, rank: int, world_size: int, equal: bool = True, *, block: int = 1) -> "Dataset":
+        """This rank's share of every epoch: every ``world_size``-th sample from ``rank``,
+        disjoint across ranks; ``equal=True`` gives every rank the same length (dropping fewer
+        than ``world_size`` samples), ``equal=False`` keeps them all. ``block=k`` deals runs of
+        ``k`` consecutive positions instead of single ones (with a batch's size, whole
+        batches). A second ``shard`` splits this rank's share further — how ``to_torch()``
+        gives DataLoader workers disjoint parts of a DDP rank.
+
+        >>> import sluice
+        >>> [s["id"] for s in sluice.range(10).shard(1, 2, equal=False, block=2)]
+        [2, 3, 6, 7]
+        >>> [s["id"] for s in sluice.range(10).shard(0, 2).shard(1, 2)]
+        [2, 6]
+        """
+        return Dataset(
+            self._native.shard(
+                _int("rank", rank, 0), _int("world_size", world_size, 1), bool(equal), _int("block", block, 1)
+            )
+        )
 
     @_recipe.step
     def repeat(self, epochs: int | None = None) -> "Dataset":

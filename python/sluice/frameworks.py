@@ -1,4 +1,5 @@
-"""Handing batches to a training framework: ``Dataset.iter_jax``.
+"""Handing batches to a training framework: ``Dataset.iter_jax``, ``Dataset.to_torch`` and
+``Dataset.iter_torch_batches`` (the torch side lives in ``sluice.pytorch``).
 
 The framework is imported when the method is called, never by ``import sluice``: it is optional.
 
@@ -23,10 +24,98 @@ def _jax():
     return jax
 
 
+def _pytorch() -> Any:
+    try:
+        from . import pytorch
+    except ImportError as e:  # pragma: no cover - torch is in the test deps
+        if getattr(e, "name", None) != "torch":
+            raise
+        raise ImportError("this needs torch: pip install torch (or sluice-ml[torch])") from e
+    return pytorch
+
+
 class FrameworksMixin:
     """``Dataset`` methods that hand batches to a framework."""
 
     iter: Any  # Dataset.iter
+
+    def to_torch(
+        self,
+        seed: int = 0,
+        *,
+        rank: int | None = None,
+        world_size: int | None = None,
+        equal: bool = True,
+        **iter_kwargs: Any,
+    ) -> Any:
+        """This dataset as a ``torch.utils.data.IterableDataset`` for ``DataLoader`` — with
+        ``batch_size=None`` when the pipeline batches, so its batches pass through:
+        ``DataLoader(ds.to_torch(), batch_size=None, num_workers=N)``.
+
+        - Any ``num_workers``: each worker takes every N-th batch's worth of samples (the
+          shard goes where the pipeline still has random access), and DataLoader reads the
+          workers in turn, so the batches are those of ``num_workers=0`` — none duplicated
+          or lost. Each worker runs ``cores // N`` threads per stage unless ``num_threads=``
+          says otherwise. sluice is parallel already: ``num_workers=0`` is the fast default.
+        - DDP: the rank and world size come from ``torch.distributed`` when it is
+          initialised, or from ``rank=``/``world_size=``; each rank gets ``shard(rank,
+          world_size, equal)`` (``equal=True``: the same number of batches on every rank).
+        - Epochs: each ``iter(loader)`` is the next epoch, reshuffled from (seed, epoch), in
+          every worker; ``tds.set_epoch(k)`` names the epoch instead.
+        - ``len(tds)`` is the batches per epoch of this rank (a ``TypeError`` when only
+          running tells); ``state_dict()``/``load_state_dict()`` follow torchdata's
+          ``StatefulDataLoader`` protocol (exact resume, same ``num_workers``).
+
+        ``iter_kwargs`` are ``iter``'s (``num_threads``, ``processes``, ``plan``, …).
+
+        >>> import sluice, torch
+        >>> tds = sluice.range(10).shuffle(seed=0).batch(4).to_torch()
+        >>> loader = torch.utils.data.DataLoader(tds, batch_size=None)
+        >>> sorted(i for b in loader for i in b["id"].tolist()), len(loader)
+        ([0, 1, 2, 3, 4, 5, 6, 7, 8, 9], 3)
+        """
+        from ._args import _int
+
+        return _pytorch().TorchDataset(
+            self, _int("seed", seed, 0), rank=rank, world_size=world_size, equal=equal, iter_kwargs=iter_kwargs
+        )
+
+    def iter_torch_batches(
+        self,
+        seed: int = 0,
+        epoch: int | None = None,
+        *,
+        device: Any = None,
+        dtypes: Mapping[str, Any] | None = None,
+        pin_memory: bool = False,
+        prefetch: int = 2,
+        **iter_kwargs: Any,
+    ) -> Iterator[dict]:
+        """Batches as dicts of ``torch.Tensor`` on ``device`` (default CPU). On the CPU
+        numpy fields become tensors sharing their memory (``torch.from_numpy``: no copy);
+        ``dtypes`` casts fields (``{"image": torch.float16}``); strings and ragged lists
+        stay lists. On a CUDA device, batches are copied ``prefetch`` ahead on a side CUDA
+        stream with ``non_blocking`` copies (from pinned host memory with ``pin_memory=True``),
+        so the copies overlap the training step; the current stream waits for each batch's
+        copy before it is yielded. ``seed``, ``epoch`` and the rest are ``iter``'s (a call
+        without ``epoch`` is the next epoch).
+
+        >>> import sluice, torch
+        >>> b = next(iter(sluice.range(6).batch(4).iter_torch_batches(dtypes={"id": torch.float32})))
+        >>> b["id"]
+        tensor([0., 1., 2., 3.])
+        """
+        from ._args import _int
+
+        if dtypes is not None and not isinstance(dtypes, Mapping):
+            raise TypeError(f"iter_torch_batches: dtypes must be a dict {{field: dtype}}, got {type(dtypes).__name__}")
+        _int("prefetch", prefetch, 0)
+        torch_side = _pytorch()
+        it = self.iter(seed, epoch, **iter_kwargs)
+        try:
+            yield from torch_side.iter_torch_batches(it, device, dict(dtypes or {}), bool(pin_memory), prefetch)
+        finally:
+            it.close()
 
     def iter_jax(
         self,

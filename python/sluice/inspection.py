@@ -112,6 +112,18 @@ def _brief(value: Any, depth: int = 0) -> str:
     return repr(value)
 
 
+_TORCH_HINT = (
+    "For torch's DataLoader, pass ds.to_torch(): DataLoader(ds.to_torch(), batch_size=None) "
+    "(it shards across num_workers and DDP ranks)"
+)
+
+
+def _from_torch() -> bool:
+    # Whether len() was asked by torch (DataLoader's sampler), to point at to_torch().
+    frame = sys._getframe(2)
+    return str(frame.f_globals.get("__name__", "")).startswith("torch.")
+
+
 class InspectMixin:
     """``Dataset`` methods and properties that describe a dataset (see the module)."""
 
@@ -123,7 +135,19 @@ class InspectMixin:
         ``repeat(n)``, ``batch`` (rounded up, down with ``drop_last``) and ``take``. After a
         ``filter``, ``flat_map``, ``map(on_error="skip")``, ``map_batches`` or ``pack``, on a
         stream, or repeated forever, ``TypeError`` says why: ``count()`` runs and counts."""
-        return self._native.length()
+        try:
+            return self._native.length()
+        except TypeError as e:
+            if _from_torch():
+                raise TypeError(f"{e}. {_TORCH_HINT}") from None
+            raise
+
+    def __getitem__(self, index: Any) -> Any:
+        # torch's DataLoader takes an object with __len__ for a map-style dataset and indexes it.
+        raise TypeError(
+            "a sluice Dataset is a pipeline, not an indexable container: iterate it "
+            f"(for batch in ds), or take(n) for a look. {_TORCH_HINT}"
+        )
 
     def __bool__(self) -> bool:
         # A dataset is a pipeline, not a container: truthy even when empty or unsized.

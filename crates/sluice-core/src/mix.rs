@@ -140,6 +140,7 @@ impl ChildOrder {
             shuffle: self.shuffle,
             fixed_shuffle: self.fixed_shuffle,
             shard: self.shard,
+            part: None,
             epochs: self.epochs,
             first_epoch: 0,
             elastic: None,

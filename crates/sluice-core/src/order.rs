@@ -55,16 +55,42 @@ impl Permutation {
     }
 }
 
-/// Rank `rank` of `world_size` after `shard`.
+/// Rank `rank` of `world_size` after `shard`: positions are dealt round-robin in runs of
+/// `block` consecutive positions (1: strided, every `world_size`-th position). Runs of a
+/// batch's size hand whole batches to DataLoader workers, so the batches a pool of workers
+/// delivers in turn are the ones a single process makes.
+///
+/// ```
+/// use sluice_core::order::ShardSpec;
+/// let s = ShardSpec::try_new(1, 2, false).unwrap().with_block(3).unwrap();
+/// // blocks [0,1,2] [3,4,5] [6,7,8] [9]: rank 1 gets the second one
+/// assert_eq!(s.len(10), 3);
+/// assert_eq!((0..3).map(|p| s.index(p)).collect::<Vec<_>>(), [3, 4, 5]);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ShardSpec {
     /// This rank (0-based).
     pub rank: u64,
     /// Number of ranks.
     pub world_size: u64,
-    /// Equal length on every rank (drops up to world_size-1 samples).
+    /// Equal length on every rank (drops the last `block * world_size - 1` positions at most).
     pub equal: bool,
+    /// Consecutive positions dealt to a rank at a time.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub block: u64,
 }
+
+fn one() -> u64 {
+    1
+}
+
+fn is_one(n: &u64) -> bool {
+    *n == 1
+}
+
+/// Runs longer than this are a mistake (a batch is far smaller), and keep the index arithmetic
+/// far from overflow.
+pub const MAX_SHARD_BLOCK: u64 = 1 << 32;
 
 impl ShardSpec {
     /// Checks `rank < world_size`, `world_size > 0`.
@@ -81,20 +107,42 @@ impl ShardSpec {
             rank,
             world_size,
             equal,
+            block: 1,
         })
+    }
+    /// The same shard dealt in runs of `block` positions (1 ..= [`MAX_SHARD_BLOCK`]).
+    pub fn with_block(self, block: u64) -> Result<Self> {
+        if block == 0 || block > MAX_SHARD_BLOCK {
+            return Err(Error::invalid(format!(
+                "shard: block must be in [1, {MAX_SHARD_BLOCK}], got {block}"
+            )));
+        }
+        Ok(ShardSpec { block, ..self })
     }
     /// How many of `n` positions this rank gets.
     pub fn len(&self, n: u64) -> u64 {
-        let base = n / self.world_size;
-        if self.equal || self.rank >= n % self.world_size {
-            base
+        let (b, w, r) = (self.block, self.world_size, self.rank);
+        if self.equal {
+            return n / (b * w) * b;
+        }
+        let (full, rem) = (n / b, n % b);
+        let blocks = full + u64::from(rem > 0);
+        let mine = blocks / w + u64::from(r < blocks % w);
+        // The short last block (number `full`) is dealt like any other.
+        if rem > 0 && full % w == r {
+            mine * b - (b - rem)
         } else {
-            base + 1
+            mine * b
         }
     }
     /// Whether this rank gets nothing.
     pub fn is_empty(&self, n: u64) -> bool {
         self.len(n) == 0
+    }
+    /// The position (in the sharded sequence) of this rank's `pos`-th position.
+    pub fn index(&self, pos: u64) -> u64 {
+        let (b, w) = (self.block, self.world_size);
+        ((pos / b) * w + self.rank) * b + pos % b
     }
 }
 
@@ -111,6 +159,10 @@ pub struct IndexOrder {
     pub fixed_shuffle: bool,
     /// Shard of this rank, if sharded.
     pub shard: Option<ShardSpec>,
+    /// A second `shard()` splitting this rank's positions further (DataLoader workers within
+    /// a rank): its positions are those of `shard`'s sequence.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub part: Option<ShardSpec>,
     /// Number of epochs; `None` = forever.
     pub epochs: Option<u64>,
     /// The data epoch of this order's epoch 0 (see [`first_epoch`]): epochs here count
@@ -171,10 +223,8 @@ pub struct Position {
 impl IndexOrder {
     /// Samples per epoch for this rank.
     pub fn epoch_len(&self) -> u64 {
-        match self.shard {
-            Some(s) => s.len(self.len),
-            None => self.len,
-        }
+        let n = self.shard.map_or(self.len, |s| s.len(self.len));
+        self.part.map_or(n, |p| p.len(n))
     }
     /// Samples of `epoch` for this rank (differs from [`IndexOrder::epoch_len`] only in an
     /// elastic epoch).
@@ -187,11 +237,9 @@ impl IndexOrder {
     /// The `pos`-th position (< [`IndexOrder::epoch_len`]) of `epoch` on this rank (outside
     /// an elastic epoch, whose positions come from [`ElasticEpoch::positions`]).
     pub fn position(&self, epoch: u64, pos: u64) -> Position {
-        let index = match self.shard {
-            // Strided sharding keeps every rank's slice spread over the whole (shuffled) order.
-            Some(s) => pos * s.world_size + s.rank,
-            None => pos,
-        };
+        // Strided sharding keeps every rank's slice spread over the whole (shuffled) order.
+        let pos = self.part.map_or(pos, |p| p.index(pos));
+        let index = self.shard.map_or(pos, |s| s.index(pos));
         self.at_global(epoch, index)
     }
     /// The position at global index `index` of `epoch`.
@@ -241,7 +289,7 @@ mod tests {
             let mut lens = vec![];
             for rank in 0..world {
                 let order = IndexOrder { len: n, shuffle: Some(seed), fixed_shuffle: false,
-                    shard: Some(ShardSpec::try_new(rank, world, true).unwrap()), epochs: Some(1),
+                    shard: Some(ShardSpec::try_new(rank, world, true).unwrap()), part: None, epochs: Some(1),
                     first_epoch, elastic: None };
                 lens.push(order.epoch_len());
                 all.extend((0..order.epoch_len()).map(|p| order.position(0, p).source_index));
@@ -253,6 +301,74 @@ mod tests {
             prop_assert_eq!(all.len() as u64, total);
             prop_assert!(n - total < world);
         }
+    }
+
+    proptest! {
+        #[test]
+        fn blocks_deal_every_position_once_in_runs(n in 0u64..400, world in 1u64..6,
+                                                   block in 1u64..9, equal in any::<bool>()) {
+            let mut all = vec![];
+            let mut lens = vec![];
+            for rank in 0..world {
+                let s = ShardSpec::try_new(rank, world, equal).unwrap().with_block(block).unwrap();
+                let mine: Vec<u64> = (0..s.len(n)).map(|p| s.index(p)).collect();
+                // Runs of `block` consecutive positions, each run starting on a block boundary.
+                for run in mine.chunks(block as usize) {
+                    prop_assert_eq!(run[0] % block, 0);
+                    prop_assert!(run.windows(2).all(|w| w[1] == w[0] + 1));
+                    prop_assert_eq!(run[0] / block % world, rank);
+                }
+                lens.push(mine.len() as u64);
+                all.extend(mine);
+            }
+            let total = all.len() as u64;
+            all.sort();
+            all.dedup();
+            prop_assert_eq!(all.len() as u64, total);
+            prop_assert!(all.iter().all(|&i| i < n));
+            if equal {
+                prop_assert!(lens.iter().all(|&l| l == lens[0]));
+                prop_assert!(n - total < block * world);
+            } else {
+                prop_assert_eq!(total, n);
+            }
+        }
+
+        #[test]
+        fn parts_split_a_rank_without_loss(n in 0u64..400, world in 1u64..4, workers in 1u64..5,
+                                           block in 1u64..6, seed in any::<u64>()) {
+            for rank in 0..world {
+                let shard = ShardSpec::try_new(rank, world, true).unwrap();
+                let rank_only = IndexOrder { len: n, shuffle: Some(seed), fixed_shuffle: false,
+                    shard: Some(shard), part: None, epochs: Some(1), first_epoch: 0, elastic: None };
+                let whole: Vec<u64> = (0..rank_only.epoch_len())
+                    .map(|p| rank_only.position(0, p).source_index).collect();
+                // Worker parts dealt in blocks, read back round-robin a block at a time (as
+                // DataLoader reads its workers), give the rank's own sequence.
+                let parts: Vec<Vec<u64>> = (0..workers).map(|w| {
+                    let part = ShardSpec::try_new(w, workers, false).unwrap().with_block(block).unwrap();
+                    let o = IndexOrder { part: Some(part), ..rank_only.clone() };
+                    (0..o.epoch_len()).map(|p| o.position(0, p).source_index).collect()
+                }).collect();
+                let mut merged = vec![];
+                let mut runs: Vec<_> = parts.iter().map(|p| p.chunks(block as usize)).collect();
+                'outer: loop {
+                    for r in runs.iter_mut() {
+                        match r.next() { Some(run) => merged.extend_from_slice(run), None => break 'outer }
+                    }
+                }
+                for r in runs.iter_mut() { for run in r { merged.extend_from_slice(run) } }
+                prop_assert_eq!(merged, whole);
+            }
+        }
+    }
+
+    #[test]
+    fn bad_blocks() {
+        let s = ShardSpec::try_new(0, 2, true).unwrap();
+        assert!(s.with_block(0).is_err());
+        assert!(s.with_block(MAX_SHARD_BLOCK + 1).is_err());
+        assert_eq!(s.with_block(4).unwrap().block, 4);
     }
 
     #[test]
@@ -269,6 +385,7 @@ mod tests {
             shuffle: Some(1),
             fixed_shuffle,
             shard: None,
+            part: None,
             epochs: None,
             first_epoch,
             elastic: None,

@@ -241,6 +241,23 @@ pub fn py_to_value(obj: &Bound<'_, PyAny>) -> sluice::Result<Value> {
             .collect::<sluice::Result<_>>()
             .map(Value::List);
     }
+    // What numpy can view as an array (torch CPU tensors, jax arrays, PIL images): as
+    // numpy sees it. A 0-d result (a numpy scalar) falls through to `.item()` below.
+    if obj.hasattr("__array__").unwrap_or(false) {
+        let arr = obj
+            .py()
+            .import("numpy")
+            .and_then(|np| np.call_method1("asarray", (obj,)))
+            .map_err(|e| Error::type_error(format!("numpy.asarray failed: {e}")))?;
+        if arr
+            .getattr("ndim")
+            .and_then(|n| n.extract::<usize>())
+            .unwrap_or(0)
+            > 0
+        {
+            return numpy_to_tensor(&arr).map(Value::Tensor);
+        }
+    }
     // numpy scalars (np.int64(3), np.float32(1.5), ...) and other objects with .item().
     if let Ok(item) = obj.call_method0("item") {
         if !item.is(obj) && item.cast::<PyUntypedArray>().is_err() {
@@ -254,7 +271,8 @@ pub fn py_to_value(obj: &Bound<'_, PyAny>) -> sluice::Result<Value> {
         .unwrap_or_default();
     Err(Error::type_error(format!(
         "cannot convert a value of type '{ty}'; supported: None, bool, int, float, str, bytes, \
-         numpy arrays and scalars, lists/tuples of these"
+         numpy arrays and scalars (and what numpy.asarray takes: torch CPU tensors, jax arrays, \
+         images), lists/tuples of these"
     )))
 }
 

@@ -171,8 +171,9 @@ impl PyDataset {
     fn shuffle_buffer(&self, size: usize, seed: Option<u64>) -> PyResult<PyDataset> {
         wrap(self.ds.shuffle_buffer(size, seed))
     }
-    fn shard(&self, rank: u64, world_size: u64, equal: bool) -> PyResult<PyDataset> {
-        wrap(self.ds.shard(rank, world_size, equal))
+    #[pyo3(signature = (rank, world_size, equal, block=1))]
+    fn shard(&self, rank: u64, world_size: u64, equal: bool, block: u64) -> PyResult<PyDataset> {
+        wrap(self.ds.shard_in_blocks(rank, world_size, equal, block))
     }
     #[pyo3(signature = (epochs=None))]
     fn repeat(&self, epochs: Option<u64>) -> PyResult<PyDataset> {

@@ -238,13 +238,32 @@ impl Dataset {
             ShuffleBufferNode::try_new(self.input(), size, seed)?,
         )))
     }
-    /// This rank's shard.
+    /// This rank's shard: every `world_size`-th position from `rank` (`equal`: the same
+    /// count on every rank). A second `shard` splits this rank's share further.
     pub fn shard(&self, rank: u64, world_size: u64, equal: bool) -> Result<Self> {
-        Ok(Dataset::wrap(LogicalPlan::Shard(ShardNode::try_new(
+        self.shard_in_blocks(rank, world_size, equal, 1)
+    }
+    /// [`Dataset::shard`] dealing runs of `block` consecutive positions round-robin: with a
+    /// batch's size, each rank (or DataLoader worker) gets whole batches, the ones a single
+    /// consumer would make.
+    ///
+    /// ```
+    /// # use sluice::Dataset;
+    /// let ds = Dataset::range(10).shard_in_blocks(1, 2, false, 2)?;
+    /// assert_eq!(ds.length(), sluice::Length::Known(4)); // [2, 3] and [6, 7]
+    /// # Ok::<(), sluice::Error>(())
+    /// ```
+    pub fn shard_in_blocks(
+        &self,
+        rank: u64,
+        world_size: u64,
+        equal: bool,
+        block: u64,
+    ) -> Result<Self> {
+        let spec = ShardSpec::try_new(rank, world_size, equal)?.with_block(block)?;
+        Ok(Dataset::wrap(LogicalPlan::Shard(ShardNode::with_spec(
             self.input(),
-            rank,
-            world_size,
-            equal,
+            spec,
         )?)))
     }
     /// Repeats for `epochs` (`None`: forever).
@@ -383,6 +402,12 @@ impl Dataset {
             None => None,
             Some(e) => {
                 let order = plan.source.order.as_ref();
+                if order.is_some_and(|o| o.part.is_some()) {
+                    return Err(Error::invalid(
+                        "an elastic checkpoint cannot resume a pipeline with two shard() steps \
+                         (DataLoader workers within a rank): resume with one shard per rank",
+                    ));
+                }
                 let (shard, len) = (order.and_then(|o| o.shard), order.map_or(0, |o| o.len));
                 let flat =
                     self.plan.chain().iter().any(
@@ -434,6 +459,31 @@ mod tests {
             other => panic!("{other:?}"),
         })
         .collect()
+    }
+
+    #[test]
+    fn worker_parts_in_batch_runs_read_in_turn_are_the_rank_batches() {
+        let rank = Dataset::range(23)
+            .shuffle(None)
+            .unwrap()
+            .shard(1, 2, true)
+            .unwrap();
+        let opts = IterOptions::default();
+        let whole = ids(rank.batch(3, false).unwrap().iter(&opts).unwrap());
+        let parts: Vec<Vec<Vec<i64>>> = (0..2)
+            .map(|w| {
+                let part = rank.shard_in_blocks(w, 2, false, 3).unwrap();
+                ids(part.batch(3, false).unwrap().iter(&opts).unwrap())
+            })
+            .collect();
+        let mut turns = vec![];
+        for i in 0..parts[0].len().max(parts[1].len()) {
+            turns.extend(parts.iter().filter_map(|p| p.get(i).cloned()));
+        }
+        assert_eq!(turns, whole);
+        let third = rank.shard(0, 2, false).unwrap().shard(0, 2, false).unwrap();
+        let e = third.iter(&opts).map(|_| ()).unwrap_err().to_string();
+        assert!(e.contains("at most two shard()"), "{e}");
     }
 
     #[test]

@@ -71,7 +71,12 @@ fn child(i: usize, ds: &Dataset, seed: u64) -> Result<MixChild> {
                 );
                 order.fixed_shuffle = !n.reshuffle_each_epoch;
             }
-            LogicalPlan::Shard(n) => order.shard = Some(n.shard),
+            LogicalPlan::Shard(n) if order.shard.is_none() => order.shard = Some(n.shard),
+            LogicalPlan::Shard(_) => {
+                return Err(Error::invalid(format!(
+                    "mix: dataset {i} has two shard() steps; shard the mix instead"
+                )))
+            }
             LogicalPlan::Repeat(n) => order.epochs = n.epochs,
             other => {
                 return Err(Error::invalid(format!(

@@ -55,6 +55,8 @@ pub enum StepSpec {
         world_size: u64,
         #[serde(default = "yes")]
         equal: bool,
+        #[serde(default = "one")]
+        block: u64,
     },
     Repeat {
         #[serde(default)]
@@ -137,6 +139,10 @@ fn yes() -> bool {
     true
 }
 
+fn one() -> u64 {
+    1
+}
+
 /// A whole pipeline file.
 ///
 /// ```
@@ -200,7 +206,8 @@ impl PipelineSpec {
                     rank,
                     world_size,
                     equal,
-                } => ds.shard(*rank, *world_size, *equal)?,
+                    block,
+                } => ds.shard_in_blocks(*rank, *world_size, *equal, *block)?,
                 StepSpec::Repeat { epochs } => ds.repeat(*epochs)?,
                 StepSpec::Prefetch { n } => ds.prefetch(*n)?,
                 StepSpec::Take { n } => ds.take(*n),

@@ -241,6 +241,7 @@ fn an_epoch_too_large_for_the_repeat_is_an_error() {
         shuffle: Some(7),
         fixed_shuffle: false,
         shard: None,
+        part: None,
         epochs: None,
         first_epoch: e,
         elastic: None,

@@ -77,21 +77,20 @@ impl LogicalPlan {
                 source.name()
             ));
         };
-        // A shard applies to every epoch, wherever it stands (it folds into the source order).
-        let shard = nodes.iter().find_map(|n| match n {
-            LogicalPlan::Shard(s) => Some(s.shard),
-            _ => None,
-        });
-        let per_epoch = match shard {
-            Some(s) if source.random_access() => s.len(total),
-            Some(_) => {
-                return Length::Unknown(format!(
-                    "shard() of the stream '{}' deals whole files to ranks",
-                    source.name()
-                ))
+        // A shard applies to every epoch, wherever it stands (it folds into the source order);
+        // a second one splits the first one's share.
+        let mut per_epoch = total;
+        for node in &nodes {
+            if let LogicalPlan::Shard(s) = node {
+                if !source.random_access() {
+                    return Length::Unknown(format!(
+                        "shard() of the stream '{}' deals whole files to ranks",
+                        source.name()
+                    ));
+                }
+                per_epoch = s.shard.len(per_epoch);
             }
-            None => total,
-        };
+        }
         let mut out = Length::Known(per_epoch);
         for node in &nodes[1..] {
             out = step(node, out);
@@ -230,6 +229,20 @@ mod tests {
             shard(repeat(range(5), Some(2)), 0, 2, false).length(),
             Length::Known(6)
         );
+    }
+
+    #[test]
+    fn a_second_shard_splits_the_first_ones_share() {
+        // range(11).shard(0, 2): 5 a epoch; then worker 0 of 2 in runs of 2: [0,1] and [4].
+        let spec = crate::ShardSpec::try_new(0, 2, false)
+            .unwrap()
+            .with_block(2)
+            .unwrap();
+        let nested = Arc::new(LogicalPlan::Shard(
+            ShardNode::with_spec(shard(range(11), 0, 2, true), spec).unwrap(),
+        ));
+        assert_eq!(nested.length(), Length::Known(3));
+        assert_eq!(batch(nested, 2, false).length(), Length::Known(2));
     }
 
     #[test]

@@ -410,7 +410,11 @@ impl ShardNode {
         world_size: u64,
         equal: bool,
     ) -> Result<Self> {
-        let shard = ShardSpec::try_new(rank, world_size, equal)?;
+        Self::with_spec(input, ShardSpec::try_new(rank, world_size, equal)?)
+    }
+    /// A shard node for a checked [`ShardSpec`] (one with runs of `block` positions).
+    pub fn with_spec(input: Arc<LogicalPlan>, shard: ShardSpec) -> Result<Self> {
+        let equal = shard.equal;
         if !input.random_access() {
             // A stream straight from its source can be dealt out by file (unequally).
             let straight = !input.find(|n| {
@@ -574,8 +578,14 @@ impl LogicalPlan {
             LogicalPlan::Shuffle(n) => format!("shuffle(seed={:?})", n.seed),
             LogicalPlan::ShuffleBuffer(n) => format!("shuffle_buffer({})", n.size),
             LogicalPlan::Shard(n) => format!(
-                "shard({}, {}, equal={})",
-                n.shard.rank, n.shard.world_size, n.shard.equal
+                "shard({}, {}, equal={}{})",
+                n.shard.rank,
+                n.shard.world_size,
+                n.shard.equal,
+                match n.shard.block {
+                    1 => String::new(),
+                    b => format!(", block={b}"),
+                }
             ),
             LogicalPlan::Repeat(n) => format!("repeat({:?})", n.epochs),
             LogicalPlan::Prefetch(n) => format!("prefetch({})", n.depth),

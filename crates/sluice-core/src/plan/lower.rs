@@ -89,6 +89,7 @@ pub fn lower(plan: &Arc<LogicalPlan>, opts: &LowerOptions) -> Result<PhysicalPla
             shuffle: None,
             fixed_shuffle: false,
             shard: None,
+            part: None,
             epochs: Some(1),
             first_epoch: 0,
             elastic: None,
@@ -106,7 +107,18 @@ pub fn lower(plan: &Arc<LogicalPlan>, opts: &LowerOptions) -> Result<PhysicalPla
                 o.fixed_shuffle = !n.reshuffle_each_epoch;
             }
             LogicalPlan::Shard(n) => match order.as_mut() {
-                Some(o) => o.shard = Some(n.shard),
+                // A second shard splits the first one's positions (DataLoader workers within
+                // a rank); a third has no use.
+                Some(o) => match (o.shard, o.part) {
+                    (None, _) => o.shard = Some(n.shard),
+                    (Some(_), None) => o.part = Some(n.shard),
+                    (Some(_), Some(_)) => {
+                        return Err(Error::invalid(
+                            "shard: at most two shard() steps (ranks, then workers within a \
+                             rank) can split one source",
+                        ))
+                    }
+                },
                 // A stream has no positions to stride over: its files are dealt to ranks.
                 None if n.shard.equal => {
                     return Err(Error::invalid(format!(

@@ -234,8 +234,11 @@ impl fmt::Display for PhysicalPlan {
                     write!(f, " (same permutation every epoch)")?;
                 }
             }
-            if let Some(s) = o.shard {
+            for s in o.shard.iter().chain(&o.part) {
                 write!(f, " shard={}/{}", s.rank, s.world_size)?;
+                if s.block > 1 {
+                    write!(f, " (runs of {})", s.block)?;
+                }
             }
             write!(f, " epochs={:?}", o.epochs)?;
         } else {

@@ -1,0 +1,326 @@
+"""PyTorch adapters: ``Dataset.to_torch()`` and ``Dataset.iter_torch_batches()``.
+
+This module imports torch; ``import sluice`` does not import it (``to_torch`` and
+``iter_torch_batches`` import this module when called).
+
+``to_torch()`` is a ``torch.utils.data.IterableDataset`` that ``DataLoader`` can run with any
+``num_workers``: each DDP rank takes its shard (``shard(rank, world_size)`` where the pipeline
+still has random access), and each DataLoader worker takes every ``num_workers``-th run of a
+batch's worth of that shard. DataLoader reads its workers in turn, so the batches it delivers
+are the ones one process makes — the same for any ``num_workers``, nothing duplicated or
+lost. Each ``iter(loader)`` is the next epoch (shared by the workers through shared memory);
+``set_epoch(k)`` names it, as with ``DistributedSampler``.
+
+>>> import sluice, torch
+>>> tds = sluice.range(10).batch(4).to_torch()
+>>> loader = torch.utils.data.DataLoader(tds, batch_size=None, num_workers=2)
+>>> [b["id"].tolist() for b in loader], len(loader)
+([[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]], 3)
+"""
+
+from __future__ import annotations
+
+import collections
+import multiprocessing
+import os
+import warnings
+from typing import Any, Iterator, Mapping
+
+import numpy as np
+import torch
+import torch.utils.data as tud
+
+from . import _recipe
+
+# Slots of the shared epoch record (a multiprocessing array every worker process sees).
+_STARTS, _BASE, _EXPLICIT = 0, 1, 2
+
+
+def _dist_rank_world() -> "tuple[int, int] | None":
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return None
+
+
+class TorchDataset(tud.IterableDataset):
+    """A sluice ``Dataset`` as a ``torch.utils.data.IterableDataset`` (made by
+    ``Dataset.to_torch``; see the module). Give it to ``DataLoader(tds, batch_size=None)``
+    when the pipeline batches (sluice's batches pass through), or with a ``batch_size`` to
+    let DataLoader collate samples.
+
+    Checkpoints follow the protocol of torchdata's ``StatefulDataLoader``: the iterator of
+    each epoch has ``state_dict()``/``load_state_dict()`` (in each worker), so
+    ``StatefulDataLoader(tds, ...).state_dict()`` resumes exactly after the last batch it
+    delivered, in its epoch, and the epochs after it follow. (A checkpoint taken after an
+    epoch ended carries no position: call ``set_epoch`` with the next epoch on resume.)
+    """
+
+    def __init__(
+        self,
+        ds: Any,
+        seed: int = 0,
+        *,
+        rank: int | None = None,
+        world_size: int | None = None,
+        equal: bool = True,
+        iter_kwargs: Mapping[str, Any] | None = None,
+    ):
+        if (rank is None) != (world_size is None):
+            raise ValueError("to_torch: give both rank and world_size, or neither")
+        if rank is not None:
+            from ._args import _int
+
+            _int("world_size", world_size, 1)
+            _int("rank", rank, 0)
+            if rank >= world_size:  # type: ignore[operator]
+                raise ValueError(f"to_torch: rank must be < world_size, got rank={rank}, world_size={world_size}")
+        self._ds = ds
+        self._seed = seed
+        self._explicit_rank = None if rank is None else (rank, world_size)
+        self._rank_world = self._explicit_rank or _dist_rank_world()
+        self._equal = bool(equal)
+        self._iter_kwargs = dict(iter_kwargs or {})
+        # Epoch bookkeeping shared with DataLoader's worker processes (inherited when they
+        # start): how many epoch iterators were started, the epoch the first one ran
+        # (moved by a checkpoint), and set_epoch's value (-1: none).
+        self._epochs = multiprocessing.get_context().Array("q", [0, 0, -1])
+        self._parts: dict = {}
+
+    # Epochs --------------------------------------------------------------------------
+    def set_epoch(self, epoch: int) -> None:
+        """Runs epoch ``epoch`` from now on (every worker, every ``iter(loader)``) until called
+        again — for trainers that own the epoch counter, like ``DistributedSampler.set_epoch``.
+        Without it, each ``iter(loader)`` is the next epoch."""
+        from ._args import _int
+
+        with self._epochs.get_lock():
+            self._epochs[_EXPLICIT] = _int("epoch", epoch, 0)
+
+    def _next_epoch(self, workers: int) -> "tuple[int, int]":
+        """(the epoch the next iterator runs, its round: how many epochs each process
+        started before it)."""
+        with self._epochs.get_lock():
+            starts = self._epochs[_STARTS]
+            self._epochs[_STARTS] = starts + 1
+            # Every worker starts one iterator per epoch, so the k-th start of each is round k.
+            round_ = starts // workers
+            if self._epochs[_EXPLICIT] >= 0:
+                return self._epochs[_EXPLICIT], round_
+            return self._epochs[_BASE] + round_, round_
+
+    def _resumed(self, epoch: int, round_: int) -> None:
+        # The iterators of round ``round_`` continue checkpointed epoch ``epoch``; the rounds
+        # after it run the epochs after it. Every worker sets the same value.
+        with self._epochs.get_lock():
+            if self._epochs[_EXPLICIT] < 0:
+                self._epochs[_BASE] = epoch - round_
+
+    # Parts ---------------------------------------------------------------------------
+    def _ranks(self) -> "tuple[int, int]":
+        if self._explicit_rank is None and tud.get_worker_info() is None:
+            # Decided in the main process (a worker may not see the process group).
+            self._rank_world = _dist_rank_world() or self._rank_world
+        return self._rank_world or (0, 1)
+
+    def _layout(self) -> "tuple[list, int, bool, int]":
+        """(recipe steps, split point, whether the user sharded already, block size)."""
+        steps, cut = _recipe.split_layout(self._ds, "to_torch rebuilds it per rank and DataLoader worker")
+        sharded = any(s.call == "shard" for s in steps[:cut])
+        after = steps[cut] if cut < len(steps) else None
+        # Whole batches to each worker when the batch directly follows the random-access part.
+        block = 1
+        if after is not None and after.call == "batch":
+            block = after.args[0] if after.args else after.kwargs.get("size", 1)
+        return steps, cut, sharded, block
+
+    def _part(self, worker: int, workers: int) -> Any:
+        rank, world = self._ranks()
+        key = (rank, world, worker, workers)
+        if key not in self._parts:
+            shards = []
+            if world == 1 and workers == 1:
+                self._parts[key] = self._ds
+                return self._ds
+            steps, cut, sharded, block = self._layout()
+            if world > 1:
+                if sharded:
+                    raise ValueError(
+                        f"to_torch: the pipeline already has a shard() step and the rank is "
+                        f"{rank} of {world}; remove the shard() (to_torch shards by rank) or "
+                        "pass rank=0, world_size=1"
+                    )
+                shards.append({"rank": rank, "world_size": world, "equal": self._equal})
+            if workers > 1:
+                shards.append({"rank": worker, "world_size": workers, "equal": False, "block": block})
+            self._parts[key] = _recipe.with_shards(steps, cut, shards)
+        return self._parts[key]
+
+    def __len__(self) -> int:
+        """Batches (or samples) this rank gets per epoch — the same for any ``num_workers``
+        when the pipeline batches right after its random-access steps. ``TypeError`` when
+        only running tells (after a ``filter``, …)."""
+        rank, world = self._ranks()
+        if world == 1:
+            return len(self._ds)
+        steps, cut, _, _ = self._layout()
+        return len(_recipe.with_shards(steps, cut, [{"rank": rank, "world_size": world, "equal": self._equal}]))
+
+    def __iter__(self) -> "TorchEpoch":
+        info = tud.get_worker_info()
+        worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+        return TorchEpoch(self, worker, workers, *self._next_epoch(workers))
+
+    def __getstate__(self) -> dict:
+        # Pickled for spawned workers in the main process: settle the rank there.
+        self._ranks()
+        state = dict(self.__dict__)
+        state["_parts"] = {}
+        return state
+
+
+class TorchEpoch:
+    """One epoch of a ``TorchDataset`` in one process (DataLoader worker or main): starts its
+    pipeline at the first ``next``, so a checkpoint loaded before that starts it in place."""
+
+    def __init__(self, owner: TorchDataset, worker: int, workers: int, epoch: int, round_: int):
+        self._owner, self._worker, self._workers = owner, worker, workers
+        self.epoch, self._round = epoch, round_
+        self._pending: dict | None = None
+        self._it: Any = None
+        self._done = False
+
+    def __iter__(self) -> "TorchEpoch":
+        return self
+
+    def __next__(self) -> Any:
+        if self._it is None:
+            if self._done:
+                raise StopIteration
+            kwargs = dict(self._owner._iter_kwargs)
+            if self._workers > 1 and kwargs.get("num_threads") is None:
+                # The workers share the cores.
+                kwargs["num_threads"] = max(1, (os.cpu_count() or 1) // self._workers)
+            part = self._owner._part(self._worker, self._workers)
+            self._it = part.iter(self._owner._seed, epoch=self.epoch, **kwargs)
+            if self._pending is not None:
+                self._it.load_state_dict(self._pending)
+                self._pending = None
+        try:
+            return next(self._it)
+        except StopIteration:
+            self._done = True
+            self.close()
+            raise
+
+    def close(self) -> None:
+        it, self._it = self._it, None
+        if it is not None:
+            self._count = it._count
+            self._state = it.state_dict() if it._count else None
+            it.close()
+
+    def state_dict(self) -> dict:
+        """Where this process stands in the epoch: resumes after the last batch it delivered."""
+        if self._it is not None:
+            inner = self._it.state_dict() if self._it._count else None
+        else:
+            inner = self._pending if not self._done else getattr(self, "_state", None)
+        return {
+            "epoch": self.epoch,
+            "worker": self._worker,
+            "num_workers": self._workers,
+            "done": self._done,
+            "sluice": inner,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        if not isinstance(state, dict) or "epoch" not in state or "sluice" not in state:
+            raise ValueError(f"to_torch: not a checkpoint of a to_torch() epoch: {state!r}")
+        if (state["worker"], state["num_workers"]) != (self._worker, self._workers):
+            raise ValueError(
+                f"to_torch: the checkpoint is of DataLoader worker {state['worker']} of "
+                f"{state['num_workers']}, this is worker {self._worker} of {self._workers}: "
+                "resume with the same num_workers"
+            )
+        if self._it is not None:
+            self.close()
+        self.epoch = int(state["epoch"])
+        self._owner._resumed(self.epoch, self._round)
+        self._done = bool(state["done"])
+        self._pending = state["sluice"]
+
+
+def to_tensors(batch: Mapping[str, Any], dtypes: Mapping[str, Any]) -> dict:
+    """A batch's numpy fields as CPU tensors sharing their memory (cast where ``dtypes`` says);
+    other fields (strings, ragged lists) as they are."""
+    missing = [k for k in dtypes if k not in batch]
+    if missing:
+        raise KeyError(f"iter_torch_batches: dtypes names field(s) {missing} not in the batch (fields: {sorted(batch)})")
+    out = {}
+    for k, v in batch.items():
+        if isinstance(v, np.ndarray) and v.dtype != object:
+            t = torch.from_numpy(v)
+            if k in dtypes:
+                t = t.to(dtypes[k])
+            out[k] = t
+        elif k in dtypes:
+            raise TypeError(f"iter_torch_batches: field {k!r} is not an array ({type(v).__name__}); it cannot take a dtype")
+        else:
+            out[k] = v
+    return out
+
+
+def iter_torch_batches(
+    batches: Iterator[dict],
+    device: Any,
+    dtypes: Mapping[str, Any],
+    pin_memory: bool,
+    prefetch: int,
+) -> Iterator[dict]:
+    """Batches as dicts of tensors on ``device`` (see ``Dataset.iter_torch_batches``)."""
+    device = torch.device(device) if device is not None else torch.device("cpu")
+    cuda = device.type == "cuda"
+    if cuda and not torch.cuda.is_available():
+        raise RuntimeError(f"iter_torch_batches: device {device} asked for, but torch sees no CUDA device")
+    if pin_memory and not cuda and not torch.cuda.is_available():
+        warnings.warn("iter_torch_batches: pin_memory=True without a CUDA device does nothing", stacklevel=3)
+        pin_memory = False
+    if not cuda:
+        for batch in batches:
+            yield to_tensors(batch, dtypes)
+        return
+    # On a GPU: copy from (pinned) host memory on a side stream, `prefetch` batches ahead,
+    # so the copies overlap the training step running on the current stream.
+    stream = torch.cuda.Stream(device=device)
+    ahead: collections.deque = collections.deque()
+
+    def send(batch: dict) -> tuple:
+        host = to_tensors(batch, dtypes)
+        with torch.cuda.stream(stream):
+            out = {}
+            for k, v in host.items():
+                if isinstance(v, torch.Tensor):
+                    out[k] = (v.pin_memory() if pin_memory else v).to(device, non_blocking=True)
+                else:
+                    out[k] = v
+            done = torch.cuda.Event()
+            done.record(stream)
+        return out, done
+
+    for batch in batches:
+        ahead.append(send(batch))
+        if len(ahead) > prefetch:
+            yield _receive(*ahead.popleft())
+    while ahead:
+        yield _receive(*ahead.popleft())
+
+
+def _receive(out: dict, done: Any) -> dict:
+    current = torch.cuda.current_stream()
+    current.wait_event(done)
+    for v in out.values():
+        if isinstance(v, torch.Tensor):
+            # The tensor was made on the side stream; tell the allocator it is used here.
+            v.record_stream(current)
+    return out

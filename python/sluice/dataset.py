@@ -385,6 +385,9 @@ class Dataset(FormatsMixin, InspectMixin, FrameworksMixin):  # write_*/to_arrow;
         context: "Context | None" = None,
         processes: int | None = None,
         fuse_ops: bool = True,
+        stats_port: int | None = None,
+        on_stats: "Callable[[Stats], Any] | None" = None,
+        stats_interval: float = 10.0,
     ) -> "Iterator":
         """Starts an iteration at ``epoch``: its permutations and augmentation draws are
         epoch ``epoch``'s, derived from (seed, epoch). ``epoch=None`` (and ``for … in ds``)
@@ -409,7 +412,20 @@ class Dataset(FormatsMixin, InspectMixin, FrameworksMixin):  # write_*/to_arrow;
         ``fuse_ops=False`` turns off op fusion: by default ``image.decode`` directly followed
         by ``image.random_resized_crop`` runs as one op that decodes a JPEG at 1/2–1/8 scale
         when the crop is shrunk enough (same crops, pixels within ≥ 35 dB PSNR; see
-        docs/ARCHITECTURE.md); off, every op computes exactly. Exact plans never fuse."""
+        docs/ARCHITECTURE.md); off, every op computes exactly. Exact plans never fuse.
+        ``stats_port=`` serves live statistics in the Prometheus text format on
+        ``127.0.0.1:<port>/metrics`` (0: a free port, ``it.stats_address``); ``on_stats=fn``
+        calls ``fn(it.stats())`` every ``stats_interval`` seconds from a background thread
+        (see ``sluice.metrics``). Both stop with the iteration."""
+        live = None
+        if stats_port is not None or on_stats is not None:
+            if on_stats is not None and not callable(on_stats):
+                raise TypeError(f"on_stats must be callable, got {type(on_stats).__name__}")
+            if isinstance(stats_interval, bool) or not isinstance(stats_interval, (int, float)) or not stats_interval > 0:
+                raise ValueError(f"stats_interval must be a number of seconds > 0, got {stats_interval!r}")
+            if stats_port is not None and _int("stats_port", stats_port, 0) > 65535:
+                raise ValueError(f"stats_port must be <= 65535, got {stats_port}")
+            live = {"port": stats_port, "on_stats": on_stats, "interval": float(stats_interval)}
         if epoch is not None:
             epoch = _int("epoch", epoch, 0)
             if epoch >= 2**64:
@@ -433,7 +449,7 @@ class Dataset(FormatsMixin, InspectMixin, FrameworksMixin):  # write_*/to_arrow;
         )
         if epoch is None:
             self._next_epoch += 1
-        it = Iterator(native, progress, self._total() if progress else None)
+        it = Iterator(native, progress, self._total() if progress else None, live)
         it.plan = plan
         it._context = context
         self._last_stats, self._last_context = native.stats_handle(), context

@@ -11,6 +11,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, Sequence
 
 from . import _native, _recipe
+from .stats import Stats
 
 if TYPE_CHECKING:
     from .context import Context
@@ -29,39 +30,6 @@ def _close_all() -> None:
     for it in list(_LIVE):
         it.close()
     _native.join_stopped()
-
-
-class Stats:
-    """Per-stage and consumer statistics. ``print(stats)`` shows a table; ``stats.stages`` and
-    ``stats.consumer`` hold the figures (samples in/out, busy/wait seconds, throughput, queue
-    occupancy, batch delay P50/P95/max)."""
-
-    def __init__(self, data: dict, text: str):
-        self.data = data
-        self._text = text
-
-    @staticmethod
-    def of(handle: "_native.Stats", context: "Context | None" = None) -> "Stats":
-        data, text = json.loads(handle.stats_json()), handle.stats_text()
-        if context is not None:
-            data, text = context.add_stats(data, text)
-        return Stats(data, text)
-
-    @property
-    def stages(self) -> list[dict]:
-        return self.data["stages"]
-
-    @property
-    def consumer(self) -> dict:
-        return self.data["consumer"]
-
-    def __getitem__(self, key: str) -> Any:
-        return self.data[key]
-
-    def __str__(self) -> str:
-        return self._text
-
-    __repr__ = __str__
 
 
 class _Line:
@@ -103,14 +71,32 @@ class Iterator:
     """A running pipeline. Closing it (or breaking out of a ``for`` loop and dropping it)
     stops its threads."""
 
-    def __init__(self, native: _native.Iterator, progress: bool | None, total: int | None = None):
+    def __init__(self, native: _native.Iterator, progress: bool | None, total: int | None = None,
+                 live: "dict | None" = None):
         self._native = native
         self._owner: Dataset | None = None
         #: The optimizer plan this iteration runs (``iter(plan=...)`` / ``optimize=True``).
         self.plan: "Plan | None" = None
         # Off unless asked for: a bar interleaves with the training script's own log lines.
         self._bar = _progress_bar(total) if progress else None
+        # Read by the live-metrics threads without the iterator's lock (a scrape never waits
+        # for a batch); a checkpoint load replaces it.
+        self._stats_handle = native.stats_handle()
+        self._live = None
+        if live:
+            from .metrics import Live
+
+            try:
+                self._live = Live(self.stats, **live)
+            except BaseException:  # e.g. the port is taken: stop the pipeline just started
+                native.close()
+                raise
         _LIVE.add(native)
+
+    @property
+    def stats_address(self) -> "tuple[str, int] | None":
+        """(host, port) of the Prometheus endpoint (``iter(stats_port=...)``), else None."""
+        return None if self._live is None else self._live.address
 
     @property
     def _count(self) -> int:
@@ -125,7 +111,7 @@ class Iterator:
     def __iter__(self) -> "Iterator":
         # Without a progress bar a ``for`` loop drives the native iterator directly: no
         # Python frame per output (it closes itself at the end, on error and when dropped).
-        return self if self._bar is not None else self._native
+        return self if self._bar is not None or self._live is not None else self._native
 
     def __next__(self) -> dict:
         try:
@@ -145,6 +131,9 @@ class Iterator:
         bar, self._bar = self._bar, None
         if bar is not None:
             bar.close()
+        live, self._live = self._live, None
+        if live is not None:
+            live.close()
         self._native.close()
 
     def state_dict(self) -> dict:
@@ -172,14 +161,15 @@ class Iterator:
         if not isinstance(state, dict):
             raise TypeError(f"state must be a dict, got {type(state).__name__}")
         self._native.load_state_dict_json(json.dumps(state), bool(strict))
+        self._stats_handle = self._native.stats_handle()
         if self._owner is not None:
-            self._owner._last_stats = self._native.stats_handle()
+            self._owner._last_stats = self._stats_handle
             # The loop is in the checkpoint's epoch now: the next plain loop is the one after.
             self._owner._next_epoch = self.epoch + 1
 
     def stats(self) -> Stats:
         """Statistics so far (with a Ray context: ``stats["remote"]``, per actor and decisions)."""
-        return Stats.of(self._native.stats_handle(), getattr(self, "_context", None))
+        return Stats.of(self._stats_handle, getattr(self, "_context", None))
 
     def __reduce__(self) -> tuple:
         # (dataset recipe, iter arguments, state_dict()): the copy resumes after the last output.

@@ -8,6 +8,10 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+pub mod series;
+
+use series::{Point, Series, StagePoint};
+
 /// Live counters of one stage.
 #[derive(Debug, Default)]
 pub struct StageCounters {
@@ -148,6 +152,8 @@ pub struct PipelineStats {
     /// The running source and its [`crate::Source::skipped_reading`] count when this run
     /// started: what it skips while streaming counts as the source stage's skips.
     reading: OnceLock<(crate::SourceRef, u64)>,
+    /// The counters over time (sampled as outputs are delivered).
+    series: Series,
 }
 
 impl PipelineStats {
@@ -167,6 +173,7 @@ impl PipelineStats {
             decisions: Mutex::new(Vec::new()),
             source: OnceLock::new(),
             reading: OnceLock::new(),
+            series: Series::default(),
         }
     }
     /// Counts `source`'s skips as the source stage's: those made when it was opened, and
@@ -199,6 +206,36 @@ impl PipelineStats {
             self.consumer_wait_ns.fetch_add(ns, Relaxed);
         }
         self.consumer_samples.fetch_add(samples, Relaxed);
+        let now = self.started.elapsed();
+        let now_ns = now.as_nanos() as u64;
+        if self.series.due(now_ns) {
+            self.series.push(now_ns, self.point(now));
+        }
+    }
+    /// Every counter now, for the time series.
+    fn point(&self, now: Duration) -> Point {
+        Point {
+            t_s: now.as_secs_f64(),
+            stages: self
+                .stages
+                .iter()
+                .map(|(info, c)| StagePoint {
+                    out: c.items_out.load(Relaxed),
+                    busy_s: c.busy_ns.load(Relaxed) as f64 * 1e-9,
+                    occ_sum: c.occupancy_sum.load(Relaxed),
+                    occ_n: c.occupancy_samples.load(Relaxed),
+                    threads: match c.active.load(Relaxed) as usize {
+                        0 => info.threads.max(1),
+                        n => n,
+                    },
+                })
+                .collect(),
+            outputs: self.delays.len(),
+            samples: self.consumer_samples.load(Relaxed),
+            wait_s: self.consumer_wait_ns.load(Relaxed) as f64 * 1e-9,
+            cpu_s: series::process_cpu_s(),
+            rss_bytes: series::process_rss_bytes(),
+        }
     }
     /// Time since the iteration started.
     pub fn elapsed(&self) -> Duration {
@@ -249,7 +286,10 @@ impl PipelineStats {
             .collect();
         let d = &self.delays;
         let samples = self.consumer_samples.load(Relaxed);
+        let mut series = self.series.rows();
+        series.push(self.point(self.started.elapsed()));
         StatsReport {
+            series,
             source: self.source.get().cloned(),
             elapsed_s: elapsed,
             controller: self.decisions.lock().map(|d| d.clone()).unwrap_or_default(),
@@ -316,6 +356,9 @@ pub struct StatsReport {
     /// What the source did before serving samples (a sort's runs and spilled bytes).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub source: Option<serde_json::Value>,
+    /// Cumulative counters over time, oldest first, the last one taken for this report
+    /// ([`series::Series`]): per-interval rates are the differences of neighbours.
+    pub series: Vec<Point>,
 }
 
 impl fmt::Display for StatsReport {

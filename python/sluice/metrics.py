@@ -1,0 +1,122 @@
+"""Live metrics of a running iteration, for a training job's dashboard:
+``ds.iter(stats_port=9101)`` serves the statistics in the Prometheus text format on
+``http://127.0.0.1:9101/metrics`` (loopback only; port 0 picks a free one, see
+``it.stats_address``), and ``ds.iter(on_stats=fn, stats_interval=10)`` calls ``fn(stats)``
+every 10 seconds from a background thread. Both stop when the iteration ends or is closed.
+
+>>> import sluice, urllib.request
+>>> it = sluice.range(100).batch(10).iter(stats_port=0)
+>>> _ = next(it)
+>>> host, port = it.stats_address
+>>> text = urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10).read().decode()
+>>> "sluice_consumer_outputs_total 1" in text
+True
+>>> it.close()
+"""
+
+from __future__ import annotations
+
+import http.server
+import logging
+import threading
+from typing import Any, Callable
+
+from .stats import Stats
+
+log = logging.getLogger("sluice")
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def prometheus_text(stats: Stats) -> str:
+    """The statistics in the Prometheus text exposition format (counters end in
+    ``_total``; the batch delay is a summary in seconds)."""
+    lines: list[str] = []
+
+    def metric(name: str, kind: str, doc: str, rows: list[tuple[str, float]]) -> None:
+        lines.append(f"# HELP {name} {doc}")
+        lines.append(f"# TYPE {name} {kind}")
+        lines.extend(f"{name}{labels} {value!r}" if isinstance(value, float) else f"{name}{labels} {value}"
+                     for labels, value in rows)
+
+    stages = stats.stages
+    by_stage = lambda key: [(f'{{stage="{_label(s["name"])}"}}', s[key]) for s in stages]  # noqa: E731
+    metric("sluice_stage_samples_in_total", "counter", "Samples a stage received.", by_stage("samples_in"))
+    metric("sluice_stage_samples_out_total", "counter", "Samples (or batches) a stage produced.", by_stage("samples_out"))
+    metric("sluice_stage_skipped_total", "counter", "Samples a stage skipped (on_error='skip').", by_stage("skipped"))
+    metric("sluice_stage_busy_seconds_total", "counter", "Seconds a stage's threads spent working.", by_stage("busy_s"))
+    metric("sluice_stage_utilisation", "gauge", "Busy time over elapsed time and threads.", by_stage("utilisation"))
+    metric("sluice_stage_queue_occupancy", "gauge", "Mean chunks waiting in a stage's output queue.",
+           by_stage("queue_occupancy"))
+    c = stats.consumer
+    metric("sluice_consumer_outputs_total", "counter", "Outputs (batches) delivered.", [("", c["outputs"])])
+    metric("sluice_consumer_samples_total", "counter", "Samples delivered.", [("", c["samples"])])
+    metric("sluice_consumer_samples_per_second", "gauge", "Samples delivered per second so far.",
+           [("", c["throughput"])])
+    metric("sluice_batch_delay_seconds", "summary", "How long the training loop waited for a batch.",
+           [('{quantile="0.5"}', c["delay_p50_ms"] / 1e3), ('{quantile="0.95"}', c["delay_p95_ms"] / 1e3),
+            ('{quantile="1"}', c["delay_max_ms"] / 1e3)])
+    points = stats.data.get("series") or []
+    if points and points[-1].get("cpu_s") is not None:
+        metric("sluice_process_cpu_seconds_total", "counter", "CPU seconds of the process.",
+               [("", points[-1]["cpu_s"])])
+    if points and points[-1].get("rss_bytes") is not None:
+        metric("sluice_process_resident_memory_bytes", "gauge", "Resident memory of the process.",
+               [("", points[-1]["rss_bytes"])])
+    return "\n".join(lines) + "\n"
+
+
+class Live:
+    """The endpoint and the callback of one iteration (started by ``Iterator``)."""
+
+    def __init__(self, snapshot: Callable[[], Stats], port: int | None, on_stats: Callable[[Stats], Any] | None,
+                 interval: float):
+        self._snapshot = snapshot
+        self._stop = threading.Event()
+        self._server: http.server.ThreadingHTTPServer | None = None
+        self.address: tuple[str, int] | None = None
+        if port is not None:
+            self._serve(port)
+        if on_stats is not None:
+            threading.Thread(target=self._report, args=(on_stats, interval), name="sluice-stats", daemon=True).start()
+
+    def _serve(self, port: int) -> None:
+        live = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+                if self.path.split("?")[0] not in ("/", "/metrics"):
+                    self.send_error(404)
+                    return
+                body = prometheus_text(live._snapshot()).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:  # scrapes are not news
+                pass
+
+        # Loopback only: the figures are for this machine's exporter or dashboard.
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self._server.daemon_threads = True
+        self.address = self._server.server_address[:2]  # type: ignore[assignment]
+        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.2},
+                         name="sluice-metrics", daemon=True).start()
+
+    def _report(self, on_stats: Callable[[Stats], Any], interval: float) -> None:
+        while not self._stop.wait(interval):
+            try:
+                on_stats(self._snapshot())
+            except Exception:  # a dashboard's bug must not stop training
+                log.exception("sluice: on_stats callback failed")
+
+    def close(self) -> None:
+        self._stop.set()
+        server, self._server = self._server, None
+        if server is not None:
+            server.shutdown()
+            server.server_close()

@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 export CARGO_TARGET_DIR ?= $(HOME)/.cache/sluice-target
 MATURIN_PROFILE ?= release
 
-.PHONY: venv build demo test test-rust test-python lint bench bench-setup clean
+.PHONY: venv build demo test test-rust test-python browser lint bench bench-setup clean
 
 venv: $(VENV)/.deps-stamp
 
@@ -29,7 +29,17 @@ test: test-rust test-python
 test-rust:
 	cargo test --workspace --exclude sluice-py -q
 
-test-python: build
+# The report's browser test opens pages in headless Chromium: Debian's package, installed when
+# missing and we may (root with apt); otherwise that test skips and says why.
+browser:
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    export DEBIAN_FRONTEND=noninteractive; \
+	    apt-get install -y -qq chromium >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null 2>&1; } \
+	      || echo "warning: could not install chromium; the report's browser test will skip"; \
+	  else echo "note: no chromium (apt-get install chromium); the report's browser test will skip"; fi; }
+
+test-python: build browser
 	$(PY) -m pytest -q tests/python --doctest-modules python/sluice --ignore=tests/python/fixtures
 
 lint:

@@ -71,6 +71,7 @@ class Dataset(FormatsMixin, InspectMixin, FrameworksMixin):  # write_*/to_arrow;
         # The latest iteration's statistics (a handle that outlives its iterator) and context.
         self._last_stats: "_native.Stats | None" = None
         self._last_context: "Context | None" = None
+        self._last_plan: "Plan | None" = None
 
     # Transformations -------------------------------------------------------------------
     @_recipe.step
@@ -452,7 +453,7 @@ class Dataset(FormatsMixin, InspectMixin, FrameworksMixin):  # write_*/to_arrow;
         it = Iterator(native, progress, self._total() if progress else None, live)
         it.plan = plan
         it._context = context
-        self._last_stats, self._last_context = native.stats_handle(), context
+        self._last_stats, self._last_context, self._last_plan = native.stats_handle(), context, plan
         it._owner = self
         return it
 

@@ -149,6 +149,30 @@ class InspectMixin:
             f"(for batch in ds), or take(n) for a look. {_TORCH_HINT}"
         )
 
+    def report(self, path: Any, batches: int | None = None, **iter_kwargs: Any) -> str:
+        """Writes one self-contained HTML page about this dataset's latest iteration to
+        ``path`` and returns it (see ``sluice.report``): the pipeline diagram, per-stage
+        figures and plots over time, CPU and memory, the batch-delay histogram, skips and
+        errors by op, the optimizer's plan. ``batches=N`` first runs N outputs of epoch 0
+        (with ``iter_kwargs``) and reports on that run. Before any iteration, and without
+        ``batches``, it is a ``ValueError``."""
+        if batches is not None:
+            it = self.iter(epoch=0, **iter_kwargs)  # type: ignore[attr-defined]
+            try:
+                for _ in range(_int("batches", batches, 1)):
+                    next(it)
+            except StopIteration:
+                pass
+            finally:
+                it.close()
+        stats = self.stats()  # type: ignore[attr-defined]
+        if stats is None:
+            raise ValueError("report: this dataset has not run yet; iterate it first, or pass batches=N")
+        from . import report
+
+        plan = getattr(self, "_last_plan", None)
+        return report.write(path, stats.to_dict(), self._native.logical_plan(), plan.data if plan is not None else None)
+
     def __bool__(self) -> bool:
         # A dataset is a pipeline, not a container: truthy even when empty or unsized.
         return True

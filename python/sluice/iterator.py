@@ -171,6 +171,15 @@ class Iterator:
         """Statistics so far (with a Ray context: ``stats["remote"]``, per actor and decisions)."""
         return Stats.of(self._stats_handle, getattr(self, "_context", None))
 
+    def report(self, path: Any) -> str:
+        """Writes one self-contained HTML page about this iteration so far to ``path`` and
+        returns it (see ``sluice.report``); after an error it shows the failing op."""
+        from . import report
+
+        logical = self._owner._native.logical_plan() if self._owner is not None else ""
+        plan = self.plan.data if self.plan is not None else None
+        return report.write(path, self.stats().to_dict(), logical, plan)
+
     def __reduce__(self) -> tuple:
         # (dataset recipe, iter arguments, state_dict()): the copy resumes after the last output.
         return _recipe.reduce_iterator(self)

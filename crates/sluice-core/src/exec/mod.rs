@@ -257,6 +257,8 @@ impl Execution {
         self.stop();
         if is_interrupt(&e) {
             self.ready.clear();
+        } else {
+            self.stats.record_error(&e);
         }
         self.failed = Some(e);
     }

@@ -107,6 +107,17 @@ impl DelayHistogram {
     pub fn max(&self) -> u64 {
         self.max_ns.load(Relaxed)
     }
+    /// The non-empty buckets as (lower edge in ns, count), shortest waits first.
+    pub fn buckets(&self) -> Vec<(u64, u64)> {
+        self.counts
+            .iter()
+            .enumerate()
+            .filter_map(|(b, c)| match c.load(Relaxed) {
+                0 => None,
+                n => Some((Self::value(b), n)),
+            })
+            .collect()
+    }
     /// The `p`-quantile (0..=1) in nanoseconds, to within one bucket (≤ 6%), never above the
     /// maximum.
     ///
@@ -154,13 +165,15 @@ pub struct PipelineStats {
     reading: OnceLock<(crate::SourceRef, u64)>,
     /// The counters over time (sampled as outputs are delivered).
     series: Series,
+    /// The error that ended the run, as the consumer received it.
+    error: OnceLock<String>,
 }
 
 impl PipelineStats {
     /// Counters for `stages` (the executor makes one per run; a worker process running one
     /// stage away from its pipeline makes its own and reports the differences back).
     pub fn new(stages: Vec<StageInfo>) -> Self {
-        PipelineStats {
+        let stats = PipelineStats {
             started: Instant::now(),
             stages: stages
                 .into_iter()
@@ -173,8 +186,18 @@ impl PipelineStats {
             decisions: Mutex::new(Vec::new()),
             source: OnceLock::new(),
             reading: OnceLock::new(),
-            series: Series::default(),
+            series: if series::enabled() {
+                Series::default()
+            } else {
+                Series::off()
+            },
+            error: OnceLock::new(),
+        };
+        // The series starts at the start: its first interval runs up to the first sample.
+        if series::enabled() {
+            stats.series.push(0, stats.point(Duration::ZERO));
         }
+        stats
     }
     /// Counts `source`'s skips as the source stage's: those made when it was opened, and
     /// those it makes while this run reads it (once; later calls are ignored).
@@ -237,6 +260,10 @@ impl PipelineStats {
             rss_bytes: series::process_rss_bytes(),
         }
     }
+    /// Records the error that ended the run (the first one; later calls are ignored).
+    pub fn record_error(&self, error: &crate::Error) {
+        let _ = self.error.set(error.to_string());
+    }
     /// Time since the iteration started.
     pub fn elapsed(&self) -> Duration {
         self.started.elapsed()
@@ -290,6 +317,7 @@ impl PipelineStats {
         series.push(self.point(self.started.elapsed()));
         StatsReport {
             series,
+            error: self.error.get().cloned(),
             source: self.source.get().cloned(),
             elapsed_s: elapsed,
             controller: self.decisions.lock().map(|d| d.clone()).unwrap_or_default(),
@@ -300,6 +328,11 @@ impl PipelineStats {
                 delay_p50_ms: d.quantile(0.5) as f64 * 1e-6,
                 delay_p95_ms: d.quantile(0.95) as f64 * 1e-6,
                 delay_max_ms: d.max() as f64 * 1e-6,
+                delay_histogram: d
+                    .buckets()
+                    .into_iter()
+                    .map(|(ns, n)| (ns as f64 * 1e-6, n))
+                    .collect(),
                 first_output_s: self.first_output.get().map(|t| t.as_secs_f64()),
                 throughput: samples as f64 / elapsed,
             },
@@ -338,6 +371,10 @@ pub struct ConsumerReport {
     pub delay_p50_ms: f64,
     pub delay_p95_ms: f64,
     pub delay_max_ms: f64,
+    /// The waits as (lower edge of a bucket in ms, outputs), non-empty buckets only; a bucket
+    /// spans 1/16 of its power of two.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub delay_histogram: Vec<(f64, u64)>,
     /// Seconds from iterator start to the first output.
     pub first_output_s: Option<f64>,
     /// Samples per second delivered.
@@ -359,6 +396,9 @@ pub struct StatsReport {
     /// Cumulative counters over time, oldest first, the last one taken for this report
     /// ([`series::Series`]): per-interval rates are the differences of neighbours.
     pub series: Vec<Point>,
+    /// The error that ended the run, if one did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 impl fmt::Display for StatsReport {

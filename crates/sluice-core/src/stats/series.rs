@@ -72,7 +72,20 @@ impl Default for Series {
     }
 }
 
+/// Whether runs record a series: `SLUICE_STATS_SERIES=0` turns it off (read once), so its cost
+/// can be measured against nothing (`benchmarks/stats_overhead.py`).
+pub fn enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("SLUICE_STATS_SERIES").map_or(true, |v| v.trim() != "0"))
+}
+
 impl Series {
+    /// A series that never samples (see [`enabled`]).
+    pub fn off() -> Self {
+        let s = Series::default();
+        s.due_ns.store(u64::MAX, Relaxed);
+        s
+    }
     /// Whether a sample is due at run time `now_ns`.
     pub fn due(&self, now_ns: u64) -> bool {
         now_ns >= self.due_ns.load(Relaxed)

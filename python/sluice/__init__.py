@@ -23,6 +23,7 @@ from .sources import (
     read_images,
     read_jsonl,
     read_parquet,
+    read_pipeline,
     read_text,
     read_webdataset,
 )
@@ -58,6 +59,7 @@ __all__ = [
     "ops",
     "range",
     "read_csv",
+    "read_pipeline",
     "read_files",
     "read_images",
     "read_jsonl",

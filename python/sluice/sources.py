@@ -5,6 +5,7 @@ recorded (``_recipe.source``) so the dataset pickles as its source spec or its c
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any, Iterable, Mapping, Sequence
 
 from . import _native, _recipe
@@ -321,3 +322,21 @@ def from_huggingface(hf_dataset: Any) -> Dataset:
     if getattr(hf_dataset, "_indices", None) is not None:
         table = hf_dataset.with_format("arrow")[:]
     return from_arrow(table)
+
+
+def read_pipeline(path: Any) -> Dataset:
+    """The dataset a pipeline file describes (TOML or JSON, the CLI's format: ``[source]`` and
+    ``[[steps]]``, see README). The file's ``seed`` and ``num_threads`` are in
+    ``ds.file_options`` (``ds.iter(**ds.file_options)`` runs it as ``sluice run`` does).
+
+    >>> import sluice
+    >>> ds = sluice.read_pipeline("examples/pipeline.toml")
+    >>> ds.file_options, len(ds)
+    ({'seed': 0, 'num_threads': 2}, 13)
+    """
+    native, seed, threads = _native.load_pipeline(os.fspath(path))
+    ds = Dataset(native)
+    ds.file_options = {"seed": seed, "num_threads": threads}  # type: ignore[attr-defined]
+    # Pickles as the call: a copy reads the file again.
+    ds._recipe = _recipe.Step(None, f"{__name__}:read_pipeline", (os.fspath(path),), {})  # type: ignore[attr-defined]
+    return ds

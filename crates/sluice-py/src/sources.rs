@@ -29,6 +29,16 @@ fn types(schema: BTreeMap<String, String>) -> PyResult<BTreeMap<String, CsvType>
         .collect()
 }
 
+/// The dataset a pipeline file (TOML or JSON, as the CLI reads) describes, with the file's
+/// `seed` and `num_threads`.
+#[pyfunction]
+fn load_pipeline(py: Python<'_>, path: &str) -> PyResult<(PyDataset, u64, Option<usize>)> {
+    let (ds, opts) = py
+        .detach(|| sluice::PipelineSpec::load(path).and_then(|p| p.build()))
+        .py()?;
+    Ok((PyDataset { ds }, opts.seed, opts.num_threads))
+}
+
 /// The dataset of a spec JSON ([`SourceSpec`], as `Dataset.source_spec` gives it), and its
 /// records left out at open.
 #[pyfunction]
@@ -152,6 +162,7 @@ fn read_webdataset(
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(open_source, m)?)?;
+    m.add_function(wrap_pyfunction!(load_pipeline, m)?)?;
     m.add_function(wrap_pyfunction!(read_files, m)?)?;
     m.add_function(wrap_pyfunction!(read_images, m)?)?;
     m.add_function(wrap_pyfunction!(read_parquet, m)?)?;

@@ -4,9 +4,11 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 # Build output lives outside the clone so CI and fresh clones rebuild incrementally.
 export CARGO_TARGET_DIR ?= $(HOME)/.cache/sluice-target
-MATURIN_PROFILE ?= release
+# `dev-release` rebuilds in seconds after an edit; `release` (what the wheel gets, thin LTO and one
+# codegen unit) is what benchmarks and `make wheel` build. See Cargo.toml.
+MATURIN_PROFILE ?= dev-release
 
-.PHONY: venv build demo test test-rust test-python lint bench bench-setup clean
+.PHONY: venv build demo test test-rust test-python lint bench bench-setup wheel clean
 
 venv: $(VENV)/.deps-stamp
 
@@ -19,6 +21,10 @@ $(VENV)/.deps-stamp: pyproject.toml
 
 build: venv
 	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop -q --profile $(MATURIN_PROFILE)
+
+# The wheel users get (abi3, manylinux_2_28, release profile, `sluice` console script inside) in dist/.
+wheel: venv
+	$(VENV)/bin/maturin build --release --compatibility manylinux_2_28 --out dist
 
 demo: build
 	$(PY) examples/demo.py
@@ -39,7 +45,7 @@ bench-setup:
 	bash benchmarks/setup.sh
 
 bench: bench-setup
-	MATURIN_PROFILE=bench-release $(MAKE) build
+	MATURIN_PROFILE=release $(MAKE) build
 	.venv-bench/bin/python benchmarks/run.py
 
 clean:

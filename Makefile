@@ -22,9 +22,12 @@ $(VENV)/.deps-stamp: pyproject.toml
 build: venv
 	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop -q --profile $(MATURIN_PROFILE)
 
-# The wheel users get (abi3, manylinux_2_28, release profile, `sluice` console script inside) in dist/.
+# The wheel users get (abi3, release profile, `sluice` console script inside) in dist/. maturin
+# audits it with auditwheel's rules and tags the oldest manylinux it complies with, which follows
+# the build machine's glibc (manylinux_2_34 from Debian 12); build on an older glibc (e.g. in the
+# quay.io/pypa/manylinux_2_28 image) for a wheel that installs on older systems.
 wheel: venv
-	$(VENV)/bin/maturin build --release --compatibility manylinux_2_28 --out dist
+	$(VENV)/bin/maturin build --release --auditwheel check --out dist
 
 demo: build
 	$(PY) examples/demo.py

@@ -22,12 +22,18 @@ $(VENV)/.deps-stamp: pyproject.toml
 build: venv
 	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop -q --profile $(MATURIN_PROFILE)
 
-# The wheel users get (abi3, release profile, `sluice` console script inside) in dist/. maturin
-# audits it with auditwheel's rules and tags the oldest manylinux it complies with, which follows
-# the build machine's glibc (manylinux_2_34 from Debian 12); build on an older glibc (e.g. in the
-# quay.io/pypa/manylinux_2_28 image) for a wheel that installs on older systems.
+# The wheel users get (abi3, release profile, `sluice` console script inside) in dist/, tagged
+# manylinux_2_28 (glibc >= 2.28: RHEL 8, Debian 10, Ubuntu 18.10 and later) whatever this
+# machine's glibc: zig (maturin[zig], installed on first use and found as the venv's
+# `python -m ziglang`) links against glibc 2.28's symbols. maturin audits the result with
+# auditwheel's rules. `make wheel WHEEL_FLAGS=` builds with the
+# system linker instead, tagged with the oldest manylinux this machine's glibc allows
+# (manylinux_2_34 on Debian 12).
+WHEEL_FLAGS ?= --zig --compatibility manylinux_2_28
+MATURIN_ZIG := "maturin[zig]>=1.5,<2"
 wheel: venv
-	$(VENV)/bin/maturin build --release --auditwheel check --out dist
+	$(if $(findstring --zig,$(WHEEL_FLAGS)),$(PY) -m pip install -q $(MATURIN_ZIG))
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/maturin build --release --auditwheel check $(WHEEL_FLAGS) --out dist
 
 demo: build
 	$(PY) examples/demo.py

@@ -4,9 +4,11 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 # Build output lives outside the clone so CI and fresh clones rebuild incrementally.
 export CARGO_TARGET_DIR ?= $(HOME)/.cache/sluice-target
-MATURIN_PROFILE ?= release
+# `dev-release` rebuilds in seconds after an edit; `release` (what the wheel gets, thin LTO and one
+# codegen unit) is what benchmarks and `make wheel` build. See Cargo.toml.
+MATURIN_PROFILE ?= dev-release
 
-.PHONY: venv build demo test test-rust test-python browser lint bench bench-setup clean
+.PHONY: venv build demo test test-rust test-python browser lint bench bench-setup wheel clean
 
 venv: $(VENV)/.deps-stamp
 
@@ -20,6 +22,19 @@ $(VENV)/.deps-stamp: pyproject.toml
 
 build: venv
 	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop -q --profile $(MATURIN_PROFILE)
+
+# The wheel users get (abi3, release profile, `sluice` console script inside) in dist/, tagged
+# manylinux_2_28 (glibc >= 2.28: RHEL 8, Debian 10, Ubuntu 18.10 and later) whatever this
+# machine's glibc: zig (maturin[zig], installed on first use and found as the venv's
+# `python -m ziglang`) links against glibc 2.28's symbols. maturin audits the result with
+# auditwheel's rules. `make wheel WHEEL_FLAGS=` builds with the
+# system linker instead, tagged with the oldest manylinux this machine's glibc allows
+# (manylinux_2_34 on Debian 12).
+WHEEL_FLAGS ?= --zig --compatibility manylinux_2_28
+MATURIN_ZIG := "maturin[zig]>=1.5,<2"
+wheel: venv
+	$(if $(findstring --zig,$(WHEEL_FLAGS)),$(PY) -m pip install -q $(MATURIN_ZIG))
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/maturin build --release --auditwheel check $(WHEEL_FLAGS) --out dist
 
 demo: build
 	$(PY) examples/demo.py
@@ -50,7 +65,7 @@ bench-setup:
 	bash benchmarks/setup.sh
 
 bench: bench-setup
-	MATURIN_PROFILE=bench-release $(MAKE) build
+	MATURIN_PROFILE=release $(MAKE) build
 	.venv-bench/bin/python benchmarks/run.py
 
 clean:

@@ -37,6 +37,9 @@ class Iterator:
     def __exit__(self, a: Any, b: Any, c: Any) -> None: ...
 
 def elastic_state_json(states: list[str]) -> str: ...
+def cli_main(argv: list[str]) -> int:
+    """Runs the ``sluice`` command line (crates/sluice-cli) on ``argv`` (program name first)
+    without the GIL and returns its exit status: 0, 1 (the pipeline failed) or 2 (usage)."""
 def join_stopped() -> bool:
     """Waits (up to 10 s) for the workers of runs an error or Ctrl-C ended while they were in
     a call; called at interpreter exit. False if some were still running."""

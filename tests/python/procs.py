@@ -24,15 +24,28 @@ def run_py(code: str, timeout: float = 60) -> subprocess.CompletedProcess:
     )
 
 
+def run_cmd(
+    args: list[str], timeout: float = 60, cwd: str | pathlib.Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """Runs a command (not necessarily Python) with its output captured; raises
+    `subprocess.TimeoutExpired` past `timeout`."""
+    return subprocess.run(
+        [str(a) for a in args], capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env
+    )
+
+
 class Child:
     """A running interpreter whose stdout is read line by line, each read with a timeout."""
 
-    def __init__(self, code: str):
+    def __init__(self, code: str = "", args: list[str] | None = None, **popen):
+        """Runs `code` in a fresh interpreter, or the command `args` when given (`popen`: more
+        `subprocess.Popen` arguments, e.g. `cwd`, `env`)."""
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", textwrap.dedent(code)],
+            [str(a) for a in args] if args is not None else [sys.executable, "-c", textwrap.dedent(code)],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            **popen,
         )
         self._lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._pump, daemon=True).start()

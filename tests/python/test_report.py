@@ -94,3 +94,28 @@ def test_report_data_and_bad_use(tmp_path):
     assert pathlib.Path(it.report(tmp_path / "it.html")).read_text().count("<svg") >= 8
     it.close()
     assert json.loads(json.dumps(ds.stats().to_dict()))["consumer"]["outputs"] == 1
+
+
+def cli(*args, cwd):
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "sluice.cli", *args], capture_output=True, text=True, timeout=120,
+                          cwd=cwd)
+
+
+def test_sluice_report_command_runs_a_pipeline_file(tmp_path):
+    root = pathlib.Path(__file__).resolve().parents[2]
+    out = tmp_path / "pipeline.html"
+    done = cli("report", "examples/pipeline.toml", "-o", str(out), "--batches", "3", cwd=root)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(out) and "select" in out.read_text()
+    # A run that fails still writes its report, naming the op; the exit status says it failed.
+    (tmp_path / "notes.txt").write_text("not an image")
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"source": {"source": "read_files", "paths": [str(tmp_path / "notes.txt")]},
+                               "steps": [{"step": "map", "op": "image.decode"}, {"step": "batch", "size": 1}]}))
+    failed = cli("report", str(bad), "-o", str(tmp_path / "bad.html"), cwd=tmp_path)
+    assert failed.returncode == 1 and "the run failed" in failed.stderr
+    assert 'id="error"' in (tmp_path / "bad.html").read_text() and "decode" in (tmp_path / "bad.html").read_text()
+    assert cli("report", "missing.toml", cwd=tmp_path).returncode == 1
+    assert cli("report", "examples/pipeline.toml", "--batches", "0", cwd=root).returncode == 2

@@ -80,3 +80,17 @@ fn profile_plan_run_and_bench_a_pipeline_file() {
     let (ok, _, err) = sluice(&["run", "examples/pipeline.toml", "--plan", &prof]);
     assert!(!ok && err.contains("not a sluice plan"), "{err}");
 }
+
+/// The library entry the wheel's console script calls: statuses come back, the process is not
+/// exited (a host such as the Python extension decides that).
+#[test]
+fn main_from_returns_the_exit_status() {
+    assert_eq!(sluice_ml_cli::main_from(["sluice", "--version"]), 0);
+    assert_eq!(sluice_ml_cli::main_from(["sluice", "--help"]), 0);
+    assert_eq!(sluice_ml_cli::main_from(["sluice", "frobnicate"]), 2);
+    assert_eq!(sluice_ml_cli::main_from(["sluice", "run"]), 2);
+    assert_eq!(
+        sluice_ml_cli::main_from(["sluice", "run", "no-such-pipeline.toml"]),
+        1
+    );
+}

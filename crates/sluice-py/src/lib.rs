@@ -1,6 +1,7 @@
 //! `sluice._native`: the Python bindings. Translation only — every method forwards to the
 //! Rust API; conversions live in `convert`, error mapping in `errors`.
 
+mod cli;
 mod convert;
 mod dataset;
 mod errors;
@@ -32,6 +33,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<iter::PyStats>()?;
     m.add_function(wrap_pyfunction!(iter::elastic_state_json, m)?)?;
     m.add_function(wrap_pyfunction!(iter::join_stopped, m)?)?;
+    m.add_function(wrap_pyfunction!(cli::cli_main, m)?)?;
     worker::register(m)?;
     formats::register(m)?;
     sources::register(m)?;

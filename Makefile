@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 # Build output lives outside the clone so CI and fresh clones rebuild incrementally.
 export CARGO_TARGET_DIR ?= $(HOME)/.cache/sluice-target
-# `dev-release` rebuilds in seconds after an edit; `release` (what the wheel gets, thin LTO and one
+# `dev-release` rebuilds in seconds after an edit; `release` (what the wheel gets, fat LTO and one
 # codegen unit) is what benchmarks and `make wheel` build. See Cargo.toml.
 MATURIN_PROFILE ?= dev-release
 

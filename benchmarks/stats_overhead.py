@@ -1,7 +1,9 @@
 """What recording the statistics over time costs: the CV, NLP and ASR reference pipelines
 (``benchmarks/peers/sluice_native.py``) with the series on (the default) and off
 (``SLUICE_STATS_SERIES=0``), each run in its own process, rounds interleaved, samples/s over a
-window of at least ``--seconds`` after the first batches; medians and the on/off ratio.
+window of at least ``--seconds`` after the first batches; medians and the on/off ratio. Then
+the cost per output where it shows most: ``range(3_000_000)`` unbatched, one engine thread,
+nanoseconds per output on and off (``--per-output-rounds``).
 
     .venv/bin/python benchmarks/stats_overhead.py [--data ~/.cache/sluice-bench] [--rounds 3]
         [--seconds 8] [--markdown]
@@ -38,12 +40,34 @@ def child(workload: str, data: Path, seconds: float) -> dict:
     return {"samples_per_s": n / (time.perf_counter() - t0)}
 
 
+PER_OUTPUT = r"""
+import time, sluice
+it = sluice.range(3_000_000).iter(num_threads=1)
+next(it)
+t, n = time.perf_counter(), 0
+for _ in it:
+    n += 1
+print((time.perf_counter() - t) / n * 1e9)
+"""
+
+
+def per_output(rounds: int) -> dict:
+    res: dict = {"on": [], "off": []}
+    for _ in range(rounds):
+        for mode in ("on", "off"):
+            env = {**os.environ, "SLUICE_STATS_SERIES": "1" if mode == "on" else "0"}
+            out = subprocess.run([sys.executable, "-c", PER_OUTPUT], capture_output=True, text=True, env=env, timeout=600)
+            res[mode].append(float(out.stdout.strip()))
+    return {k: statistics.median(v) for k, v in res.items()}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, default=Path.home() / ".cache" / "sluice-bench")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--workloads", default="cv,nlp,asr")
+    ap.add_argument("--per-output-rounds", type=int, default=5)
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -75,6 +99,11 @@ def main(argv=None) -> int:
             print(f"| {w.upper()} | {on:,.1f} | {off:,.1f} | {on / off:.3f} |")
         else:
             print(json.dumps({"workload": w, "on": on, "off": off, "ratio": on / off}))
+    if a.per_output_rounds:
+        ns = per_output(a.per_output_rounds)
+        line = (f"Per output (range, unbatched, 1 thread, medians of {a.per_output_rounds}): "
+                f"{ns['on']:.0f} ns on, {ns['off']:.0f} ns off: {ns['on'] - ns['off']:+.0f} ns per output.")
+        print(("\n" + line) if a.markdown else json.dumps({"per_output_ns": ns}))
     return 0
 
 

@@ -104,6 +104,14 @@ def _actor_class(ray: Any) -> Any:
     return _REMOTE_ACTOR
 
 
+def _reply_bytes(out: Any) -> int:
+    """Size of a reply: a frame, or a split reply (frame, [uint8 arrays])."""
+    if isinstance(out, tuple):
+        frame, arrays = out
+        return len(frame) + sum(int(a.nbytes) for a in arrays)
+    return len(out)
+
+
 @dataclass
 class _Slot:
     """One place chunks run: an actor (``handle``) or this process (``local``)."""
@@ -116,6 +124,9 @@ class _Slot:
     done: int = 0
     retiring: bool = False
     busy_s: float = 0.0
+    # Bytes of request frames sent to the actor and of its replies (0 for the local slot).
+    sent: int = 0
+    received: int = 0
     # An actor takes work once its engine is built (``ready`` resolved).
     ready: Any = None
     started: float = 0.0
@@ -298,12 +309,14 @@ class RayPool:
                     return slot
                 self._lock.wait(0.05 if any(not s.is_ready for s in self._slots) else 0.5)
 
-    def _release(self, slot: _Slot, busy: float, items: int, ok: bool) -> None:
+    def _release(self, slot: _Slot, busy: float, items: int, ok: bool, moved: tuple[int, int] = (0, 0)) -> None:
         with self._lock:
             slot.in_flight -= 1
             if ok:
                 slot.done += 1
                 slot.busy_s += busy
+                slot.sent += moved[0]
+                slot.received += moved[1]
                 self.chunks += 1
                 self.samples += items
                 self._window_samples += items
@@ -424,7 +437,8 @@ class RayPool:
             except BaseException:
                 self._release(slot, 0.0, 0, False)
                 raise
-            self._release(slot, time.perf_counter() - t, items, True)
+            moved = (0, 0) if slot.is_local else (len(frame), _reply_bytes(out))
+            self._release(slot, time.perf_counter() - t, items, True, moved)
             self._window()
             return out
 
@@ -475,7 +489,8 @@ class RayPool:
         each re-run chunk failed with), placement state and decisions, and events."""
         with self._lock:
             slots = [
-                {"name": s.name, "local": s.is_local, "chunks": s.done, "busy_s": round(s.busy_s, 3)}
+                {"name": s.name, "local": s.is_local, "chunks": s.done, "busy_s": round(s.busy_s, 3),
+                 "sent_bytes": s.sent, "received_bytes": s.received}
                 for s in self._all
             ]
             # Workers serving now, or when the stage ended.
@@ -492,6 +507,9 @@ class RayPool:
             "samples": self.samples,
             "retries": self.retries,
             "retry_causes": dict(self.retry_causes),
+            # What crossed to and from the actors (request frames, replies with their tensors).
+            "sent_bytes": sum(s["sent_bytes"] for s in slots),
+            "received_bytes": sum(s["received_bytes"] for s in slots),
             "slots": slots,
             "placement": placement,
             "decisions": decisions,

@@ -256,8 +256,13 @@ def render(data: dict, logical_plan: str, plan: dict | None = None, title: str =
         parts.append("<h3>Why each rule decided what it did</h3><ul>" + "".join(
             f"<li>{_e(d)}</li>" for d in plan.get("decisions", [])) + "</ul>")
     for r in data.get("remote", []):
-        parts.append(f'<h2>Ray: {_e(r["stage"])}</h2><p>{r["chunks"]} chunks, {r["retries"]} retries.</p>'
-                     + _table(["actor / slot", "chunks"], [[s["name"], s["chunks"]] for s in r["slots"]])
+        mib = lambda b: f"{b / 2**20:,.1f} MiB"  # noqa: E731
+        parts.append(f'<h2>Ray: {_e(r["stage"])}</h2><p>{r["chunks"]} chunks ({r["samples"]:,} samples), '
+                     f'{r["retries"]} retries, {mib(r.get("sent_bytes", 0))} sent to actors, '
+                     f'{mib(r.get("received_bytes", 0))} back.</p>'
+                     + _table(["actor / slot", "chunks", "busy s", "sent", "received"],
+                              [[s["name"], s["chunks"], _num(s["busy_s"]), mib(s.get("sent_bytes", 0)),
+                                mib(s.get("received_bytes", 0))] for s in r["slots"]])
                      + ("<ul>" + "".join(f"<li>{_e(e)}</li>" for e in r["events"]) + "</ul>" if r["events"] else ""))
     parts.append("<h2>Raw statistics</h2><details><summary>JSON</summary><pre>"
                  + _e(json.dumps({k: v for k, v in data.items() if k != "series"}, indent=1)) + "</pre></details>")

@@ -106,7 +106,7 @@ def test_workers_import_this_sluice(cluster):
     assert ray.get(where.remote()) == sluice.__file__
 
 
-def test_output_is_byte_identical_to_local(cluster, images_dir):
+def test_output_is_byte_identical_to_local(cluster, images_dir, tmp_path):
     ds = cv(images_dir, k=3)  # the lambda closes over k: shipped by cloudpickle
     local = list(ds.iter(seed=11, epoch=0, chunk_size=4))
     c = ctx()
@@ -118,6 +118,12 @@ def test_output_is_byte_identical_to_local(cluster, images_dir):
     assert pool["chunks"] > 0 and pool["retries"] == 0
     assert sum(s["chunks"] for s in pool["slots"] if not s["local"]) == pool["chunks"]
     assert "ray:" in str(stats)
+    # Transfer volume: the actors got request frames and sent back the crops (24×24×3 bytes
+    # per sample at least).
+    assert pool["sent_bytes"] > 0 and pool["received_bytes"] >= pool["samples"] * 24 * 24 * 3 > 0
+    assert pool["sent_bytes"] == sum(s["sent_bytes"] for s in pool["slots"])
+    page = it.report(tmp_path / "ray.html")
+    assert "Ray: " in open(page).read() and "sent to actors" in open(page).read()
     plan = c.explicit_plan(ds, seed=11)
     assert any("→ ray (2 workers)" in d for d in plan.decisions), plan.decisions
     # Replies as one byte frame (the path before zero-copy results) give the same bytes.

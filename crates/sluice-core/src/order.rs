@@ -63,9 +63,9 @@ impl Permutation {
 /// ```
 /// use sluice_core::order::ShardSpec;
 /// let s = ShardSpec::try_new(1, 2, false).unwrap().with_block(3).unwrap();
-/// // blocks [0,1,2] [3,4,5] [6,7,8] [9]: rank 1 gets the second one
-/// assert_eq!(s.len(10), 3);
-/// assert_eq!((0..3).map(|p| s.index(p)).collect::<Vec<_>>(), [3, 4, 5]);
+/// // blocks [0,1,2] [3,4,5] [6,7,8] [9]: rank 1 gets the second and the fourth
+/// assert_eq!(s.len(10), 4);
+/// assert_eq!((0..4).map(|p| s.index(p)).collect::<Vec<_>>(), [3, 4, 5, 9]);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ShardSpec {

@@ -186,7 +186,9 @@ class TorchEpoch:
     def __init__(self, owner: TorchDataset, worker: int, workers: int, epoch: int, round_: int):
         self._owner, self._worker, self._workers = owner, worker, workers
         self.epoch, self._round = epoch, round_
-        self._pending: dict | None = None
+        # Where the pipeline (re)starts from when it is not running: a loaded checkpoint, or
+        # where it stood when it was closed.
+        self._resume: dict | None = None
         self._it: Any = None
         self._done = False
 
@@ -203,9 +205,8 @@ class TorchEpoch:
                 kwargs["num_threads"] = max(1, (os.cpu_count() or 1) // self._workers)
             part = self._owner._part(self._worker, self._workers)
             self._it = part.iter(self._owner._seed, epoch=self.epoch, **kwargs)
-            if self._pending is not None:
-                self._it.load_state_dict(self._pending)
-                self._pending = None
+            if self._resume is not None:
+                self._it.load_state_dict(self._resume)
         try:
             return next(self._it)
         except StopIteration:
@@ -216,16 +217,14 @@ class TorchEpoch:
     def close(self) -> None:
         it, self._it = self._it, None
         if it is not None:
-            self._count = it._count
-            self._state = it.state_dict() if it._count else None
+            if it._count:
+                self._resume = it.state_dict()
             it.close()
 
     def state_dict(self) -> dict:
         """Where this process stands in the epoch: resumes after the last batch it delivered."""
-        if self._it is not None:
-            inner = self._it.state_dict() if self._it._count else None
-        else:
-            inner = self._pending if not self._done else getattr(self, "_state", None)
+        running = self._it is not None and self._it._count
+        inner = self._it.state_dict() if running else self._resume
         return {
             "epoch": self.epoch,
             "worker": self._worker,
@@ -248,7 +247,7 @@ class TorchEpoch:
         self.epoch = int(state["epoch"])
         self._owner._resumed(self.epoch, self._round)
         self._done = bool(state["done"])
-        self._pending = state["sluice"]
+        self._resume = state["sluice"]
 
 
 def to_tensors(batch: Mapping[str, Any], dtypes: Mapping[str, Any]) -> dict:
@@ -283,8 +282,8 @@ def iter_torch_batches(
     cuda = device.type == "cuda"
     if cuda and not torch.cuda.is_available():
         raise RuntimeError(f"iter_torch_batches: device {device} asked for, but torch sees no CUDA device")
-    if pin_memory and not cuda and not torch.cuda.is_available():
-        warnings.warn("iter_torch_batches: pin_memory=True without a CUDA device does nothing", stacklevel=3)
+    if pin_memory and not cuda:
+        warnings.warn("iter_torch_batches: pin_memory=True only matters for a CUDA device; ignored", stacklevel=3)
         pin_memory = False
     if not cuda:
         for batch in batches:

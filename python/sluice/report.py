@@ -194,12 +194,8 @@ def diagram(logical: list[str], stages: list[dict]) -> str:
 
 def _table(header: list[str], rows: list[list[Any]]) -> str:
     head = "".join(f"<th>{_e(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{c if isinstance(c, _Raw) else _e(c)}</td>" for c in r) + "</tr>" for r in rows)
+    body = "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in r) + "</tr>" for r in rows)
     return f"<table><tr>{head}</tr>{body}</table>"
-
-
-class _Raw(str):
-    """Markup that goes into a table cell as it is."""
 
 
 def render(data: dict, logical_plan: str, plan: dict | None = None, title: str = "sluice pipeline report") -> str:

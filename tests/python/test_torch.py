@@ -138,16 +138,10 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match="already has a shard"):
         list(sluice.range(8).shard(0, 2).batch(2).to_torch(rank=1, world_size=2))
     # A checkpoint of another worker layout is refused, not misapplied.
-    from torchdata.stateful_dataloader import StatefulDataLoader
-
-    a = StatefulDataLoader(pipeline().to_torch(), batch_size=None, num_workers=0)
-    it = iter(a)
-    next(it)
-    state = a.state_dict()
+    taken = iter(pipeline().to_torch())
+    next(taken)
+    bad = {**taken.state_dict(), "num_workers": 2}
     epoch = iter(pipeline().to_torch())
-    bad = dict(state["_snapshot"]["_main_snapshot"]["_fetcher_state"]["dataset_iter_state"] if "_snapshot" in state
-               else state["fetcher_state"]["dataset_iter_state"])
-    bad["num_workers"] = 2
     with pytest.raises(ValueError, match="same num_workers"):
         epoch.load_state_dict(bad)
     with pytest.raises(ValueError, match="not a checkpoint"):
@@ -293,3 +287,15 @@ def test_resnet18_trains_from_iter_torch_batches_seeing_each_sample_once_per_epo
         orders.append(paths)
     assert orders[0] != orders[1] != orders[2]  # every epoch reshuffles
     assert np.isfinite(losses).all()
+
+
+def test_an_epoch_iterator_resumes_from_its_own_state_without_torchdata():
+    expected = as_numpy(iter(pipeline().to_torch()))
+    taken = iter(pipeline().to_torch())
+    head = as_numpy([next(taken), next(taken)])
+    state = taken.state_dict()
+    taken.close()
+    assert taken.state_dict() == state, "a closed epoch keeps where it stood"
+    again = iter(pipeline().to_torch())
+    again.load_state_dict(state)
+    same(head + as_numpy(again), expected)

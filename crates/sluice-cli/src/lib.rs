@@ -128,6 +128,15 @@ fn read(path: &str) -> Result<String, sluice::Error> {
         .map_err(|e| sluice::Error::invalid(format!("cannot read {path}: {e}")))
 }
 
+/// Prints `value` as text, or as JSON (`as_json`) with `--json`.
+fn show(json: bool, value: &impl std::fmt::Display, as_json: impl FnOnce() -> String) {
+    if json {
+        println!("{}", as_json());
+    } else {
+        println!("{value}");
+    }
+}
+
 fn write(path: &str, text: &str) -> Result<(), sluice::Error> {
     std::fs::write(path, text)
         .map_err(|e| sluice::Error::invalid(format!("cannot write {path}: {e}")))
@@ -216,7 +225,7 @@ fn run(cli: Cli) -> Result<(), sluice::Error> {
             if let Some(path) = out {
                 write(&path, &p.to_json())?;
             }
-            println!("{}", if json { p.to_json() } else { p.to_string() });
+            show(json, &p, || p.to_json());
             Ok(())
         }
         Command::Plan {
@@ -247,27 +256,13 @@ fn run(cli: Cli) -> Result<(), sluice::Error> {
             if let Some(path) = out {
                 write(&path, &plan.to_json())?;
             }
-            println!(
-                "{}",
-                if json {
-                    plan.to_json()
-                } else {
-                    plan.to_string()
-                }
-            );
+            show(json, &plan, || plan.to_json());
             Ok(())
         }
         Command::Plan { pipeline, json, .. } => {
             let (ds, opts) = PipelineSpec::load(&pipeline)?.build()?;
             let plan = ds.physical_plan(&opts)?;
-            println!(
-                "{}",
-                if json {
-                    plan.to_json()
-                } else {
-                    plan.to_string()
-                }
-            );
+            show(json, &plan, || plan.to_json());
             Ok(())
         }
         Command::Run {
@@ -323,14 +318,9 @@ fn run(cli: Cli) -> Result<(), sluice::Error> {
             }
             let report = exec.stats();
             exec.close(Duration::from_secs(5));
-            if json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&report).unwrap_or_default()
-                );
-            } else {
-                println!("{report}");
-            }
+            show(json, &report, || {
+                serde_json::to_string_pretty(&report).unwrap_or_default()
+            });
             Ok(())
         }
     }

@@ -222,14 +222,14 @@ impl PipelineStats {
         &self.stages[i].1
     }
     pub(crate) fn record_output(&self, delay: Duration, samples: u64) {
-        self.first_output.get_or_init(|| self.started.elapsed());
+        let now = self.started.elapsed();
+        self.first_output.get_or_init(|| now);
         let ns = delay.as_nanos() as u64;
         self.delays.record(ns);
         if ns > 0 {
             self.consumer_wait_ns.fetch_add(ns, Relaxed);
         }
         self.consumer_samples.fetch_add(samples, Relaxed);
-        let now = self.started.elapsed();
         let now_ns = now.as_nanos() as u64;
         if self.series.due(now_ns) {
             self.series.push(now_ns, self.point(now));

@@ -30,9 +30,11 @@ from .sources import (
 from . import agg, audio, image, ops, text
 from .ingest import check_ingest
 from .context import Context
+from .storage import configure_storage
 from .optimizer import OptimizerOptions, Plan, Profile
 
 __all__ = [
+    "configure_storage",
     "Context",
     "Dataset",
     "GroupedDataset",

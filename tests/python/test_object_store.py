@@ -112,12 +112,17 @@ def test_csv_jsonl_sink_and_webdataset_on_s3(env, tmp_path):
     assert body == b'{"id":0}\n{"id":1}\n{"id":2}\n'
 
 
-def test_missing_object_and_missing_credentials(env, monkeypatch):
+def test_missing_object_and_missing_credentials(env, monkeypatch, tmp_path):
     b = _bucket(env, "empty-bucket")
     with pytest.raises(FileNotFoundError, match="nothing.parquet"):
         sluice.read_parquet(f"s3://{b}/nothing.parquet")
     monkeypatch.delenv("AWS_ACCESS_KEY_ID")
-    with pytest.raises(ValueError, match="AWS_ACCESS_KEY_ID"):
+    with pytest.raises(ValueError, match="Missing AccessKeyId"):  # half a key pair
+        sluice.read_parquet("s3://half-configured-bucket/x.parquet")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.aws profile
+    monkeypatch.setenv("AWS_METADATA_ENDPOINT", "http://127.0.0.1:9")  # no instance metadata
+    with pytest.raises(OSError, match="AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY not set.*instance metadata"):
         sluice.read_parquet("s3://never-configured-bucket/x.parquet")
 
 
@@ -151,13 +156,63 @@ def test_jsonl_and_text_from_s3(env, sluice_log):
         list(sluice.read_jsonl(f"s3://{b}/data/a.jsonl"))
 
 
-def test_gs_urls_without_credentials_name_the_variable(monkeypatch, tmp_path):
+def test_gs_urls_without_credentials_name_every_lookup(monkeypatch, tmp_path):
     for k in list(os.environ):
         if k.startswith("GOOGLE_") or k == "SERVICE_ACCOUNT":
             monkeypatch.delenv(k)
     monkeypatch.setenv("HOME", str(tmp_path))  # no gcloud application default credentials
-    for read in (sluice.read_parquet, sluice.read_jsonl, sluice.read_text, sluice.read_webdataset):
-        with pytest.raises(ValueError, match="no GCS credentials.*GOOGLE_APPLICATION_CREDENTIALS"):
-            list(read("gs://some-bucket/data/part-0.parquet"))  # tar shards open when read
-    with pytest.raises(ValueError, match="GOOGLE_APPLICATION_CREDENTIALS"):
-        sluice.range(3).write_jsonl("gs://some-bucket/out")
+    monkeypatch.setenv("GCE_METADATA_HOST", "127.0.0.1:9")  # no metadata server answers
+    monkeypatch.setenv("GCE_METADATA_IP", "127.0.0.1:9")
+    lookups = "GOOGLE_APPLICATION_CREDENTIALS.*not set.*application_default_credentials.json not found.*metadata server"
+    for i, read in enumerate((sluice.read_parquet, sluice.read_jsonl, sluice.read_text, sluice.read_webdataset)):
+        with pytest.raises(OSError, match=lookups):
+            list(read(f"gs://some-bucket-{i}/data/part-0.parquet"))  # tar shards open when read
+    with pytest.raises(OSError, match=lookups):
+        sluice.range(3).write_jsonl("gs://some-bucket-9/out")
+
+
+def test_read_images_from_a_bucket_equals_local(env, tmp_path):
+    """The most common CV layout in a bucket: class folders of images under a prefix. Listed
+    concurrently, labelled by parent folder, fetched ahead of need; every batch equals the
+    local run's, with shuffle, shard and a resumed checkpoint."""
+    Image = pytest.importorskip("PIL.Image")
+    import sluice.image as img
+
+    b = _bucket(env, "images-bucket")
+    for c, cls in enumerate(["bird", "cat", "dog"]):
+        (tmp_path / "train" / cls).mkdir(parents=True)
+        for i in range(7):
+            buf = io.BytesIO()
+            Image.new("RGB", (40 + i, 30 + c), (30 * i, 80 * c, 120)).save(buf, "JPEG" if i % 2 else "PNG")
+            name = f"{i}.{'jpg' if i % 2 else 'png'}"
+            (tmp_path / "train" / cls / name).write_bytes(buf.getvalue())
+            env.put_object(Bucket=b, Key=f"train/{cls}/{name}", Body=buf.getvalue())
+    env.put_object(Bucket=b, Key="train/cat/notes.txt", Body=b"not an image")
+
+    def pipeline(root):
+        return (sluice.read_images(root, labels="parent_dir")
+                .shuffle(seed=3)
+                .shard(1, 2)
+                .map(img.decode())
+                .map(img.random_resized_crop(16))
+                .batch(4))
+
+    local = list(pipeline(str(tmp_path / "train")))
+    for root in (f"s3://{b}/train/", f"s3://{b}/train"):  # a prefix with or without its slash
+        ds = sluice.read_images(root, labels="parent_dir")
+        assert ds.class_names == ["bird", "cat", "dog"] and len(ds) == 21
+        remote = list(pipeline(root))
+        assert len(remote) == len(local) == 3
+        for x, y in zip(local, remote):
+            assert (x["image"] == y["image"]).all() and (x["label"] == y["label"]).all()
+    it = pipeline(f"s3://{b}/train/").iter(seed=5)
+    next(it)
+    state = it.state_dict()
+    rest = [x["label"].tolist() for x in it]
+    resumed = pipeline(f"s3://{b}/train/").iter(seed=5)
+    resumed.load_state_dict(state)
+    assert [x["label"].tolist() for x in resumed] == rest
+    files = sluice.read_files(f"s3://{b}/train/cat/")
+    assert len(files) == 8 and files.take(8)[7]["bytes"] == b"not an image"
+    with pytest.raises(FileNotFoundError, match="matched no objects"):
+        sluice.read_images(f"s3://{b}/nothing-here/")

@@ -50,6 +50,12 @@ pub trait Source: Send + Sync + fmt::Debug {
     }
     /// Sample `index` (0-based) of a random-access source.
     fn get(&self, index: u64) -> Result<Sample>;
+    /// A hint: the samples at `indices` were just queued and will be read soon (by
+    /// [`Source::get_many`], in a worker). Sources whose reads wait on a network (objects in a
+    /// bucket) start fetching them now; the default does nothing. It must not block.
+    fn will_need(&self, indices: &[u64]) {
+        let _ = indices;
+    }
     /// Samples at `indices`, in that order (one result each). Readers call this with a
     /// chunk's indices; sources that decode in blocks (Parquet row groups) override it to
     /// look each block up once per run of neighbouring indices instead of once per sample.

@@ -1,4 +1,6 @@
-//! `read_files` and `read_images`: one sample per file, `{path, bytes}` (+ `label`).
+//! `read_files` and `read_images`: one sample per file or object, `{path, bytes}` (+ `label`).
+//! Objects in a bucket are listed when the source opens (random access stays O(1) through
+//! the listing) and fetched ahead of need ([`ReadAhead`]).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -8,6 +10,10 @@ use sluice_core::{Error, Result, Sample, Source, SourceRef, Value};
 
 pub use crate::spec::LabelMode;
 use crate::spec::SourceSpec;
+use crate::store::{expand, is_url, ReadAhead};
+
+/// Objects fetched ahead of need per remote source (its memory bound: this many objects).
+pub const READ_AHEAD_OBJECTS: usize = 256;
 
 /// File extensions `read_images` picks up when given a directory.
 pub const IMAGE_EXTENSIONS: &[&str] = &["jpg", "jpeg", "png", "bmp", "gif", "webp", "tif", "tiff"];
@@ -148,21 +154,25 @@ pub struct FilesSource {
     paths: Arc<Vec<String>>,
     labels: Option<Arc<Vec<i64>>>,
     classes: Arc<Vec<String>>,
+    /// For objects in a store: the fetches started ahead of need.
+    ahead: Option<Arc<ReadAhead>>,
 }
 
 impl FilesSource {
     /// `read_files(entries)`.
     pub fn files(entries: &[String]) -> Result<Self> {
+        let paths = expand(entries, None)?;
         Ok(FilesSource {
             images: false,
-            paths: Arc::new(expand_paths(entries, None)?),
+            ahead: read_ahead(&paths),
+            paths: Arc::new(paths),
             labels: None,
             classes: Arc::new(vec![]),
         })
     }
     /// `read_images(entries, labels)`.
     pub fn images(entries: &[String], labels: LabelMode) -> Result<Self> {
-        let paths = expand_paths(entries, Some(IMAGE_EXTENSIONS))?;
+        let paths = expand(entries, Some(IMAGE_EXTENSIONS))?;
         let (labels, classes) = match labels {
             LabelMode::None => (None, vec![]),
             LabelMode::ParentDir => {
@@ -188,6 +198,7 @@ impl FilesSource {
         };
         Ok(FilesSource {
             images: true,
+            ahead: read_ahead(&paths),
             paths: Arc::new(paths),
             labels,
             classes: Arc::new(classes),
@@ -218,6 +229,37 @@ impl FilesSource {
     }
 }
 
+/// A read-ahead for file lists that name objects in a store.
+fn read_ahead(paths: &[String]) -> Option<Arc<ReadAhead>> {
+    paths
+        .iter()
+        .any(|p| is_url(p))
+        .then(|| Arc::new(ReadAhead::new(READ_AHEAD_OBJECTS)))
+}
+
+impl FilesSource {
+    fn wanted(&self, indices: &[u64]) -> Vec<(u64, String)> {
+        indices
+            .iter()
+            .map(|&i| (i, self.paths[i as usize].clone()))
+            .collect()
+    }
+
+    fn sample(&self, index: u64, bytes: Arc<[u8]>) -> Sample {
+        sluice_core::field_names!(PATH = "path", BYTES = "bytes", LABEL = "label");
+        let mut s = Sample::with_capacity(3);
+        s.set(
+            PATH.clone(),
+            Value::Str(self.paths[index as usize].as_str().into()),
+        );
+        s.set(BYTES.clone(), Value::Bytes(bytes));
+        if let Some(labels) = &self.labels {
+            s.set(LABEL.clone(), Value::Int(labels[index as usize]));
+        }
+        s
+    }
+}
+
 impl Source for FilesSource {
     fn name(&self) -> &str {
         if self.images {
@@ -245,17 +287,33 @@ impl Source for FilesSource {
     fn ship(&self) -> Option<serde_json::Value> {
         Some(self.source_spec().to_json())
     }
-    fn get(&self, index: u64) -> Result<Sample> {
-        let path = &self.paths[index as usize];
-        let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
-        sluice_core::field_names!(PATH = "path", BYTES = "bytes", LABEL = "label");
-        let mut s = Sample::with_capacity(3);
-        s.set(PATH.clone(), Value::Str(path.as_str().into()));
-        s.set(BYTES.clone(), Value::Bytes(bytes.into()));
-        if let Some(labels) = &self.labels {
-            s.set(LABEL.clone(), Value::Int(labels[index as usize]));
+    fn will_need(&self, indices: &[u64]) {
+        if let Some(ahead) = &self.ahead {
+            ahead.start(&self.wanted(indices));
         }
-        Ok(s)
+    }
+    fn get(&self, index: u64) -> Result<Sample> {
+        self.get_many(&[index])
+            .pop()
+            .unwrap_or_else(|| Err(Error::Internal("read_files: no result for a read".into())))
+    }
+    fn get_many(&self, indices: &[u64]) -> Vec<Result<Sample>> {
+        match &self.ahead {
+            Some(ahead) => ahead
+                .take_many(&self.wanted(indices))
+                .into_iter()
+                .zip(indices)
+                .map(|(bytes, &i)| bytes.map(|b| self.sample(i, Arc::from(&b[..]))))
+                .collect(),
+            None => indices
+                .iter()
+                .map(|&i| {
+                    let path = &self.paths[i as usize];
+                    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+                    Ok(self.sample(i, bytes.into()))
+                })
+                .collect(),
+        }
     }
     fn clone_arc(&self) -> SourceRef {
         Arc::new(self.clone())

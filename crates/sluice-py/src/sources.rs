@@ -29,6 +29,13 @@ fn types(schema: BTreeMap<String, String>) -> PyResult<BTreeMap<String, CsvType>
         .collect()
 }
 
+/// Options for the object stores under a URL prefix (see `sluice.configure_storage`).
+#[pyfunction]
+fn configure_storage(prefix: &str, options: BTreeMap<String, String>) -> PyResult<()> {
+    let options: Vec<(String, String)> = options.into_iter().collect();
+    sluice::configure_storage(prefix, &options).py()
+}
+
 /// The dataset a pipeline file (TOML or JSON, as the CLI reads) describes, with the file's
 /// `seed` and `num_threads`.
 #[pyfunction]
@@ -163,6 +170,7 @@ fn read_webdataset(
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(open_source, m)?)?;
     m.add_function(wrap_pyfunction!(load_pipeline, m)?)?;
+    m.add_function(wrap_pyfunction!(configure_storage, m)?)?;
     m.add_function(wrap_pyfunction!(read_files, m)?)?;
     m.add_function(wrap_pyfunction!(read_images, m)?)?;
     m.add_function(wrap_pyfunction!(read_parquet, m)?)?;

@@ -23,6 +23,7 @@ pub use dataset::{Dataset, IterOptions};
 pub use relational::GroupedDataset;
 pub use sluice_core::mix::StopPolicy;
 pub use sluice_core::*;
+pub use sluice_io::store::configure_storage;
 pub use sluice_io::{
     arrow_array, arrow_conv::ArrowColumn, arrow_conv::Records, arrow_schema, CsvOnError,
     CsvOptions, CsvSource, CsvType, SinkOptions,

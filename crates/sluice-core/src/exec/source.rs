@@ -116,6 +116,7 @@ pub(super) fn spawn_source(
 /// with no sample read yet: reading is the first chain's work. Cheap enough to run in the
 /// consumer when every stage does.
 pub(super) struct OrderedItems {
+    source: crate::source::SourceRef,
     order: crate::order::IndexOrder,
     epoch: u64,
     pos: u64,
@@ -131,6 +132,7 @@ impl OrderedItems {
         let (epoch, pos) = resume.map_or((0, 0), |r| (r.epoch, r.pos));
         let elastic = elastic_positions(&order, epoch, pos);
         Some(OrderedItems {
+            source: src.source.clone(),
             order,
             epoch,
             pos,
@@ -173,8 +175,10 @@ impl OrderedItems {
                     };
                     Item::at(at.epoch, at.index, at.source_index, cursor)
                 })
-                .collect();
+                .collect::<Chunk>();
             self.pos = end;
+            let indices: Vec<u64> = items.iter().map(|it| it.source_index).collect();
+            self.source.will_need(&indices);
             return Some(items);
         }
     }

@@ -1,15 +1,18 @@
-//! Where bytes live: local files or object stores (`s3://`, `gs://`, `http(s)://`), behind
-//! one [`Blob`] type with positional reads, so every format reads local disks and buckets the
-//! same way.
+//! Where bytes live: local files or object stores (`s3://`, `gs://`, `az://`, `http(s)://`),
+//! behind one [`Blob`] type with positional reads, so every format reads local disks and
+//! buckets the same way.
 //!
 //! Object stores are reached through the `object_store` crate on one small shared tokio runtime:
 //! requests are ranged, at most [`MAX_REQUESTS`] are in flight per store, and transient failures
-//! are retried with exponential backoff. Credentials come from the usual environment
-//! variables — S3: `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`,
-//! `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`; GCS: `GOOGLE_APPLICATION_CREDENTIALS` (a service
-//! account key file), `GOOGLE_SERVICE_ACCOUNT_KEY` (its JSON), or gcloud's application default
-//! credentials file — and without any sluice fails up front instead of probing instance
-//! metadata services.
+//! are retried with exponential backoff. Credentials are found as the clouds' SDKs find them
+//! ([`connect`]'s module doc); [`configure_storage`] passes options explicitly.
+//! Whole objects wanted soon are fetched ahead of need by [`ReadAhead`].
+
+mod ahead;
+mod connect;
+
+pub use ahead::ReadAhead;
+pub use connect::{configure_storage, MAX_REQUESTS};
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -17,22 +20,15 @@ use std::io::Read;
 use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::sync::{Arc, LazyLock, Mutex};
-use std::time::Duration;
 
 use bytes::Bytes;
 use futures::TryStreamExt;
-use object_store::aws::AmazonS3Builder;
-use object_store::gcp::GoogleCloudStorageBuilder;
-use object_store::http::HttpBuilder;
-use object_store::limit::LimitStore;
 use object_store::path::Path as ObjPath;
-use object_store::{ObjectStore, ObjectStoreExt, PutPayload, RetryConfig};
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use sluice_core::{Error, Result};
 
 use crate::files::expand_paths;
 
-/// Requests in flight per object store (bounded so a wide pipeline cannot flood a bucket).
-pub const MAX_REQUESTS: usize = 16;
 /// Bytes fetched per request when a remote object is read sequentially.
 const STREAM_CHUNK: usize = 8 << 20;
 
@@ -46,11 +42,11 @@ static RUNTIME: LazyLock<std::result::Result<tokio::runtime::Runtime, String>> =
             .map_err(|e| e.to_string())
     });
 
-static STORES: LazyLock<Mutex<HashMap<String, Arc<dyn ObjectStore>>>> =
+static STORES: LazyLock<Mutex<HashMap<String, connect::Connected>>> =
     LazyLock::new(|| Mutex::new(HashMap::new()));
 
 /// Runs an object-store future to completion from synchronous code.
-fn block_on<F: std::future::Future>(fut: F) -> Result<F::Output> {
+pub(crate) fn block_on<F: std::future::Future>(fut: F) -> Result<F::Output> {
     match &*RUNTIME {
         Ok(rt) => Ok(rt.block_on(fut)),
         Err(e) => Err(Error::Internal(format!(
@@ -59,17 +55,44 @@ fn block_on<F: std::future::Future>(fut: F) -> Result<F::Output> {
     }
 }
 
+/// Starts fetching the whole object at `url` (a local path is read on the runtime too).
+pub(crate) fn spawn_fetch(url: &str) -> Result<tokio::task::JoinHandle<Result<Bytes>>> {
+    let rt = match &*RUNTIME {
+        Ok(rt) => rt,
+        Err(e) => {
+            return Err(Error::Internal(format!(
+                "cannot start the I/O runtime: {e}"
+            )))
+        }
+    };
+    let url = url.to_string();
+    if !is_url(&url) {
+        return Ok(rt.spawn_blocking(move || {
+            std::fs::read(&url)
+                .map(Bytes::from)
+                .map_err(|e| Error::io(&url, e))
+        }));
+    }
+    let (store, path) = store_for(&url)?;
+    Ok(rt.spawn(async move {
+        let got = store.get(&ObjPath::from(path)).await;
+        match got {
+            Ok(r) => r.bytes().await.map_err(|e| store_error(&url, e)),
+            Err(e) => Err(store_error(&url, e)),
+        }
+    }))
+}
+
 /// Whether `entry` names an object in a store rather than a local path.
 ///
 /// ```
 /// assert!(sluice_io::store::is_url("s3://bucket/key.parquet"));
 /// assert!(sluice_io::store::is_url("gs://bucket/key.parquet"));
+/// assert!(sluice_io::store::is_url("az://container/key.parquet"));
 /// assert!(!sluice_io::store::is_url("data/key.parquet"));
 /// ```
 pub fn is_url(entry: &str) -> bool {
-    ["s3://", "s3a://", "gs://", "http://", "https://"]
-        .iter()
-        .any(|p| entry.starts_with(p))
+    connect::is_store_url(entry)
 }
 
 /// Splits a URL into (store key, object path): `s3://b/k/x` → (`s3://b`, `k/x`).
@@ -79,9 +102,14 @@ fn split_url(url: &str) -> Result<(String, String)> {
     let host = parsed
         .host_str()
         .ok_or_else(|| Error::invalid(format!("bad URL '{url}': no bucket or host")))?;
+    // `abfss://container@account.dfs.core.windows.net/…` names its container as the user.
+    let user = match parsed.username() {
+        "" => String::new(),
+        u => format!("{u}@"),
+    };
     let base = match parsed.port() {
-        Some(p) => format!("{}://{host}:{p}", parsed.scheme()),
-        None => format!("{}://{host}", parsed.scheme()),
+        Some(p) => format!("{}://{user}{host}:{p}", parsed.scheme()),
+        None => format!("{}://{user}{host}", parsed.scheme()),
     };
     let path = parsed.path().trim_start_matches('/');
     // Globs are matched by us, not by the URL parser: undo its percent-encoding.
@@ -93,133 +121,76 @@ fn split_url(url: &str) -> Result<(String, String)> {
     Ok((base, path))
 }
 
-fn env_set(name: &str) -> bool {
-    std::env::var(name).is_ok_and(|v| !v.is_empty())
-}
-
-fn retry() -> RetryConfig {
-    RetryConfig {
-        max_retries: 4,
-        retry_timeout: Duration::from_secs(60),
-        ..RetryConfig::default()
-    }
-}
-
-fn build_store(base: &str) -> Result<Arc<dyn ObjectStore>> {
-    let store: Arc<dyn ObjectStore> = if base.starts_with("s3") {
-        let skip_signature = std::env::var("AWS_SKIP_SIGNATURE").is_ok_and(|v| v == "true");
-        let has_keys = env_set("AWS_ACCESS_KEY_ID") && env_set("AWS_SECRET_ACCESS_KEY");
-        if !(skip_signature || has_keys) {
-            return Err(Error::invalid(format!(
-                "{base}: no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY \
-                 (plus AWS_ENDPOINT_URL and AWS_ALLOW_HTTP=true for an S3-compatible server on \
-                 http), or AWS_SKIP_SIGNATURE=true for a public bucket"
-            )));
-        }
-        let bucket = base.split("://").nth(1).unwrap_or_default();
-        let mut b = AmazonS3Builder::from_env()
-            .with_bucket_name(bucket)
-            .with_retry(retry());
-        if !env_set("AWS_REGION") && !env_set("AWS_DEFAULT_REGION") {
-            b = b.with_region("us-east-1");
-        }
-        let s3 = b
-            .build()
-            .map_err(|e| Error::invalid(format!("{base}: {e}")))?;
-        Arc::new(LimitStore::new(s3, MAX_REQUESTS))
-    } else if base.starts_with("gs://") {
-        let skip_signature = std::env::var("GOOGLE_SKIP_SIGNATURE").is_ok_and(|v| v == "true");
-        if !(skip_signature || gcs_credentials_present()) {
-            return Err(Error::invalid(format!(
-                "{base}: no GCS credentials: set GOOGLE_APPLICATION_CREDENTIALS to a service \
-                 account key file (or GOOGLE_SERVICE_ACCOUNT_KEY to its JSON), run `gcloud auth \
-                 application-default login`, or set GOOGLE_SKIP_SIGNATURE=true for a public bucket"
-            )));
-        }
-        let bucket = base.split("://").nth(1).unwrap_or_default();
-        let gcs = GoogleCloudStorageBuilder::from_env()
-            .with_bucket_name(bucket)
-            .with_retry(retry())
-            .build()
-            .map_err(|e| Error::invalid(format!("{base}: {e}")))?;
-        Arc::new(LimitStore::new(gcs, MAX_REQUESTS))
-    } else {
-        let http = HttpBuilder::new()
-            .with_url(base)
-            .with_retry(retry())
-            .build()
-            .map_err(|e| Error::invalid(format!("{base}: {e}")))?;
-        Arc::new(LimitStore::new(http, MAX_REQUESTS))
-    };
-    Ok(store)
-}
-
-/// Whether any GCS credential the `object_store` crate reads is configured: a variable
-/// naming a key (file), or gcloud's application default credentials file.
-fn gcs_credentials_present() -> bool {
-    let vars = [
-        "GOOGLE_APPLICATION_CREDENTIALS",
-        "GOOGLE_SERVICE_ACCOUNT",
-        "GOOGLE_SERVICE_ACCOUNT_PATH",
-        "GOOGLE_SERVICE_ACCOUNT_KEY",
-        "GOOGLE_BEARER_TOKEN",
-        "SERVICE_ACCOUNT",
-    ];
-    vars.iter().any(|v| env_set(v))
-        || std::env::var_os("HOME").is_some_and(|home| {
-            std::path::Path::new(&home)
-                .join(".config/gcloud/application_default_credentials.json")
-                .exists()
-        })
-}
-
-/// Which variables hold the credentials for `url`'s store (for "access denied" hints).
-fn credential_hint(url: &str) -> &'static str {
-    if url.starts_with("gs://") {
-        "check GOOGLE_APPLICATION_CREDENTIALS / GOOGLE_SERVICE_ACCOUNT_KEY"
-    } else {
-        "check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY"
-    }
-}
-
 /// The (cached) store serving `url`, and the object path inside it.
 fn store_for(url: &str) -> Result<(Arc<dyn ObjectStore>, String)> {
     let (base, path) = split_url(url)?;
     let mut stores = STORES.lock().unwrap_or_else(|p| p.into_inner());
     let store = match stores.get(&base) {
-        Some(s) => s.clone(),
+        Some(c) => c.store.clone(),
         None => {
-            let s = build_store(&base)?;
-            stores.insert(base, s.clone());
-            s
+            let c = connect::connect(&base)?;
+            stores.insert(base, c.clone());
+            c.store
         }
     };
     Ok((store, path))
 }
 
+/// Drops the connected stores under `prefix`, so the next use reconnects (new options).
+fn forget_stores(prefix: &str) {
+    let mut stores = STORES.lock().unwrap_or_else(|p| p.into_inner());
+    stores.retain(|base, _| !base.starts_with(prefix.trim_end_matches('/')));
+}
+
+/// Where the credentials of `url`'s store were looked for, for "access denied" messages.
+fn lookups_of(url: &str) -> String {
+    let base = split_url(url).map(|(b, _)| b).unwrap_or_default();
+    let stores = STORES.lock().unwrap_or_else(|p| p.into_inner());
+    match stores.get(&base) {
+        Some(c) => format!("credentials looked up: {}", c.lookups),
+        None => "no store connected".into(),
+    }
+}
+
 /// Converts an object-store error on `url` into a sluice error that says what to do.
-fn store_error(url: &str, e: object_store::Error) -> Error {
+pub(crate) fn store_error(url: &str, e: object_store::Error) -> Error {
     use object_store::Error as E;
     match e {
         E::NotFound { .. } => Error::FileNotFound(format!("{url}: no such object")),
         E::PermissionDenied { .. } | E::Unauthenticated { .. } => Error::Io {
             path: url.to_string(),
-            message: format!("access denied; {} ({e})", credential_hint(url)),
+            message: format!("access denied ({e}); {}", lookups_of(url)),
         },
         e => {
-            let text = e.to_string();
+            // The causes hold the reason ("certificate not trusted", "connection refused").
+            let mut text = e.to_string();
+            let mut cause = std::error::Error::source(&e);
+            while let Some(c) = cause {
+                let more = c.to_string();
+                if !text.contains(&more) {
+                    text = format!("{text}: {more}");
+                }
+                cause = c.source();
+            }
             let denied = [
                 "InvalidAccessKeyId",
                 "SignatureDoesNotMatch",
                 "AccessDenied",
                 "403",
+                "credential",
+                "Credential",
             ]
             .iter()
             .any(|k| text.contains(k));
+            // Any failure may come from fetching credentials (a metadata endpoint that does
+            // not answer, a token STS refused): say where they were looked for.
             let message = if denied {
-                format!("access denied; {} ({text})", credential_hint(url))
+                format!(
+                    "access denied or no credentials ({text}); {}",
+                    lookups_of(url)
+                )
             } else {
-                text
+                format!("{text}; {}", lookups_of(url))
             };
             Error::Io {
                 path: url.to_string(),
@@ -380,16 +351,19 @@ pub fn expand(entries: &[String], extensions: Option<&[&str]>) -> Result<Vec<Str
             continue;
         }
         let is_glob = entry.contains(['*', '?', '[']);
-        if !is_glob && !entry.ends_with('/') {
+        let last = entry.rsplit('/').next().unwrap_or_default();
+        // `s3://bucket/train` (no extension) is a prefix, as a directory path would be.
+        if !is_glob && !entry.ends_with('/') && last.contains('.') {
             out.push(entry.clone());
             continue;
         }
         let (store, path) = store_for(entry)?;
         let (base, _) = split_url(entry)?;
         let literal_end = path.find(['*', '?', '[']).unwrap_or(path.len());
-        let prefix = match path[..literal_end].rfind('/') {
-            Some(i) => &path[..i],
-            None => "",
+        let prefix = match (is_glob, path[..literal_end].rfind('/')) {
+            (true, Some(i)) => &path[..i],
+            (true, None) => "",
+            (false, _) => path.trim_end_matches('/'),
         };
         let pattern = if is_glob {
             Some(
@@ -399,13 +373,10 @@ pub fn expand(entries: &[String], extensions: Option<&[&str]>) -> Result<Vec<Str
         } else {
             None
         };
-        let prefix_path = (!prefix.is_empty()).then(|| ObjPath::from(prefix));
-        let metas: Vec<object_store::ObjectMeta> =
-            block_on(store.list(prefix_path.as_ref()).try_collect())?
-                .map_err(|e| store_error(entry, e))?;
-        let mut found: Vec<String> = metas
+        let keys = block_on(list_concurrently(store, prefix.to_string()))?
+            .map_err(|e| store_error(entry, e))?;
+        let mut found: Vec<String> = keys
             .into_iter()
-            .map(|m| m.location.to_string())
             .filter(|key| match &pattern {
                 Some(p) => p.matches_with(
                     key,
@@ -428,6 +399,41 @@ pub fn expand(entries: &[String], extensions: Option<&[&str]>) -> Result<Vec<Str
         out.extend(found);
     }
     Ok(out)
+}
+
+/// Prefix listings run this many folder listings at once.
+const LIST_CONCURRENCY: usize = 32;
+
+/// Every key under `prefix`: its first level is listed with a delimiter, then each folder
+/// found there (an ImageNet class, a shard group) is listed on its own, many at once — one
+/// paginated listing of a million keys would take a thousand round trips in a row.
+async fn list_concurrently(
+    store: Arc<dyn ObjectStore>,
+    prefix: String,
+) -> std::result::Result<Vec<String>, object_store::Error> {
+    use futures::StreamExt;
+    let prefix_path = (!prefix.is_empty()).then(|| ObjPath::from(prefix.as_str()));
+    let top = store.list_with_delimiter(prefix_path.as_ref()).await?;
+    let mut keys: Vec<String> = top
+        .objects
+        .into_iter()
+        .map(|m| m.location.to_string())
+        .collect();
+    let listings = futures::stream::iter(top.common_prefixes.into_iter().map(|p| {
+        let store = store.clone();
+        async move {
+            store
+                .list(Some(&p))
+                .map_ok(|m| m.location.to_string())
+                .try_collect::<Vec<String>>()
+                .await
+        }
+    }))
+    .buffer_unordered(LIST_CONCURRENCY)
+    .try_collect::<Vec<Vec<String>>>()
+    .await?;
+    keys.extend(listings.into_iter().flatten());
+    Ok(keys)
 }
 
 /// Writes `data` to `dest` (a local path or a URL) atomically: local files go to a hidden
@@ -471,28 +477,13 @@ mod tests {
     }
 
     #[test]
-    fn missing_s3_credentials_fail_clearly() {
-        // Built directly (no env mutation): the check reads the environment only.
-        if env_set("AWS_ACCESS_KEY_ID") || env_set("AWS_SKIP_SIGNATURE") {
-            return;
-        }
-        let e = build_store("s3://nobucket").unwrap_err().to_string();
-        assert!(e.contains("AWS_ACCESS_KEY_ID"), "{e}");
-    }
-
-    #[test]
-    fn missing_gcs_credentials_fail_naming_the_variable() {
-        if gcs_credentials_present() || env_set("GOOGLE_SKIP_SIGNATURE") {
-            return;
-        }
-        let e = build_store("gs://nobucket").unwrap_err();
-        assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
-        assert!(
-            e.to_string().contains("GOOGLE_APPLICATION_CREDENTIALS"),
-            "{e}"
-        );
+    fn gs_and_az_urls_split_too() {
         let (b, p) = split_url("gs://bucket/a/*.tar").unwrap();
         assert_eq!((b.as_str(), p.as_str()), ("gs://bucket", "a/*.tar"));
+        let (b, p) = split_url("az://container/train/x.jpg").unwrap();
+        assert_eq!((b.as_str(), p.as_str()), ("az://container", "train/x.jpg"));
+        let (b, _) = split_url("abfss://c@acct.dfs.core.windows.net/x").unwrap();
+        assert_eq!(b, "abfss://c@acct.dfs.core.windows.net");
     }
 
     #[test]

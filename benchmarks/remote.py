@@ -1,27 +1,28 @@
 """Latency hiding: the CV reference pipeline over 2,000 objects and a Parquet scan, read from
-local disk, from an S3-compatible server on loopback (moto), and from the same server behind
-a proxy that holds back the first byte of every response by --delay-ms (30 ms: a cloud
-bucket's first-byte latency). Ratios are against local disk.
+local disk, from an S3-compatible server on loopback, and from the same server holding back
+the first byte of every response by --delay-ms (30 ms: a cloud bucket's first-byte latency).
+Ratios are against local disk.
 
     /root/.cache/bench-venv/bin/python benchmarks/remote.py [--rounds 3] [--delay-ms 30]
 
-Needs the bench venv (moto[server], pyarrow), the images and text corpus from
-benchmarks/datasets/build.py (~/.cache/sluice-bench) and a sluice build (imported from
-python/ when not installed). Cases run interleaved, round after round, each for at least
---min-seconds; the table gives medians over rounds. Writes benchmarks/results/remote.{json,md}.
+The server is benchmarks/s3_server.py (moto costs milliseconds of Python per request, CPU a
+real bucket would not take from a 2-core machine). Needs the bench venv (pyarrow), the images
+and text corpus from benchmarks/datasets/build.py (~/.cache/sluice-bench) and a sluice build
+(imported from python/ when not installed). Cases run interleaved, round after round, each
+for at least --min-seconds; the table gives medians over rounds. Writes
+benchmarks/results/remote.{json,md}.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
+import socket
 import json
 import os
 import platform
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -33,79 +34,38 @@ sys.path.insert(0, str(HERE))
 import pyarrow.parquet as pq  # noqa: E402
 
 import sluice  # noqa: E402
-from formats import KEYS, start_moto  # noqa: E402
 from peers import common as C  # noqa: E402
 
 DATA = Path(os.environ.get("SLUICE_BENCH_DATA", Path.home() / ".cache" / "sluice-bench"))
 BUCKET = "remote-bench"
+KEYS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_REGION": "us-east-1"}
 
 
-class DelayProxy:
-    """A TCP proxy on loopback that delays the first byte of each response by `delay` seconds
-    after its request arrived, as a distant bucket's first-byte latency does. Requests on a
-    connection are answered in order (HTTP/1.1), so one pending deadline per connection
-    suffices."""
-
-    def __init__(self, upstream_port: int, delay: float):
-        self.upstream_port, self.delay = upstream_port, delay
-        self.loop = asyncio.new_event_loop()
-        started = threading.Event()
-        self.port = 0
-
-        async def serve():
-            server = await asyncio.start_server(self._client, "127.0.0.1", 0)
-            self.port = server.sockets[0].getsockname()[1]
-            started.set()
-            async with server:
-                await server.serve_forever()
-
-        threading.Thread(target=lambda: self.loop.run_until_complete(serve()), daemon=True).start()
-        started.wait(10)
-
-    async def _client(self, c_reader, c_writer):
+def start_server(root: Path, delay_ms: float) -> tuple[subprocess.Popen, str]:
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        port = sk.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, str(HERE / "s3_server.py"), str(root),
+                             "--port", str(port), "--delay-ms", str(delay_ms)])
+    for _ in range(300):
         try:
-            u_reader, u_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return proc, f"http://127.0.0.1:{port}"
         except OSError:
-            c_writer.close()
-            return
-        deadlines: list[float] = []
-
-        async def up():
-            while data := await c_reader.read(1 << 16):
-                deadlines.append(time.monotonic() + self.delay)
-                u_writer.write(data)
-                await u_writer.drain()
-            u_writer.close()
-
-        async def down():
-            while data := await u_reader.read(1 << 16):
-                if deadlines:
-                    wait = deadlines[-1] - time.monotonic()
-                    deadlines.clear()
-                    if wait > 0:
-                        await asyncio.sleep(wait)
-                c_writer.write(data)
-                await c_writer.drain()
-            c_writer.close()
-
-        await asyncio.gather(up(), down(), return_exceptions=True)
+            time.sleep(0.1)
+    proc.kill()
+    raise SystemExit("s3_server did not start")
 
 
-def upload(endpoint: str, images: list[Path], corpus: Path) -> None:
-    import boto3
-
-    s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
-                      aws_access_key_id=KEYS["AWS_ACCESS_KEY_ID"], aws_secret_access_key=KEYS["AWS_SECRET_ACCESS_KEY"])
-    s3.create_bucket(Bucket=BUCKET)
-    from concurrent.futures import ThreadPoolExecutor
-
-    def put(p: Path):
-        s3.put_object(Bucket=BUCKET, Key=f"train/{p.parent.name}/{p.name}", Body=p.read_bytes())
-
-    with ThreadPoolExecutor(8) as ex:
-        list(ex.map(put, images))
-    for f in sorted(corpus.glob("*.parquet")):
-        s3.put_object(Bucket=BUCKET, Key=f"corpus/{f.name}", Body=f.read_bytes())
+def bucket_root(images: Path, corpus: Path) -> Path:
+    """The bucket's tree: train/ (the images' class folders) and corpus/ (Parquet files)."""
+    root = DATA / "remote-bucket"
+    root.mkdir(exist_ok=True)
+    for name, target in (("train", images), ("corpus", corpus)):
+        link = root / name
+        if not link.exists():
+            link.symlink_to(target)
+    return root
 
 
 def corpus_dir() -> Path:
@@ -145,10 +105,28 @@ def cv_pipeline(ds):
 
 
 def parquet_pass(root: str) -> int:
+    """A scan of the corpus repeated 20 times (7 M rows): one source opened per pass, so the
+    steady-state scan is measured; opening is timed on its own (`open_seconds`)."""
     n = 0
-    for b in sluice.read_parquet(root).batch(1024):
+    for b in sluice.read_parquet(root).repeat(20).batch(1024):
         n += len(b["text"])
     return n
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) a process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def first_batch_seconds(workload: str, root: str) -> float:
+    """Seconds from naming the data to its first batch (listing, footers, first objects)."""
+    t0 = time.perf_counter()
+    if workload == "cv":
+        next(iter(cv_pipeline(sluice.read_images(root, labels="parent_dir").shuffle(seed=0))))
+    else:
+        next(iter(sluice.read_parquet(root).batch(1024)))
+    return time.perf_counter() - t0
 
 
 def timed(fn, arg, min_seconds: float) -> float:
@@ -168,45 +146,39 @@ def main() -> None:
     ap.add_argument("--min-seconds", type=float, default=6.0)
     args = ap.parse_args()
 
-    images = sorted((DATA / "images").glob("*/*.jpg"))[:2000]
     corpus = corpus_dir()
-    os.environ.update(KEYS)
-    proc, endpoint = start_moto()
+    root = bucket_root(DATA / "images", corpus)
+    servers = [start_server(root, 0), start_server(root, args.delay_ms)]
     try:
-        upload(endpoint, images, corpus)
-        upstream = int(endpoint.rsplit(":", 1)[1])
-        proxy = DelayProxy(upstream, args.delay_ms / 1000)
-        # Two names for the same bucket's server: direct, and through the delaying proxy.
-        sluice.configure_storage(f"s3://{BUCKET}", endpoint=endpoint)
-        delayed = f"http://127.0.0.1:{proxy.port}"
-        cases = {
-            ("cv", "local disk"): (cv_pass, str(DATA / "images")),
-            ("cv", "loopback S3"): (cv_pass, f"s3://{BUCKET}/train/"),
-            ("parquet", "local disk"): (parquet_pass, str(corpus)),
-            ("parquet", "loopback S3"): (parquet_pass, f"s3://{BUCKET}/corpus/"),
-        }
-
-        def with_delay(fn):
-            def run(url):
-                sluice.configure_storage(f"s3://{BUCKET}", endpoint=delayed)
-                try:
-                    return fn(url)
-                finally:
-                    sluice.configure_storage(f"s3://{BUCKET}", endpoint=endpoint)
-            return run
-
-        cases[("cv", f"S3 + {args.delay_ms:g} ms first byte")] = (with_delay(cv_pass), f"s3://{BUCKET}/train/")
-        cases[("parquet", f"S3 + {args.delay_ms:g} ms first byte")] = (with_delay(parquet_pass), f"s3://{BUCKET}/corpus/")
+        os.environ.update(KEYS)
+        # One bucket name per server: the stores' options say which endpoint serves it.
+        direct, delayed = f"s3://{BUCKET}", f"s3://{BUCKET}-delayed"
+        sluice.configure_storage(direct, endpoint=servers[0][1])
+        sluice.configure_storage(delayed, endpoint=servers[1][1])
+        where = {"local disk": None, "loopback S3": direct, f"S3 + {args.delay_ms:g} ms first byte": delayed}
+        cases = {}
+        for label, bucket in where.items():
+            cases[("cv", label)] = (cv_pass, str(DATA / "images") if bucket is None else f"{bucket}/train/")
+        for label, bucket in where.items():
+            cases[("parquet", label)] = (parquet_pass, str(corpus) if bucket is None else f"{bucket}/corpus/")
         for fn, arg in cases.values():
             fn(arg)  # warm: listing, page cache, server
         results: dict = {k: [] for k in cases}
+        firsts: dict = {k: [] for k in cases}
+        server_cpu: dict = {k: [] for k in cases}
+        pids = {None: None, direct: servers[0][0].pid, delayed: servers[1][0].pid}
         for r in range(args.rounds):
             for k, (fn, arg) in cases.items():
+                firsts[k].append(first_batch_seconds(k[0], arg))
+                pid = pids[where[k[1]]]
+                cpu0, t0 = (cpu_seconds(pid) if pid else 0.0), time.perf_counter()
                 results[k].append(timed(fn, arg, args.min_seconds))
+                server_cpu[k].append((cpu_seconds(pid) - cpu0) / (time.perf_counter() - t0) if pid else 0.0)
                 print(f"round {r}: {k[0]:8s} {k[1]:28s} {results[k][-1]:10.1f}/s", flush=True)
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+        for proc, _ in servers:
+            proc.terminate()
+            proc.wait(timeout=10)
 
     cpu = platform.processor() or "?"
     try:
@@ -218,13 +190,18 @@ def main() -> None:
         med = statistics.median(vals)
         local = statistics.median(results[(workload, "local disk")])
         unit = "img/s" if workload == "cv" else "rows/s"
-        rows.append({"workload": workload, "where": where, "median": med, "unit": unit, "vs_local": med / local, "runs": vals})
+        first = statistics.median(firsts[(workload, where)])
+        server = statistics.median(server_cpu[(workload, where)])
+        rows.append({"workload": workload, "where": where, "median": med, "unit": unit, "vs_local": med / local,
+                     "first_batch_s": first, "server_cores": server, "runs": vals})
     out = HERE / "results"
     out.mkdir(exist_ok=True)
     (out / "remote.json").write_text(json.dumps({"cpu": cpu, "cores": os.cpu_count(), "rows": rows}, indent=1))
-    lines = [f"| workload | read from | median | vs local disk |", "|---|---|---:|---:|"]
+    lines = ["| workload | read from | median | vs local disk | first batch | server's CPU |",
+             "|---|---|---:|---:|---:|---:|"]
     for row in rows:
-        lines.append(f"| {row['workload']} | {row['where']} | {row['median']:,.0f} {row['unit']} | {row['vs_local']:.2f}× |")
+        lines.append(f"| {row['workload']} | {row['where']} | {row['median']:,.0f} {row['unit']} | {row['vs_local']:.2f}× "
+                     f"| {row['first_batch_s'] * 1000:,.0f} ms | {row['server_cores']:.2f} cores |")
     md = "\n".join(lines)
     (out / "remote.md").write_text(md + "\n")
     print(f"\n{cpu}, {os.cpu_count()} cores, {args.rounds} rounds\n\n{md}")

@@ -216,3 +216,33 @@ def test_read_images_from_a_bucket_equals_local(env, tmp_path):
     assert len(files) == 8 and files.take(8)[7]["bytes"] == b"not an image"
     with pytest.raises(FileNotFoundError, match="matched no objects"):
         sluice.read_images(f"s3://{b}/nothing-here/")
+
+
+def test_parquet_fetched_ahead_across_epochs_equals_local(env, tmp_path):
+    """Row groups are fetched ahead of a scan, across file and epoch ends: every row arrives,
+    in the local run's order."""
+    b = _bucket(env, "ahead-bucket")
+    for i in range(3):
+        path = tmp_path / f"part-{i}.parquet"
+        pq.write_table(pa.table({"id": list(range(i * 50, i * 50 + 50))}), path, row_group_size=7)
+        env.put_object(Bucket=b, Key=f"p/part-{i}.parquet", Body=path.read_bytes())
+    local = [s["id"] for s in sluice.read_parquet(str(tmp_path)).shuffle(seed=2).repeat(3)]
+    remote = [s["id"] for s in sluice.read_parquet(f"s3://{b}/p/").shuffle(seed=2).repeat(3)]
+    assert remote == local and sorted(remote) == sorted(list(range(150)) * 3)
+    batches = [x["id"].tolist() for x in sluice.read_parquet(f"s3://{b}/p/").repeat(2).batch(16)]
+    assert sum(batches, []) == list(range(150)) * 2
+
+
+def test_azure_urls_name_their_lookups(monkeypatch):
+    for k in list(os.environ):
+        if k.startswith("AZURE_"):
+            monkeypatch.delenv(k)
+    with pytest.raises(ValueError, match="account"):
+        sluice.read_parquet("az://container/x.parquet")
+    # An emulator endpoint nothing listens on: the error names what was looked up.
+    sluice.configure_storage("az://box", account_name="devstoreaccount1", use_emulator="true",
+                             endpoint="http://127.0.0.1:9")
+    with pytest.raises(OSError, match="AZURE_STORAGE_ACCOUNT_KEY.*not set"):
+        sluice.read_parquet("az://box/x.parquet")
+    with pytest.raises(ValueError, match="unknown option 'colour'"):
+        sluice.configure_storage("az://box", colour="red")

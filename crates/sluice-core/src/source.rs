@@ -56,6 +56,12 @@ pub trait Source: Send + Sync + fmt::Debug {
     fn will_need(&self, indices: &[u64]) {
         let _ = indices;
     }
+    /// How many items past those already queued [`Source::will_need`] should name. Sources
+    /// whose items are small parts of one request (Parquet rows of a row group) ask for more
+    /// than the queues hold, so their requests start a latency ahead of need. Default 0.
+    fn will_need_ahead(&self) -> u64 {
+        0
+    }
     /// Samples at `indices`, in that order (one result each). Readers call this with a
     /// chunk's indices; sources that decode in blocks (Parquet row groups) override it to
     /// look each block up once per run of neighbouring indices instead of once per sample.

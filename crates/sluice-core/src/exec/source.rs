@@ -123,6 +123,13 @@ pub(super) struct OrderedItems {
     /// The elastic epoch's positions, once the producer is in that epoch.
     elastic: Option<crate::order::Positions>,
     sizer: ChunkSizer,
+    /// Items named to [`crate::Source::will_need`] beyond the chunk just made, and the next
+    /// (epoch, position) not yet named.
+    ahead: u64,
+    hinted: (u64, u64),
+    /// Positions made into chunks and named, since this walk started.
+    made: u64,
+    named: u64,
 }
 
 impl OrderedItems {
@@ -131,7 +138,16 @@ impl OrderedItems {
         let order = src.order.clone()?;
         let (epoch, pos) = resume.map_or((0, 0), |r| (r.epoch, r.pos));
         let elastic = elastic_positions(&order, epoch, pos);
+        // Elastic epochs enumerate their positions: no naming ahead there.
+        let ahead = match order.elastic {
+            Some(_) => 0,
+            None => src.source.will_need_ahead(),
+        };
         Some(OrderedItems {
+            ahead,
+            hinted: (epoch, pos),
+            made: 0,
+            named: 0,
             source: src.source.clone(),
             order,
             epoch,
@@ -177,9 +193,41 @@ impl OrderedItems {
                 })
                 .collect::<Chunk>();
             self.pos = end;
-            let indices: Vec<u64> = items.iter().map(|it| it.source_index).collect();
-            self.source.will_need(&indices);
+            if self.ahead == 0 {
+                let indices: Vec<u64> = items.iter().map(|it| it.source_index).collect();
+                self.source.will_need(&indices);
+            } else {
+                self.name_ahead(end - start);
+            }
             return Some(items);
+        }
+    }
+}
+
+impl OrderedItems {
+    /// Names to the source the positions after the last one named, up to `ahead` past the
+    /// chunks made (the two walks start at the same position and cross epoch ends alike),
+    /// at most 64 Ki per call.
+    fn name_ahead(&mut self, made: u64) {
+        self.made += made;
+        let order = &self.order;
+        let (mut e, mut p) = self.hinted;
+        let mut indices = Vec::new();
+        while self.named < self.made + self.ahead && indices.len() < 1 << 16 {
+            if order.is_done(e) || order.epoch_len() == 0 {
+                break;
+            }
+            if p >= order.epoch_len_of(e) {
+                (e, p) = (e + 1, 0);
+                continue;
+            }
+            indices.push(order.position(e, p).source_index);
+            p += 1;
+            self.named += 1;
+        }
+        self.hinted = (e, p);
+        if !indices.is_empty() {
+            self.source.will_need(&indices);
         }
     }
 }

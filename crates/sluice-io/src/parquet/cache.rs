@@ -80,7 +80,10 @@ impl ParquetSource {
             let mut state = lock(&slot.state);
             loop {
                 match &*state {
-                    SlotState::Ready(batch) => return Ok(batch.clone()),
+                    SlotState::Ready(batch) => {
+                        self.inner.files[fi].forget_fetch(rg);
+                        return Ok(batch.clone());
+                    }
                     SlotState::Pending => {
                         state = slot.done.wait(state).unwrap_or_else(|p| p.into_inner())
                     }
@@ -110,6 +113,16 @@ impl ParquetSource {
     /// (one row group ahead, so memory stays bounded by the cache). Readers that get there
     /// first wait for it instead of decoding it again; its errors are left for them to meet.
     pub(super) fn read_ahead(&self, fi: usize, rg: usize) {
+        // The bytes first, further ahead: a bucket answers each request after a latency
+        // that one row group's decoding does not cover.
+        let files = &self.inner.files;
+        let k = files[fi].rgs_ahead;
+        files[fi].fetch_ahead(rg + 1..rg + 1 + k);
+        if rg + k >= files[fi].rg_starts.len() - 1 {
+            if let Some(next_file) = files.get(fi + 1) {
+                next_file.fetch_ahead(0..next_file.rgs_ahead);
+            }
+        }
         let next = if rg + 2 < self.inner.files[fi].rg_starts.len() {
             (fi, rg + 1)
         } else if fi + 1 < self.inner.files.len() {

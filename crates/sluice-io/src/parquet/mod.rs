@@ -81,8 +81,8 @@ impl ParquetSource {
         let mut files = Vec::with_capacity(paths.len());
         let mut file_starts = vec![0u64];
         let mut first: Option<SchemaRef> = None;
-        for path in &paths {
-            let (file, schema) = open_file(path, columns)?;
+        for (path, opened) in paths.iter().zip(open_all(&paths, columns)) {
+            let (file, schema) = opened?;
             match &first {
                 None => first = Some(schema),
                 Some(s) if s.fields() != schema.fields() => {
@@ -206,6 +206,41 @@ impl ParquetSource {
     }
 }
 
+/// Files whose footers are read at once when a source opens: in a bucket each footer costs
+/// a request's latency, so a thousand files read one by one would take a minute.
+const OPEN_CONCURRENCY: usize = 16;
+
+/// [`open_file`] of every path, in order, up to [`OPEN_CONCURRENCY`] at once.
+fn open_all(paths: &[String], columns: Option<&[String]>) -> Vec<Result<(PqFile, SchemaRef)>> {
+    let threads = OPEN_CONCURRENCY.min(paths.len());
+    if threads <= 1 || !paths.iter().any(|p| crate::store::is_url(p)) {
+        return paths.iter().map(|p| open_file(p, columns)).collect();
+    }
+    let mut out: Vec<Option<Result<(PqFile, SchemaRef)>>> =
+        (0..paths.len()).map(|_| None).collect();
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                scope.spawn(move || {
+                    (t..paths.len())
+                        .step_by(threads)
+                        .map(|i| (i, open_file(&paths[i], columns)))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        for w in workers {
+            for (i, r) in w.join().unwrap_or_default() {
+                out[i] = Some(r);
+            }
+        }
+    });
+    out.into_iter()
+        .zip(paths)
+        .map(|(r, p)| r.unwrap_or_else(|| Err(Error::Internal(format!("{p}: open failed")))))
+        .collect()
+}
+
 impl Source for ParquetSource {
     fn name(&self) -> &str {
         "read_parquet"
@@ -239,6 +274,40 @@ impl Source for ParquetSource {
     }
     fn scan_columns(&self, threads: usize, rows: usize) -> Option<SampleStream> {
         Some(Box::new(self.scan(threads, rows)))
+    }
+    fn will_need_ahead(&self) -> u64 {
+        let files = &self.inner.files;
+        if !files.iter().any(|f| f.remote()) {
+            return 0;
+        }
+        files
+            .iter()
+            .map(|f| {
+                let rows = f.rg_starts.windows(2).map(|w| w[1] - w[0]).max();
+                rows.unwrap_or(0) * f.rgs_ahead as u64
+            })
+            .max()
+            .unwrap_or(0)
+    }
+    fn will_need(&self, indices: &[u64]) {
+        if !self.inner.files.iter().any(|f| f.remote()) {
+            return;
+        }
+        // Each distinct row group once: a chunk is mostly runs of neighbours.
+        let mut last: Option<(usize, usize, u64, u64)> = None;
+        for &i in indices {
+            if last.is_some_and(|(_, _, start, end)| (start..end).contains(&i)) {
+                continue;
+            }
+            let Ok((fi, rg, row)) = self.locate_row(i) else {
+                continue;
+            };
+            let file = &self.inner.files[fi];
+            let start = i - row as u64;
+            let end = start + (file.rg_starts[rg + 1] - file.rg_starts[rg]);
+            file.fetch_ahead(rg..rg + 1);
+            last = Some((fi, rg, start, end));
+        }
     }
     fn get_many(&self, indices: &[u64]) -> Vec<Result<Sample>> {
         // Per row, the shared cache's lock and refcount would bounce between reader threads'

@@ -9,9 +9,7 @@ use std::sync::Mutex;
 
 use bytes::Bytes;
 use sluice_core::Result;
-use tokio::task::JoinHandle;
-
-type Fetch = JoinHandle<Result<Bytes>>;
+type Fetch = super::Fetch<Bytes>;
 
 /// A bounded set of whole-object fetches in flight or done, by sample index.
 ///
@@ -101,12 +99,7 @@ impl ReadAhead {
         fetches
             .into_iter()
             .zip(wanted)
-            .map(|(f, (_, url))| {
-                let joined = super::block_on(f?)?;
-                joined.map_err(|e| {
-                    sluice_core::Error::Internal(format!("{url}: fetch task failed: {e}"))
-                })?
-            })
+            .map(|(f, _)| super::join(f?))
             .collect()
     }
 

@@ -55,6 +55,14 @@ pub(crate) fn block_on<F: std::future::Future>(fut: F) -> Result<F::Output> {
     }
 }
 
+/// A fetch running on the I/O runtime.
+pub type Fetch<T> = tokio::task::JoinHandle<Result<T>>;
+
+/// Waits for a fetch started with [`Blob::fetch_ahead`] (or [`ReadAhead`]).
+pub fn join<T>(fetch: Fetch<T>) -> Result<T> {
+    block_on(fetch)?.map_err(|e| Error::Internal(format!("fetch task failed: {e}")))?
+}
+
 /// Starts fetching the whole object at `url` (a local path is read on the runtime too).
 pub(crate) fn spawn_fetch(url: &str) -> Result<tokio::task::JoinHandle<Result<Bytes>>> {
     let rt = match &*RUNTIME {
@@ -288,6 +296,25 @@ impl Blob {
                 block_on(store.get_ranges(path, ranges))?.map_err(|e| store_error(&self.name, e))
             }
         }
+    }
+
+    /// Starts fetching `ranges` in the background, for objects in a store (`None` for local
+    /// files: the page cache reads ahead for them). [`join`] waits for the result.
+    pub fn fetch_ahead(&self, ranges: Vec<Range<u64>>) -> Option<Fetch<Vec<Bytes>>> {
+        let Inner::Remote { store, path } = &self.inner else {
+            return None;
+        };
+        if ranges.iter().any(|r| r.end > self.size || r.start > r.end) {
+            return None; // read_ranges reports it when the bytes are needed
+        }
+        let rt = RUNTIME.as_ref().ok()?;
+        let (store, path, name) = (store.clone(), path.clone(), self.name.clone());
+        Some(rt.spawn(async move {
+            store
+                .get_ranges(&path, &ranges)
+                .await
+                .map_err(|e| store_error(&name, e))
+        }))
     }
 
     /// The whole object as a sequential reader; remote objects are fetched in 8 MiB ranges,

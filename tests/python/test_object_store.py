@@ -246,3 +246,20 @@ def test_azure_urls_name_their_lookups(monkeypatch):
         sluice.read_parquet("az://box/x.parquet")
     with pytest.raises(ValueError, match="unknown option 'colour'"):
         sluice.configure_storage("az://box", colour="red")
+
+
+def test_text_and_csv_read_from_the_copy_made_while_indexing(env):
+    """Opening a text, JSONL or CSV object reads it once to index its records, keeping a local
+    copy; records then come from that copy (one request per record would cost a bucket's
+    latency each): the object can even be deleted afterwards."""
+    b = _bucket(env, "copy-bucket")
+    env.put_object(Bucket=b, Key="t.txt", Body=b"".join(b"line %d\n" % i for i in range(500)))
+    env.put_object(Bucket=b, Key="t.csv", Body=b"a,b\n" + b"".join(b"%d,x%d\n" % (i, i) for i in range(300)))
+    text = sluice.read_text(f"s3://{b}/t.txt")
+    table = sluice.read_csv(f"s3://{b}/t.csv")
+    env.delete_object(Bucket=b, Key="t.txt")
+    env.delete_object(Bucket=b, Key="t.csv")
+    assert sorted(s["text"] for s in text.shuffle(seed=1)) == sorted(f"line {i}" for i in range(500))
+    assert [s["a"] for s in table] == list(range(300))
+    with pytest.raises(FileNotFoundError):
+        sluice.read_text(f"s3://{b}/t.txt")  # a new dataset opens the object again

@@ -227,7 +227,7 @@ impl CsvSource {
                 .has_headers(false)
                 .flexible(true)
                 .delimiter(opts.delimiter)
-                .from_reader(blob.reader()?);
+                .from_reader(blob.reader_keeping_copy()?);
             let mut rec = csv::ByteRecord::new();
             let mut first = true;
             loop {

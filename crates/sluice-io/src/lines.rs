@@ -167,7 +167,7 @@ impl LinesSource {
         };
         for (fi, path) in expand(entries, None)?.into_iter().enumerate() {
             let blob = Arc::new(Blob::open(&path)?);
-            let mut input = std::io::BufReader::with_capacity(1 << 20, blob.reader()?);
+            let mut input = std::io::BufReader::with_capacity(1 << 20, blob.reader_keeping_copy()?);
             let (mut offset, mut number, mut line) = (0u64, 0u32, Vec::new());
             loop {
                 line.clear();

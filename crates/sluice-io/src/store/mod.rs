@@ -19,7 +19,7 @@ use std::fs::File;
 use std::io::Read;
 use std::ops::Range;
 use std::os::unix::fs::FileExt;
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 
 use bytes::Bytes;
 use futures::TryStreamExt;
@@ -214,6 +214,9 @@ enum Inner {
     Remote {
         store: Arc<dyn ObjectStore>,
         path: ObjPath,
+        /// A complete local copy, once a [`Blob::reader_keeping_copy`] read it to the end:
+        /// later reads are local preads instead of one request each.
+        copy: OnceLock<File>,
     },
 }
 
@@ -251,7 +254,11 @@ impl Blob {
         Ok(Blob {
             name: entry.to_string(),
             size: meta.size,
-            inner: Inner::Remote { store, path },
+            inner: Inner::Remote {
+                store,
+                path,
+                copy: OnceLock::new(),
+            },
         })
     }
 
@@ -282,8 +289,12 @@ impl Blob {
                 )));
             }
         }
-        match &self.inner {
-            Inner::Local(file) => ranges
+        let local = match &self.inner {
+            Inner::Local(file) => Some(file),
+            Inner::Remote { copy, .. } => copy.get(),
+        };
+        match (local, &self.inner) {
+            (Some(file), _) => ranges
                 .iter()
                 .map(|r| {
                     let mut buf = vec![0u8; (r.end - r.start) as usize];
@@ -292,18 +303,22 @@ impl Blob {
                     Ok(Bytes::from(buf))
                 })
                 .collect(),
-            Inner::Remote { store, path } => {
+            (None, Inner::Remote { store, path, .. }) => {
                 block_on(store.get_ranges(path, ranges))?.map_err(|e| store_error(&self.name, e))
             }
+            (None, Inner::Local(_)) => Err(Error::Internal("a local blob without its file".into())),
         }
     }
 
     /// Starts fetching `ranges` in the background, for objects in a store (`None` for local
     /// files: the page cache reads ahead for them). [`join`] waits for the result.
     pub fn fetch_ahead(&self, ranges: Vec<Range<u64>>) -> Option<Fetch<Vec<Bytes>>> {
-        let Inner::Remote { store, path } = &self.inner else {
+        let Inner::Remote { store, path, copy } = &self.inner else {
             return None;
         };
+        if copy.get().is_some() {
+            return None;
+        }
         if ranges.iter().any(|r| r.end > self.size || r.start > r.end) {
             return None; // read_ranges reports it when the bytes are needed
         }
@@ -329,36 +344,103 @@ impl Blob {
                 blob: self.clone(),
                 pos: 0,
                 buf: Bytes::new(),
+                next: None,
+                spool: None,
             })),
         }
     }
+
+    /// [`Blob::reader`] that, for an object in a store, also keeps what it reads in an
+    /// unlinked local temporary file (freed with the blob); once read to the end, reads of
+    /// the blob come from that copy. For formats indexed by one pass and then read record by
+    /// record (text, JSON lines, CSV): a record would otherwise cost a request each.
+    pub fn reader_keeping_copy(self: &Arc<Self>) -> Result<Box<dyn Read + Send>> {
+        if matches!(self.inner, Inner::Local(_)) {
+            return self.reader();
+        }
+        Ok(Box::new(ChunkedReader {
+            blob: self.clone(),
+            pos: 0,
+            buf: Bytes::new(),
+            next: None,
+            spool: Some(spool_file(&self.name)?),
+        }))
+    }
 }
 
-/// Sequential reads over ranged requests.
+/// Sequential reads over ranged requests, the next chunk always in flight while this one is
+/// read (so a bucket's latency overlaps the reader's work): memory is two chunks.
 struct ChunkedReader {
     blob: Arc<Blob>,
     pos: u64,
     buf: Bytes,
+    next: Option<Fetch<Vec<Bytes>>>,
+    /// Where a copy is kept (see [`Blob::reader_keeping_copy`]).
+    spool: Option<File>,
+}
+
+/// An unlinked temporary file (it lives while open) for a local copy of `name`.
+fn spool_file(name: &str) -> Result<File> {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = std::env::temp_dir().join(format!(".sluice-copy-{}-{n}", std::process::id()));
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&path)
+        .map_err(|e| Error::io(format!("{} (local copy of {name})", path.display()), e))?;
+    let _ = std::fs::remove_file(&path);
+    Ok(file)
+}
+
+impl ChunkedReader {
+    fn range_at(&self, pos: u64) -> Option<Range<u64>> {
+        let left = self.blob.size - pos;
+        (left > 0).then(|| pos..pos + left.min(STREAM_CHUNK as u64))
+    }
 }
 
 impl Read for ChunkedReader {
     fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
         if self.buf.is_empty() {
-            let left = self.blob.size - self.pos;
-            if left == 0 {
+            let Some(range) = self.range_at(self.pos) else {
                 return Ok(0);
+            };
+            let fetched = match self.next.take() {
+                Some(f) => join(f).map(|mut v| v.pop().unwrap_or_default()),
+                None => self
+                    .blob
+                    .read_at(range.start, (range.end - range.start) as usize),
+            };
+            self.buf = fetched.map_err(|e| std::io::Error::other(e.to_string()))?;
+            if let Some(spool) = &self.spool {
+                spool.write_all_at(&self.buf, range.start)?;
+                if range.end == self.blob.size {
+                    if let (Inner::Remote { copy, .. }, Ok(file)) =
+                        (&self.blob.inner, spool.try_clone())
+                    {
+                        let _ = copy.set(file);
+                    }
+                }
             }
-            let n = left.min(STREAM_CHUNK as u64) as usize;
-            self.buf = self
-                .blob
-                .read_at(self.pos, n)
-                .map_err(|e| std::io::Error::other(e.to_string()))?;
-            self.pos += n as u64;
+            self.pos = range.end;
+            self.next = self
+                .range_at(self.pos)
+                .and_then(|r| self.blob.fetch_ahead(vec![r]));
         }
         let n = out.len().min(self.buf.len());
         out[..n].copy_from_slice(&self.buf[..n]);
         self.buf = self.buf.slice(n..);
         Ok(n)
+    }
+}
+
+impl Drop for ChunkedReader {
+    fn drop(&mut self) {
+        if let Some(f) = self.next.take() {
+            f.abort();
+        }
     }
 }
 

@@ -1,6 +1,8 @@
 """A small S3-compatible server for benchmarks: a local directory served as every bucket
 (GET with ranges, HEAD, ListObjectsV2 with prefix and delimiter), holding back the first byte
-of every response by a fixed delay, as a distant bucket's first-byte latency does.
+of every response by a fixed delay, as a distant bucket's first-byte latency does. GCS's XML
+API is the same protocol with an OAuth bearer token: `--bearer TOKEN` checks it (the tests
+use it as a fake GCS).
 
     python benchmarks/s3_server.py ROOT --port PORT [--delay-ms 30]
 
@@ -59,7 +61,7 @@ class Bucket:
                 "</ListBucketResult>").encode()
 
 
-async def handle(reader, writer, bucket: Bucket, delay: float):
+async def handle(reader, writer, bucket: Bucket, delay: float, bearer: str | None = None):
     try:
         while True:
             head = await reader.readuntil(b"\r\n\r\n")
@@ -73,7 +75,9 @@ async def handle(reader, writer, bucket: Bucket, delay: float):
             query = dict(urllib.parse.parse_qsl(url.query))
             name, _, key = path.partition("/")
             status, extra, body = "200 OK", {}, b""
-            if not key and method == "GET":
+            if bearer is not None and headers.get("authorization") != f"Bearer {bearer}":
+                status, body = "401 Unauthorized", b"<Error><Code>AuthenticationRequired</Code></Error>"
+            elif not key and method == "GET":
                 body = bucket.listing(name, query.get("prefix", ""), query.get("delimiter", ""))
                 extra["Content-Type"] = "application/xml"
             elif key not in bucket.objects:
@@ -110,12 +114,13 @@ def main() -> None:
     ap.add_argument("root", type=Path)
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--delay-ms", type=float, default=0.0)
+    ap.add_argument("--bearer", help="answer only requests carrying this OAuth bearer token (GCS's XML API)")
     args = ap.parse_args()
     bucket = Bucket(args.root)
 
     async def serve():
         server = await asyncio.start_server(
-            lambda r, w: handle(r, w, bucket, args.delay_ms / 1000), "127.0.0.1", args.port)
+            lambda r, w: handle(r, w, bucket, args.delay_ms / 1000, args.bearer), "127.0.0.1", args.port)
         async with server:
             await server.serve_forever()
 

@@ -34,6 +34,7 @@ Image = pytest.importorskip("PIL.Image")
 
 from test_object_store import _free_port  # noqa: E402
 
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
 BUCKET = "cred-bucket"
 CLASSES = {"cat": 3, "dog": 2}
 
@@ -312,3 +313,64 @@ except OSError as e:
     for lookup in ("AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY not set", "AWS_WEB_IDENTITY_TOKEN_FILE/AWS_ROLE_ARN not set",
                    "profile 'default': no keys in", "AWS_CONTAINER_CREDENTIALS_* not set", "instance metadata at http://127.0.0.1:9"):
         assert lookup in out, out
+
+
+class _GceMetadata(http.server.BaseHTTPRequestHandler):
+    """GCE's metadata server (GKE workload identity answers the same): an access token for
+    the default service account, only to requests carrying `Metadata-Flavor: Google`."""
+
+    seen: list = []
+
+    def log_message(self, *a):  # noqa: D102 - quiet
+        pass
+
+    def do_GET(self):  # noqa: N802
+        type(self).seen.append(self.path)
+        ok = self.headers.get("Metadata-Flavor") == "Google"
+        if ok and self.path.startswith("/computeMetadata/v1/instance/service-accounts/default/token"):
+            body = json.dumps({"access_token": "gke-token", "expires_in": 3600, "token_type": "Bearer"}).encode()
+            self.send_response(200)
+        else:
+            body = b""
+            self.send_response(404)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def test_gcs_token_from_the_metadata_server(cloud, tmp_path):
+    """GCS with no key anywhere: the token comes from the metadata server (here simulated on
+    loopback), and the bucket (a fake speaking GCS's XML API, benchmarks/s3_server.py) answers
+    only requests bearing it."""
+    _GceMetadata.seen = []
+    meta = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _GceMetadata)
+    threading.Thread(target=meta.serve_forever, daemon=True).start()
+    port = _free_port()
+    root = tmp_path / "bucket"
+    root.mkdir()
+    (root / "train").symlink_to(cloud["local"])
+    server = subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "s3_server.py"), str(root), "--port", str(port),
+                               "--bearer", "gke-token"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "fake GCS did not start"
+                time.sleep(0.1)
+        env = _clean_env(cloud, tmp_path, GOOGLE_BASE_URL=f"http://127.0.0.1:{port}",
+                         GCE_METADATA_HOST=f"127.0.0.1:{meta.server_address[1]}",
+                         GCE_METADATA_IP=f"127.0.0.1:{meta.server_address[1]}")
+        out = run_py(READ.replace("s3://cred-bucket", "gs://any-bucket"), timeout=120, env=env)
+        assert out.strip() == _expected(cloud)
+        assert any("service-accounts/default/token" in p for p in _GceMetadata.seen)
+        # Without the metadata server the error lists every GCS lookup.
+        env["GCE_METADATA_HOST"] = env["GCE_METADATA_IP"] = "127.0.0.1:9"
+        out = run_py(READ.replace("s3://cred-bucket", "gs://any-bucket"), timeout=120, env=env, check=False)
+        assert "GOOGLE_APPLICATION_CREDENTIALS/GOOGLE_BEARER_TOKEN not set" in out and "metadata server" in out, out
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+        meta.shutdown()

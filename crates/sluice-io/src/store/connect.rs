@@ -360,6 +360,14 @@ fn gcs(
             b = b.with_config(key, v);
         }
     }
+    // An emulator's plain-HTTP base URL is a choice, as for S3 endpoints.
+    let base_url = options
+        .get("base_url")
+        .cloned()
+        .or_else(|| env("GOOGLE_BASE_URL"));
+    if base_url.is_some_and(|u| u.starts_with("http://")) {
+        b = b.with_config(GoogleConfigKey::Client(ClientConfigKey::AllowHttp), "true");
+    }
     let gcs = b
         .build()
         .map_err(|e| Error::invalid(format!("{base}: {e}")))?;

@@ -315,6 +315,20 @@ impl Source for CachedSource {
     fn prepare(&self, num_threads: usize) -> Result<()> {
         self.inner.prepare(num_threads)
     }
+    fn will_need(&self, indices: &[u64]) {
+        // Only what the cache does not hold yet is read from the source (the first epoch).
+        let missing: Vec<u64> = match self.store.samples.read() {
+            Ok(m) => indices
+                .iter()
+                .copied()
+                .filter(|i| !m.contains_key(i))
+                .collect(),
+            Err(_) => return,
+        };
+        if !missing.is_empty() {
+            self.inner.will_need(&missing);
+        }
+    }
     fn skipped(&self) -> u64 {
         self.inner.skipped()
     }

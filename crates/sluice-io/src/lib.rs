@@ -12,6 +12,7 @@
 
 pub mod arrow_conv;
 pub mod arrow_source;
+pub mod compressed;
 pub mod csv;
 pub mod files;
 pub mod lines;

@@ -1,5 +1,5 @@
 """Sources: where a pipeline's samples come from — a range, memory, files, images, text and
-JSON lines, Parquet, CSV, WebDataset shards, Arrow and pandas, and a mix of datasets. Each is
+JSON lines, Parquet, CSV, TFRecord, WebDataset shards, Arrow and pandas, and a mix of datasets. Each is
 recorded (``_recipe.source``) so the dataset pickles as its source spec or its call."""
 
 from __future__ import annotations
@@ -217,6 +217,43 @@ def read_webdataset(
     return Dataset(
         _native.read_webdataset(_paths(shards), rank, world_size, shuffle, seed, on_error, max_member_size)
     )
+
+
+@_recipe.source
+def read_tfrecord(
+    paths: "PathLike",
+    *,
+    compression: str | None = None,
+    index: "PathLike | None" = None,
+    features: Sequence[str] | None = None,
+    parse: bool = True,
+) -> "Dataset":
+    """One sample per TFRecord record, with random access through a record-offset index.
+
+    Opening finds where every record starts (one small read per record header, checking the
+    length's CRC), or reads ``index``: index files in the ``tfrecord`` pip package's format
+    (``offset length`` per line), one per data file in the order ``paths`` expand to. A read
+    checks both CRCs; a mismatch or a file cut short raises naming the file, the record and
+    its byte offset. ``compression="gzip"`` (or a ``.gz``/``.zst``/``.bz2`` extension): the
+    files are decompressed once when opened, into temporary files the index points into.
+
+    Records are parsed as ``tf.train.Example``: each feature becomes a field — ``bytes_list``
+    → bytes (one value) or a list of bytes, ``int64_list`` → int (one value) or an int64
+    array, ``float_list`` → a float32 array. ``features`` keeps only those named (one a record
+    lacks is None). ``parse=False`` gives the raw ``{"record": bytes}``.
+    """
+    if isinstance(features, str):
+        raise TypeError("features must be a list of names, not a string")
+    if compression not in (None, "gzip"):
+        raise ValueError(f"compression must be None or 'gzip', got {compression!r}")
+    native = _native.read_tfrecord(
+        _paths(paths),
+        compression,
+        None if index is None else _paths(index),
+        None if features is None else list(features),
+        bool(parse),
+    )
+    return Dataset(native)
 
 
 def from_arrow(data: Any) -> "Dataset":

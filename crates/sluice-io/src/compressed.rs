@@ -244,8 +244,14 @@ impl Input {
     /// goes, so the file is read once. Read errors from the reader become sluice errors
     /// through [`read_error`].
     pub fn open(path: &str) -> Result<(Input, Box<dyn Read + Send>)> {
+        Self::open_as(path, Codec::of(path))
+    }
+
+    /// [`Input::open`] with the codec given (`None`: not compressed) rather than taken from
+    /// the extension.
+    pub fn open_as(path: &str, codec: Option<Codec>) -> Result<(Input, Box<dyn Read + Send>)> {
         let blob = Arc::new(Blob::open(path)?);
-        let Some(codec) = Codec::of(path) else {
+        let Some(codec) = codec else {
             let scan = blob.reader()?;
             return Ok((Input { blob, spill: None }, scan));
         };
@@ -270,6 +276,17 @@ impl Input {
             },
             scan,
         ))
+    }
+
+    /// Whether reads go to a local file (plain, or the decompressed copy): cheap enough to
+    /// hop through record headers one positional read at a time.
+    pub fn is_local(&self) -> bool {
+        self.spill.is_some() || !is_url(self.blob.name())
+    }
+
+    /// Whether the content is a decompressed copy.
+    pub fn is_decompressed(&self) -> bool {
+        self.spill.is_some()
     }
 
     /// The path or URL it was opened with.

@@ -192,7 +192,7 @@ fn gzip_files_by_option_or_extension() {
     let bare = write(&dir, "x.tfrecord", &gz);
     let by_ext = TfrecordSource::open(&[named], &parsed()).unwrap();
     let forced = TfrecordSource::open(
-        &[bare.clone()],
+        std::slice::from_ref(&bare),
         &TfrecordOptions {
             compression: Some("gzip".into()),
             ..parsed()

@@ -5,8 +5,8 @@
 //! CRC32C of those 8 bytes, the data, the masked CRC32C of the data. Opening finds where
 //! every frame starts — from index files when given (the `tfrecord` pip package's format: one
 //! `offset length` line per record, `length` the whole frame), else by hopping from frame
-//! header to frame header (one 12-byte positional read each for a local file; a bucket's
-//! object is streamed once) — and checks each length's CRC on the way. `get(i)` is then one
+//! header to frame header (positional reads of 64 KiB windows for a local file, so the data of
+//! large records is skipped; a bucket's object is streamed once) — and checks each length's CRC on the way. `get(i)` is then one
 //! positional read of the frame, whose both CRCs are checked; a mismatch is a data error
 //! naming the file, the record and its byte offset.
 //!
@@ -49,8 +49,9 @@ pub fn masked_crc(data: &[u8]) -> u32 {
     crc.rotate_right(15).wrapping_add(0xa282_ead8)
 }
 
-/// How to read TFRecord files.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// How to read TFRecord files (the default: by extension, no index files, every feature,
+/// parsed).
+#[derive(Debug, Clone, PartialEq)]
 pub struct TfrecordOptions {
     /// `Some("gzip")`: every file is gzip-compressed; `None`: by extension.
     pub compression: Option<String>,
@@ -60,6 +61,17 @@ pub struct TfrecordOptions {
     pub features: Option<Vec<String>>,
     /// `false`: samples are `{record: bytes}`, not parsed.
     pub parse: bool,
+}
+
+impl Default for TfrecordOptions {
+    fn default() -> Self {
+        TfrecordOptions {
+            compression: None,
+            index: None,
+            features: None,
+            parse: true,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -220,17 +232,26 @@ fn truncated(path: &str, offset: u64, need: u64, have: u64) -> Error {
     ))
 }
 
+/// Bytes read at a time while hopping through a local file's headers: many small records per
+/// read, and little data read past for large ones.
+const SCAN_WINDOW: u64 = 64 << 10;
+
 /// Frames of a local file, hopping from header to header.
 fn scan_local(input: &Input) -> Result<Vec<(u64, u64)>> {
     let size = input.size()?;
     let mut frames = Vec::new();
     let mut offset = 0;
+    let (mut window, mut window_start) = (bytes::Bytes::new(), 0u64);
     while offset < size {
         if size - offset < 12 {
             return Err(truncated(input.name(), offset, 12, size - offset));
         }
-        let header = input.read_at(offset, 12)?;
-        let len = frame_len(input.name(), offset, &header)?;
+        if offset < window_start || offset + 12 > window_start + window.len() as u64 {
+            window = input.read_at(offset, (size - offset).min(SCAN_WINDOW) as usize)?;
+            window_start = offset;
+        }
+        let at = (offset - window_start) as usize;
+        let len = frame_len(input.name(), offset, &window[at..at + 12])?;
         if len > size - offset {
             return Err(truncated(input.name(), offset, len, size - offset));
         }

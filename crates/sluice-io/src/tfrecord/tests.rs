@@ -48,10 +48,7 @@ fn write(dir: &tempfile::TempDir, name: &str, data: &[u8]) -> String {
 }
 
 fn parsed() -> TfrecordOptions {
-    TfrecordOptions {
-        parse: true,
-        ..Default::default()
-    }
+    TfrecordOptions::default()
 }
 
 #[test]
@@ -204,4 +201,26 @@ fn gzip_files_by_option_or_extension() {
     assert_eq!(forced.get(5).unwrap().get("id"), Some(&Value::Int(5)));
     // Read as uncompressed, the gzip bytes are no TFRecord.
     assert!(TfrecordSource::open(&[bare], &parsed()).is_err());
+}
+
+#[test]
+fn header_walk_crosses_scan_windows() {
+    // Records of every size around the 64 KiB window: small ones many per window, large ones
+    // spanning windows, headers straddling a window's end.
+    let dir = tempfile::tempdir().unwrap();
+    let sizes: Vec<usize> = (0..40).map(|i| (i * 7919) % 90_000).collect();
+    let data: Vec<u8> = sizes
+        .iter()
+        .flat_map(|&n| frame(&vec![n as u8; n]))
+        .collect();
+    let p = write(&dir, "sizes.tfrecord", &data);
+    let opts = TfrecordOptions {
+        parse: false,
+        ..Default::default()
+    };
+    let src = TfrecordSource::open(&[p], &opts).unwrap();
+    assert_eq!(src.len(), Some(40));
+    for (i, &n) in sizes.iter().enumerate() {
+        assert_eq!(src.record(i as u64).unwrap(), vec![n as u8; n]);
+    }
 }

@@ -279,7 +279,7 @@ impl Input {
     }
 
     /// Whether reads go to a local file (plain, or the decompressed copy): cheap enough to
-    /// hop through record headers one positional read at a time.
+    /// walk through record headers with positional reads.
     pub fn is_local(&self) -> bool {
         self.spill.is_some() || !is_url(self.blob.name())
     }

@@ -41,6 +41,14 @@ LOSSLESS = {
     "gray-packbits.tif": lambda: (Image.fromarray(_noise(c=1)), {"compression": "packbits"}),
     "palette.gif": lambda: (Image.fromarray(_noise()).quantize(200), {}),
     "gray.gif": lambda: (Image.fromarray(_noise(c=1)), {}),
+    # Transparent pixels keep their palette colour (Pillow's convert does not composite).
+    "transparent.gif": lambda: (Image.fromarray(_noise()).quantize(50), {"transparency": 3}),
+    "gray-alpha.webp": lambda: (Image.fromarray(_noise(c=1)).convert("LA"), {"lossless": True}),
+    "rgba.bmp": lambda: (Image.fromarray(_noise(c=4)), {}),
+    "bilevel.bmp": lambda: (Image.fromarray(_noise(c=1)).convert("1"), {}),
+    "bilevel.tif": lambda: (Image.fromarray(_noise(c=1)).convert("1"), {}),
+    # Pillow opens 16-bit gray as I;16 and clips above 255 when converting.
+    "gray16.tif": lambda: (Image.fromarray(_noise(c=1).astype(np.uint16) * 4), {}),
 }
 
 
@@ -53,6 +61,16 @@ def test_lossless_formats_equal_pillow(tmp_path, name):
     (gray,) = _decoded([path], mode="L")
     np.testing.assert_array_equal(rgb, np.asarray(Image.open(path).convert("RGB")))
     np.testing.assert_array_equal(gray[..., 0], np.asarray(Image.open(path).convert("L")))
+
+
+def test_cmyk_tiff_within_one_level_and_palette_tiff_refused(tmp_path):
+    Image.frombytes("CMYK", (53, 37), _noise(c=4).tobytes()).save(tmp_path / "cmyk.tif")
+    (rgb,) = _decoded([tmp_path / "cmyk.tif"])
+    ref = np.asarray(Image.open(tmp_path / "cmyk.tif").convert("RGB"))
+    assert np.abs(rgb.astype(int) - ref).max() <= 1
+    Image.fromarray(_noise()).quantize(40).save(tmp_path / "palette.tif")
+    with pytest.raises(sluice.PipelineError, match=r"palette.tif.*unsupported image: TIFF"):
+        _decoded([tmp_path / "palette.tif"])
 
 
 def test_lossy_webp_matches_pillow_within_rounding(tmp_path):
@@ -73,14 +91,15 @@ def test_gif_decodes_the_first_frame(tmp_path):
     np.testing.assert_array_equal(rgb, np.asarray(frames[0].convert("RGB")))
 
 
-def test_tiff_orientation_is_applied_like_exif_transpose(tmp_path):
+@pytest.mark.parametrize("name, kw", [("rotated.tif", {}), ("rotated.webp", {"lossless": True})])
+def test_orientation_is_applied_like_exif_transpose(tmp_path, name, kw):
     from PIL import ImageOps
 
-    path = tmp_path / "rotated.tif"
+    path = tmp_path / name
     img = Image.fromarray(_noise(20, 30))
     exif = img.getexif()
     exif[0x0112] = 6
-    img.save(path, exif=exif)
+    img.save(path, exif=exif, **kw)
     (rgb,) = _decoded([path])
     ref = np.asarray(ImageOps.exif_transpose(Image.open(path)).convert("RGB"))
     assert rgb.shape == (30, 20, 3)

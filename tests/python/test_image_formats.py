@@ -112,6 +112,9 @@ def test_read_images_decodes_every_listed_format(tmp_path):
         Image.fromarray(_photo(16 + i, 24)).save(tmp_path / "cls" / f"{i}.{ext}")
     rows = list(sluice.read_images(tmp_path, labels="parent_dir").map(I.decode()))
     assert [r["image"].shape for r in rows] == [(16 + i, 24, 3) for i in range(6)]
+    # decode + random_resized_crop (fused by the planner) reads every format too.
+    cropped = sluice.read_images(tmp_path).map(I.decode()).map(I.random_resized_crop(8))
+    assert [s["image"].shape for s in cropped.iter(seed=1)] == [(8, 8, 3)] * 6
 
 
 def test_pixel_guard_and_errors_name_the_format(tmp_path):

@@ -204,6 +204,21 @@ fn gzip_files_by_option_or_extension() {
 }
 
 #[test]
+fn pipeline_file_form_takes_the_api_defaults() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(&dir, "x.tfrecord", &file(3));
+    let spec = SourceSpec::from_json(&serde_json::json!({
+        "source": "read_tfrecord", "paths": [p], "features": ["id"]}))
+    .unwrap();
+    let src = spec.open().unwrap();
+    assert_eq!(src.get(2).unwrap().get("id"), Some(&Value::Int(2)));
+    assert_eq!(src.fields(), Some(vec!["id".to_string()]));
+    let bad = serde_json::json!({"source": "read_tfrecord", "paths": ["x"], "compression": "lz4"});
+    let e = SourceSpec::from_json(&bad).unwrap().open().unwrap_err();
+    assert!(e.to_string().contains("'gzip'"), "{e}");
+}
+
+#[test]
 fn header_walk_crosses_scan_windows() {
     // Records of every size around the 64 KiB window: small ones many per window, large ones
     // spanning windows, headers straddling a window's end.

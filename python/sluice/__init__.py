@@ -25,6 +25,7 @@ from .sources import (
     read_parquet,
     read_pipeline,
     read_text,
+    read_tfrecord,
     read_webdataset,
 )
 from . import agg, audio, image, ops, text
@@ -67,6 +68,7 @@ __all__ = [
     "read_jsonl",
     "read_parquet",
     "read_text",
+    "read_tfrecord",
     "read_webdataset",
     "text",
 ]

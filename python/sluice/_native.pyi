@@ -152,6 +152,13 @@ def read_webdataset(
     on_error: str = "raise",
     max_member_size: int = 1073741824,
 ) -> Dataset: ...
+def read_tfrecord(
+    paths: list[str],
+    compression: str | None = None,
+    index: list[str] | None = None,
+    features: list[str] | None = None,
+    parse: bool = True,
+) -> Dataset: ...
 
 # The user's own data (crates/sluice-py/src/user_source.rs).
 def from_source(obj: Any, len: int, field: str, type_name: str) -> Dataset: ...

@@ -77,7 +77,8 @@ def decode(
     out: str = "audio",
     max_samples: Optional[int] = None,
 ) -> Op:
-    """Decodes WAV / FLAC / MP3 / Ogg Vorbis bytes in ``field`` to float32 samples in ``out``.
+    """Decodes WAV / FLAC / MP3 / Ogg Vorbis / AAC (MP4, M4A) bytes in ``field`` to float32
+    samples in ``out`` (no Opus: see docs/READING.md, "Audio formats").
 
     Writes ``out`` (``[n]`` if ``mono``, else ``[channels, n]``; mono is the channel mean, as
     ``librosa.to_mono``) and ``sample_rate`` (int, Hz). With ``sample_rate`` the audio is

@@ -43,9 +43,10 @@ def _pair(v: Any) -> Any:
 
 
 def decode(mode: str = "RGB", *, field: str = "bytes", out: str = "image", max_pixels: Optional[int] = None) -> Op:
-    """Decodes JPEG (baseline/progressive, gray, CMYK, EXIF orientation) or PNG (8/16-bit)
-    bytes into an HWC uint8 image; ``mode`` is "RGB" or "L". Images above ``max_pixels``
-    (decompression-bomb limit) are rejected before allocation."""
+    """Decodes JPEG (baseline/progressive, gray, CMYK, EXIF orientation), PNG (8/16-bit),
+    WebP, GIF (first frame), BMP or TIFF bytes into an HWC uint8 image, as Pillow's
+    ``convert(mode)`` does; ``mode`` is "RGB" or "L". Images above ``max_pixels``
+    (decompression-bomb limit) are rejected from their header, before allocation."""
     return _op("decode", mode=mode, field=field, out=out, max_pixels=max_pixels)
 
 

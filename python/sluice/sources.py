@@ -1,5 +1,5 @@
 """Sources: where a pipeline's samples come from — a range, memory, files, images, text and
-JSON lines, Parquet, CSV, WebDataset shards, Arrow and pandas, and a mix of datasets. Each is
+JSON lines, Parquet, CSV, TFRecord, WebDataset shards, Arrow and pandas, and a mix of datasets. Each is
 recorded (``_recipe.source``) so the dataset pickles as its source spec or its call."""
 
 from __future__ import annotations
@@ -86,7 +86,8 @@ def read_text(paths: PathLike, errors: str = "strict", *, on_error: str = "raise
     """``{text}`` per non-empty line of local files or ``s3://`` / ``gs://`` / ``http(s)://``
     objects. Invalid UTF-8 raises naming ``file:line``; ``errors="replace"`` substitutes it;
     ``on_error="skip"`` checks every line when the files are opened and leaves such lines out
-    (a warning on the ``sluice`` logger and ``stats()`` count them)."""
+    (a warning on the ``sluice`` logger and ``stats()`` count them). Compressed files
+    (``.gz``, ``.zst``, ``.bz2``) are decompressed once when opened, into a temporary file."""
     if errors not in ("strict", "replace"):
         raise ValueError(f"errors must be 'strict' or 'replace', got {errors!r}")
     if on_error not in ("raise", "skip"):
@@ -115,7 +116,9 @@ def read_jsonl(
     line raises then — unless ``on_error="skip"``: every line is then checked when the
     files are opened, and lines that are not JSON objects, do not fit the schema or are not
     UTF-8 are left out (a warning on the ``sluice`` logger and ``stats()`` count them).
-    ``errors="replace"`` substitutes invalid UTF-8.
+    ``errors="replace"`` substitutes invalid UTF-8. Compressed files (``.gz``, ``.zst``,
+    ``.bz2``) are decompressed once when opened, into a temporary file, and then read like
+    plain ones (docs/READING.md, "Compressed files").
 
     >>> import sluice, tempfile, os
     >>> p = os.path.join(tempfile.mkdtemp(), "x.jsonl")
@@ -162,7 +165,9 @@ def read_csv(
     UTF-8, a value not of its column's type — raises naming file and line (a wrong field
     count when the files are opened, the others when the record is read). With
     ``on_error="skip"`` every record is checked when the files are opened and such records
-    are left out: a warning on the ``sluice`` logger and ``stats()`` count them.
+    are left out: a warning on the ``sluice`` logger and ``stats()`` count them. Compressed
+    files (``x.csv.gz``, ``.zst``, ``.bz2``; listed from directories too) are decompressed once
+    when opened, into a temporary file, and then read like plain ones.
     """
     _on_error(on_error)
     native, skipped = _native.read_csv(
@@ -203,7 +208,8 @@ def read_webdataset(
     ``max_member_size`` bytes (default 1 GiB, checked before reading) — raises naming shard
     and member; with ``on_error="skip"`` it is left out, counted in ``stats()`` and reported
     by a warning on the ``sluice`` logger when the iteration ends. A damaged tar (bad
-    header, cut short) always raises.
+    header, cut short) always raises. Compressed shards (``.tar.gz``/``.tgz``, ``.tar.zst``,
+    ``.tar.bz2``) are decompressed as they are read.
     """
     if isinstance(shuffle_shards, bool):
         shuffle, seed = shuffle_shards, None
@@ -217,6 +223,43 @@ def read_webdataset(
     return Dataset(
         _native.read_webdataset(_paths(shards), rank, world_size, shuffle, seed, on_error, max_member_size)
     )
+
+
+@_recipe.source
+def read_tfrecord(
+    paths: "PathLike",
+    *,
+    compression: str | None = None,
+    index: "PathLike | None" = None,
+    features: Sequence[str] | None = None,
+    parse: bool = True,
+) -> "Dataset":
+    """One sample per TFRecord record, with random access through a record-offset index.
+
+    Opening finds where every record starts (one small read per record header, checking the
+    length's CRC), or reads ``index``: index files in the ``tfrecord`` pip package's format
+    (``offset length`` per line), one per data file in the order ``paths`` expand to. A read
+    checks both CRCs; a mismatch or a file cut short raises naming the file, the record and
+    its byte offset. ``compression="gzip"`` (or a ``.gz``/``.zst``/``.bz2`` extension): the
+    files are decompressed once when opened, into temporary files the index points into.
+
+    Records are parsed as ``tf.train.Example``: each feature becomes a field — ``bytes_list``
+    → bytes (one value) or a list of bytes, ``int64_list`` → int (one value) or an int64
+    array, ``float_list`` → a float32 array. ``features`` keeps only those named (one a record
+    lacks is None). ``parse=False`` gives the raw ``{"record": bytes}``.
+    """
+    if isinstance(features, str):
+        raise TypeError("features must be a list of names, not a string")
+    if compression not in (None, "gzip"):
+        raise ValueError(f"compression must be None or 'gzip', got {compression!r}")
+    native = _native.read_tfrecord(
+        _paths(paths),
+        compression,
+        None if index is None else _paths(index),
+        None if features is None else list(features),
+        bool(parse),
+    )
+    return Dataset(native)
 
 
 def from_arrow(data: Any) -> "Dataset":

@@ -1,4 +1,4 @@
-//! Container/codec decoding via symphonia (WAV/PCM, FLAC, MP3, Ogg Vorbis).
+//! Container/codec decoding via symphonia (WAV/PCM, FLAC, MP3, Ogg Vorbis, AAC in MP4/M4A).
 
 use std::io::Cursor;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -100,7 +100,8 @@ impl DecodeOptions {
     }
 }
 
-/// Decode an in-memory audio file (WAV/PCM, FLAC, MP3, Ogg Vorbis) to `f32` samples, keeping
+/// Decode an in-memory audio file (WAV/PCM, FLAC, MP3, Ogg Vorbis, AAC-LC in MP4/M4A) to `f32`
+/// samples, keeping
 /// every channel at the file's own sample rate. Strict: see [`decode_with`] for options.
 ///
 /// `ext_hint` is the file extension (`"mp3"`, `".flac"`, case-insensitive) when known; it only
@@ -197,6 +198,10 @@ fn decode_inner(bytes: &[u8], ext_hint: Option<&str>, opts: &DecodeOptions) -> R
         .map_err(|e| match e {
             // An unrecognised byte stream: nothing matched, so "unsupported" is the honest
             // answer (random bytes land here too).
+            // An MP4 whose index (moov, written last by most muxers) was cut off.
+            SymError::Unsupported(what) if what.contains("missing moov") => {
+                AudioError::Corrupt(format!("{what}: truncated MP4/M4A file?"))
+            }
             SymError::Unsupported(what) => AudioError::Unsupported(what.to_string()),
             other => map_err(other, "probe"),
         })?;

@@ -9,8 +9,9 @@
 //!
 //! ## What matches what
 //! * [`decode`]: Pillow's `exif_transpose(Image.open(f)).convert("RGB"|"L")`
-//!   for JPEG and PNG (JPEG decode within a fraction of a level on average
-//!   of libjpeg-turbo; PNG exact).
+//!   for JPEG, PNG, WebP, GIF (first frame), BMP and TIFF (JPEG decode
+//!   within a fraction of a level on average of libjpeg-turbo; lossy WebP
+//!   within rounding of libwebp; the lossless formats exact).
 //! * [`resize`], [`resized_crop`]: Pillow's `Image.resize` convolution
 //!   (bilinear with antialias is torchvision's RandomResizedCrop on PIL
 //!   images and on uint8 tensors with `antialias=True`).

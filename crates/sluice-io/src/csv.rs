@@ -13,6 +13,10 @@
 //! about one record (an unreadable file, headers that differ between files, a schema naming a
 //! missing column) raise under both policies.
 //!
+//! Compressed files (`.csv.gz`, `.tsv.zst`, `.csv.bz2`, ...) are decompressed once at open
+//! into a temporary file that `get` reads from ([`crate::compressed`]); directories and
+//! prefixes list them along with `.csv` and `.tsv` files.
+//!
 //! Column types are given (`schema`) or inferred from the first [`INFER_ROWS`] records: `int`
 //! if every non-empty value parses as an integer, else `float`, else `bool` (`true`/`false`),
 //! else `str`. Empty numeric fields read as null.
@@ -22,10 +26,10 @@ use std::sync::Arc;
 
 use sluice_core::{Error, OnError, Result, Sample, Source, SourceRef, Value};
 
+use crate::compressed::{expand, read_error, Input};
 use crate::show::show;
 pub use crate::spec::CsvType;
 use crate::spec::SourceSpec;
-use crate::store::{expand, Blob};
 
 /// Records read to infer column types.
 pub const INFER_ROWS: usize = 1000;
@@ -110,7 +114,7 @@ impl Default for CsvOptions {
 
 #[derive(Debug)]
 struct Index {
-    files: Vec<Arc<Blob>>,
+    files: Vec<Arc<Input>>,
     /// (file, byte offset, 1-based line) per record.
     records: Vec<(u32, u64, u32)>,
     names: Vec<Arc<str>>,
@@ -222,18 +226,22 @@ impl CsvSource {
         let mut inferred = false;
         let mut skipped = 0u64;
         for (fi, path) in paths.iter().enumerate() {
-            let blob = Arc::new(Blob::open(path)?);
+            let (file, scan) = Input::open(path)?;
             let mut rdr = csv::ReaderBuilder::new()
                 .has_headers(false)
                 .flexible(true)
                 .delimiter(opts.delimiter)
-                .from_reader(blob.reader_keeping_copy()?);
+                .from_reader(scan);
             let mut rec = csv::ByteRecord::new();
             let mut first = true;
             loop {
                 let more = rdr.read_byte_record(&mut rec).map_err(|e| {
                     let line = e.position().map_or(0, |p| p.line());
-                    Error::data(format!("{path}:{line}: {}", show(&e.to_string())))
+                    let message = show(&e.to_string());
+                    match e.into_kind() {
+                        csv::ErrorKind::Io(e) => read_error(path, e),
+                        _ => Error::data(format!("{path}:{line}: {message}")),
+                    }
                 })?;
                 if !more {
                     break;
@@ -303,7 +311,7 @@ impl CsvSource {
                 }
                 records.push((fi as u32, offset, line));
             }
-            files.push(blob);
+            files.push(Arc::new(file));
         }
         let names = names.unwrap_or_default();
         for (col, _) in &opts.schema {
@@ -385,7 +393,7 @@ impl Source for CsvSource {
         let blob = &ix.files[fi as usize];
         let end = match ix.records.get(index as usize + 1) {
             Some(&(f, next, _)) if f == fi => next,
-            _ => blob.size(),
+            _ => blob.size()?,
         };
         let bytes = blob.read_at(start, (end - start) as usize)?;
         let mut rdr = csv::ReaderBuilder::new()

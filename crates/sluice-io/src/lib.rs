@@ -1,9 +1,9 @@
 //! sluice sources and sinks: local files, images with labels, text lines, JSON lines, CSV,
-//! Parquet and WebDataset tar shards, on local disks or object stores (`s3://`, `gs://`,
+//! Parquet, TFRecord and WebDataset tar shards (plain or compressed: [`compressed`]), on local disks or object stores (`s3://`, `gs://`,
 //! `http(s)://`).
 //!
-//! Every source here except WebDataset has random access: files by index; text, JSONL and CSV
-//! through a record-offset index built once when the source is created (one fast scan, a few
+//! Every source here except WebDataset has random access: files by index; text, JSONL, CSV and
+//! TFRecord through a record-offset index built once when the source is created (one fast scan, a few
 //! bytes per record); Parquet through its footer's row-group row counts. So global shuffle and
 //! sharding never read ahead. Tar shards have no index and stream.
 //!
@@ -12,6 +12,7 @@
 
 pub mod arrow_conv;
 pub mod arrow_source;
+pub mod compressed;
 pub mod csv;
 pub mod files;
 pub mod lines;
@@ -21,6 +22,7 @@ pub mod show;
 pub mod sink;
 pub mod spec;
 pub mod store;
+pub mod tfrecord;
 pub mod webdataset;
 
 pub use crate::csv::{CsvOnError, CsvOptions, CsvSource, CsvType};
@@ -32,6 +34,7 @@ pub use open::csv_options;
 pub use sink::SinkOptions;
 pub use spec::{ShuffleShards, SourceSpec};
 pub use store::Blob;
+pub use tfrecord::{TfrecordOptions, TfrecordSource};
 pub use webdataset::{ShardShuffle, WdsOptions, WebDatasetSource, DEFAULT_MAX_MEMBER_SIZE};
 // Re-exported so the facade and the bindings use the same arrow types as this crate.
 pub use {arrow_array, arrow_schema};

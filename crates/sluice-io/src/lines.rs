@@ -7,6 +7,9 @@
 //! fails naming `file:line` — or, with `on_error="skip"`, every line is parsed and checked at
 //! open and bad ones (not UTF-8 under `errors="strict"`; for JSONL also not a JSON object or
 //! not fitting the schema) are left out and counted (the source's skips in `stats()`).
+//!
+//! Compressed files (`.gz`, `.zst`, `.bz2`) are decompressed once at open into a temporary
+//! file that `get` reads from ([`crate::compressed`]), so they index the same way.
 
 use std::collections::BTreeMap;
 use std::io::BufRead;
@@ -14,11 +17,12 @@ use std::sync::Arc;
 
 use sluice_core::{Error, OnError, Result, Sample, Source, SourceRef, Tensor, TensorData, Value};
 
+use crate::compressed::{read_error, Input};
 use crate::show::show;
 use crate::spec::CsvType;
 use crate::spec::SourceSpec;
 pub use crate::spec::Utf8Errors;
-use crate::store::{expand, Blob};
+use crate::store::expand;
 
 /// How lines are parsed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,7 +81,7 @@ impl JsonlOptions {
 
 #[derive(Debug)]
 struct LineIndex {
-    files: Vec<Arc<Blob>>,
+    files: Vec<Arc<Input>>,
     /// (file number, byte offset, byte length) per non-empty line.
     lines: Vec<(u32, u64, u32)>,
     /// 1-based line number within its file, for error messages.
@@ -166,14 +170,14 @@ impl LinesSource {
             skipped: 0,
         };
         for (fi, path) in expand(entries, None)?.into_iter().enumerate() {
-            let blob = Arc::new(Blob::open(&path)?);
-            let mut input = std::io::BufReader::with_capacity(1 << 20, blob.reader_keeping_copy()?);
+            let (file, scan) = Input::open(&path)?;
+            let mut input = std::io::BufReader::with_capacity(1 << 20, scan);
             let (mut offset, mut number, mut line) = (0u64, 0u32, Vec::new());
             loop {
                 line.clear();
                 let n = input
                     .read_until(b'\n', &mut line)
-                    .map_err(|e| Error::io(&path, e))?;
+                    .map_err(|e| read_error(&path, e))?;
                 if n == 0 {
                     break;
                 }
@@ -196,7 +200,7 @@ impl LinesSource {
                 }
                 offset += n as u64;
             }
-            index.files.push(blob);
+            index.files.push(Arc::new(file));
         }
         src.index = Arc::new(index);
         Ok(src)

@@ -12,6 +12,7 @@ use crate::files::FilesSource;
 use crate::lines::{JsonlOptions, LinesFormat, LinesSource};
 use crate::parquet::ParquetSource;
 use crate::spec::{CsvType, SourceSpec, DEFAULT_MAX_MEMBER_SIZE};
+use crate::tfrecord::{TfrecordOptions, TfrecordSource};
 use crate::webdataset::{WdsOptions, WebDatasetSource};
 
 /// The CSV reader options `schema`, `delimiter`, `has_header` and `on_error` describe.
@@ -113,6 +114,21 @@ impl SourceSpec {
                     opts,
                 )?)
             }
+            SourceSpec::ReadTfrecord {
+                paths,
+                compression,
+                index,
+                features,
+                parse,
+            } => Arc::new(TfrecordSource::open(
+                paths,
+                &TfrecordOptions {
+                    compression: compression.clone(),
+                    index: index.clone(),
+                    features: features.clone(),
+                    parse: *parse,
+                },
+            )?),
         })
     }
 }

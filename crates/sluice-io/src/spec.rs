@@ -103,6 +103,22 @@ pub enum SourceSpec {
         #[serde(default)]
         max_member_size: Option<u64>,
     },
+    /// `read_tfrecord(paths, compression, index, features, parse)`.
+    ReadTfrecord {
+        paths: Vec<String>,
+        /// `"gzip"`, or `None`: by extension.
+        #[serde(default)]
+        compression: Option<String>,
+        /// Index files (`offset length` per record), one per data file.
+        #[serde(default)]
+        index: Option<Vec<String>>,
+        /// `tf.train.Example` features to keep; `None`: all.
+        #[serde(default)]
+        features: Option<Vec<String>>,
+        /// `false`: samples are `{record: bytes}`.
+        #[serde(default = "yes")]
+        parse: bool,
+    },
 }
 
 /// A CSV column's type.
@@ -231,6 +247,7 @@ impl SourceSpec {
             SourceSpec::ReadParquet { .. } => "read_parquet",
             SourceSpec::ReadCsv { .. } => "read_csv",
             SourceSpec::ReadWebdataset { .. } => "read_webdataset",
+            SourceSpec::ReadTfrecord { .. } => "read_tfrecord",
         }
     }
 
@@ -287,6 +304,17 @@ impl SourceSpec {
                 on_error: (*on_error == OnError::Skip).then_some(*on_error),
                 max_member_size: max_member_size.filter(|&m| m != DEFAULT_MAX_MEMBER_SIZE),
             },
+            SourceSpec::ReadTfrecord {
+                paths,
+                features,
+                parse,
+                ..
+            } => Summary::ReadTfrecord {
+                files: paths.len(),
+                records: len,
+                features,
+                parse: *parse,
+            },
         };
         serde_json::to_value(summary).unwrap_or_default()
     }
@@ -342,6 +370,12 @@ enum Summary<'a> {
         #[serde(skip_serializing_if = "Option::is_none")]
         max_member_size: Option<u64>,
     },
+    ReadTfrecord {
+        files: usize,
+        records: Option<u64>,
+        features: &'a Option<Vec<String>>,
+        parse: bool,
+    },
 }
 
 #[cfg(test)]
@@ -389,6 +423,15 @@ mod tests {
         crate::sink::write_parquet(items, &d("pq"), &Default::default()).unwrap();
         tar(&dir.join("s0.tar"), &[("k1.txt", b"a"), ("k1.cls", b"0")]);
         tar(&dir.join("s1.tar"), &[("k2.txt", b"b"), ("k3.txt", b"c")]);
+        let frames: Vec<u8> = [&b"r0"[..], b"r1"]
+            .iter()
+            .flat_map(|d| {
+                let len = (d.len() as u64).to_le_bytes();
+                let crc = |b: &[u8]| crate::tfrecord::masked_crc(b).to_le_bytes();
+                [&len[..], &crc(&len), d, &crc(d)].concat()
+            })
+            .collect();
+        std::fs::write(dir.join("r.tfrecord"), frames).unwrap();
         let schema = |pairs: &[(&str, CsvType)]| {
             pairs
                 .iter()
@@ -433,6 +476,13 @@ mod tests {
                 shuffle_shards: ShuffleShards::Seed(3),
                 on_error: OnError::Skip,
                 max_member_size: Some(4096),
+            },
+            SourceSpec::ReadTfrecord {
+                paths: vec![d("r.tfrecord")],
+                compression: None,
+                index: None,
+                features: None,
+                parse: false,
             },
         ]
     }
@@ -503,7 +553,10 @@ mod tests {
             json!({"source": "read_csv", "files": 1, "records": 2, "skipped": 0}),
             json!({"source": "read_webdataset", "shards": 2, "rank": [1, 2],
                    "shuffle_shards": 3, "on_error": "skip", "max_member_size": 4096}),
+            json!({"source": "read_tfrecord", "files": 1, "records": 2, "features": null,
+                   "parse": false}),
         ];
+        assert_eq!(got.len(), want.len());
         for (g, w) in got.iter().zip(want) {
             assert_eq!(*g, w);
         }

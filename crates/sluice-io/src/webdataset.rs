@@ -5,6 +5,9 @@
 //! cls: bytes}` (the key ends at the first dot of the file name; the rest is the field name).
 //! A sample's members must be adjacent in the shard, as WebDataset writers make them.
 //!
+//! Shards compressed as a whole (`.tar.gz`/`.tgz`, `.tar.zst`, `.tar.bz2`) are decompressed
+//! as they are read; damaged compressed data is a data error naming the shard and the codec.
+//!
 //! Tar shards have no index, so this source streams (`random_access() == false`): use
 //! `shuffle_buffer` rather than `shuffle`. With shard shuffling the order of shards is
 //! permuted every epoch, a pure function of (seed, epoch) — the usual WebDataset recipe is
@@ -36,7 +39,7 @@ use sluice_core::{
 use crate::show::show;
 use crate::spec::SourceSpec;
 pub use crate::spec::{ShardShuffle, DEFAULT_MAX_MEMBER_SIZE};
-use crate::store::{expand, Blob};
+use crate::store::Blob;
 
 /// Samples a stream decodes ahead of its consumer.
 pub const PREFETCH_SAMPLES: usize = 16;
@@ -138,15 +141,7 @@ impl WebDatasetSource {
         if opts.max_member_size == 0 {
             return Err(Error::invalid("max_member_size must be > 0"));
         }
-        let all = expand(entries, Some(&["tar"]))?;
-        if let Some(bad) = all
-            .iter()
-            .find(|p| p.ends_with(".gz") || p.ends_with(".tgz"))
-        {
-            return Err(Error::invalid(format!(
-                "{bad}: compressed tar shards are not supported; use plain .tar shards"
-            )));
-        }
+        let all = crate::compressed::expand(entries, Some(&["tar"]))?;
         let all = Arc::new(all);
         let shards = match rank {
             None => (*all).clone(),
@@ -288,7 +283,7 @@ impl ShardReader<'_> {
     /// Reads the shard, sending its samples; `false` if the consumer went away.
     fn read(&self) -> Result<bool> {
         let blob = Arc::new(Blob::open(self.shard)?);
-        let mut archive = tar::Archive::new(blob.reader()?);
+        let mut archive = tar::Archive::new(crate::compressed::reader(&blob)?);
         let mut pending: Option<Pending> = None;
         for entry in archive.entries().map_err(|e| self.broken(e))? {
             let mut entry = entry.map_err(|e| self.broken(e))?;

@@ -167,6 +167,28 @@ fn read_webdataset(
     open_ds(py, spec)
 }
 
+/// `compression`: `"gzip"` or by extension; `index`: one index file per data file;
+/// `features`: those to keep; `parse = false`: raw `{record: bytes}`.
+#[pyfunction]
+#[pyo3(signature = (paths, compression=None, index=None, features=None, parse=true))]
+fn read_tfrecord(
+    py: Python<'_>,
+    paths: Vec<String>,
+    compression: Option<String>,
+    index: Option<Vec<String>>,
+    features: Option<Vec<String>>,
+    parse: bool,
+) -> PyResult<PyDataset> {
+    let spec = SourceSpec::ReadTfrecord {
+        paths,
+        compression,
+        index,
+        features,
+        parse,
+    };
+    open_ds(py, spec)
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(open_source, m)?)?;
     m.add_function(wrap_pyfunction!(load_pipeline, m)?)?;
@@ -178,5 +200,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(read_jsonl, m)?)?;
     m.add_function(wrap_pyfunction!(read_text, m)?)?;
     m.add_function(wrap_pyfunction!(read_webdataset, m)?)?;
+    m.add_function(wrap_pyfunction!(read_tfrecord, m)?)?;
     Ok(())
 }

@@ -1,4 +1,4 @@
-//! Data at rest: the Parquet, CSV and WebDataset sources, Arrow batches in memory, and the
+//! Data at rest: the Parquet, CSV, TFRecord and WebDataset sources, Arrow batches in memory, and the
 //! Parquet / JSONL sinks, as `Dataset` constructors and methods.
 
 use std::sync::Arc;
@@ -7,7 +7,7 @@ use sluice_core::{Execution, LogicalPlan, Result, Sample, StageKind};
 use sluice_io::arrow_conv::Records;
 use sluice_io::{
     sink, ArrowSource, CsvOptions, CsvSource, ParquetSource, ShardShuffle, SinkOptions, SourceSpec,
-    WdsOptions, WebDatasetSource,
+    TfrecordOptions, TfrecordSource, WdsOptions, WebDatasetSource,
 };
 use sluice_optimizer::RunContext;
 
@@ -36,6 +36,20 @@ impl Dataset {
     /// One sample per CSV record.
     pub fn read_csv(entries: &[String], opts: &CsvOptions) -> Result<Self> {
         Ok(Dataset::from_source(Arc::new(CsvSource::open(
+            entries, opts,
+        )?)))
+    }
+
+    /// One sample per TFRecord record (CRC-checked; `tf.train.Example` features as fields
+    /// unless `opts.parse` is false), with random access through a record index.
+    ///
+    /// ```no_run
+    /// let opts = sluice::TfrecordOptions { features: Some(vec!["label".into()]), ..Default::default() };
+    /// let ds = sluice::Dataset::read_tfrecord(&["data/train-*.tfrecord".into()], &opts)?;
+    /// # Ok::<(), sluice::Error>(())
+    /// ```
+    pub fn read_tfrecord(entries: &[String], opts: &TfrecordOptions) -> Result<Self> {
+        Ok(Dataset::from_source(Arc::new(TfrecordSource::open(
             entries, opts,
         )?)))
     }

@@ -30,7 +30,7 @@ pub use sluice_io::{
 };
 pub use sluice_io::{
     csv_options, JsonlOptions, LabelMode, LinesFormat, LinesSource, ShardShuffle, ShuffleShards,
-    SourceSpec, Utf8Errors, WdsOptions, DEFAULT_MAX_MEMBER_SIZE,
+    SourceSpec, TfrecordOptions, Utf8Errors, WdsOptions, DEFAULT_MAX_MEMBER_SIZE,
 };
 pub use sluice_ops::OpSpec;
 pub use sluice_optimizer::{

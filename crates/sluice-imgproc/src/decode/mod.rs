@@ -1,9 +1,11 @@
-//! Decoding JPEG and PNG into [`Image`]s with Pillow-compatible results.
+//! Decoding JPEG, PNG, WebP, GIF, BMP and TIFF into [`Image`]s with Pillow-compatible
+//! results.
 
 mod crop;
 #[cfg(not(feature = "turbojpeg"))]
 mod dct;
 mod jpeg;
+mod other;
 mod png;
 
 use crate::error::{ImageError, Result};
@@ -65,6 +67,14 @@ pub enum Format {
     Jpeg,
     /// PNG (8-byte signature).
     Png,
+    /// WebP, lossy or lossless (`RIFF....WEBP`).
+    Webp,
+    /// GIF 87a/89a; the first frame is decoded.
+    Gif,
+    /// Windows bitmap (`BM`).
+    Bmp,
+    /// TIFF, little- or big-endian (`II*\0`, `MM\0*`).
+    Tiff,
 }
 
 /// Guesses the format from magic bytes; `None` for anything else.
@@ -73,20 +83,32 @@ pub enum Format {
 /// use sluice_imgproc::{sniff, Format};
 /// assert_eq!(sniff(b"\x89PNG\r\n\x1a\n...."), Some(Format::Png));
 /// assert_eq!(sniff(b"\xff\xd8\xff\xe0"), Some(Format::Jpeg));
-/// assert_eq!(sniff(b"GIF89a"), None);
+/// assert_eq!(sniff(b"GIF89a"), Some(Format::Gif));
+/// assert_eq!(sniff(b"RIFF\x00\x00\x00\x00WEBPVP8 "), Some(Format::Webp));
+/// assert_eq!(sniff(b"II*\x00"), Some(Format::Tiff));
+/// assert_eq!(sniff(b"BM\x00\x00"), Some(Format::Bmp));
+/// assert_eq!(sniff(b"%PDF-1.4"), None);
 /// ```
 pub fn sniff(bytes: &[u8]) -> Option<Format> {
     if bytes.starts_with(b"\x89PNG\r\n\x1a\n") {
         Some(Format::Png)
     } else if bytes.starts_with(&[0xFF, 0xD8, 0xFF]) {
         Some(Format::Jpeg)
+    } else if bytes.len() >= 12 && bytes.starts_with(b"RIFF") && &bytes[8..12] == b"WEBP" {
+        Some(Format::Webp)
+    } else if bytes.starts_with(b"GIF87a") || bytes.starts_with(b"GIF89a") {
+        Some(Format::Gif)
+    } else if bytes.starts_with(b"II*\0") || bytes.starts_with(b"MM\0*") {
+        Some(Format::Tiff)
+    } else if bytes.starts_with(b"BM") {
+        Some(Format::Bmp)
     } else {
         None
     }
 }
 
-/// Decodes a JPEG or PNG (format sniffed from the magic bytes) into an
-/// upright 8-bit image, matching Pillow's
+/// Decodes a JPEG, PNG, WebP, GIF, BMP or TIFF (format sniffed from the
+/// magic bytes) into an upright 8-bit image, matching Pillow's
 /// `ImageOps.exif_transpose(Image.open(f)).convert(mode)`:
 ///
 /// * JPEG: baseline, extended and progressive Huffman; gray, YCbCr,
@@ -97,6 +119,10 @@ pub fn sniff(bytes: &[u8]) -> Option<Format> {
 ///   byte, except 16-bit grayscale, which Pillow opens as `I;16` and
 ///   *clips* to 255 on conversion (reproduced as is); alpha and `tRNS` are
 ///   dropped, palettes expanded; an `eXIf` orientation is applied.
+/// * WebP (lossless exactly, lossy within rounding of libwebp's YUV->RGB),
+///   GIF (first frame, palette expanded), BMP and TIFF (8-bit, and 16-bit
+///   as for PNG) through the `image` crate; alpha dropped; a TIFF
+///   orientation tag or WebP EXIF orientation applied.
 ///
 /// The decompression-bomb limit is checked from the header first.
 ///
@@ -116,6 +142,7 @@ pub fn decode(bytes: &[u8], opts: &DecodeOptions) -> Result<Image> {
     match sniff(bytes) {
         Some(Format::Jpeg) => jpeg::decode_jpeg(bytes, opts),
         Some(Format::Png) => png::decode_png(bytes, opts),
+        Some(f) => other::decode_other(bytes, f, opts),
         None => Err(ImageError::Unsupported(format!(
             "unknown image format (first bytes {:02x?})",
             &bytes[..bytes.len().min(8)]

@@ -81,8 +81,8 @@ pub enum DbReference {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", deny_unknown_fields)]
 pub enum AudioSpec {
-    /// Bytes (WAV/FLAC/MP3/Ogg Vorbis) → float32 `[n]` (mono) or `[channels, n]`, plus the
-    /// integer field `sample_rate`; resampled to `sample_rate` when given.
+    /// Bytes (WAV/FLAC/MP3/Ogg Vorbis/AAC in M4A) → float32 `[n]` (mono) or `[channels, n]`,
+    /// plus the integer field `sample_rate`; resampled to `sample_rate` when given.
     #[serde(rename = "audio.decode")]
     Decode {
         #[serde(default = "d_bytes")]

@@ -72,6 +72,8 @@ class Dataset(FormatsMixin, InspectMixin, FrameworksMixin):  # write_*/to_arrow;
         self._last_stats: "_native.Stats | None" = None
         self._last_context: "Context | None" = None
         self._last_plan: "Plan | None" = None
+        # Plans ``iter(optimize=...)`` made, by (options, seed): profiled once per dataset.
+        self._plans: "dict[tuple[str, int], Plan]" = {}
 
     # Transformations -------------------------------------------------------------------
     @_recipe.step
@@ -341,12 +343,21 @@ class Dataset(FormatsMixin, InspectMixin, FrameworksMixin):  # write_*/to_arrow;
         )
 
     # Optimizer ---------------------------------------------------------------------------
-    def profile(self, samples: int = 200, seconds: float = 10.0, seed: int = 0) -> "Profile":
+    def profile(self, samples: int = 200, seconds: float = 10.0, seed: int = 0, epoch_share: float = 0.0) -> "Profile":
         """Runs up to ``samples`` source samples (at most ``seconds``) op by op in this thread
-        and measures each op: CPU time (thread clock), wall time, bytes in/out, selectivity."""
+        and measures each op: CPU time (thread clock), wall time, bytes in/out, selectivity.
+        ``epoch_share`` > 0 runs at most that share of one epoch's source samples (at least
+        16) when the source's length is known, so profiling costs about that share of an
+        epoch (``iter(optimize=True)`` uses 0.01)."""
         from .optimizer import Profile
 
-        return Profile(_native.profile(self._native, _int("samples", samples, 1), float(seconds), _int("seed", seed, 0)))
+        if isinstance(epoch_share, bool) or not isinstance(epoch_share, (int, float)) or not 0 <= epoch_share <= 1:
+            raise ValueError(f"epoch_share must be a number from 0 to 1, got {epoch_share!r}")
+        return Profile(
+            _native.profile(
+                self._native, _int("samples", samples, 1), float(seconds), _int("seed", seed, 0), float(epoch_share)
+            )
+        )
 
     def optimize(
         self,
@@ -437,7 +448,7 @@ class Dataset(FormatsMixin, InspectMixin, FrameworksMixin):  # write_*/to_arrow;
             options = optimize if isinstance(optimize, OptimizerOptions) else OptimizerOptions()
             if not isinstance(optimize, OptimizerOptions) and context is not None and context.remote:
                 options = dataclasses.replace(options, enable_offload=True)
-            plan = self.optimize(self.profile(samples=100, seconds=5.0, seed=seed), options, seed, context)
+            plan = self._optimized_plan(options, seed, context)
         start = self._native.iter if context is None else context.starter(self._native)
         native = start(
             _int("seed", seed, 0),
@@ -456,6 +467,20 @@ class Dataset(FormatsMixin, InspectMixin, FrameworksMixin):  # write_*/to_arrow;
         self._last_stats, self._last_context, self._last_plan = native.stats_handle(), context, plan
         it._owner = self
         return it
+
+    def _optimized_plan(self, options: "OptimizerOptions", seed: int, context: "Context | None") -> "Plan":
+        """``iter(optimize=...)``'s plan: profiled on 1% of an epoch (16–100 samples) and
+        made once per dataset, options and seed, so later epochs start without profiling."""
+        key = (options.to_json(), seed)
+        if context is not None and context.remote:
+            key = None  # planned for this cluster's CPUs and prices: not reused
+        if key is None or key not in self._plans:
+            profile = self.profile(samples=100, seconds=5.0, seed=seed, epoch_share=0.01)
+            plan = self.optimize(profile, options, seed, context)
+            if key is None:
+                return plan
+            self._plans[key] = plan
+        return self._plans[key]
 
     def __iter__(self) -> "Iterator":
         return self.iter()

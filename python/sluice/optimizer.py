@@ -37,6 +37,10 @@ class OptimizerOptions:
     ``enable_offload=True`` with ``remote_cpus`` (a Ray ``Context`` sets it from the
     cluster) lets the offload rule move stages to Ray actors where its cost model predicts
     more throughput, or ``est_throughput`` at a lower cost.
+
+    ``enable_fallback=True`` (the default) runs the default plan instead when the optimized
+    one is not predicted at least 10% faster from the same profile; the plan's last
+    decision says which was run and why.
     """
 
     enable_prefetch: bool = True
@@ -68,6 +72,8 @@ class OptimizerOptions:
     memory_budget: int = 1 << 30
     #: Bytes of local disk a cache may fill beyond its memory (0: memory only).
     disk_budget: int = 0
+    #: Keep the default plan unless the optimized one is predicted ≥ 10% faster.
+    enable_fallback: bool = True
 
     @classmethod
     def baseline(cls) -> "OptimizerOptions":
@@ -79,6 +85,7 @@ class OptimizerOptions:
             enable_processes=False,
             enable_fusion=False,
             enable_caching=False,
+            enable_fallback=False,
         )
 
     def to_json(self) -> str:

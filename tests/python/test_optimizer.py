@@ -256,6 +256,47 @@ def test_iter_optimize_true_profiles_plans_and_runs():
     same(outputs(it), outputs(ds.iter(seed=2, epoch=0)))
 
 
+def test_optimize_falls_back_to_the_default_plan_it_cannot_beat():
+    # One cheap op over a range: the default plan is as good as any; the plan says so, the
+    # run is the default's, and a later epoch reuses the plan instead of profiling again.
+    ds = sluice.range(3000).map(sluice.ops.select(["id"])).batch(100)
+    it = ds.iter(seed=1, epoch=0, optimize=True)
+    last = it.plan.data["decisions"][-1]
+    assert last.startswith("fallback: ran the default plan"), last
+    same(outputs(it), outputs(ds.iter(seed=1, epoch=0)))
+    again = ds.iter(seed=1, epoch=1, optimize=True)
+    assert again.plan is it.plan
+    again.close()
+    # With the fallback off the optimizer's own plan runs, and says nothing of a fallback.
+    off = ds.iter(seed=1, epoch=0, optimize=OptimizerOptions(enable_fallback=False))
+    assert not any(d.startswith("fallback") for d in off.plan.data["decisions"])
+    same(outputs(off), outputs(ds.iter(seed=1, epoch=0)))
+
+
+def test_optimize_keeps_a_plan_predicted_faster():
+    # The jitter written before a crop to 48 px, with fixed costs (no clock): the jitter
+    # dominates, so moving the crop first is predicted to pay and the plan is kept.
+    ds = cv()
+    data = ds.profile(samples=8).data
+    for op in data["ops"]:
+        op["cpu_s"] = op["wall_s"] = (20e-3 if op["name"] == "color_jitter" else 1e-4) * op["items_in"]
+    plan = ds.optimize(Profile(json.dumps(data)), seed=2)
+    last = plan.data["decisions"][-1]
+    assert last.startswith("fallback: kept the optimized plan"), last
+    assert any(d.startswith("reorder") for d in plan.data["decisions"])
+    assert sum(len(b["label"]) for b in ds.iter(seed=2, plan=plan)) == 8
+
+
+def test_profile_epoch_share_runs_a_share_of_the_epoch():
+    ds = sluice.range(5000).map(sluice.ops.select(["id"]))
+    assert ds.profile(samples=100, epoch_share=0.01).data["samples"] == 50
+    assert ds.profile(samples=100, epoch_share=0.001).data["samples"] == 16  # the least
+    assert sluice.range(10).profile(samples=100, epoch_share=0.5).data["samples"] == 10
+    for bad in (-0.1, 1.5, "0.1", True):
+        with pytest.raises(ValueError, match="epoch_share"):
+            ds.profile(epoch_share=bad)
+
+
 def test_cache_computes_the_prefix_once():
     calls = []
 

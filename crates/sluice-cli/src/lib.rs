@@ -221,6 +221,7 @@ fn run(cli: Cli) -> Result<(), sluice::Error> {
                 samples,
                 seconds,
                 seed: opts.seed,
+                ..Default::default()
             })?;
             if let Some(path) = out {
                 write(&path, &p.to_json())?;

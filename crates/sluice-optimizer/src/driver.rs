@@ -54,7 +54,11 @@ impl OptimizeInput {
             )
             .expect("lower"),
             profile,
-            options: options.clone(),
+            // Rule tests look at what the rules make; the fallback has tests of its own.
+            options: OptimizerOptions {
+                enable_fallback: false,
+                ..options.clone()
+            },
             cpus: 2,
             pools: vec![],
         }
@@ -160,12 +164,60 @@ pub fn optimize_physical(input: &OptimizeInput) -> Result<Optimized> {
         draft.cache.as_ref(),
         remote.as_ref(),
     );
-    Ok(Optimized {
+    let optimized = Optimized {
         plan: draft.plan,
         cache: draft.cache,
         prediction,
         decisions: draft.decisions,
-    })
+    };
+    if !o.enable_fallback {
+        return Ok(optimized);
+    }
+    let default = predict_with(&input.default, &input.profile, cpus, None, remote.as_ref());
+    Ok(keep_default_unless_faster(optimized, &input.default, default))
+}
+
+/// Least predicted gain over the default plan for the optimized plan to be run: below it,
+/// the cost model's error (within 20% per plan, partly shared by two plans of one profile)
+/// and a new plan's start-up (no fused decode+crop when reordered, fresh threads) can turn a
+/// predicted win into a loss.
+pub const MIN_GAIN: f64 = 0.10;
+
+/// The optimizer earns its keep or stands aside: `optimized` is run only when the model
+/// predicts it at least [`MIN_GAIN`] faster than `default` (the run without a plan,
+/// predicted from the same profile); otherwise the default is the plan, and its decisions
+/// say why.
+fn keep_default_unless_faster(
+    optimized: Optimized,
+    default_plan: &PhysicalPlan,
+    default: Prediction,
+) -> Optimized {
+    let (new, old) = (optimized.prediction.throughput, default.throughput);
+    let mut decisions = optimized.decisions;
+    if new >= old * (1.0 + MIN_GAIN) || !old.is_finite() || old <= 0.0 {
+        decisions.push(format!(
+            "fallback: kept the optimized plan: predicted {new:.0}/s against the default \
+             plan's {old:.0}/s ({:+.0}%)",
+            (new / old - 1.0) * 100.0
+        ));
+        return Optimized {
+            decisions,
+            ..optimized
+        };
+    }
+    decisions.push(format!(
+        "fallback: ran the default plan: the optimized plan was predicted at {new:.0}/s \
+         against the default's {old:.0}/s ({:+.0}%, below the {:.0}% gain a new plan must \
+         show); the decisions above are what it would have done",
+        (new / old - 1.0) * 100.0,
+        MIN_GAIN * 100.0
+    ));
+    Optimized {
+        plan: default_plan.clone(),
+        cache: None,
+        prediction: default,
+        decisions,
+    }
 }
 
 /// What every rule must preserve, taken from the unfused default plan.
@@ -455,6 +507,60 @@ mod tests {
         });
         let err = snapshot.check(&draft, &input).unwrap_err();
         assert!(err.contains("cached but random"), "{err}");
+    }
+
+    /// An input whose optimizer falls back (the rule tests' inputs do not).
+    fn with_fallback(plan: &Arc<LogicalPlan>) -> OptimizeInput {
+        let mut input = OptimizeInput::for_test(plan, &Default::default());
+        input.options.enable_fallback = true;
+        input
+    }
+
+    #[test]
+    fn a_plan_predicted_no_faster_than_the_default_runs_the_default() {
+        // One cheap op: nothing to reorder, cache or re-place that the default lacks.
+        let plan = pipeline(40, vec![busy_op("a", 1, OpKind::Opaque)]);
+        let input = with_fallback(&plan);
+        let out = optimize_physical(&input).unwrap();
+        assert_eq!(out.plan.to_string(), input.default.to_string());
+        assert!(out.cache.is_none());
+        let last = out.decisions.last().unwrap();
+        assert!(last.starts_with("fallback: ran the default plan"), "{last}");
+        assert!(last.contains("below the 10% gain"), "{last}");
+        // The plan file of the fallback rebuilds the default and runs its samples.
+        let file = out.to_plan(&input.options, 2);
+        let rebuilt = Plan::from_json(&file.to_json())
+            .unwrap()
+            .apply(&input.default)
+            .unwrap();
+        assert_eq!(rebuilt.to_string(), input.default.to_string());
+        assert_eq!(run(&rebuilt), run(&input.default));
+    }
+
+    #[test]
+    fn a_plan_predicted_faster_is_kept_and_says_by_how_much() {
+        // An expensive pixel-wise op written before a crop to a tenth: moving the crop first
+        // is predicted far faster than the default order.
+        let plan = pipeline(
+            50,
+            vec![
+                TestOp {
+                    ns_per_byte: 20.0,
+                    ..TestOp::new("jitter", OpKind::PixelWise)
+                },
+                TestOp {
+                    out_len: Some(10),
+                    ..TestOp::new("crop", OpKind::SizeReducing)
+                },
+            ],
+        );
+        let input = with_fallback(&plan);
+        let out = optimize_physical(&input).unwrap();
+        let last = out.decisions.last().unwrap();
+        assert!(last.starts_with("fallback: kept the optimized plan"), "{last}");
+        assert_ne!(out.plan.to_string(), input.default.to_string());
+        let default = predict_with(&input.default, &input.profile, 2, None, None);
+        assert!(out.prediction.throughput >= default.throughput * (1.0 + MIN_GAIN));
     }
 
     #[test]

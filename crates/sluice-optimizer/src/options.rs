@@ -61,6 +61,9 @@ pub struct OptimizerOptions {
     pub memory_budget: u64,
     /// Bytes of local disk a cache may fill beyond its memory (0: memory only).
     pub disk_budget: u64,
+    /// Run the default plan instead when the optimized one is not predicted at least
+    /// [`crate::driver::MIN_GAIN`] faster (the decisions say so).
+    pub enable_fallback: bool,
 }
 
 impl Default for OptimizerOptions {
@@ -86,6 +89,7 @@ impl Default for OptimizerOptions {
             exact: false,
             memory_budget: 1 << 30,
             disk_budget: 0,
+            enable_fallback: true,
         }
     }
 }
@@ -103,6 +107,7 @@ impl OptimizerOptions {
             enable_fusion: false,
             enable_caching: false,
             enable_controller: false,
+            enable_fallback: false,
             ..Default::default()
         }
     }

@@ -24,18 +24,20 @@ fn cache(ds: &PyDataset, budget: u64, disk_budget: u64) -> PyResult<PyDataset> {
 }
 
 #[pyfunction]
-#[pyo3(signature = (ds, samples, seconds, seed=0))]
+#[pyo3(signature = (ds, samples, seconds, seed=0, epoch_share=0.0))]
 fn profile(
     py: Python<'_>,
     ds: &PyDataset,
     samples: u64,
     seconds: f64,
     seed: u64,
+    epoch_share: f64,
 ) -> PyResult<String> {
     let opts = ProfileOptions {
         samples,
         seconds,
         seed,
+        epoch_share,
     };
     // Python UDFs take the GIL per call; the rest runs without it.
     let p = crate::errors::interruptible(py, || ds.ds.profile(&opts))?.py()?;

@@ -12,6 +12,9 @@ use sluice_core::{
 
 use crate::clock::thread_cpu;
 
+mod scaling;
+use scaling::{efficiency, Scaling, SCALING_WALL};
+
 /// How much of the pipeline to run when profiling.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ProfileOptions {
@@ -21,7 +24,14 @@ pub struct ProfileOptions {
     pub seconds: f64,
     /// Seed for random ops (their cost may depend on their draws).
     pub seed: u64,
+    /// When above 0 and the source's length is known: run at most this share of one
+    /// epoch's samples (but at least [`MIN_SHARE_SAMPLES`]), so that profiling before a run
+    /// costs about that share of its first epoch (`iter(optimize=True)` uses 1%).
+    pub epoch_share: f64,
 }
+
+/// Fewest samples an `epoch_share` profile runs: fewer leave the per-op medians to chance.
+pub const MIN_SHARE_SAMPLES: u64 = 16;
 
 impl Default for ProfileOptions {
     fn default() -> Self {
@@ -29,7 +39,30 @@ impl Default for ProfileOptions {
             samples: 200,
             seconds: 10.0,
             seed: 0,
+            epoch_share: 0.0,
         }
+    }
+}
+
+impl ProfileOptions {
+    /// Source samples to run from a source of `len` samples (`None`: unknown length).
+    ///
+    /// ```
+    /// use sluice_optimizer::ProfileOptions;
+    /// let o = ProfileOptions { samples: 100, epoch_share: 0.01, ..Default::default() };
+    /// assert_eq!(o.samples_of(Some(1_000_000)), 100);
+    /// assert_eq!(o.samples_of(Some(5_000)), 50);
+    /// assert_eq!(o.samples_of(Some(200)), 16);
+    /// assert_eq!(o.samples_of(Some(10)), 10);
+    /// assert_eq!(o.samples_of(None), 100);
+    /// ```
+    pub fn samples_of(&self, len: Option<u64>) -> u64 {
+        let mut want = self.samples.max(1);
+        if let (Some(len), true) = (len, self.epoch_share > 0.0) {
+            let share = (len as f64 * self.epoch_share).ceil() as u64;
+            want = want.min(share.max(MIN_SHARE_SAMPLES));
+        }
+        want.min(len.unwrap_or(u64::MAX))
     }
 }
 
@@ -323,7 +356,7 @@ pub fn profile(plan: &Arc<LogicalPlan>, opts: &ProfileOptions) -> Result<Profile
     let started = Instant::now();
     let deadline = started + Duration::from_secs_f64(opts.seconds.max(0.0));
     let len = source.len().unwrap_or(u64::MAX);
-    let want = opts.samples.max(1).min(len);
+    let want = opts.samples_of(source.len());
 
     // Random access: runs of consecutive samples spread over the whole source (files differ
     // in size along a directory listing, and neighbours share words, sizes and cache lines
@@ -398,13 +431,37 @@ pub fn profile(plan: &Arc<LogicalPlan>, opts: &ProfileOptions) -> Result<Profile
                     .map_err(|e| in_sample(source.name(), *index, None, e))?;
             }
         }
+        // Measuring how ops scale costs 2 trials of 2 × SCALING_WALL per op. A profile held
+        // to a share of an epoch spends on it at most half what it spent running its
+        // samples, and only on ops with a tenth of the chain's CPU or more (how a cheaper
+        // one scales barely moves a prediction).
+        let total: f64 = ops.iter().map(|o| o.cpu_per_item()).sum();
+        let scaling = if opts.epoch_share > 0.0 {
+            let measured = ops
+                .iter()
+                .filter(|o| o.cpu_per_item() >= 0.1 * total)
+                .count();
+            let per_op = started.elapsed() / (4 * measured.max(1)) as u32;
+            Scaling {
+                trials: 1,
+                wall: per_op.clamp(Duration::from_millis(1), SCALING_WALL),
+                least_share: 0.1,
+            }
+        } else {
+            Scaling {
+                trials: 2,
+                wall: SCALING_WALL,
+                least_share: 0.0,
+            }
+        };
         let mut live = last_chunk;
         for (step, prof) in steps.iter().zip(&mut ops) {
             if live.is_empty() {
                 break;
             }
-            if !prof.python {
-                prof.parallel_efficiency = efficiency(step, &live, machine.cores, opts.seed);
+            if !prof.python && prof.cpu_per_item() >= scaling.least_share * total {
+                prof.parallel_efficiency =
+                    efficiency(step, &live, machine.cores, opts.seed, scaling);
             }
             let mut next = Vec::with_capacity(live.len());
             for (index, sub, res) in apply_step(step, live, opts.seed) {
@@ -519,67 +576,6 @@ fn push_emitted(next: &mut Vec<(u64, u64, Sample)>, index: u64, sub: u64, emit: 
                 .enumerate()
                 .map(|(j, s)| (index, sluice_core::rng::combine(sub, j as u64 + 1), s)),
         ),
-    }
-}
-
-/// Wall time each measurement of [`efficiency`] runs for, at least.
-const SCALING_WALL: Duration = Duration::from_millis(30);
-
-/// `step`'s parallel efficiency on `inputs`: its CPU per item alone over its CPU per item
-/// while `threads` threads run it at once (the thread clock counts the cycles a core stalls
-/// on memory or on its hyperthread sibling). The better of two trials: a neighbour's burst
-/// on a shared VM during one "together" run reads as contention that is not the op's (one
-/// trial put an audio decoder at 0.72 and the next at 1.0).
-fn efficiency(step: &Step, inputs: &[(u64, u64, Sample)], threads: usize, seed: u64) -> f64 {
-    (0..2)
-        .map(|_| efficiency_trial(step, inputs, threads, seed))
-        .fold(0.0, f64::max)
-}
-
-/// One measurement of [`efficiency`]: alone and together back to back, so both see the
-/// machine in the same state; errors count as "scales" (1).
-fn efficiency_trial(step: &Step, inputs: &[(u64, u64, Sample)], threads: usize, seed: u64) -> f64 {
-    // CPU seconds per item over `passes` passes (`None` if the op fails).
-    let run = |passes: usize| -> Option<f64> {
-        let c0 = thread_cpu();
-        for _ in 0..passes {
-            for (index, sub, s) in inputs {
-                let cx = context(step, *index, *sub, seed);
-                step.op.apply(s.clone(), &cx).ok()?;
-            }
-        }
-        Some((thread_cpu() - c0).as_secs_f64() / (passes * inputs.len()) as f64)
-    };
-    let t0 = Instant::now();
-    if run(1).is_none() {
-        return 1.0;
-    }
-    let passes = (SCALING_WALL.as_secs_f64() / t0.elapsed().as_secs_f64().max(1e-9))
-        .ceil()
-        .clamp(1.0, 10_000.0) as usize;
-    let start = std::sync::Barrier::new(threads);
-    let alone = run(passes);
-    let together: Option<Vec<f64>> = std::thread::scope(|sc| {
-        let workers: Vec<_> = (0..threads)
-            .map(|_| {
-                sc.spawn(|| {
-                    start.wait();
-                    run(passes)
-                })
-            })
-            .collect();
-        workers
-            .into_iter()
-            .map(|w| w.join().ok().flatten())
-            .collect()
-    });
-    match (alone, together) {
-        (Some(alone), Some(t)) if alone > 0.0 && !t.is_empty() => {
-            let mean = t.iter().sum::<f64>() / t.len() as f64;
-            // Noise can make it look better than linear; no op gets faster with company.
-            (alone / mean.max(1e-12)).clamp(0.1, 1.0)
-        }
-        _ => 1.0,
     }
 }
 

@@ -1,0 +1,91 @@
+//! How well an op scales: its CPU per item alone against its CPU per item while every core
+//! runs it (the profile's `parallel_efficiency`).
+
+use std::time::{Duration, Instant};
+
+use sluice_core::Sample;
+
+use super::{context, Step};
+use crate::clock::thread_cpu;
+
+/// Wall time each measurement of [`efficiency`] runs for, at least.
+pub(super) const SCALING_WALL: Duration = Duration::from_millis(30);
+
+/// `step`'s parallel efficiency on `inputs`: its CPU per item alone over its CPU per item
+/// while `threads` threads run it at once (the thread clock counts the cycles a core stalls
+/// on memory or on its hyperthread sibling). The better of two trials: a neighbour's burst
+/// on a shared VM during one "together" run reads as contention that is not the op's (one
+/// trial put an audio decoder at 0.72 and the next at 1.0).
+pub(super) fn efficiency(
+    step: &Step,
+    inputs: &[(u64, u64, Sample)],
+    threads: usize,
+    seed: u64,
+    scaling: Scaling,
+) -> f64 {
+    (0..scaling.trials)
+        .map(|_| efficiency_trial(step, inputs, threads, seed, scaling.wall))
+        .fold(0.0, f64::max)
+}
+
+/// How long [`efficiency`] measures: trials, and the wall time of each half of a trial.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Scaling {
+    pub trials: usize,
+    pub wall: Duration,
+    /// Ops below this share of the chain's CPU are not measured (they keep 1.0).
+    pub least_share: f64,
+}
+
+/// One measurement of [`efficiency`]: alone and together back to back, so both see the
+/// machine in the same state; errors count as "scales" (1).
+fn efficiency_trial(
+    step: &Step,
+    inputs: &[(u64, u64, Sample)],
+    threads: usize,
+    seed: u64,
+    wall: Duration,
+) -> f64 {
+    // CPU seconds per item over `passes` passes (`None` if the op fails).
+    let run = |passes: usize| -> Option<f64> {
+        let c0 = thread_cpu();
+        for _ in 0..passes {
+            for (index, sub, s) in inputs {
+                let cx = context(step, *index, *sub, seed);
+                step.op.apply(s.clone(), &cx).ok()?;
+            }
+        }
+        Some((thread_cpu() - c0).as_secs_f64() / (passes * inputs.len()) as f64)
+    };
+    let t0 = Instant::now();
+    if run(1).is_none() {
+        return 1.0;
+    }
+    let passes = (wall.as_secs_f64() / t0.elapsed().as_secs_f64().max(1e-9))
+        .ceil()
+        .clamp(1.0, 10_000.0) as usize;
+    let start = std::sync::Barrier::new(threads);
+    let alone = run(passes);
+    let together: Option<Vec<f64>> = std::thread::scope(|sc| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                sc.spawn(|| {
+                    start.wait();
+                    run(passes)
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().ok().flatten())
+            .collect()
+    });
+    match (alone, together) {
+        (Some(alone), Some(t)) if alone > 0.0 && !t.is_empty() => {
+            let mean = t.iter().sum::<f64>() / t.len() as f64;
+            // Noise can make it look better than linear; no op gets faster with company.
+            (alone / mean.max(1e-12)).clamp(0.1, 1.0)
+        }
+        _ => 1.0,
+    }
+}

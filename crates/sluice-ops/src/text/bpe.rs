@@ -20,10 +20,11 @@ use aho_corasick::AhoCorasick;
 use rustc_hash::FxHashMap;
 use tokenizers::models::bpe::BPE;
 use tokenizers::normalizers::NormalizerWrapper;
+use tokenizers::pre_tokenizers::split::SplitPattern;
 use tokenizers::pre_tokenizers::PreTokenizerWrapper;
 use tokenizers::processors::PostProcessorWrapper;
 use tokenizers::utils::SysRegex;
-use tokenizers::{ModelWrapper, NormalizedString, Normalizer, Tokenizer};
+use tokenizers::{ModelWrapper, NormalizedString, Normalizer, SplitDelimiterBehavior, Tokenizer};
 
 /// The pre-tokenizer regex of `tokenizers`' `ByteLevel` (GPT-2's), used verbatim for
 /// non-ASCII text so that its Unicode classes are onig's, not an approximation of them.
@@ -84,7 +85,8 @@ impl FastBpe {
     /// The fast path for `tok` encoding with `add_special_tokens`, if `tok` is a byte-level
     /// BPE whose every stage this path reproduces exactly: a BPE model without dropout,
     /// subword prefix/suffix or byte fallback whose vocab holds all 256 byte symbols (so no
-    /// unknown token can arise); a `ByteLevel` pre-tokenizer with its regex; no normalizer,
+    /// unknown token can arise); a `ByteLevel` pre-tokenizer with its regex (or that regex as a
+    /// `Split` before a `ByteLevel` with neither regex nor prefix space); no normalizer,
     /// or NFC/NFKC (ASCII lines only); no truncation or padding; and a post-processor that
     /// adds no ids (none or `ByteLevel`, or any when `add_special_tokens` is false).
     pub fn new(tok: &Tokenizer, add_special_tokens: bool) -> Result<Self, Ineligible> {
@@ -100,12 +102,7 @@ impl FastBpe {
         if bpe.byte_fallback {
             return Err(Ineligible("BPE uses byte fallback"));
         }
-        let Some(PreTokenizerWrapper::ByteLevel(pre)) = tok.get_pre_tokenizer() else {
-            return Err(Ineligible("the pre-tokenizer is not ByteLevel"));
-        };
-        if !pre.use_regex {
-            return Err(Ineligible("the ByteLevel pre-tokenizer does not split"));
-        }
+        let add_prefix_space = gpt2_pre_tokenizer(tok.get_pre_tokenizer())?;
         let ascii_only = match tok.get_normalizer() {
             None => false,
             Some(NormalizerWrapper::NFC(_) | NormalizerWrapper::NFKC(_)) => true,
@@ -129,7 +126,7 @@ impl FastBpe {
             byte_ids,
             merges,
             whole_words,
-            add_prefix_space: pre.add_prefix_space,
+            add_prefix_space,
             ascii_only,
             regex,
             added,
@@ -261,6 +258,34 @@ impl FastBpe {
             }
         }
         out.extend(symbols.iter().filter(|s| !s.removed).map(|s| s.id));
+    }
+}
+
+/// Whether the GPT-2 split (`ByteLevel` with its regex, or the same regex as a `Split`
+/// before a `ByteLevel` that does not split again) adds a prefix space.
+fn gpt2_pre_tokenizer(pre: Option<&PreTokenizerWrapper>) -> Result<bool, Ineligible> {
+    match pre {
+        Some(PreTokenizerWrapper::ByteLevel(b)) if b.use_regex => Ok(b.add_prefix_space),
+        Some(PreTokenizerWrapper::ByteLevel(_)) => {
+            Err(Ineligible("the ByteLevel pre-tokenizer does not split"))
+        }
+        Some(PreTokenizerWrapper::Sequence(seq)) => match seq.as_ref() {
+            // ByteLevel prefixes each piece of the Split here, not the text: only without a
+            // prefix space is this the plain ByteLevel split.
+            [PreTokenizerWrapper::Split(split), PreTokenizerWrapper::ByteLevel(b)]
+                if split.pattern == SplitPattern::Regex(GPT2_PATTERN.into())
+                    && split.behavior == SplitDelimiterBehavior::Isolated
+                    && !split.invert
+                    && !b.use_regex
+                    && !b.add_prefix_space =>
+            {
+                Ok(false)
+            }
+            _ => Err(Ineligible(
+                "the pre-tokenizer sequence is not Split(GPT-2 regex) then ByteLevel",
+            )),
+        },
+        _ => Err(Ineligible("the pre-tokenizer is not ByteLevel")),
     }
 }
 

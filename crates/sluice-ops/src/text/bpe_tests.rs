@@ -101,6 +101,15 @@ impl Default for Cfg {
     }
 }
 
+/// The GPT-2 split as `Sequence[Split(regex), ByteLevel]`, as some exported tokenizers
+/// write it.
+fn split_then_byte_level(pattern: &str, add_prefix_space: bool) -> Json {
+    json!({"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated", "invert": false},
+        byte_level(add_prefix_space, false),
+    ]})
+}
+
 fn byte_level(add_prefix_space: bool, use_regex: bool) -> Json {
     json!({"type": "ByteLevel", "add_prefix_space": add_prefix_space, "trim_offsets": true,
            "use_regex": use_regex})
@@ -318,6 +327,13 @@ fn matches_encode_on_adversarial_and_random_strings() {
             },
             true,
         ),
+        (
+            Cfg {
+                pre_tokenizer: split_then_byte_level(GPT2_PATTERN, false),
+                ..Cfg::default()
+            },
+            true,
+        ),
     ];
     for (i, (cfg, add_special_tokens)) in configs.iter().enumerate() {
         let tok = tokenizer(cfg);
@@ -425,6 +441,22 @@ fn ineligible_tokenizers_get_no_fast_path() {
         ),
         (
             Cfg {
+                pre_tokenizer: split_then_byte_level(GPT2_PATTERN, true),
+                ..Cfg::default()
+            },
+            true,
+            "the pre-tokenizer sequence is not Split(GPT-2 regex) then ByteLevel",
+        ),
+        (
+            Cfg {
+                pre_tokenizer: split_then_byte_level(r"\p{L}+|\s+|[^\s\p{L}]+", false),
+                ..Cfg::default()
+            },
+            true,
+            "the pre-tokenizer sequence is not Split(GPT-2 regex) then ByteLevel",
+        ),
+        (
+            Cfg {
                 missing_bytes: vec![0],
                 ..Cfg::default()
             },
@@ -436,6 +468,21 @@ fn ineligible_tokenizers_get_no_fast_path() {
         let err = FastBpe::new(&tokenizer(&cfg), add_special_tokens).unwrap_err();
         assert_eq!(err.0, why);
     }
+}
+
+/// Why a prefix space rules the `Split` form out: `ByteLevel` then prefixes every piece.
+#[test]
+fn a_split_sequence_with_a_prefix_space_prefixes_every_piece() {
+    let encode = |pre_tokenizer: Json, text: &str| {
+        let tok = tokenizer(&Cfg {
+            pre_tokenizer,
+            ..Cfg::default()
+        });
+        tok.encode(text, false).unwrap().get_ids().to_vec()
+    };
+    let split = encode(split_then_byte_level(GPT2_PATTERN, true), "a,b");
+    assert_ne!(split, encode(byte_level(true, true), "a,b"));
+    assert_eq!(split, encode(byte_level(false, true), " a , b"));
 }
 
 /// The ASCII scanner splits exactly where the GPT-2 regex (run by onig) does.

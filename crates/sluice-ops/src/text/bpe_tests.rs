@@ -580,7 +580,9 @@ fn matches_encode_on_a_corpus() {
 #[ignore = "needs SLUICE_BPE_CORPUS and SLUICE_BPE_TOKENIZER; run with --profile dev-release"]
 fn speed_on_a_corpus() {
     let (tok, lines) = corpus().expect("SLUICE_BPE_CORPUS and SLUICE_BPE_TOKENIZER are set");
+    let t = Instant::now();
     let fast = FastBpe::new(&tok, true).expect("eligible");
+    println!("FastBpe::new: {:.0} ms", t.elapsed().as_secs_f64() * 1e3);
     let rate = |name: &str, f: &dyn Fn(&str) -> usize| {
         let t = Instant::now();
         let ids: usize = lines.iter().map(|l| f(l)).sum();
@@ -601,4 +603,32 @@ fn speed_on_a_corpus() {
         generic / cold,
         generic / warm
     );
+    // The whole op, samples in and tensors out, with and without its fast path.
+    let spec: crate::OpSpec =
+        serde_json::from_value(json!({"op": "text.tokenize", "tokenizer": "unused"})).unwrap();
+    let crate::OpSpec::Text(spec) = spec else {
+        unreachable!()
+    };
+    let tok = std::sync::Arc::new(tok);
+    let op = |fast| super::super::TextOp {
+        spec: spec.clone(),
+        tokenizer: Some(super::super::Tokenize {
+            tok: tok.clone(),
+            fast,
+        }),
+    };
+    let apply = |op: &super::super::TextOp, l: &str| {
+        use sluice_core::{Op, Sample, Value};
+        let s = Sample::from_pairs([("text", Value::Str(l.into()))]);
+        let out = crate::testing::one(op.apply(s, &crate::testing::cx(1, 0)).unwrap());
+        match out.get("input_ids") {
+            Some(Value::Tensor(ids)) => ids.shape()[0],
+            other => panic!("{other:?}"),
+        }
+    };
+    let generic_op = op(None);
+    let generic = rate("op, generic", &|l| apply(&generic_op, l));
+    let fast_op = op(Some(FastBpe::new(&tok, true).unwrap()));
+    let fast = rate("op, fast path", &|l| apply(&fast_op, l));
+    println!("op speedup: {:.2}x", generic / fast);
 }

@@ -245,15 +245,15 @@ struct Tokenize {
 
 impl Tokenize {
     /// The ids of `text`, from the fast path unless it declines the line.
-    fn ids(&self, text: &str, add_special_tokens: bool) -> Result<std::borrow::Cow<'_, [u32]>> {
+    fn ids(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>> {
         if let Some(ids) = self.fast.as_ref().and_then(|f| f.encode(text)) {
-            return Ok(ids.into());
+            return Ok(ids);
         }
         let enc = self
             .tok
             .encode(text, add_special_tokens)
             .map_err(|e| Error::data(format!("tokenizer failed: {e}")))?;
-        Ok(enc.get_ids().to_vec().into())
+        Ok(enc.get_ids().to_vec())
     }
 }
 

@@ -1,7 +1,10 @@
 //! `sluice.text` ops: tokenization through the `tokenizers` crate (any Hugging Face
 //! `tokenizer.json`, offline), then `truncate`, `add_tokens` and `pad` on id sequences. Each
 //! reads `field` and writes `out` (default: `field`); `pad`, whose output length is its
-//! argument, checks it against `max_tokens` ([`crate::limits`]).
+//! argument, checks it against `max_tokens` ([`crate::limits`]). GPT-2-style byte-level BPE
+//! tokenizers encode most lines through [`bpe::FastBpe`], which gives the same ids faster.
+
+mod bpe;
 
 use std::sync::Arc;
 
@@ -155,6 +158,7 @@ pub fn build(spec: &TextSpec) -> Result<OpRef> {
             tokenizer_json,
             dtype,
             errors,
+            add_special_tokens,
             ..
         } => {
             if dtype != "int64" && dtype != "int32" {
@@ -167,11 +171,13 @@ pub fn build(spec: &TextSpec) -> Result<OpRef> {
                     "errors must be 'strict' or 'replace', got '{errors}'"
                 ))));
             }
-            Some(Arc::new(load_tokenizer(
-                &op,
-                tokenizer.as_deref(),
-                tokenizer_json.as_deref(),
-            )?))
+            let tok = load_tokenizer(&op, tokenizer.as_deref(), tokenizer_json.as_deref())?;
+            // Not every tokenizer is eligible for the fast path; those encode every line.
+            let fast = bpe::FastBpe::new(&tok, *add_special_tokens).ok();
+            Some(Tokenize {
+                tok: Arc::new(tok),
+                fast,
+            })
         }
         TextSpec::Truncate { length: 0, .. } | TextSpec::Pad { length: 0, .. } => {
             return Err(named(Error::invalid("length must be > 0, got 0")))
@@ -228,7 +234,27 @@ fn load_tokenizer(
 
 struct TextOp {
     spec: TextSpec,
-    tokenizer: Option<Arc<tokenizers::Tokenizer>>,
+    tokenizer: Option<Tokenize>,
+}
+
+/// What `tokenize` encodes with: the tokenizer, and the fast path when it has one.
+struct Tokenize {
+    tok: Arc<tokenizers::Tokenizer>,
+    fast: Option<bpe::FastBpe>,
+}
+
+impl Tokenize {
+    /// The ids of `text`, from the fast path unless it declines the line.
+    fn ids(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>> {
+        if let Some(ids) = self.fast.as_ref().and_then(|f| f.encode(text)) {
+            return Ok(ids);
+        }
+        let enc = self
+            .tok
+            .encode(text, add_special_tokens)
+            .map_err(|e| Error::data(format!("tokenizer failed: {e}")))?;
+        Ok(enc.get_ids().to_vec())
+    }
 }
 
 impl std::fmt::Debug for TextOp {
@@ -444,10 +470,7 @@ impl Op for TextOp {
                     }
                 };
                 let tok = self.tokenizer.as_ref().expect("tokenize has a tokenizer");
-                let enc = tok
-                    .encode(text.as_ref(), *add_special_tokens)
-                    .map_err(|e| Error::data(format!("tokenizer failed: {e}")))?;
-                let ids = enc.get_ids();
+                let ids = tok.ids(&text, *add_special_tokens)?;
                 let n = max_length.map_or(ids.len(), |m| m.min(ids.len()));
                 let wide = dtype == "int64";
                 s.set(

@@ -1,0 +1,462 @@
+//! A fast path for `text.tokenize` with GPT-2-style byte-level BPE tokenizers.
+//!
+//! `tokenizers::Tokenizer::encode` builds a full `Encoding` (offsets, token strings, word
+//! ids, ...) through normalized-string bookkeeping; the op only keeps the ids. [`FastBpe`]
+//! computes those ids directly: the GPT-2 pre-tokenizer regex as a hand-written scanner (ASCII
+//! text) or the same onig regex `tokenizers` uses (other text), bytes straight to byte-level
+//! symbol ids, the BPE merges by rank, and a per-thread cache of words already merged.
+//!
+//! It must give exactly the ids `encode` gives, so it only exists for tokenizers whose
+//! pipeline it reproduces ([`FastBpe::new`] says why not otherwise), and it declines a line
+//! (the caller then uses `encode`) whenever the line needs a stage it does not implement: an
+//! added token in the text, or non-ASCII text under a normalizer.
+
+use std::cell::RefCell;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use aho_corasick::AhoCorasick;
+use rustc_hash::FxHashMap;
+use tokenizers::models::bpe::BPE;
+use tokenizers::normalizers::NormalizerWrapper;
+use tokenizers::pre_tokenizers::split::SplitPattern;
+use tokenizers::pre_tokenizers::PreTokenizerWrapper;
+use tokenizers::processors::PostProcessorWrapper;
+use tokenizers::utils::SysRegex;
+use tokenizers::{ModelWrapper, NormalizedString, Normalizer, SplitDelimiterBehavior, Tokenizer};
+
+/// The pre-tokenizer regex of `tokenizers`' `ByteLevel` (GPT-2's), used verbatim for
+/// non-ASCII text so that its Unicode classes are onig's, not an approximation of them.
+const GPT2_PATTERN: &str =
+    r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+";
+
+/// Words at least this long (in bytes) are merged every time rather than cached: they are
+/// rare, and caching them would let a few long lines fill the cache.
+const MAX_CACHED_WORD: usize = 256;
+/// Words a thread caches per tokenizer before starting over.
+const CACHE_CAPACITY: usize = 1 << 16;
+/// Tokenizers a thread keeps caches for; more (pipelines rebuilt many times) start over.
+const MAX_CACHES_PER_THREAD: usize = 8;
+
+/// Why a tokenizer gets no fast path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ineligible(pub &'static str);
+
+impl std::fmt::Display for Ineligible {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "no byte-level BPE fast path: {}", self.0)
+    }
+}
+
+/// Byte-level BPE encoding of whole lines, identical in ids to `Tokenizer::encode` for the
+/// tokenizers [`FastBpe::new`] accepts.
+pub struct FastBpe {
+    /// Names this tokenizer's word caches in each thread.
+    cache_key: u64,
+    /// The vocab id of each byte's byte-level symbol (GPT-2's byte-to-unicode map).
+    byte_ids: [u32; 256],
+    /// (left id, right id) -> (rank, merged id).
+    merges: FxHashMap<(u32, u32), (u32, u32)>,
+    /// With `ignore_merges`, a word that is itself in the vocab is that one token.
+    whole_words: Option<FxHashMap<Box<[u8]>, u32>>,
+    add_prefix_space: bool,
+    /// Under an NFC/NFKC normalizer only ASCII text, which they leave as it is, is taken.
+    ascii_only: bool,
+    /// Splits non-ASCII text as `ByteLevel` does.
+    regex: SysRegex,
+    /// The added tokens' contents (and their normalized forms): a line holding one is split
+    /// on it by `encode` first, which this path does not do.
+    added: Option<AhoCorasick>,
+}
+
+impl std::fmt::Debug for FastBpe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FastBpe")
+            .field("merges", &self.merges.len())
+            .field("ignore_merges", &self.whole_words.is_some())
+            .field("add_prefix_space", &self.add_prefix_space)
+            .field("ascii_only", &self.ascii_only)
+            .finish_non_exhaustive()
+    }
+}
+
+impl FastBpe {
+    /// The fast path for `tok` encoding with `add_special_tokens`, if `tok` is a byte-level
+    /// BPE whose every stage this path reproduces exactly: a BPE model without dropout,
+    /// subword prefix/suffix or byte fallback whose vocab holds all 256 byte symbols (so no
+    /// unknown token can arise); a `ByteLevel` pre-tokenizer with its regex (or that regex as a
+    /// `Split` before a `ByteLevel` with neither regex nor prefix space); no normalizer,
+    /// or NFC/NFKC (ASCII lines only); no truncation or padding; and a post-processor that
+    /// adds no ids (none or `ByteLevel`, or any when `add_special_tokens` is false).
+    pub fn new(tok: &Tokenizer, add_special_tokens: bool) -> Result<Self, Ineligible> {
+        let ModelWrapper::BPE(bpe) = tok.get_model() else {
+            return Err(Ineligible("the model is not BPE"));
+        };
+        if bpe.dropout.is_some_and(|d| d != 0.0) {
+            return Err(Ineligible("BPE dropout is random"));
+        }
+        if bpe.continuing_subword_prefix.is_some() || bpe.end_of_word_suffix.is_some() {
+            return Err(Ineligible("BPE has a subword prefix or suffix"));
+        }
+        if bpe.byte_fallback {
+            return Err(Ineligible("BPE uses byte fallback"));
+        }
+        let add_prefix_space = gpt2_pre_tokenizer(tok.get_pre_tokenizer())?;
+        let ascii_only = match tok.get_normalizer() {
+            None => false,
+            Some(NormalizerWrapper::NFC(_) | NormalizerWrapper::NFKC(_)) => true,
+            Some(_) => return Err(Ineligible("the normalizer is not NFC or NFKC")),
+        };
+        if tok.get_truncation().is_some() || tok.get_padding().is_some() {
+            return Err(Ineligible("the tokenizer truncates or pads"));
+        }
+        match tok.get_post_processor() {
+            None | Some(PostProcessorWrapper::ByteLevel(_)) => {}
+            Some(_) if !add_special_tokens => {}
+            Some(_) => return Err(Ineligible("the post-processor adds special tokens")),
+        }
+        let added = added_tokens(tok)?;
+        let (byte_ids, merges, whole_words) = model_tables(bpe)?;
+        let regex = SysRegex::new(GPT2_PATTERN)
+            .map_err(|_| Ineligible("the GPT-2 regex does not compile"))?;
+        static NEXT_KEY: AtomicU64 = AtomicU64::new(0);
+        Ok(FastBpe {
+            cache_key: NEXT_KEY.fetch_add(1, Ordering::Relaxed),
+            byte_ids,
+            merges,
+            whole_words,
+            add_prefix_space,
+            ascii_only,
+            regex,
+            added,
+        })
+    }
+
+    /// The ids of `text`, or `None` when the line needs what this path does not do (the
+    /// caller then encodes it with the tokenizer).
+    pub fn encode(&self, text: &str) -> Option<Vec<u32>> {
+        let ascii = text.is_ascii();
+        if self.ascii_only && !ascii {
+            return None;
+        }
+        if self.added.as_ref().is_some_and(|ac| ac.is_match(text)) {
+            return None;
+        }
+        let prefixed;
+        let text = if self.add_prefix_space && !text.is_empty() && !text.starts_with(' ') {
+            prefixed = format!(" {text}");
+            prefixed.as_str()
+        } else {
+            text
+        };
+        let mut ids = Vec::with_capacity(text.len() / 3 + 1);
+        with_cache(self.cache_key, |cache| {
+            if ascii {
+                let bytes = text.as_bytes();
+                let mut start = 0;
+                while start < bytes.len() {
+                    let end = ascii_piece_end(bytes, start);
+                    self.word(&bytes[start..end], cache, &mut ids);
+                    start = end;
+                }
+            } else {
+                // `ByteLevel` splits with `Isolated`: text between matches is a word too.
+                let mut last = 0;
+                for (start, end) in self.regex.find_iter(text) {
+                    if start > last {
+                        self.word(&text.as_bytes()[last..start], cache, &mut ids);
+                    }
+                    self.word(&text.as_bytes()[start..end], cache, &mut ids);
+                    last = end;
+                }
+                if last < text.len() {
+                    self.word(&text.as_bytes()[last..], cache, &mut ids);
+                }
+            }
+        });
+        Some(ids)
+    }
+
+    /// Appends the ids of one pre-tokenized word, from the cache when it holds them.
+    fn word(&self, word: &[u8], cache: &mut WordCache, out: &mut Vec<u32>) {
+        if let Some(ids) = cache.get(word) {
+            out.extend_from_slice(ids);
+            return;
+        }
+        let start = out.len();
+        self.merge(word, out);
+        if word.len() < MAX_CACHED_WORD {
+            if cache.len() >= CACHE_CAPACITY {
+                cache.clear();
+            }
+            cache.insert(word.into(), out[start..].into());
+        }
+    }
+
+    /// BPE on one word's bytes, as `tokenizers`' `Word::merge_all` does it: repeatedly merge
+    /// the adjacent pair of lowest rank, the leftmost among equals.
+    fn merge(&self, word: &[u8], out: &mut Vec<u32>) {
+        if let Some(&id) = self.whole_words.as_ref().and_then(|w| w.get(word)) {
+            out.push(id);
+            return;
+        }
+        if word.len() == 1 {
+            out.push(self.byte_ids[usize::from(word[0])]);
+            return;
+        }
+        // A linked list over the byte positions; a merged-away symbol is marked `removed`.
+        const NONE: usize = usize::MAX;
+        struct Symbol {
+            id: u32,
+            prev: usize,
+            next: usize,
+            removed: bool,
+        }
+        let mut symbols: Vec<Symbol> = (0..word.len())
+            .map(|i| Symbol {
+                id: self.byte_ids[usize::from(word[i])],
+                prev: if i == 0 { NONE } else { i - 1 },
+                next: if i + 1 == word.len() { NONE } else { i + 1 },
+                removed: false,
+            })
+            .collect();
+        // Min-heap of (rank, left position, merged id). Entries go stale as neighbours
+        // merge; one is still valid iff the pair now at its position merges to the same id
+        // (a different pair there spans more bytes, so it cannot make the same token).
+        let mut heap = BinaryHeap::with_capacity(word.len());
+        for (i, w) in symbols.windows(2).enumerate() {
+            if let Some(&(rank, new_id)) = self.merges.get(&(w[0].id, w[1].id)) {
+                heap.push(Reverse((rank, i, new_id)));
+            }
+        }
+        while let Some(Reverse((_, pos, new_id))) = heap.pop() {
+            let left = &symbols[pos];
+            if left.removed || left.next == NONE {
+                continue;
+            }
+            let next = left.next;
+            let current = self.merges.get(&(left.id, symbols[next].id));
+            if current.is_none_or(|&(_, id)| id != new_id) {
+                continue;
+            }
+            let after = symbols[next].next;
+            symbols[next].removed = true;
+            symbols[pos].id = new_id;
+            symbols[pos].next = after;
+            if after != NONE {
+                symbols[after].prev = pos;
+                if let Some(&(rank, id)) = self.merges.get(&(new_id, symbols[after].id)) {
+                    heap.push(Reverse((rank, pos, id)));
+                }
+            }
+            let prev = symbols[pos].prev;
+            if prev != NONE {
+                if let Some(&(rank, id)) = self.merges.get(&(symbols[prev].id, new_id)) {
+                    heap.push(Reverse((rank, prev, id)));
+                }
+            }
+        }
+        out.extend(symbols.iter().filter(|s| !s.removed).map(|s| s.id));
+    }
+}
+
+/// Whether the GPT-2 split (`ByteLevel` with its regex, or the same regex as a `Split`
+/// before a `ByteLevel` that does not split again) adds a prefix space.
+fn gpt2_pre_tokenizer(pre: Option<&PreTokenizerWrapper>) -> Result<bool, Ineligible> {
+    match pre {
+        Some(PreTokenizerWrapper::ByteLevel(b)) if b.use_regex => Ok(b.add_prefix_space),
+        Some(PreTokenizerWrapper::ByteLevel(_)) => {
+            Err(Ineligible("the ByteLevel pre-tokenizer does not split"))
+        }
+        Some(PreTokenizerWrapper::Sequence(seq)) => match seq.as_ref() {
+            // ByteLevel prefixes each piece of the Split here, not the text: only without a
+            // prefix space is this the plain ByteLevel split.
+            [PreTokenizerWrapper::Split(split), PreTokenizerWrapper::ByteLevel(b)]
+                if split.pattern == SplitPattern::Regex(GPT2_PATTERN.into())
+                    && split.behavior == SplitDelimiterBehavior::Isolated
+                    && !split.invert
+                    && !b.use_regex
+                    && !b.add_prefix_space =>
+            {
+                Ok(false)
+            }
+            _ => Err(Ineligible(
+                "the pre-tokenizer sequence is not Split(GPT-2 regex) then ByteLevel",
+            )),
+        },
+        _ => Err(Ineligible("the pre-tokenizer is not ByteLevel")),
+    }
+}
+
+/// A matcher for the added tokens' contents, raw and normalized: `encode` looks for the
+/// non-normalized ones in the raw text and the normalized ones in the normalized text, which
+/// are the same text for every line this path takes.
+fn added_tokens(tok: &Tokenizer) -> Result<Option<AhoCorasick>, Ineligible> {
+    let mut patterns = Vec::new();
+    for token in tok.get_added_tokens_decoder().into_values() {
+        if token.normalized {
+            if let Some(normalizer) = tok.get_normalizer() {
+                let mut n = NormalizedString::from(token.content.as_str());
+                normalizer
+                    .normalize(&mut n)
+                    .map_err(|_| Ineligible("an added token does not normalize"))?;
+                patterns.push(n.get().to_string());
+            }
+        }
+        patterns.push(token.content);
+    }
+    if patterns.is_empty() {
+        return Ok(None);
+    }
+    AhoCorasick::new(&patterns)
+        .map(Some)
+        .map_err(|_| Ineligible("too many added tokens to scan for"))
+}
+
+type ModelTables = (
+    [u32; 256],
+    FxHashMap<(u32, u32), (u32, u32)>,
+    Option<FxHashMap<Box<[u8]>, u32>>,
+);
+
+/// The byte symbol ids, the merges by id, and (with `ignore_merges`) the vocab by bytes.
+fn model_tables(bpe: &BPE) -> Result<ModelTables, Ineligible> {
+    let vocab = bpe.get_vocab();
+    let to_char = byte_to_char();
+    let mut byte_ids = [0; 256];
+    for (b, c) in to_char.iter().enumerate() {
+        byte_ids[b] = *vocab
+            .get(c.to_string().as_str())
+            .ok_or(Ineligible("the vocab lacks a byte-level symbol"))?;
+    }
+    // The model keeps its merges private; its serde form lists them in rank order.
+    let json = serde_json::to_value(bpe).map_err(|_| Ineligible("the BPE does not serialize"))?;
+    let listed = json["merges"]
+        .as_array()
+        .ok_or(Ineligible("the BPE has no merge list"))?;
+    let mut merges = FxHashMap::default();
+    merges.reserve(listed.len());
+    for (rank, pair) in listed.iter().enumerate() {
+        let (Some(a), Some(b)) = (pair[0].as_str(), pair[1].as_str()) else {
+            return Err(Ineligible("a merge is not a pair of strings"));
+        };
+        let id = |s: &str| vocab.get(s).copied();
+        let (Some(ia), Some(ib), Some(merged)) = (id(a), id(b), id(&format!("{a}{b}"))) else {
+            return Err(Ineligible("a merge names a token outside the vocab"));
+        };
+        let rank = u32::try_from(rank).map_err(|_| Ineligible("too many merges"))?;
+        merges.insert((ia, ib), (rank, merged));
+    }
+    let whole_words = bpe.ignore_merges.then(|| {
+        let from_char: FxHashMap<char, u8> =
+            (0..=255u8).map(|b| (to_char[usize::from(b)], b)).collect();
+        vocab
+            .iter()
+            .filter_map(|(token, &id)| {
+                // Tokens with other characters can never be a byte-level word.
+                let bytes: Option<Box<[u8]>> =
+                    token.chars().map(|c| from_char.get(&c).copied()).collect();
+                Some((bytes?, id))
+            })
+            .collect()
+    });
+    Ok((byte_ids, merges, whole_words))
+}
+
+/// GPT-2's byte-to-unicode map: printable bytes stand for themselves, the others for the
+/// characters from U+0100 on, in byte order.
+fn byte_to_char() -> [char; 256] {
+    let printable = |b: u8| matches!(b, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF);
+    let mut map = ['\0'; 256];
+    let mut next = 256u32;
+    for b in 0..=255u8 {
+        map[usize::from(b)] = if printable(b) {
+            char::from(b)
+        } else {
+            next += 1;
+            char::from_u32(next - 1).unwrap_or('\0')
+        };
+    }
+    map
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Class {
+    Letter,
+    Number,
+    Space,
+    Other,
+}
+
+/// `\p{L}`, `\p{N}`, `\s` and the rest, for an ASCII byte (onig's `\s` includes `\v`).
+fn class(b: u8) -> Class {
+    match b {
+        b'a'..=b'z' | b'A'..=b'Z' => Class::Letter,
+        b'0'..=b'9' => Class::Number,
+        b'\t' | b'\n' | 0x0B | 0x0C | b'\r' | b' ' => Class::Space,
+        _ => Class::Other,
+    }
+}
+
+/// Where the GPT-2 regex's match starting at `start` ends, for ASCII text: the alternatives
+/// in their order, `'s|'t|'re|'ve|'m|'ll|'d`, ` ?\p{L}+`, ` ?\p{N}+`, ` ?[^\s\p{L}\p{N}]+`,
+/// `\s+(?!\S)`, `\s+`. Every byte starts a match, so the matches tile the text.
+fn ascii_piece_end(s: &[u8], start: usize) -> usize {
+    let rest = &s[start..];
+    if rest[0] == b'\'' {
+        let tail = &rest[1..];
+        if matches!(tail.first(), Some(b's' | b't' | b'm' | b'd')) {
+            return start + 2;
+        }
+        if [b"re", b"ve", b"ll"].iter().any(|c| tail.starts_with(*c)) {
+            return start + 3;
+        }
+    }
+    // ` ?X+`: a space joins the run that follows it unless that is more space.
+    let (run_start, kind) = match rest {
+        [b' ', next, ..] if class(*next) != Class::Space => (start + 1, class(*next)),
+        _ => (start, class(rest[0])),
+    };
+    if kind != Class::Space {
+        let len = s[run_start..]
+            .iter()
+            .take_while(|&&b| class(b) == kind)
+            .count();
+        return run_start + len;
+    }
+    let end = start
+        + rest
+            .iter()
+            .take_while(|&&b| class(b) == Class::Space)
+            .count();
+    if end == s.len() {
+        end // `\s+(?!\S)` takes trailing space whole
+    } else if end - start >= 2 {
+        end - 1 // ... and otherwise leaves the last space to start the next word
+    } else {
+        start + 1 // `\s+`: one space before a non-space
+    }
+}
+
+type WordCache = FxHashMap<Box<[u8]>, Box<[u32]>>;
+
+thread_local! {
+    /// Per thread, per tokenizer ([`FastBpe::cache_key`]): word bytes -> ids.
+    static CACHES: RefCell<FxHashMap<u64, WordCache>> = RefCell::default();
+}
+
+/// Runs `f` with this thread's word cache for the tokenizer `key`.
+fn with_cache<R>(key: u64, f: impl FnOnce(&mut WordCache) -> R) -> R {
+    CACHES.with(|caches| {
+        let mut caches = caches.borrow_mut();
+        if !caches.contains_key(&key) && caches.len() >= MAX_CACHES_PER_THREAD {
+            caches.clear();
+        }
+        f(caches.entry(key).or_default())
+    })
+}
+
+#[cfg(test)]
+#[path = "bpe_tests.rs"]
+mod tests;

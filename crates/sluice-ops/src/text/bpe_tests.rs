@@ -1,0 +1,634 @@
+//! [`FastBpe`] against `tokenizers::Tokenizer::encode`, which it must match id for id.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use serde_json::{json, Value as Json};
+use tokenizers::Tokenizer;
+
+use super::*;
+
+/// Text the test merges are learnt from: English with contractions, digits, code-ish
+/// punctuation, runs of spaces, and some non-ASCII words.
+const TRAIN: &str = "the quick brown fox jumps over the lazy dog. it's the dog's day; \
+    they're here, we've seen it, I'm sure they'll say he'd go. The THE the 1234 5678 90 \
+    2024-11-27 3.14159 foo_bar(baz) -> qux; if x == y { return z; } // comment \
+    naïve café résumé Straße Ελληνικά русский 日本語 中文 emoji 😀 \
+    \t\tindented    spaced   out    text with     many     spaces\n\nnew lines \r\n";
+
+/// GPT-2's byte-level symbols of `text`, one string per byte.
+fn symbols(text: &str) -> Vec<String> {
+    let map = byte_to_char();
+    text.bytes()
+        .map(|b| map[usize::from(b)].to_string())
+        .collect()
+}
+
+/// `n` merges learnt greedily (most frequent pair, ties by the pair) from the words of
+/// [`TRAIN`], then a few that make the same token two ways ("xy"+"z" and "x"+"yz"), and
+/// ones where a lower-rank pair on the right turns a queued pair stale ("QJ" after "JK").
+fn merges(n: usize) -> Vec<(String, String)> {
+    let mut words: Vec<Vec<String>> = TRAIN
+        .split(' ')
+        .map(|w| symbols(&format!(" {w}")))
+        .collect();
+    let mut merges = Vec::new();
+    for _ in 0..n {
+        let mut counts: BTreeMap<(String, String), usize> = BTreeMap::new();
+        for w in &words {
+            for p in w.windows(2) {
+                *counts.entry((p[0].clone(), p[1].clone())).or_default() += 1;
+            }
+        }
+        let Some((best, _)) = counts.into_iter().max_by_key(|(_, c)| *c) else {
+            break;
+        };
+        for w in &mut words {
+            let mut i = 0;
+            while i + 1 < w.len() {
+                if w[i] == best.0 && w[i + 1] == best.1 {
+                    let right = w.remove(i + 1);
+                    w[i].push_str(&right);
+                }
+                i += 1;
+            }
+        }
+        merges.push(best);
+    }
+    for (a, b) in [
+        ("x", "y"),
+        ("y", "z"),
+        ("xy", "z"),
+        ("x", "yz"),
+        ("xyz", "xyz"),
+        ("J", "K"),
+        ("Q", "J"),
+        ("Q", "JK"),
+        ("QJ", "K"),
+        ("QJK", "QJK"),
+    ] {
+        merges.push((a.into(), b.into()));
+    }
+    merges
+}
+
+/// Knobs of the test tokenizer.
+#[derive(Clone)]
+struct Cfg {
+    normalizer: Json,
+    pre_tokenizer: Json,
+    post_processor: Json,
+    model_type: &'static str,
+    dropout: Json,
+    ignore_merges: bool,
+    byte_fallback: bool,
+    /// Leave these bytes' symbols out of the vocab.
+    missing_bytes: Vec<u8>,
+}
+
+impl Default for Cfg {
+    fn default() -> Self {
+        Cfg {
+            normalizer: Json::Null,
+            pre_tokenizer: byte_level(false, true),
+            post_processor: Json::Null,
+            model_type: "BPE",
+            dropout: Json::Null,
+            ignore_merges: false,
+            byte_fallback: false,
+            missing_bytes: vec![],
+        }
+    }
+}
+
+/// The GPT-2 split as `Sequence[Split(regex), ByteLevel]`, as some exported tokenizers
+/// write it.
+fn split_then_byte_level(pattern: &str, add_prefix_space: bool) -> Json {
+    json!({"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated", "invert": false},
+        byte_level(add_prefix_space, false),
+    ]})
+}
+
+fn byte_level(add_prefix_space: bool, use_regex: bool) -> Json {
+    json!({"type": "ByteLevel", "add_prefix_space": add_prefix_space, "trim_offsets": true,
+           "use_regex": use_regex})
+}
+
+/// A byte-level BPE tokenizer: 256 byte symbols, the merges of [`merges`], and added
+/// tokens `<|endoftext|>` (special) and `[xyz]` (normalized).
+fn tokenizer(cfg: &Cfg) -> Tokenizer {
+    let map = byte_to_char();
+    let mut vocab = serde_json::Map::new();
+    for b in 0..=255u8 {
+        if !cfg.missing_bytes.contains(&b) {
+            vocab.insert(map[usize::from(b)].to_string(), json!(b));
+        }
+    }
+    let merges = merges(300);
+    for (a, b) in &merges {
+        let n = vocab.len();
+        vocab.entry(format!("{a}{b}")).or_insert(json!(n));
+    }
+    let n = vocab.len();
+    let model = if cfg.model_type == "WordLevel" {
+        json!({"type": "WordLevel", "vocab": vocab, "unk_token": "<|endoftext|>"})
+    } else {
+        json!({"type": "BPE", "dropout": cfg.dropout, "unk_token": null,
+               "continuing_subword_prefix": null, "end_of_word_suffix": null,
+               "fuse_unk": false, "byte_fallback": cfg.byte_fallback,
+               "ignore_merges": cfg.ignore_merges, "vocab": vocab, "merges": merges})
+    };
+    let added = |id: usize, content: &str, special: bool| {
+        json!({"id": id, "content": content, "single_word": false, "lstrip": false,
+               "rstrip": false, "normalized": !special, "special": special})
+    };
+    let tok = json!({
+        "version": "1.0", "truncation": null, "padding": null,
+        "added_tokens": [added(n, "<|endoftext|>", true), added(n + 1, "[xyz]", false)],
+        "normalizer": cfg.normalizer, "pre_tokenizer": cfg.pre_tokenizer,
+        "post_processor": cfg.post_processor, "decoder": null, "model": model,
+    });
+    tok.to_string().parse().expect("a valid test tokenizer")
+}
+
+/// Strings that probe each alternative of the GPT-2 regex and the edges between them.
+fn adversarial() -> Vec<String> {
+    let mut v: Vec<String> = [
+        "",
+        " ",
+        "   ",
+        "\t",
+        "\n",
+        "\t\n \n\t ",
+        "a  b",
+        "a   ",
+        "hello world  ",
+        "  leading",
+        " x",
+        "\n\nfoo",
+        "foo \n bar",
+        "foo\t bar",
+        "foo \tbar",
+        "a \u{b}b\u{c}c",
+        "it's I'm you're we've they'll he'd don't",
+        "IT'S I'M YOU'RE 'S 'T 'Re 'LL",
+        "'s",
+        "''s",
+        " 's",
+        "x'",
+        "'",
+        "'r",
+        "'l",
+        "!'s",
+        "a's'd'm't're've'll",
+        "12345 678 9.5 1,000,000",
+        "abc123def 456ghi",
+        "!!!??? ... a--b (x) [y] {z} <w>",
+        " !!  ?? ",
+        "日本語のテキスト",
+        "Здравствуй мир",
+        "naïve café Straße",
+        "e\u{301} a\u{308}b \u{301}x",
+        "😀😀 👍🏽 a😀b",
+        "\0abc\0 \0",
+        "line\r\n",
+        "\r\n\r\n",
+        "\u{a0}x a\u{a0}\u{a0}b",
+        "a\u{3000}b \u{2003}\u{2003}c \u{85}d \u{2028}e",
+        "\u{200b}zero\u{200b}width \u{feff}bom",
+        "٣٤ Ⅻ ½ ² x²",
+        "ǅemal ªb º",
+        "\u{1c}\u{1d}\u{1e}\u{1f} \u{7f}",
+        "xyz xyzxyz xyzz xxyz",
+        "QJK QJ JK QJKQJK QQJJKK QJJK",
+        "<|endoftext|>",
+        "hello<|endoftext|>world",
+        "<|endoftext",
+        "a [xyz] b",
+        "ＡＢＣ ｘｙｚ ﬁ",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    v.push("x".repeat(10_000));
+    v.push("ab".repeat(5_000));
+    v.push(" ".repeat(10_000));
+    v.push(format!("{} a", " ".repeat(300)));
+    v.push("the ".repeat(3_000));
+    v.push("xyz".repeat(1_000));
+    v
+}
+
+/// A SplitMix64 generator: seeded random strings without a dependency.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+/// `n` random strings: every ASCII character, and non-ASCII letters, digits, spaces and
+/// marks, weighted towards the characters the regex treats specially.
+fn random_strings(seed: u64, n: usize) -> Vec<String> {
+    let special: Vec<char> = " '  \t\n\r\u{b}\u{c}sStTreRvVmMlLdDxyzQJK09!?.-_<>|"
+        .chars()
+        .collect();
+    let unicode: Vec<char> =
+        "éßЖ中日😀\u{301}\u{a0}\u{2003}\u{3000}\u{85}\u{2028}\u{200b}٣Ⅻ½²ǅªＡ\u{feff}ﬁ"
+            .chars()
+            .collect();
+    let mut rng = Rng(seed);
+    (0..n)
+        .map(|_| {
+            let len = rng.below(40);
+            (0..len)
+                .map(|_| match rng.below(10) {
+                    0..=4 => special[rng.below(special.len())],
+                    5..=7 => char::from(rng.below(128) as u8),
+                    _ => unicode[rng.below(unicode.len())],
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Checks the fast path against `encode` on `texts`; returns how many it took.
+fn check(tok: &Tokenizer, fast: &FastBpe, add_special_tokens: bool, texts: &[String]) -> usize {
+    let mut taken = 0;
+    for text in texts {
+        if let Some(ids) = fast.encode(text) {
+            let want = tok.encode(text.as_str(), add_special_tokens).unwrap();
+            assert_eq!(ids, want.get_ids(), "{text:?}");
+            taken += 1;
+        }
+    }
+    taken
+}
+
+/// Every string in each eligible configuration; the fast path must take every line it can
+/// (ASCII lines under a normalizer, all lines without one) except those with added tokens.
+#[test]
+fn matches_encode_on_adversarial_and_random_strings() {
+    let mut texts = adversarial();
+    texts.extend(random_strings(7, 3_000));
+    let nfkc = json!({"type": "NFKC"});
+    let configs = [
+        (Cfg::default(), true),
+        (
+            Cfg {
+                pre_tokenizer: byte_level(true, true),
+                ..Cfg::default()
+            },
+            true,
+        ),
+        (
+            Cfg {
+                normalizer: nfkc.clone(),
+                ..Cfg::default()
+            },
+            true,
+        ),
+        (
+            Cfg {
+                normalizer: json!({"type": "NFC"}),
+                pre_tokenizer: byte_level(true, true),
+                ..Cfg::default()
+            },
+            false,
+        ),
+        (
+            Cfg {
+                ignore_merges: true,
+                post_processor: byte_level(false, true),
+                ..Cfg::default()
+            },
+            true,
+        ),
+        (
+            Cfg {
+                post_processor: json!({"type": "BertProcessing", "sep": ["[xyz]", 1],
+                                       "cls": ["<|endoftext|>", 0]}),
+                ..Cfg::default()
+            },
+            false,
+        ),
+        (
+            Cfg {
+                dropout: json!(0.0),
+                ..Cfg::default()
+            },
+            true,
+        ),
+        (
+            Cfg {
+                pre_tokenizer: split_then_byte_level(GPT2_PATTERN, false),
+                ..Cfg::default()
+            },
+            true,
+        ),
+    ];
+    for (i, (cfg, add_special_tokens)) in configs.iter().enumerate() {
+        let tok = tokenizer(cfg);
+        let fast = FastBpe::new(&tok, *add_special_tokens).expect("eligible");
+        let ascii_only = !cfg.normalizer.is_null();
+        let expected = texts
+            .iter()
+            .filter(|t| !ascii_only || t.is_ascii())
+            .filter(|t| !t.contains("<|endoftext|>") && !t.contains("[xyz]"))
+            .count();
+        assert_eq!(
+            check(&tok, &fast, *add_special_tokens, &texts),
+            expected,
+            "config {i}"
+        );
+    }
+}
+
+/// The words the cache keeps give the same ids the second time, across lines.
+#[test]
+fn cached_words_give_the_same_ids() {
+    let tok = tokenizer(&Cfg::default());
+    let fast = FastBpe::new(&tok, true).unwrap();
+    let texts = random_strings(11, 500);
+    for _ in 0..2 {
+        check(&tok, &fast, true, &texts);
+    }
+}
+
+#[test]
+fn every_ascii_pair_and_triple() {
+    let tok = tokenizer(&Cfg::default());
+    let fast = FastBpe::new(&tok, true).unwrap();
+    let chars: Vec<char> = (0u8..128).map(char::from).collect();
+    let mut texts = Vec::new();
+    for &a in &chars {
+        for &b in &chars {
+            texts.push(format!("{a}{b}"));
+            texts.push(format!("{a} {b}x"));
+            texts.push(format!("'{a}{b}"));
+        }
+    }
+    assert_eq!(check(&tok, &fast, true, &texts), texts.len());
+}
+
+#[test]
+fn ineligible_tokenizers_get_no_fast_path() {
+    let cases = [
+        (
+            Cfg {
+                model_type: "WordLevel",
+                ..Cfg::default()
+            },
+            true,
+            "the model is not BPE",
+        ),
+        (
+            Cfg {
+                dropout: json!(0.1),
+                ..Cfg::default()
+            },
+            true,
+            "BPE dropout is random",
+        ),
+        (
+            Cfg {
+                byte_fallback: true,
+                ..Cfg::default()
+            },
+            true,
+            "BPE uses byte fallback",
+        ),
+        (
+            Cfg {
+                post_processor: json!({"type": "BertProcessing", "sep": ["[xyz]", 1],
+                                       "cls": ["<|endoftext|>", 0]}),
+                ..Cfg::default()
+            },
+            true,
+            "the post-processor adds special tokens",
+        ),
+        (
+            Cfg {
+                normalizer: json!({"type": "Lowercase"}),
+                ..Cfg::default()
+            },
+            true,
+            "the normalizer is not NFC or NFKC",
+        ),
+        (
+            Cfg {
+                pre_tokenizer: json!({"type": "Whitespace"}),
+                ..Cfg::default()
+            },
+            true,
+            "the pre-tokenizer is not ByteLevel",
+        ),
+        (
+            Cfg {
+                pre_tokenizer: byte_level(false, false),
+                ..Cfg::default()
+            },
+            true,
+            "the ByteLevel pre-tokenizer does not split",
+        ),
+        (
+            Cfg {
+                pre_tokenizer: split_then_byte_level(GPT2_PATTERN, true),
+                ..Cfg::default()
+            },
+            true,
+            "the pre-tokenizer sequence is not Split(GPT-2 regex) then ByteLevel",
+        ),
+        (
+            Cfg {
+                pre_tokenizer: split_then_byte_level(r"\p{L}+|\s+|[^\s\p{L}]+", false),
+                ..Cfg::default()
+            },
+            true,
+            "the pre-tokenizer sequence is not Split(GPT-2 regex) then ByteLevel",
+        ),
+        (
+            Cfg {
+                missing_bytes: vec![0],
+                ..Cfg::default()
+            },
+            true,
+            "the vocab lacks a byte-level symbol",
+        ),
+    ];
+    for (cfg, add_special_tokens, why) in cases {
+        let err = FastBpe::new(&tokenizer(&cfg), add_special_tokens).unwrap_err();
+        assert_eq!(err.0, why);
+    }
+}
+
+/// Why a prefix space rules the `Split` form out: `ByteLevel` then prefixes every piece.
+#[test]
+fn a_split_sequence_with_a_prefix_space_prefixes_every_piece() {
+    let encode = |pre_tokenizer: Json, text: &str| {
+        let tok = tokenizer(&Cfg {
+            pre_tokenizer,
+            ..Cfg::default()
+        });
+        tok.encode(text, false).unwrap().get_ids().to_vec()
+    };
+    let split = encode(split_then_byte_level(GPT2_PATTERN, true), "a,b");
+    assert_ne!(split, encode(byte_level(true, true), "a,b"));
+    assert_eq!(split, encode(byte_level(false, true), " a , b"));
+}
+
+/// The ASCII scanner splits exactly where the GPT-2 regex (run by onig) does.
+#[test]
+fn ascii_scanner_matches_the_regex() {
+    let regex = SysRegex::new(GPT2_PATTERN).unwrap();
+    let mut texts = adversarial();
+    texts.extend(random_strings(3, 3_000));
+    for text in texts.iter().filter(|t| t.is_ascii()) {
+        let want: Vec<(usize, usize)> = regex.find_iter(text).collect();
+        let mut got = Vec::new();
+        let mut start = 0;
+        while start < text.len() {
+            let end = ascii_piece_end(text.as_bytes(), start);
+            got.push((start, end));
+            start = end;
+        }
+        assert_eq!(got, want, "{text:?}");
+    }
+}
+
+/// `text.tokenize` gives `encode`'s ids whether a line takes the fast path or not (an added
+/// token, a non-ASCII line under NFKC), with `max_length` and the mask applied after.
+#[test]
+fn the_op_gives_the_ids_of_encode() {
+    use sluice_core::{Sample, TensorData, Value};
+    let cfg = Cfg {
+        normalizer: json!({"type": "NFKC"}),
+        ..Cfg::default()
+    };
+    let tok = tokenizer(&cfg);
+    let json = tok.to_string(false).unwrap();
+    let spec = json!({"op": "text.tokenize", "tokenizer_json": json, "max_length": 40,
+                      "attention_mask": "m"});
+    let op = crate::OpSpec::from_json(&spec.to_string())
+        .unwrap()
+        .build()
+        .unwrap();
+    for text in [
+        "it's the dog's day",
+        "a<|endoftext|>b",
+        "naïve café",
+        "",
+        "x".repeat(99).as_str(),
+    ] {
+        let s = Sample::from_pairs([("text", Value::Str(text.into()))]);
+        let s = crate::testing::one(op.apply(s, &crate::testing::cx(1, 0)).unwrap());
+        let want: Vec<i64> = tok
+            .encode(text, true)
+            .unwrap()
+            .get_ids()
+            .iter()
+            .take(40)
+            .map(|&i| i64::from(i))
+            .collect();
+        match (s.get("input_ids"), s.get("m")) {
+            (Some(Value::Tensor(ids)), Some(Value::Tensor(m))) => {
+                assert_eq!(ids.data(), &TensorData::I64(want.clone()), "{text:?}");
+                assert_eq!(m.data(), &TensorData::I64(vec![1; want.len()]), "{text:?}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+/// The corpus and tokenizer of `SLUICE_BPE_CORPUS` / `SLUICE_BPE_TOKENIZER`, when both are set.
+fn corpus() -> Option<(Tokenizer, Vec<String>)> {
+    let lines = std::env::var("SLUICE_BPE_CORPUS").ok()?;
+    let tok = std::env::var("SLUICE_BPE_TOKENIZER").ok()?;
+    let text = std::fs::read_to_string(lines).expect("SLUICE_BPE_CORPUS is readable text");
+    let tok = Tokenizer::from_file(tok).expect("SLUICE_BPE_TOKENIZER is a tokenizer.json");
+    Some((tok, text.lines().map(str::to_string).collect()))
+}
+
+/// Every line of a real corpus, both with and without special tokens.
+#[test]
+#[ignore = "needs SLUICE_BPE_CORPUS and SLUICE_BPE_TOKENIZER"]
+fn matches_encode_on_a_corpus() {
+    let (tok, lines) = corpus().expect("SLUICE_BPE_CORPUS and SLUICE_BPE_TOKENIZER are set");
+    for add_special_tokens in [true, false] {
+        let fast = FastBpe::new(&tok, add_special_tokens).expect("eligible");
+        let taken = check(&tok, &fast, add_special_tokens, &lines);
+        println!(
+            "add_special_tokens={add_special_tokens}: {} lines, {taken} on the fast path \
+             ({:.1}%), all ids identical",
+            lines.len(),
+            100.0 * taken as f64 / lines.len() as f64
+        );
+    }
+}
+
+/// Lines per second on one thread: `encode` for every line, then the fast path (falling
+/// back to `encode` for the lines it declines) from a cold and then a warm word cache.
+#[test]
+#[ignore = "needs SLUICE_BPE_CORPUS and SLUICE_BPE_TOKENIZER; run with --profile dev-release"]
+fn speed_on_a_corpus() {
+    let (tok, lines) = corpus().expect("SLUICE_BPE_CORPUS and SLUICE_BPE_TOKENIZER are set");
+    let t = Instant::now();
+    let fast = FastBpe::new(&tok, true).expect("eligible");
+    println!("FastBpe::new: {:.0} ms", t.elapsed().as_secs_f64() * 1e3);
+    let rate = |name: &str, f: &dyn Fn(&str) -> usize| {
+        let t = Instant::now();
+        let ids: usize = lines.iter().map(|l| f(l)).sum();
+        let s = t.elapsed().as_secs_f64();
+        println!(
+            "{name}: {:.0} lines/s ({ids} ids, {s:.2} s)",
+            lines.len() as f64 / s
+        );
+        s
+    };
+    let encode = |l: &str| tok.encode(l, true).unwrap().get_ids().len();
+    let generic = rate("generic encode", &encode);
+    let either = |l: &str| fast.encode(l).map_or_else(|| encode(l), |ids| ids.len());
+    let cold = rate("fast path, cold cache", &either);
+    let warm = rate("fast path, warm cache", &either);
+    println!(
+        "speedup: {:.2}x cold, {:.2}x warm",
+        generic / cold,
+        generic / warm
+    );
+    // The whole op, samples in and tensors out, with and without its fast path.
+    let spec: crate::OpSpec =
+        serde_json::from_value(json!({"op": "text.tokenize", "tokenizer": "unused"})).unwrap();
+    let crate::OpSpec::Text(spec) = spec else {
+        unreachable!()
+    };
+    let tok = std::sync::Arc::new(tok);
+    let op = |fast| super::super::TextOp {
+        spec: spec.clone(),
+        tokenizer: Some(super::super::Tokenize {
+            tok: tok.clone(),
+            fast,
+        }),
+    };
+    let apply = |op: &super::super::TextOp, l: &str| {
+        use sluice_core::{Op, Sample, Value};
+        let s = Sample::from_pairs([("text", Value::Str(l.into()))]);
+        let out = crate::testing::one(op.apply(s, &crate::testing::cx(1, 0)).unwrap());
+        match out.get("input_ids") {
+            Some(Value::Tensor(ids)) => ids.shape()[0],
+            other => panic!("{other:?}"),
+        }
+    };
+    let generic_op = op(None);
+    let generic = rate("op, generic", &|l| apply(&generic_op, l));
+    let fast_op = op(Some(FastBpe::new(&tok, true).unwrap()));
+    let fast = rate("op, fast path", &|l| apply(&fast_op, l));
+    println!("op speedup: {:.2}x", generic / fast);
+}

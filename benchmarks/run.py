@@ -558,7 +558,11 @@ def main(argv=None) -> int:
     ap.add_argument("--render", type=Path, default=None, metavar="RESULTS_DIR",
                     help="write the sections of a finished run into --docs, without running anything")
     ap.add_argument("--list", action="store_true", help="list systems and their workloads")
+    ap.add_argument("--asr-rate", type=int, default=None,
+                    help="ASR: only the clips at this sample rate (22050: every clip is resampled)")
     args = ap.parse_args(argv)
+    if args.asr_rate:
+        os.environ["SLUICE_BENCH_ASR_RATE"] = str(args.asr_rate)  # read by peers.common
 
     from peers import load
 

@@ -77,9 +77,19 @@ def class_names(data_dir: Path) -> list[str]:
 
 
 def audio_files(data_dir: Path) -> list[str]:
+    """The ASR clips; only those at one sample rate when SLUICE_BENCH_ASR_RATE says which
+    (run.py --asr-rate 22050: every clip then needs resampling to 16 kHz, as CommonVoice's
+    48 kHz clips do; the default mixes 16 and 22.05 kHz half and half)."""
     files = sorted(str(p) for p in (Path(data_dir) / "audio").glob("*.mp3"))
     if not files:
         raise FileNotFoundError(f"no MP3s under {data_dir}/audio: run benchmarks/datasets/build.py")
+    rate = os.environ.get("SLUICE_BENCH_ASR_RATE")
+    if rate:
+        import soundfile
+
+        files = [f for f in files if soundfile.info(f).samplerate == int(rate)]
+        if not files:
+            raise FileNotFoundError(f"no {rate} Hz MP3s under {data_dir}/audio")
     return files
 
 

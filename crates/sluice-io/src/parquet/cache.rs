@@ -80,10 +80,7 @@ impl ParquetSource {
             let mut state = lock(&slot.state);
             loop {
                 match &*state {
-                    SlotState::Ready(batch) => {
-                        self.inner.files[fi].forget_fetch(rg);
-                        return Ok(batch.clone());
-                    }
+                    SlotState::Ready(batch) => return Ok(batch.clone()),
                     SlotState::Pending => {
                         state = slot.done.wait(state).unwrap_or_else(|p| p.into_inner())
                     }

@@ -19,6 +19,7 @@ use crate::arrow_conv::{normalize, supported};
 use crate::show::show;
 use crate::store::{join, Blob, Fetch};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 /// Parquet reads through [`Blob`]: `get_bytes` is one ranged read (enough for the footer).
@@ -95,17 +96,63 @@ pub(super) struct PqFile {
     /// Leaf columns whose chunks are fetched (those under the projected roots).
     leaves: Vec<usize>,
     /// For objects in a store: column chunks of the row groups a scan reaches next, being
-    /// fetched (at most twice `rgs_ahead`), so a bucket's latency overlaps decoding.
+    /// fetched or fetched (at most twice `rgs_ahead`), so a bucket's latency overlaps
+    /// decoding.
     ahead: Mutex<Ahead>,
     /// Row groups a scan fetches ahead: [`FETCH_AHEAD_BYTES`] of them, 2 to 32.
     pub(super) rgs_ahead: usize,
 }
 
-/// Fetches by row group, each with the order it was started in.
+/// Fetches by row group, each with when it was last named (the oldest goes first).
+///
+/// A fetched row group stays until it is the oldest named, not until it is decoded: a scan
+/// that names row groups further ahead than one pass over the data (a small file under
+/// `repeat()`, the next epoch) names a row group again before the previous pass has
+/// decoded it, and both passes then read the same bytes.
 #[derive(Debug, Default)]
 struct Ahead {
-    fetches: HashMap<usize, (u64, Fetch<Vec<Bytes>>)>,
-    started: u64,
+    fetches: HashMap<usize, (u64, Fetched)>,
+    named: u64,
+}
+
+#[derive(Debug)]
+enum Fetched {
+    Running(Fetch<Vec<Bytes>>),
+    Done(Held),
+}
+
+/// Bytes of decoded-from row groups kept for a later pass, over every file of the process:
+/// at most [`FETCH_AHEAD_BYTES`] (past that, a row group's bytes go once it is decoded, so
+/// thousands of files scanned once never pile up what each of them last fetched).
+static HELD_BYTES: AtomicU64 = AtomicU64::new(0);
+
+/// Fetched column chunks counted in [`HELD_BYTES`] while they live.
+#[derive(Debug)]
+struct Held {
+    data: Vec<Bytes>,
+    size: u64,
+}
+
+impl Held {
+    /// Keeps `data` if the budget has room.
+    fn keep(data: &[Bytes]) -> Option<Held> {
+        let size: u64 = data.iter().map(|b| b.len() as u64).sum();
+        let before = HELD_BYTES.fetch_add(size, Ordering::Relaxed);
+        if before + size > FETCH_AHEAD_BYTES {
+            HELD_BYTES.fetch_sub(size, Ordering::Relaxed);
+            return None;
+        }
+        Some(Held {
+            data: data.to_vec(),
+            size,
+        })
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        HELD_BYTES.fetch_sub(self.size, Ordering::Relaxed);
+    }
 }
 
 /// Compressed bytes of row groups fetched ahead of a scan in an object store. A bucket
@@ -225,44 +272,60 @@ impl PqFile {
         crate::store::is_url(self.blob.name())
     }
 
-    /// Starts fetching the column chunks of row groups `rgs` (those of this file, not yet
-    /// fetched, at most twice `rgs_ahead` held); nothing for local files.
+    /// Starts fetching the column chunks of row groups `rgs` (those of this file not held
+    /// yet, at most twice `rgs_ahead` held: the oldest named goes); nothing for local files.
     pub(super) fn fetch_ahead(&self, rgs: Range<usize>) {
         let n = self.rg_starts.len() - 1;
         let mut ahead = lock(&self.ahead);
         for rg in rgs.start..rgs.end.min(n) {
-            if ahead.fetches.contains_key(&rg) {
+            ahead.named += 1;
+            let named = ahead.named;
+            if let Some((seq, _)) = ahead.fetches.get_mut(&rg) {
+                *seq = named;
                 continue;
             }
-            // Room for the row groups named ahead and those being decoded.
             if ahead.fetches.len() >= 2 * self.rgs_ahead {
-                // The oldest was most likely never needed (its row group was decoded from the
-                // cache, or the scan stopped): the newest hint is the one the scan reaches.
                 let oldest = ahead
                     .fetches
                     .iter()
                     .min_by_key(|(_, (seq, _))| *seq)
                     .map(|(rg, _)| *rg);
-                if let Some((_, f)) = oldest.and_then(|o| ahead.fetches.remove(&o)) {
+                if let Some((_, Fetched::Running(f))) = oldest.and_then(|o| ahead.fetches.remove(&o)) {
                     f.abort();
                 }
             }
             match self.blob.fetch_ahead(self.ranges(rg)) {
                 Some(f) => {
-                    ahead.started += 1;
-                    let seq = ahead.started;
-                    ahead.fetches.insert(rg, (seq, f));
+                    ahead.fetches.insert(rg, (named, Fetched::Running(f)));
                 }
                 None => return,
             }
         }
     }
 
-    /// Drops the fetch of row group `rg` (its decoded rows were found in the cache).
-    pub(super) fn forget_fetch(&self, rg: usize) {
-        if let Some((_, f)) = lock(&self.ahead).fetches.remove(&rg) {
-            f.abort();
+    /// The column chunks of row group `rg`: fetched ahead, or read now.
+    fn chunks(&self, rg: usize) -> Result<Vec<Bytes>> {
+        let taken = {
+            let mut ahead = lock(&self.ahead);
+            match ahead.fetches.get(&rg) {
+                Some((_, Fetched::Done(held))) => return Ok(held.data.clone()),
+                Some((_, Fetched::Running(_))) => ahead.fetches.remove(&rg),
+                None => None,
+            }
+        };
+        let Some((seq, Fetched::Running(f))) = taken else {
+            return self.blob.read_ranges(&self.ranges(rg));
+        };
+        let data = join(f)?;
+        // Kept for a later pass that named it already (unless named again meanwhile: that
+        // started its own fetch).
+        if let Some(held) = Held::keep(&data) {
+            lock(&self.ahead)
+                .fetches
+                .entry(rg)
+                .or_insert((seq, Fetched::Done(held)));
         }
+        Ok(data)
     }
 
     pub(super) fn decode(&self, rg: usize) -> Result<RecordBatch> {
@@ -270,11 +333,7 @@ impl PqFile {
         let path = file.blob.name();
         let rgm = file.meta.metadata().row_group(rg);
         let ranges = self.ranges(rg);
-        let fetched = lock(&self.ahead).fetches.remove(&rg).map(|(_, f)| f);
-        let data = match fetched {
-            Some(f) => join(f)?,
-            None => file.blob.read_ranges(&ranges)?,
-        };
+        let data = self.chunks(rg)?;
         let reader = Prefetched {
             len: file.blob.size(),
             chunks: ranges.iter().map(|r| r.start).zip(data).collect(),

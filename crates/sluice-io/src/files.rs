@@ -2,8 +2,8 @@
 //! Objects in a bucket are listed when the source opens (random access stays O(1) through
 //! the listing) and fetched ahead of need ([`ReadAhead`]).
 
-use std::collections::BTreeSet;
-use std::ffi::{OsStr, OsString};
+use std::collections::HashMap;
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -55,7 +55,12 @@ pub fn expand_paths(entries: &[String], extensions: Option<&[&str]>) -> Result<V
             match std::fs::metadata(p) {
                 Ok(m) if m.is_dir() => {
                     let real = std::fs::canonicalize(p).map_err(|e| Error::io(entry, e))?;
-                    out.extend(walk(p.to_path_buf(), extensions, &[real])?);
+                    let found = walk(p.to_path_buf(), extensions, &[real])?;
+                    if out.is_empty() {
+                        out = found; // a million paths are not copied into an empty list
+                    } else {
+                        out.extend(found);
+                    }
                 }
                 Ok(m) if m.is_file() => {
                     // Named files are opened now, so an unreadable one fails here, not
@@ -129,9 +134,19 @@ fn walk(dir: PathBuf, extensions: Option<&[&str]>, real: &[PathBuf]) -> Result<V
         })
     };
     let here = real.last().expect("walk starts with the folder's resolved path");
-    // (name, for a folder its resolved path): sorted by name, which keeps the component-wise
-    // order of the whole listing.
-    let mut entries: Vec<(OsString, Option<PathBuf>)> = Vec::new();
+    let base = dir.to_string_lossy();
+    let base = base.trim_end_matches('/');
+    // Each entry's full path, made once (a file's is what the listing returns), and for a
+    // folder its resolved path. Paths of one folder sorted byte-wise order as their names
+    // do, which keeps the component-wise order of the whole listing.
+    let path_of = |name: &OsStr| {
+        let mut p = String::with_capacity(base.len() + 1 + name.len());
+        p.push_str(base);
+        p.push('/');
+        p.push_str(&name.to_string_lossy());
+        p
+    };
+    let mut entries: Vec<(String, Option<PathBuf>)> = Vec::new();
     for entry in std::fs::read_dir(&dir).map_err(|e| Error::io(dir.display(), e))? {
         let entry = entry.map_err(|e| Error::io(dir.display(), e))?;
         let name = entry.file_name();
@@ -145,39 +160,34 @@ fn walk(dir: PathBuf, extensions: Option<&[&str]>, real: &[PathBuf]) -> Result<V
                 let to = std::fs::canonicalize(entry.path())
                     .map_err(|e| Error::io(entry.path().display(), e))?;
                 if !real.contains(&to) {
-                    entries.push((name, Some(to)));
+                    entries.push((path_of(&name), Some(to)));
                 }
             } else if meta.is_file() && wanted(&name) {
-                entries.push((name, None));
+                entries.push((path_of(&name), None));
             }
         } else if kind.is_dir() {
-            let to = here.join(&name);
-            entries.push((name, Some(to)));
+            entries.push((path_of(&name), Some(here.join(&name))));
         } else if kind.is_file() && wanted(&name) {
-            entries.push((name, None));
+            entries.push((path_of(&name), None));
         }
     }
     entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     let below: Vec<Result<Vec<String>>> = entries
         .par_iter()
-        .filter_map(|(name, folder)| {
+        .filter_map(|(path, folder)| {
             let to = folder.as_ref()?;
             let mut chain = real.to_vec();
             chain.push(to.clone());
-            Some(walk(dir.join(name), extensions, &chain))
+            Some(walk(PathBuf::from(path), extensions, &chain))
         })
         .collect();
+    let listed: usize = below.iter().map(|r| r.as_ref().map_or(0, Vec::len)).sum();
     let mut below = below.into_iter();
-    let mut out = Vec::with_capacity(entries.len());
-    for (name, folder) in entries {
+    let mut out = Vec::with_capacity(entries.len() + listed);
+    for (path, folder) in entries {
         match folder {
             Some(_) => out.extend(below.next().expect("one listing per folder")?),
-            None => out.push(
-                dir.join(name)
-                    .into_os_string()
-                    .into_string()
-                    .unwrap_or_else(|p| p.to_string_lossy().into_owned()),
-            ),
+            None => out.push(path),
         }
     }
     Ok(out)
@@ -213,25 +223,7 @@ impl FilesSource {
         let (labels, classes) = match labels {
             LabelMode::None => (None, vec![]),
             LabelMode::ParentDir => {
-                // Borrowed from the paths (which are UTF-8): no allocation per file.
-                fn parent(p: &String) -> &str {
-                    Path::new(p.as_str())
-                        .parent()
-                        .and_then(|d| d.file_name())
-                        .and_then(|n| n.to_str())
-                        .unwrap_or_default()
-                }
-                let classes: Vec<&str> = paths
-                    .iter()
-                    .map(parent)
-                    .collect::<BTreeSet<_>>()
-                    .into_iter()
-                    .collect();
-                let labels = paths
-                    .iter()
-                    .map(|p| classes.binary_search(&parent(p)).unwrap_or(0) as i64)
-                    .collect();
-                let classes = classes.into_iter().map(str::to_owned).collect();
+                let (labels, classes) = parent_dir_labels(&paths);
                 (Some(Arc::new(labels)), classes)
             }
         };
@@ -266,6 +258,48 @@ impl FilesSource {
             },
         }
     }
+}
+
+/// Each path's label, the index of its parent folder's name among the sorted names, and
+/// those names. Paths of one folder come together in a listing, so the folder's name is
+/// worked out once per run of paths with the same folder (a `/` search and a comparison per
+/// path), not per path.
+fn parent_dir_labels(paths: &[String]) -> (Vec<i64>, Vec<String>) {
+    fn parent(p: &str) -> &str {
+        Path::new(p)
+            .parent()
+            .and_then(|d| d.file_name())
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
+    }
+    let mut names: Vec<&str> = Vec::new();
+    let mut seen: HashMap<&str, u32> = HashMap::new();
+    let mut found = Vec::with_capacity(paths.len());
+    let mut last: Option<(&str, u32)> = None;
+    for p in paths {
+        let dir = p.rsplit_once('/').map_or("", |(d, _)| d);
+        let class = match last {
+            Some((d, c)) if d == dir => c,
+            _ => {
+                let name = parent(p);
+                let c = *seen.entry(name).or_insert_with(|| {
+                    names.push(name);
+                    names.len() as u32 - 1
+                });
+                last = Some((dir, c));
+                c
+            }
+        };
+        found.push(class);
+    }
+    let mut order: Vec<usize> = (0..names.len()).collect();
+    order.sort_unstable_by_key(|&i| names[i]);
+    let mut rank = vec![0i64; names.len()];
+    for (r, &i) in order.iter().enumerate() {
+        rank[i] = r as i64;
+    }
+    let labels = found.iter().map(|&c| rank[c as usize]).collect();
+    (labels, order.iter().map(|&i| names[i].to_owned()).collect())
 }
 
 /// A read-ahead for file lists that name objects in a store.
@@ -308,7 +342,7 @@ impl Source for FilesSource {
         }
     }
     fn spec(&self) -> serde_json::Value {
-        self.source_spec().summary(self.len(), 0)
+        SourceSpec::files_summary(self.images, self.paths.len(), self.labels.is_some())
     }
     fn len(&self) -> Option<u64> {
         Some(self.paths.len() as u64)
@@ -473,6 +507,26 @@ mod tests {
             let label = |s: &FilesSource, i| s.get(i).unwrap().get("label").unwrap().as_int();
             assert_eq!(label(&again, 1279), label(&first, 1279));
         }
+    }
+
+    #[test]
+    #[ignore = "timing: SLUICE_LIST_DIR=/tmp/sluice-scale cargo test -p sluice-io --profile dev-release -- --ignored listing_speed --nocapture"]
+    fn listing_speed() {
+        let Ok(dir) = std::env::var("SLUICE_LIST_DIR") else {
+            return;
+        };
+        let rss = || {
+            std::fs::read_to_string("/proc/self/statm")
+                .ok()
+                .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .map_or(0, |p| p * 4096 >> 20)
+        };
+        let t = std::time::Instant::now();
+        let paths = expand_paths(std::slice::from_ref(&dir), Some(IMAGE_EXTENSIONS)).unwrap();
+        println!("expand: {} paths in {:?}, rss {} MiB", paths.len(), t.elapsed(), rss());
+        let t = std::time::Instant::now();
+        let src = FilesSource::images(&[dir], LabelMode::ParentDir).unwrap();
+        println!("images: {:?} in {:?}, rss {} MiB", src.len(), t.elapsed(), rss());
     }
 
     #[test]

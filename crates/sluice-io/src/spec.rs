@@ -318,6 +318,17 @@ impl SourceSpec {
         };
         serde_json::to_value(summary).unwrap_or_default()
     }
+
+    /// [`SourceSpec::summary`] of `read_images` (else `read_files`) over `files` files,
+    /// without the paths: a listing of a million files is not cloned to be counted.
+    pub fn files_summary(images: bool, files: usize, labels: bool) -> serde_json::Value {
+        let summary = if images {
+            Summary::ReadImages { files, labels }
+        } else {
+            Summary::ReadFiles { files, labels }
+        };
+        serde_json::to_value(summary).unwrap_or_default()
+    }
 }
 
 /// [`SourceSpec::summary`]'s form: what a source prints as (never parsed back).

@@ -456,7 +456,12 @@ pub fn expand(entries: &[String], extensions: Option<&[&str]>) -> Result<Vec<Str
     let mut out = Vec::new();
     for entry in entries {
         if !is_url(entry) {
-            out.extend(expand_paths(std::slice::from_ref(entry), extensions)?);
+            let found = expand_paths(std::slice::from_ref(entry), extensions)?;
+            if out.is_empty() {
+                out = found;
+            } else {
+                out.extend(found);
+            }
             continue;
         }
         let is_glob = entry.contains(['*', '?', '[']);

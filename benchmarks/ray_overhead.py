@@ -136,6 +136,7 @@ def model_section(data: pathlib.Path, samples: int, reps: int, measured: dict, c
     """The optimizer's prediction for CV on N remote 8-CPU nodes, and its validation."""
     base = OptimizerOptions(
         enable_offload=True,
+        enable_fallback=False,  # the offload rule's own plan is what this section studies
         offload_round_trip_s=constants["offload_round_trip_s"],
         offload_actor_s_per_chunk=constants["offload_actor_s_per_chunk"],
         offload_driver_s_per_chunk=constants["offload_driver_s_per_chunk"],

@@ -320,7 +320,9 @@ def test_enable_offload_moves_the_cpu_heavy_stage_and_not_the_cheap_one(cluster)
         .batch(10)
     )
     c = ctx(num_actors=None)
-    plan = c.optimize(ds, ds.profile(samples=40))
+    # The offload rule's own plan (the fallback to the default plan has tests of its own).
+    rule_only = sluice.OptimizerOptions(enable_offload=True, enable_fallback=False)
+    plan = c.optimize(ds, ds.profile(samples=40), rule_only)
     ray_stages = [s for s in plan.stages if s.get("backend") == "ray"]
     assert [s["label"] for s in ray_stages] in (["heavy"], ["read+heavy"]), str(plan)
     assert ray_stages[0]["workers"] == 2, str(plan)  # both CPUs of this one-node cluster

@@ -229,7 +229,18 @@ mod tests {
             .map(|i| f32::from_bits(0x0080_0000 + i.wrapping_mul(10_651)))
             .filter(|v| v.is_finite())
             .collect();
-        let specials = [0.0, -0.0, 1e-45, 1e-39, -1.0, f32::INFINITY, f32::NAN, 1.0, 2.0, 0.5];
+        let specials = [
+            0.0,
+            -0.0,
+            1e-45,
+            1e-39,
+            -1.0,
+            f32::INFINITY,
+            f32::NAN,
+            1.0,
+            2.0,
+            0.5,
+        ];
         // Positive normal values alone take the polynomial; with a special value in the
         // slice, the library's ln throughout.
         let mut got = xs.clone();
@@ -238,7 +249,10 @@ mod tests {
         with_specials.extend(specials);
         let mut got_lib = with_specials.clone();
         log(&mut got_lib, 0.0).unwrap();
-        assert!(xs.iter().zip(&got_lib).all(|(x, g)| g.to_bits() == x.ln().to_bits()));
+        assert!(xs
+            .iter()
+            .zip(&got_lib)
+            .all(|(x, g)| g.to_bits() == x.ln().to_bits()));
         xs.extend(specials);
         got.extend(&got_lib[got.len()..]);
         for (&x, &g) in xs.iter().zip(&got) {
@@ -249,7 +263,10 @@ mod tests {
                 assert_eq!(g, want, "ln({x:e})");
             } else {
                 let ulp = (g.to_bits() as i64 - want.to_bits() as i64).abs();
-                assert!(ulp <= 2, "ln({x:e}) = {g:e}, library {want:e}: {ulp} ulp apart");
+                assert!(
+                    ulp <= 2,
+                    "ln({x:e}) = {g:e}, library {want:e}: {ulp} ulp apart"
+                );
             }
         }
         // eps is added before the log, on the fast path and the remainder alike.

@@ -133,7 +133,9 @@ fn walk(dir: PathBuf, extensions: Option<&[&str]>, real: &[PathBuf]) -> Result<V
                 .is_some_and(|e| exts.contains(&e.to_ascii_lowercase().as_str()))
         })
     };
-    let here = real.last().expect("walk starts with the folder's resolved path");
+    let here = real
+        .last()
+        .expect("walk starts with the folder's resolved path");
     let base = dir.to_string_lossy();
     let base = base.trim_end_matches('/');
     // Each entry's full path, made once (a file's is what the listing returns), and for a
@@ -459,7 +461,15 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
         let mut want = Vec::new();
-        for rel in ["b/x.jpg", "b.jpg", "a/z/y.jpg", "a/c.jpg", "B.jpg", "b/a/q.jpg", "é.jpg"] {
+        for rel in [
+            "b/x.jpg",
+            "b.jpg",
+            "a/z/y.jpg",
+            "a/c.jpg",
+            "B.jpg",
+            "b/a/q.jpg",
+            "é.jpg",
+        ] {
             let p = root.join(rel);
             std::fs::create_dir_all(p.parent().unwrap()).unwrap();
             std::fs::write(&p, b"x").unwrap();
@@ -519,14 +529,24 @@ mod tests {
             std::fs::read_to_string("/proc/self/statm")
                 .ok()
                 .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
-                .map_or(0, |p| p * 4096 >> 20)
+                .map_or(0, |p| (p * 4096) >> 20)
         };
         let t = std::time::Instant::now();
         let paths = expand_paths(std::slice::from_ref(&dir), Some(IMAGE_EXTENSIONS)).unwrap();
-        println!("expand: {} paths in {:?}, rss {} MiB", paths.len(), t.elapsed(), rss());
+        println!(
+            "expand: {} paths in {:?}, rss {} MiB",
+            paths.len(),
+            t.elapsed(),
+            rss()
+        );
         let t = std::time::Instant::now();
         let src = FilesSource::images(&[dir], LabelMode::ParentDir).unwrap();
-        println!("images: {:?} in {:?}, rss {} MiB", src.len(), t.elapsed(), rss());
+        println!(
+            "images: {:?} in {:?}, rss {} MiB",
+            src.len(),
+            t.elapsed(),
+            rss()
+        );
     }
 
     #[test]

@@ -174,7 +174,11 @@ pub fn optimize_physical(input: &OptimizeInput) -> Result<Optimized> {
         return Ok(optimized);
     }
     let default = predict_with(&input.default, &input.profile, cpus, None, remote.as_ref());
-    Ok(keep_default_unless_faster(optimized, &input.default, default))
+    Ok(keep_default_unless_faster(
+        optimized,
+        &input.default,
+        default,
+    ))
 }
 
 /// Least predicted gain over the default plan for the optimized plan to be run: below it,
@@ -557,7 +561,10 @@ mod tests {
         let input = with_fallback(&plan);
         let out = optimize_physical(&input).unwrap();
         let last = out.decisions.last().unwrap();
-        assert!(last.starts_with("fallback: kept the optimized plan"), "{last}");
+        assert!(
+            last.starts_with("fallback: kept the optimized plan"),
+            "{last}"
+        );
         assert_ne!(out.plan.to_string(), input.default.to_string());
         let default = predict_with(&input.default, &input.profile, 2, None, None);
         assert!(out.prediction.throughput >= default.throughput * (1.0 + MIN_GAIN));

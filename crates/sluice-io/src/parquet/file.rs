@@ -290,7 +290,9 @@ impl PqFile {
                     .iter()
                     .min_by_key(|(_, (seq, _))| *seq)
                     .map(|(rg, _)| *rg);
-                if let Some((_, Fetched::Running(f))) = oldest.and_then(|o| ahead.fetches.remove(&o)) {
+                if let Some((_, Fetched::Running(f))) =
+                    oldest.and_then(|o| ahead.fetches.remove(&o))
+                {
                     f.abort();
                 }
             }

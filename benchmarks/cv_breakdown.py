@@ -1,0 +1,82 @@
+"""Where the CV reference pipeline's time goes: each op's CPU per image (the profiler, one
+thread, ops unfused), and the pipeline's rate on 2 threads with float32 output, with uint8
+output (`normalize` left to the accelerator: 4× fewer bytes per batch) and decoding only.
+
+    /root/.cache/bench-venv/bin/python benchmarks/cv_breakdown.py [--rounds 3] [--min-seconds 5]
+
+Needs the benchmark images (benchmarks/datasets/build.py) and a sluice build (imported from
+python/). Cases run interleaved, round after round, each for at least --min-seconds; medians.
+Writes benchmarks/results/cv_breakdown.{json,md}.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "python"))
+sys.path.insert(0, str(HERE))
+
+import sluice  # noqa: E402
+import sluice.image as img  # noqa: E402
+from peers import common as C  # noqa: E402
+from peers import sluice_native as N  # noqa: E402
+
+DATA = Path(os.environ.get("SLUICE_BENCH_DATA", Path.home() / ".cache" / "sluice-bench"))
+
+
+def cases() -> dict:
+    paths = [p for p, _ in C.cv_items(DATA, 2000, 0)]
+    return {
+        "float32 (reference)": (lambda: N._cv(sluice, DATA, 2000, 0), "label"),
+        "uint8 (no normalize)": (lambda: N._cv(sluice, DATA, 2000, 0, normalize=False), "label"),
+        "decode only": (lambda: sluice.read_images(paths, labels="parent_dir").map(img.decode())
+                        .map(sluice.ops.select(["label"])).batch(64), "label"),
+    }
+
+
+def rate(make, field: str, min_seconds: float) -> float:
+    """Images per second after each epoch's first batch, epochs until `min_seconds`."""
+    n, seconds, t0 = 0, 0.0, time.perf_counter()
+    while time.perf_counter() - t0 < min_seconds:
+        it = iter(make().iter(seed=0, num_threads=2))
+        next(it)
+        t1 = time.perf_counter()
+        n += sum(len(b[field]) for b in it)
+        seconds += time.perf_counter() - t1
+    return n / seconds
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--min-seconds", type=float, default=5.0)
+    args = ap.parse_args()
+    prof = N._cv(sluice, DATA, 2000, 0).profile(samples=400, seconds=30)
+    ops = [(o["name"], o["cpu_s"] / max(o["items_in"], 1) * 1e6) for o in [prof.data["source"]] + prof.data["ops"]]
+    runs: dict = {k: [] for k in cases()}
+    for r in range(args.rounds):
+        for name, (make, field) in cases().items():
+            runs[name].append(rate(make, field, args.min_seconds))
+            print(f"round {r}: {name:22s} {runs[name][-1]:8.0f} img/s", flush=True)
+    total = sum(us for _, us in ops)
+    lines = ["| step | CPU µs per image | share |", "|---|---:|---:|"]
+    lines += [f"| {n} | {us:.0f} | {us / total:.0%} |" for n, us in ops]
+    lines += [f"| all | {total:.0f} | |", "", "| 2 threads | images/s | × decode only |", "|---|---:|---:|"]
+    dec = statistics.median(runs["decode only"])
+    for name, vals in runs.items():
+        lines.append(f"| {name} | {statistics.median(vals):,.0f} | {statistics.median(vals) / dec:.2f} |")
+    out = HERE / "results"
+    out.mkdir(exist_ok=True)
+    (out / "cv_breakdown.json").write_text(json.dumps({"ops_us": ops, "runs": runs}, indent=1))
+    (out / "cv_breakdown.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

@@ -18,6 +18,7 @@ $(VENV)/.deps-stamp: pyproject.toml
 	$(PY) -m pip install -q "maturin>=1.5,<2" "numpy>=1.24" "pytest>=7" "pytest-timeout>=2" "pillow>=10" "psutil>=5" "tokenizers>=0.20" "cloudpickle>=2" "hypothesis>=6" "tqdm>=4" "jax[cpu]>=0.4.30" "ray==2.60.0"
 	$(PY) -m pip install -q "torch>=2.1" "torchvision>=0.16" "torchdata>=0.10"  # the PyTorch adapters are tested against real torch (the PyPI build; it runs on the CPU)
 	$(PY) -m pip install -q "pyarrow>=14" "pandas>=2" "moto[server]>=5"  # Arrow interop and object-store (loopback S3) tests
+	$(PY) -m pip install -q "av>=12"  # FFmpeg (PyAV's wheel bundles it): the reference decoder AAC/M4A is checked against
 	touch $@
 
 build: venv

@@ -55,17 +55,9 @@ def cedar(samples: int, seed: int):
 
 def nlp(samples: int, seed: int):
     """The NLP reference pipeline over the corpus's first `samples` lines (one epoch)."""
-    import sluice.text as txt
-
     with open(C.text_file(DATA), encoding="utf-8") as f:
         lines = [next(f).rstrip("\n") for _ in range(samples)]
-    return (sluice.from_source([{"text": line} for line in lines])
-            .map(txt.tokenize(str(C.tokenizer_file(DATA)), add_special_tokens=False))
-            .map(txt.truncate(C.NLP_LEN - 2))
-            .map(txt.add_tokens(bos=C.NLP_BOS, eos=C.NLP_EOS))
-            .map(txt.pad(C.NLP_LEN, pad_id=C.NLP_PAD))
-            .map(sluice.ops.select(["input_ids"]))
-            .batch(C.NLP_BATCH))
+    return N.nlp_ops(sluice, sluice.from_source([{"text": line} for line in lines]), DATA)
 
 
 def build(workload: str, samples: int, seed: int):

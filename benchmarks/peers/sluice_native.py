@@ -33,10 +33,14 @@ def _cv(sluice, data_dir: Path, samples, seed, normalize: bool = True):
 
 
 def _nlp(sluice, data_dir: Path, samples, seed):
+    return nlp_ops(sluice, sluice.read_text(str(C.text_file(data_dir))).repeat(), data_dir)
+
+
+def nlp_ops(sluice, ds, data_dir: Path):
+    """The NLP reference pipeline's steps after a source of ``{text}`` lines."""
     import sluice.text as txt
 
-    return (sluice.read_text(str(C.text_file(data_dir)))
-            .repeat()
+    return (ds
             .map(txt.tokenize(str(C.tokenizer_file(data_dir)), add_special_tokens=False))
             .map(txt.truncate(C.NLP_LEN - 2))
             .map(txt.add_tokens(bos=C.NLP_BOS, eos=C.NLP_EOS))

@@ -396,15 +396,20 @@ mod tests {
             .unwrap()
     }
 
+    /// A pixel-wise op costing 20 ns per byte.
+    fn costly_jitter() -> TestOp {
+        TestOp {
+            ns_per_byte: 20.0,
+            ..TestOp::new("jitter", OpKind::PixelWise)
+        }
+    }
+
     #[test]
     fn exact_plans_give_the_same_samples_as_the_default() {
         let plan = pipeline(
             50,
             vec![
-                TestOp {
-                    ns_per_byte: 20.0,
-                    ..TestOp::new("jitter", OpKind::PixelWise)
-                },
+                costly_jitter(),
                 keep_even(),
                 TestOp {
                     out_len: Some(10),
@@ -548,10 +553,7 @@ mod tests {
         let plan = pipeline(
             50,
             vec![
-                TestOp {
-                    ns_per_byte: 20.0,
-                    ..TestOp::new("jitter", OpKind::PixelWise)
-                },
+                costly_jitter(),
                 TestOp {
                     out_len: Some(10),
                     ..TestOp::new("crop", OpKind::SizeReducing)

@@ -3,7 +3,6 @@
 //! the listing) and fetched ahead of need ([`ReadAhead`]).
 
 use std::collections::HashMap;
-use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -11,9 +10,10 @@ use rayon::prelude::*;
 
 use sluice_core::{Error, Result, Sample, Source, SourceRef, Value};
 
+use crate::pathlist::PathList;
 pub use crate::spec::LabelMode;
 use crate::spec::SourceSpec;
-use crate::store::{expand, is_url, ReadAhead};
+use crate::store::{expand_list, is_url, ReadAhead};
 
 /// Objects fetched ahead of need per remote source (its memory bound: this many objects).
 pub const READ_AHEAD_OBJECTS: usize = 256;
@@ -34,10 +34,15 @@ pub const IMAGE_EXTENSIONS: &[&str] = &["jpg", "jpeg", "png", "bmp", "gif", "web
 /// assert_eq!(files.len(), 1);
 /// ```
 pub fn expand_paths(entries: &[String], extensions: Option<&[&str]>) -> Result<Vec<String>> {
+    Ok(expand_path_list(entries, extensions)?.to_vec())
+}
+
+/// [`expand_paths`] into a [`PathList`] (one buffer for every path).
+pub fn expand_path_list(entries: &[String], extensions: Option<&[&str]>) -> Result<PathList> {
     if entries.is_empty() {
         return Err(Error::invalid("no paths given"));
     }
-    let mut out = Vec::new();
+    let mut out = PathList::default();
     for entry in entries {
         let before = out.len();
         if entry.contains(['*', '?', '[']) {
@@ -49,7 +54,7 @@ pub fn expand_paths(entries: &[String], extensions: Option<&[&str]>) -> Result<V
                 .map(|p| p.display().to_string())
                 .collect();
             found.sort();
-            out.extend(found);
+            found.iter().for_each(|f| out.push(f));
         } else {
             let p = Path::new(entry);
             match std::fs::metadata(p) {
@@ -59,14 +64,14 @@ pub fn expand_paths(entries: &[String], extensions: Option<&[&str]>) -> Result<V
                     if out.is_empty() {
                         out = found; // a million paths are not copied into an empty list
                     } else {
-                        out.extend(found);
+                        out.append(&found);
                     }
                 }
                 Ok(m) if m.is_file() => {
                     // Named files are opened now, so an unreadable one fails here, not
                     // mid-epoch (directories' files are many: those fail when read).
                     std::fs::File::open(p).map_err(|e| Error::io(entry, e))?;
-                    out.push(entry.clone());
+                    out.push(entry);
                 }
                 Ok(m) => {
                     return Err(Error::Io {
@@ -124,13 +129,12 @@ fn kind_of(t: &std::fs::FileType) -> &'static str {
 /// would block the reader forever. `real` holds the resolved paths of `dir` and the folders
 /// above it: a link back up the tree is not followed (as `find -L` and `os.walk` with
 /// `followlinks` do, two links to one folder list its files under both names).
-fn walk(dir: PathBuf, extensions: Option<&[&str]>, real: &[PathBuf]) -> Result<Vec<String>> {
-    let wanted = |name: &OsStr| {
+fn walk(dir: PathBuf, extensions: Option<&[&str]>, real: &[PathBuf]) -> Result<PathList> {
+    let wanted = |name: &str| {
         extensions.is_none_or(|exts| {
-            Path::new(name)
-                .extension()
-                .and_then(|e| e.to_str())
-                .is_some_and(|e| exts.contains(&e.to_ascii_lowercase().as_str()))
+            name.rsplit_once('.').is_some_and(|(stem, e)| {
+                !stem.is_empty() && exts.contains(&e.to_ascii_lowercase().as_str())
+            })
         })
     };
     let here = real
@@ -138,22 +142,18 @@ fn walk(dir: PathBuf, extensions: Option<&[&str]>, real: &[PathBuf]) -> Result<V
         .expect("walk starts with the folder's resolved path");
     let base = dir.to_string_lossy();
     let base = base.trim_end_matches('/');
-    // Each entry's full path, made once (a file's is what the listing returns), and for a
-    // folder its resolved path. Paths of one folder sorted byte-wise order as their names
-    // do, which keeps the component-wise order of the whole listing.
-    let path_of = |name: &OsStr| {
-        let mut p = String::with_capacity(base.len() + 1 + name.len());
-        p.push_str(base);
-        p.push('/');
-        p.push_str(&name.to_string_lossy());
-        p
-    };
-    let mut entries: Vec<(String, Option<PathBuf>)> = Vec::new();
+    // The folder's entry names back to back, and per entry its name's span and, for a
+    // folder, its resolved path: no allocation per file (a listing of a million files
+    // otherwise pays a million in page faults). Sorted by name, which keeps the
+    // component-wise order of the whole listing.
+    let mut names = String::new();
+    let mut entries: Vec<(usize, usize, Option<PathBuf>)> = Vec::new();
     for entry in std::fs::read_dir(&dir).map_err(|e| Error::io(dir.display(), e))? {
         let entry = entry.map_err(|e| Error::io(dir.display(), e))?;
-        let name = entry.file_name();
+        let os_name = entry.file_name();
+        let name = os_name.to_string_lossy();
         let kind = entry.file_type().map_err(|e| Error::io(dir.display(), e))?;
-        if kind.is_symlink() {
+        let folder = if kind.is_symlink() {
             // A broken link has no metadata: nothing to read there.
             let Ok(meta) = std::fs::metadata(entry.path()) else {
                 continue;
@@ -161,35 +161,53 @@ fn walk(dir: PathBuf, extensions: Option<&[&str]>, real: &[PathBuf]) -> Result<V
             if meta.is_dir() {
                 let to = std::fs::canonicalize(entry.path())
                     .map_err(|e| Error::io(entry.path().display(), e))?;
-                if !real.contains(&to) {
-                    entries.push((path_of(&name), Some(to)));
+                if real.contains(&to) {
+                    continue;
                 }
+                Some(to)
             } else if meta.is_file() && wanted(&name) {
-                entries.push((path_of(&name), None));
+                None
+            } else {
+                continue;
             }
         } else if kind.is_dir() {
-            entries.push((path_of(&name), Some(here.join(&name))));
+            Some(here.join(&os_name))
         } else if kind.is_file() && wanted(&name) {
-            entries.push((path_of(&name), None));
-        }
+            None
+        } else {
+            continue;
+        };
+        let start = names.len();
+        names.push_str(&name);
+        entries.push((start, names.len(), folder));
     }
-    entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-    let below: Vec<Result<Vec<String>>> = entries
+    entries.sort_unstable_by(|a, b| names[a.0..a.1].cmp(&names[b.0..b.1]));
+    let below: Vec<Result<PathList>> = entries
         .par_iter()
-        .filter_map(|(path, folder)| {
+        .filter_map(|(start, end, folder)| {
             let to = folder.as_ref()?;
             let mut chain = real.to_vec();
             chain.push(to.clone());
+            let path = format!("{base}/{}", &names[*start..*end]);
             Some(walk(PathBuf::from(path), extensions, &chain))
         })
         .collect();
-    let listed: usize = below.iter().map(|r| r.as_ref().map_or(0, Vec::len)).sum();
+    let files = entries.iter().filter(|e| e.2.is_none());
+    let (mut count, mut bytes) = (0, 0);
+    for (start, end, _) in files {
+        count += 1;
+        bytes += base.len() + 1 + end - start;
+    }
+    for l in below.iter().flatten() {
+        count += l.len();
+        bytes += l.bytes();
+    }
     let mut below = below.into_iter();
-    let mut out = Vec::with_capacity(entries.len() + listed);
-    for (path, folder) in entries {
+    let mut out = PathList::with_capacity(count, bytes);
+    for (start, end, folder) in &entries {
         match folder {
-            Some(_) => out.extend(below.next().expect("one listing per folder")?),
-            None => out.push(path),
+            Some(_) => out.append(&below.next().expect("one listing per folder")?),
+            None => out.push_parts(&[base, "/", &names[*start..*end]]),
         }
     }
     Ok(out)
@@ -200,7 +218,7 @@ fn walk(dir: PathBuf, extensions: Option<&[&str]>, real: &[PathBuf]) -> Result<V
 pub struct FilesSource {
     /// `read_images` (else `read_files`).
     images: bool,
-    paths: Arc<Vec<String>>,
+    paths: Arc<PathList>,
     labels: Option<Arc<Vec<i64>>>,
     classes: Arc<Vec<String>>,
     /// For objects in a store: the fetches started ahead of need.
@@ -210,7 +228,7 @@ pub struct FilesSource {
 impl FilesSource {
     /// `read_files(entries)`.
     pub fn files(entries: &[String]) -> Result<Self> {
-        let paths = expand(entries, None)?;
+        let paths = expand_list(entries, None)?;
         Ok(FilesSource {
             images: false,
             ahead: read_ahead(&paths),
@@ -221,7 +239,7 @@ impl FilesSource {
     }
     /// `read_images(entries, labels)`.
     pub fn images(entries: &[String], labels: LabelMode) -> Result<Self> {
-        let paths = expand(entries, Some(IMAGE_EXTENSIONS))?;
+        let paths = expand_list(entries, Some(IMAGE_EXTENSIONS))?;
         let (labels, classes) = match labels {
             LabelMode::None => (None, vec![]),
             LabelMode::ParentDir => {
@@ -242,7 +260,7 @@ impl FilesSource {
         &self.classes
     }
     /// The expanded file list.
-    pub fn paths(&self) -> &[String] {
+    pub fn paths(&self) -> &PathList {
         &self.paths
     }
     /// The spec that reopens exactly these files, in this order.
@@ -266,7 +284,7 @@ impl FilesSource {
 /// those names. Paths of one folder come together in a listing, so the folder's name is
 /// worked out once per run of paths with the same folder (a `/` search and a comparison per
 /// path), not per path.
-fn parent_dir_labels(paths: &[String]) -> (Vec<i64>, Vec<String>) {
+fn parent_dir_labels(paths: &PathList) -> (Vec<i64>, Vec<String>) {
     fn parent(p: &str) -> &str {
         Path::new(p)
             .parent()
@@ -278,7 +296,7 @@ fn parent_dir_labels(paths: &[String]) -> (Vec<i64>, Vec<String>) {
     let mut seen: HashMap<&str, u32> = HashMap::new();
     let mut found = Vec::with_capacity(paths.len());
     let mut last: Option<(&str, u32)> = None;
-    for p in paths {
+    for p in paths.iter() {
         let dir = p.rsplit_once('/').map_or("", |(d, _)| d);
         let class = match last {
             Some((d, c)) if d == dir => c,
@@ -305,10 +323,10 @@ fn parent_dir_labels(paths: &[String]) -> (Vec<i64>, Vec<String>) {
 }
 
 /// A read-ahead for file lists that name objects in a store.
-fn read_ahead(paths: &[String]) -> Option<Arc<ReadAhead>> {
+fn read_ahead(paths: &PathList) -> Option<Arc<ReadAhead>> {
     paths
         .iter()
-        .any(|p| is_url(p))
+        .any(is_url)
         .then(|| Arc::new(ReadAhead::new(READ_AHEAD_OBJECTS)))
 }
 
@@ -316,7 +334,7 @@ impl FilesSource {
     fn wanted(&self, indices: &[u64]) -> Vec<(u64, String)> {
         indices
             .iter()
-            .map(|&i| (i, self.paths[i as usize].clone()))
+            .map(|&i| (i, self.paths.get(i as usize).to_owned()))
             .collect()
     }
 
@@ -325,7 +343,7 @@ impl FilesSource {
         let mut s = Sample::with_capacity(3);
         s.set(
             PATH.clone(),
-            Value::Str(self.paths[index as usize].as_str().into()),
+            Value::Str(self.paths.get(index as usize).into()),
         );
         s.set(BYTES.clone(), Value::Bytes(bytes));
         if let Some(labels) = &self.labels {
@@ -383,7 +401,7 @@ impl Source for FilesSource {
             None => indices
                 .iter()
                 .map(|&i| {
-                    let path = &self.paths[i as usize];
+                    let path = self.paths.get(i as usize);
                     let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
                     Ok(self.sample(i, bytes.into()))
                 })
@@ -489,7 +507,7 @@ mod tests {
         let entry = [root.display().to_string()];
         for _ in 0..5 {
             let got = FilesSource::images(&entry, LabelMode::None).unwrap();
-            assert_eq!(got.paths(), want.as_slice());
+            assert_eq!(got.paths().to_vec(), want);
         }
     }
 
@@ -509,7 +527,7 @@ mod tests {
         assert_eq!(first.len(), Some(64 * 20));
         let mut sorted = first.paths().to_vec();
         sorted.sort();
-        assert_eq!(first.paths(), sorted.as_slice());
+        assert_eq!(first.paths().to_vec(), sorted);
         assert_eq!(first.classes().len(), 64);
         for _ in 0..5 {
             let again = FilesSource::images(&entry, LabelMode::ParentDir).unwrap();

@@ -27,7 +27,8 @@ use object_store::path::Path as ObjPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use sluice_core::{Error, Result};
 
-use crate::files::expand_paths;
+use crate::files::expand_path_list;
+use crate::pathlist::PathList;
 
 /// Bytes fetched per request when a remote object is read sequentially.
 const STREAM_CHUNK: usize = 8 << 20;
@@ -450,17 +451,22 @@ impl Drop for ChunkedReader {
 /// prefix listings. The result is sorted per entry, so file order (and thus sample indices)
 /// is deterministic.
 pub fn expand(entries: &[String], extensions: Option<&[&str]>) -> Result<Vec<String>> {
+    Ok(expand_list(entries, extensions)?.to_vec())
+}
+
+/// [`expand`] into a [`PathList`] (one buffer for every path).
+pub fn expand_list(entries: &[String], extensions: Option<&[&str]>) -> Result<PathList> {
     if entries.is_empty() {
         return Err(Error::invalid("no paths given"));
     }
-    let mut out = Vec::new();
+    let mut out = PathList::default();
     for entry in entries {
         if !is_url(entry) {
-            let found = expand_paths(std::slice::from_ref(entry), extensions)?;
+            let found = expand_path_list(std::slice::from_ref(entry), extensions)?;
             if out.is_empty() {
-                out = found;
+                out = found; // a million paths are not copied into an empty list
             } else {
-                out.extend(found);
+                out.append(&found);
             }
             continue;
         }
@@ -468,7 +474,7 @@ pub fn expand(entries: &[String], extensions: Option<&[&str]>) -> Result<Vec<Str
         let last = entry.rsplit('/').next().unwrap_or_default();
         // `s3://bucket/train` (no extension) is a prefix, as a directory path would be.
         if !is_glob && !entry.ends_with('/') && last.contains('.') {
-            out.push(entry.clone());
+            out.push(entry);
             continue;
         }
         let (store, path) = store_for(entry)?;
@@ -510,7 +516,7 @@ pub fn expand(entries: &[String], extensions: Option<&[&str]>) -> Result<Vec<Str
             return Err(Error::FileNotFound(format!("{entry}: matched no objects")));
         }
         found.sort();
-        out.extend(found);
+        found.iter().for_each(|f| out.push(f));
     }
     Ok(out)
 }

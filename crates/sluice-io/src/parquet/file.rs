@@ -115,6 +115,7 @@ struct Ahead {
     named: u64,
 }
 
+/// A row group's column chunks: on their way, or here.
 #[derive(Debug)]
 enum Fetched {
     Running(Fetch<Vec<Bytes>>),
@@ -319,8 +320,9 @@ impl PqFile {
             return self.blob.read_ranges(&self.ranges(rg));
         };
         let data = join(f)?;
-        // Kept for a later pass that named it already (unless named again meanwhile: that
-        // started its own fetch).
+        // Kept, within the budget, for a later pass that names it (a scan naming further
+        // ahead than its data may have already), until this file's oldest named goes;
+        // unless named again meanwhile, which started a fetch of its own.
         if let Some(held) = Held::keep(&data) {
             lock(&self.ahead)
                 .fetches

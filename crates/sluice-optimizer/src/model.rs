@@ -31,6 +31,11 @@ use crate::profile::{OpProfile, Profile};
 /// amortised over a chunk: `benchmarks/engine_overhead.py` measures 0.10 µs per sample for
 /// source → op → batch → numpy, three hand-offs and the sample itself; rounded up.
 pub const HANDOFF_S: f64 = 0.1e-6;
+/// CPU seconds an inline stage (a call over the chunk in the consumer's thread: no channel,
+/// no wake-up) adds per item: `benchmarks/engine_overhead.py` measures one more map at
+/// 0.005–0.019 µs per sample. Charging inline stages [`HANDOFF_S`] put the NLP baseline
+/// (six inline stages) 45% below its measured rate once tokenizing cost 0.6 µs a line.
+pub const INLINE_STEP_S: f64 = 0.02e-6;
 /// Collating costs about one memory copy of the batch, and a stage reading samples another
 /// core made pays about as much for fetching them. `benchmarks/micro` measures a CV batch
 /// (64 × 602 KB) at 21 GB/s into memory mimalloc reuses and 2 GB/s into fresh pages (system
@@ -145,13 +150,19 @@ pub fn writes_in_place(op: &sluice_core::OpRef) -> bool {
     m.kind == OpKind::PixelWise && m.writes.iter().all(|w| m.reads.contains(w))
 }
 
-/// What a sample served from a memory cache costs the op after the cache point: the copy
-/// of its `bytes` when that op writes in place (see [`writes_in_place`]).
-pub fn after_hit(next: Option<&sluice_core::OpRef>, bytes: f64) -> f64 {
-    if next.is_some_and(writes_in_place) {
-        bytes / COPY_BYTES_PER_S
-    } else {
-        0.0
+/// What a sample of `bytes` served from a memory cache costs the op after the cache point
+/// (`next`: the op and its id): when that op writes in place (see [`writes_in_place`]), the
+/// copy of the fields it writes — their size as profiled, else the whole sample's. An ASR
+/// sample after the phase vocoder holds 563 KB, of which `time_mask` copies the 301 KB of
+/// features: charging the whole sample put the cached ASR plans 30% below their measured
+/// rate.
+pub fn after_hit(next: Option<(&sluice_core::OpRef, u64)>, profile: &Profile, bytes: f64) -> f64 {
+    match next {
+        Some((op, id)) if writes_in_place(op) => {
+            let written = profile.op(id).and_then(OpProfile::written_per_item);
+            written.unwrap_or(bytes).min(bytes) / COPY_BYTES_PER_S
+        }
+        _ => 0.0,
     }
 }
 
@@ -279,7 +290,7 @@ fn predict_busy(
     let mut read_cpu = profile.source.cpu_per_item();
     // The op after a memory cache point, when it copies the shared buffers first.
     let first_op = plan.stages.iter().find_map(|s| match &s.kind {
-        StageKind::Chain { ops, .. } => ops.first().map(|o| &o.op),
+        StageKind::Chain { ops, .. } => ops.first().map(|o| (&o.op, o.op_id)),
         _ => None,
     });
     if let Some(c) = cache {
@@ -287,7 +298,7 @@ fn predict_busy(
         let expected = c.expected_bytes.max(1) as f64;
         let memory = (c.budget as f64 / expected).min(1.0);
         let disk = (c.disk_budget as f64 / expected).min(1.0 - memory);
-        read_cpu = memory * (CACHE_HIT_S + after_hit(first_op, flow.bytes))
+        read_cpu = memory * (CACHE_HIT_S + after_hit(first_op, profile, flow.bytes))
             + disk * flow.bytes / DISK_BYTES_PER_S
             + (1.0 - memory - disk) * computed;
     }
@@ -351,7 +362,7 @@ fn predict_busy(
             });
             continue;
         }
-        let mut cpu = HANDOFF_S * flow.items;
+        let mut cpu = if inline { INLINE_STEP_S } else { HANDOFF_S } * flow.items;
         let mut python = 0.0;
         // A threaded stage receives its items from another thread: chunk trips (priced once
         // the chunk size is known, below) and, for a chain that takes samples, their bytes
@@ -632,10 +643,24 @@ mod tests {
             ..TestOp::new("to_float", OpKind::PixelWise)
         });
         let mb = 1e6;
-        assert_eq!(after_hit(Some(&jitter), mb), mb / COPY_BYTES_PER_S);
-        assert_eq!(after_hit(Some(&crop), mb), 0.0);
-        assert_eq!(after_hit(Some(&to_float), mb), 0.0);
-        assert_eq!(after_hit(None, mb), 0.0);
+        let plan = pipeline(4, vec![TestOp::new("jitter", OpKind::PixelWise)]);
+        let mut prof = profiled(&plan, 4);
+        // Not measured (an older profile): the whole sample is copied.
+        prof.ops[0].bytes_written = 0;
+        assert_eq!(
+            after_hit(Some((&jitter, 0)), &prof, mb),
+            mb / COPY_BYTES_PER_S
+        );
+        // Measured: only the fields it writes (a quarter of the sample here).
+        let id = prof.ops[0].op_id.unwrap();
+        prof.ops[0].bytes_written = prof.ops[0].items_out * 250_000;
+        assert_eq!(
+            after_hit(Some((&jitter, id)), &prof, mb),
+            mb / 4.0 / COPY_BYTES_PER_S
+        );
+        assert_eq!(after_hit(Some((&crop, id)), &prof, mb), 0.0);
+        assert_eq!(after_hit(Some((&to_float, id)), &prof, mb), 0.0);
+        assert_eq!(after_hit(None, &prof, mb), 0.0);
     }
 
     #[test]

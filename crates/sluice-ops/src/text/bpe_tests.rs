@@ -632,3 +632,35 @@ fn speed_on_a_corpus() {
     let fast = rate("op, fast path", &|l| apply(&fast_op, l));
     println!("op speedup: {:.2}x", generic / fast);
 }
+
+#[test]
+fn a_thread_that_ends_hands_its_word_cache_to_the_next() {
+    let tok = tokenizer(&Cfg::default());
+    let fast = std::sync::Arc::new(FastBpe::new(&tok, false).expect("eligible"));
+    let key = fast.cache_key;
+    let line = "the quick brown fox jumps over the lazy dog";
+    let want = fast.encode(line);
+    assert!(want.is_some());
+    assert_eq!(pooled(key), 0);
+    // Joined threads (a thread's locals are dropped before its join returns).
+    let on_a_thread = |check_pool: bool| {
+        let (fast, want) = (fast.clone(), want.clone());
+        std::thread::spawn(move || {
+            assert_eq!(fast.encode(line), want);
+            if check_pool {
+                assert_eq!(pooled(fast.cache_key), 0, "the cache was taken");
+            }
+        })
+        .join()
+        .unwrap();
+    };
+    // A worker encodes and ends: its cache waits for the next thread.
+    on_a_thread(false);
+    assert_eq!(pooled(key), 1);
+    // The next thread takes it (warm), gives the same ids, and hands it on when it ends.
+    on_a_thread(true);
+    assert_eq!(pooled(key), 1);
+    // A dropped tokenizer's caches go with it.
+    drop(fast);
+    assert_eq!(pooled(key), 0);
+}

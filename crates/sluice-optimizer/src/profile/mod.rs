@@ -107,6 +107,11 @@ pub struct OpProfile {
     /// Sample bytes entering and leaving the step.
     pub bytes_in: u64,
     pub bytes_out: u64,
+    /// Bytes of the fields it writes, in its output: what an op writing in place copies
+    /// when its input's buffers are shared (a memory cache's hit). 0 in profiles from
+    /// before it was measured (the model then charges the whole sample).
+    #[serde(default)]
+    pub bytes_written: u64,
     /// CPU per item alone over CPU per item while every core runs the op at once, measured
     /// on the profile's last chunk: 1 when cores do not slow each other down, below 1 when
     /// they do (shared caches, memory bandwidth, hyperthread siblings: a BPE tokenizer gets
@@ -136,6 +141,7 @@ impl OpProfile {
             wall_s: 0.0,
             bytes_in: 0,
             bytes_out: 0,
+            bytes_written: 0,
             parallel_efficiency: 1.0,
         }
     }
@@ -169,6 +175,10 @@ impl OpProfile {
     /// Mean bytes of an output item.
     pub fn bytes_out_per_item(&self) -> f64 {
         self.bytes_out as f64 / self.items_out.max(1) as f64
+    }
+    /// Bytes of the written fields per item out (`None` when not measured).
+    pub fn written_per_item(&self) -> Option<f64> {
+        (self.bytes_written > 0).then(|| self.bytes_written as f64 / self.items_out.max(1) as f64)
     }
     fn record(&mut self, cpu: Duration, wall: Duration) {
         self.cpu_s += cpu.as_secs_f64();
@@ -529,6 +539,11 @@ fn run_steps(
         let bytes: u64 = next.iter().map(|(_, _, s)| s.nbytes() as u64).sum();
         prof.items_out += next.len() as u64;
         prof.bytes_out += bytes;
+        prof.bytes_written += next
+            .iter()
+            .flat_map(|(_, _, s)| prof.writes.iter().filter_map(|w| s.get(w)))
+            .map(|v| v.nbytes() as u64)
+            .sum::<u64>();
         peak = peak.max(bytes);
         live = next;
     }

@@ -38,7 +38,11 @@ impl Rule for Caching {
             .map(|o| o.op_id)
             .collect();
         // The op after each candidate cut (a hit's copy-on-write is charged to it).
-        let next: Vec<_> = chain.iter().skip(1).map(|o| o.op.clone()).collect();
+        let next: Vec<_> = chain
+            .iter()
+            .skip(1)
+            .map(|o| (o.op.clone(), o.op_id))
+            .collect();
         if prefix.is_empty() {
             d.note(
                 "caching",
@@ -56,7 +60,8 @@ impl Rule for Caching {
             cost += flow.pass(id);
             let total = (flow.bytes * len).max(1.0);
             let memory = (budget as f64 / total).min(1.0);
-            let hit = CACHE_HIT_S + after_hit(next.get(k), flow.bytes);
+            let next_op = next.get(k).map(|(op, id)| (op, *id));
+            let hit = CACHE_HIT_S + after_hit(next_op, d.profile, flow.bytes);
             let mut saving = (cost - hit) * memory;
             // The rest on disk, when reading it back beats recomputing it.
             let disk_gain = cost - flow.bytes / DISK_BYTES_PER_S;

@@ -42,6 +42,24 @@ pub const INLINE_STEP_S: f64 = 0.02e-6;
 /// allocator); in a pipeline (`benchmarks/batch_costs.py`, rows read cold, batches freed
 /// by the consumer) 6.6–12.7 GB/s: 8 GB/s.
 pub const COPY_BYTES_PER_S: f64 = 8e9;
+/// Bytes a batch of at most this size is collated at [`SMALL_COLLATE_BYTES_PER_S`]: it stays
+/// in the core's caches while it is gathered.
+pub const SMALL_BATCH_BYTES: f64 = 2.0 * 1024.0 * 1024.0;
+/// Collating a batch of up to [`SMALL_BATCH_BYTES`]: `benchmarks/batch_costs.py` measures
+/// 12.7 GB/s for 16 × 96 KB spectrograms (1.5 MB) against 6.6 GB/s for 64 × 602 KB images.
+/// At [`COPY_BYTES_PER_S`] the NLP cached plans (256 KB batches, bound by collating)
+/// were predicted 20% below their measured rate.
+pub const SMALL_COLLATE_BYTES_PER_S: f64 = 12e9;
+
+/// The rate a batch of `batch_bytes` is collated at.
+pub fn collate_bytes_per_s(batch_bytes: f64) -> f64 {
+    if batch_bytes <= SMALL_BATCH_BYTES {
+        SMALL_COLLATE_BYTES_PER_S
+    } else {
+        COPY_BYTES_PER_S
+    }
+}
+
 /// CPU seconds per sample a memory-cache hit costs: the lookup and the clone of the
 /// sample's fields, whose buffers it shares (no bytes are copied; whoever reads them next
 /// pays for fetching them). `benchmarks/micro` (`cache hit, chunk of 64 token samples`)
@@ -391,8 +409,9 @@ fn predict_busy(
                 if *read {
                     cpu += read_cpu;
                 }
+                let batch_bytes = flow.bytes * flow.items * *size as f64;
                 cpu += flow.items
-                    * (flow.bytes / COPY_BYTES_PER_S
+                    * (flow.bytes / collate_bytes_per_s(batch_bytes)
                         + COLLATE_FIELD_S * profile.output.fields_per_item());
                 rows *= *size as f64;
             }

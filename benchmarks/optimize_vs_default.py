@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -74,27 +73,20 @@ def rows_of(batch) -> int:
 
 def epoch(workload: str, samples: int, optimize: bool) -> dict:
     """One epoch on a fresh dataset: total seconds (profiling included), seconds to the first
-    batch, rows, and which plan ran."""
+    batch, rows, the rate after the first batch, and which plan ran."""
     ds = build(workload, samples, 0)
     t0 = time.perf_counter()
     it = ds.iter(seed=0, optimize=optimize)
-    first = None
-    rows = 0
-    for b in it:
-        if first is None:
-            first = time.perf_counter()
-        rows += rows_of(b)
+    first_rows = rows_of(next(it))
+    first = time.perf_counter()
+    rows = first_rows + sum(rows_of(b) for b in it)
     t1 = time.perf_counter()
     plan = "default"
     if it.plan is not None:
         last = it.plan.data["decisions"][-1] if it.plan.data["decisions"] else ""
         plan = "default (fallback)" if "ran the default plan" in last else "optimized"
     return {"seconds": t1 - t0, "first": first - t0, "rows": rows, "plan": plan,
-            "steady": (rows - rows_of_first(workload)) / max(t1 - first, 1e-9)}
-
-
-def rows_of_first(workload: str) -> int:
-    return {"cv": C.CV_BATCH, "cedar": 64, "nlp": C.NLP_BATCH, "asr": C.ASR_BATCH}[workload]
+            "steady": (rows - first_rows) / max(t1 - first, 1e-9)}
 
 
 def main() -> None:
@@ -121,8 +113,7 @@ def main() -> None:
             print(f"round {r}: {c[0]:6s} optimize={c[1]!s:5s} {rate:10.1f}/s over {len(eps)} epochs"
                   f" ({eps[-1]['plan']})", flush=True)
 
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
-                if line.startswith("model name")), platform.processor() or "?")
+    cpu = C.cpu_model()
     rows = []
     lines = ["| pipeline | default samples/s (epoch) | optimize=True samples/s (epoch, profiling included) "
              "| ratio | plan run | first batch default / optimize (s) | steady ratio |",

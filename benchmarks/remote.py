@@ -21,7 +21,6 @@ import argparse
 import socket
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -195,11 +194,7 @@ def main() -> None:
             proc.terminate()
             proc.wait(timeout=10)
 
-    cpu = platform.processor() or "?"
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    cpu = C.cpu_model()
     rows = []
     for (workload, where), vals in results.items():
         med = statistics.median(vals)

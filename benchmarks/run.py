@@ -464,14 +464,7 @@ def write_plot(path: Path, workload: str, summary: dict) -> None:
 def machine_info() -> dict:
     import psutil
 
-    cpu = "?"
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = C.cpu_model()
     return {"cpu": cpu, "cores": os.cpu_count(),
             "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
             "python": platform.python_version(), "platform": platform.platform(),

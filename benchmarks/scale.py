@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -30,6 +29,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
+sys.path.insert(0, str(HERE))
+
+from peers import common as C  # noqa: E402
 
 CASES = {
     "bare": """
@@ -121,7 +123,7 @@ def terabyte(samples: int) -> dict:
     return {"virtual_bytes": n * size, "samples": samples, "seconds": seconds,
             "state_bytes": len(text.encode()), "resumed_exactly": resumed == ids[samples // 2:],
             "rss_first_mib": rss[1] if len(rss) > 1 else rss[0], "rss_last_mib": rss[-1],
-            "rss_max_mib": max(rss), "disjoint_rank": len(set(ids)) == len(ids)}
+            "rss_max_mib": max(rss)}
 
 
 def main() -> None:
@@ -145,8 +147,7 @@ def main() -> None:
     tb = terabyte(args.tb_samples)
     print(tb, flush=True)
 
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
-                if line.startswith("model name")), platform.processor() or "?")
+    cpu = C.cpu_model()
     lines = [f"Listing {args.files:,} files in {args.classes:,} folders ({cpu}, {os.cpu_count()} cores; "
              f"medians of {args.rounds} fresh processes):", "",
              "| case | seconds to first sample | × bare listing | peak RSS (MiB) |", "|---|---:|---:|---:|"]

@@ -76,6 +76,15 @@ def class_names(data_dir: Path) -> list[str]:
     return sorted(p.name for p in (Path(data_dir) / "images").iterdir() if p.is_dir())
 
 
+def cpu_model() -> str:
+    """This machine's CPU as /proc/cpuinfo names it ("?" where it does not)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "?")
+    except OSError:
+        return "?"
+
+
 def audio_files(data_dir: Path) -> list[str]:
     """The ASR clips; only those at one sample rate when SLUICE_BENCH_ASR_RATE says which
     (run.py --asr-rate 22050: every clip then needs resampling to 16 kHz, as CommonVoice's

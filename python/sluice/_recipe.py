@@ -4,7 +4,8 @@ A native dataset cannot be pickled (it holds Rust objects: sources, ops, Python 
 behind a Rust pointer). What can travel is *how it was made*: the source and each
 transformation with its arguments. A source that can be reopened (``read_*``, ``range``)
 travels as its spec JSON — the form worker processes and Ray actors reopen it from, with the
-file list as it was expanded — and is reopened by the engine (``_native.open_source``);
+file list as it was expanded, taken when the recipe is pickled — and is reopened by the engine
+(``_native.open_source``);
 ``from_items`` and ``mix`` travel as their calls. Built-in ops pickle as their serde JSON
 (``Op(spec)``), Python UDFs by cloudpickle, nested datasets (``mix``) by their own recipes.
 Unpickling replays the steps through the public API, so the copy is built by the same

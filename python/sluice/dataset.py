@@ -471,15 +471,14 @@ class Dataset(FormatsMixin, InspectMixin, FrameworksMixin):  # write_*/to_arrow;
     def _optimized_plan(self, options: "OptimizerOptions", seed: int, context: "Context | None") -> "Plan":
         """``iter(optimize=...)``'s plan: profiled on 1% of an epoch (16–100 samples) and
         made once per dataset, options and seed, so later epochs start without profiling."""
-        key = (options.to_json(), seed)
+        def make() -> "Plan":
+            return self.optimize(self.profile(samples=100, seconds=5.0, seed=seed, epoch_share=0.01), options, seed, context)
+
         if context is not None and context.remote:
-            key = None  # planned for this cluster's CPUs and prices: not reused
-        if key is None or key not in self._plans:
-            profile = self.profile(samples=100, seconds=5.0, seed=seed, epoch_share=0.01)
-            plan = self.optimize(profile, options, seed, context)
-            if key is None:
-                return plan
-            self._plans[key] = plan
+            return make()  # planned for this cluster's CPUs and prices: not reused
+        key = (options.to_json(), seed)
+        if key not in self._plans:
+            self._plans[key] = make()
         return self._plans[key]
 
     def __iter__(self) -> "Iterator":

@@ -41,8 +41,8 @@ const MAX_ALIGN_PAD: usize = 8192;
 
 /// Target FFT block (input side) for the FFT resampler, in input frames. 22.05 → 16 kHz
 /// (blocks of 441·k frames) measured per 3.3 s clip on the reference VM: 882 frames 0.31–0.33
-/// ms, 1,764 (this) 0.23–0.27 ms, 4,410 0.35 ms, 7,938 0.33 ms — fewer calls per clip, and
-/// FFT sizes still made of small primes.
+/// ms, 1,764 (this) 0.23–0.27 ms, 4,410 0.35 ms, 7,938 0.33 ms (`benchmarks/asr_steps.py`
+/// rebuilt with each) — fewer calls per clip, and FFT sizes still made of small primes.
 const FFT_BLOCK: usize = 2048;
 
 fn gcd(mut a: u64, mut b: u64) -> u64 {

@@ -60,12 +60,7 @@ pub fn expand_path_list(entries: &[String], extensions: Option<&[&str]>) -> Resu
             match std::fs::metadata(p) {
                 Ok(m) if m.is_dir() => {
                     let real = std::fs::canonicalize(p).map_err(|e| Error::io(entry, e))?;
-                    let found = walk(p.to_path_buf(), extensions, &[real])?;
-                    if out.is_empty() {
-                        out = found; // a million paths are not copied into an empty list
-                    } else {
-                        out.append(&found);
-                    }
+                    out.append(walk(p.to_path_buf(), extensions, &[real])?);
                 }
                 Ok(m) if m.is_file() => {
                     // Named files are opened now, so an unreadable one fails here, not
@@ -130,13 +125,7 @@ fn kind_of(t: &std::fs::FileType) -> &'static str {
 /// above it: a link back up the tree is not followed (as `find -L` and `os.walk` with
 /// `followlinks` do, two links to one folder list its files under both names).
 fn walk(dir: PathBuf, extensions: Option<&[&str]>, real: &[PathBuf]) -> Result<PathList> {
-    let wanted = |name: &str| {
-        extensions.is_none_or(|exts| {
-            name.rsplit_once('.').is_some_and(|(stem, e)| {
-                !stem.is_empty() && exts.contains(&e.to_ascii_lowercase().as_str())
-            })
-        })
-    };
+    let wanted = |name: &str| extensions.is_none_or(|exts| has_extension(name, exts));
     let here = real
         .last()
         .expect("walk starts with the folder's resolved path");
@@ -206,11 +195,20 @@ fn walk(dir: PathBuf, extensions: Option<&[&str]>, real: &[PathBuf]) -> Result<P
     let mut out = PathList::with_capacity(count, bytes);
     for (start, end, folder) in &entries {
         match folder {
-            Some(_) => out.append(&below.next().expect("one listing per folder")?),
+            Some(_) => out.append(below.next().expect("one listing per folder")?),
             None => out.push_parts(&[base, "/", &names[*start..*end]]),
         }
     }
     Ok(out)
+}
+
+/// Whether the file `name` ends in one of `exts` (lower case, without the dot), in any case;
+/// a name that is only an extension (`.jpg`, a hidden file) has none, as `Path::extension`
+/// says.
+pub(crate) fn has_extension(name: &str, exts: &[&str]) -> bool {
+    name.rsplit_once('.').is_some_and(|(stem, e)| {
+        !stem.is_empty() && exts.contains(&e.to_ascii_lowercase().as_str())
+    })
 }
 
 /// Files as samples `{path, bytes}`, plus `label` with [`LabelMode::ParentDir`].

@@ -62,8 +62,13 @@ impl PathList {
         self.ends.push(self.text.len());
     }
 
-    /// Appends every path of `other`.
-    pub fn append(&mut self, other: &PathList) {
+    /// Appends every path of `other` (taken as it is when this list is empty: a listing of
+    /// a million paths is not copied into an empty list).
+    pub fn append(&mut self, other: PathList) {
+        if self.is_empty() {
+            *self = other;
+            return;
+        }
         let shift = self.text.len();
         self.text.push_str(&other.text);
         self.ends.extend(other.ends.iter().map(|e| e + shift));
@@ -99,8 +104,11 @@ mod tests {
         let a: PathList = ["/d/1.jpg", "", "/d/é.png"].into_iter().collect();
         let mut b = PathList::with_capacity(4, 64);
         b.push_parts(&["/e", "/", "2.jpg"]);
-        b.append(&a);
-        b.append(&PathList::default());
+        b.append(a.clone());
+        b.append(PathList::default());
+        let mut empty = PathList::default();
+        empty.append(a.clone());
+        assert_eq!(empty, a);
         assert_eq!(b.to_vec(), ["/e/2.jpg", "/d/1.jpg", "", "/d/é.png"]);
         assert_eq!((b.len(), b.bytes(), b.is_empty()), (4, 25, false)); // é is 2 bytes
         assert_eq!(b.iter().len(), 4);

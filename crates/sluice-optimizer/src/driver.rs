@@ -72,19 +72,24 @@ pub struct Optimized {
     pub cache: Option<CachePoint>,
     pub prediction: Prediction,
     pub decisions: Vec<String>,
+    /// The plan is the default plan (see [`MIN_GAIN`]): it runs as a run without a plan
+    /// does, so without the runtime controller whatever the options say.
+    pub fell_back: bool,
 }
 
 impl Optimized {
     /// The plan file for this result.
     pub fn to_plan(&self, options: &OptimizerOptions, cpus: usize) -> Plan {
-        Plan::describe(
+        let mut plan = Plan::describe(
             &self.plan,
             self.cache.clone(),
             self.prediction.clone(),
             self.decisions.clone(),
             options,
             cpus,
-        )
+        );
+        plan.controller &= !self.fell_back;
+        plan
     }
 }
 
@@ -169,6 +174,7 @@ pub fn optimize_physical(input: &OptimizeInput) -> Result<Optimized> {
         cache: draft.cache,
         prediction,
         decisions: draft.decisions,
+        fell_back: false,
     };
     if !o.enable_fallback {
         return Ok(optimized);
@@ -198,11 +204,16 @@ fn keep_default_unless_faster(
 ) -> Optimized {
     let (new, old) = (optimized.prediction.throughput, default.throughput);
     let mut decisions = optimized.decisions;
-    if new >= old * (1.0 + MIN_GAIN) || !old.is_finite() || old <= 0.0 {
+    // A default the model cannot price (no throughput) gives nothing to compare against.
+    let gain = (old.is_finite() && old > 0.0).then(|| new / old - 1.0);
+    if gain.is_none_or(|g| g >= MIN_GAIN) {
         decisions.push(format!(
             "fallback: kept the optimized plan: predicted {new:.0}/s against the default \
-             plan's {old:.0}/s ({:+.0}%)",
-            (new / old - 1.0) * 100.0
+             plan's {old:.0}/s ({})",
+            gain.map_or("no default to compare".into(), |g| format!(
+                "{:+.0}%",
+                g * 100.0
+            ))
         ));
         return Optimized {
             decisions,
@@ -213,7 +224,7 @@ fn keep_default_unless_faster(
         "fallback: ran the default plan: the optimized plan was predicted at {new:.0}/s \
          against the default's {old:.0}/s ({:+.0}%, below the {:.0}% gain a new plan must \
          show); the decisions above are what it would have done",
-        (new / old - 1.0) * 100.0,
+        gain.unwrap_or_default() * 100.0,
         MIN_GAIN * 100.0
     ));
     Optimized {
@@ -221,6 +232,7 @@ fn keep_default_unless_faster(
         cache: None,
         prediction: default,
         decisions,
+        fell_back: true,
     }
 }
 
@@ -536,8 +548,14 @@ mod tests {
         let last = out.decisions.last().unwrap();
         assert!(last.starts_with("fallback: ran the default plan"), "{last}");
         assert!(last.contains("below the 10% gain"), "{last}");
-        // The plan file of the fallback rebuilds the default and runs its samples.
-        let file = out.to_plan(&input.options, 2);
+        // The plan file of the fallback rebuilds the default and runs its samples, without
+        // the controller a run without a plan does not start either.
+        let asked = OptimizerOptions {
+            enable_controller: true,
+            ..input.options.clone()
+        };
+        let file = out.to_plan(&asked, 2);
+        assert!(!file.controller);
         let rebuilt = Plan::from_json(&file.to_json())
             .unwrap()
             .apply(&input.default)

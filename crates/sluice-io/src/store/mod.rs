@@ -27,7 +27,7 @@ use object_store::path::Path as ObjPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use sluice_core::{Error, Result};
 
-use crate::files::expand_path_list;
+use crate::files::{expand_path_list, has_extension};
 use crate::pathlist::PathList;
 
 /// Bytes fetched per request when a remote object is read sequentially.
@@ -462,12 +462,7 @@ pub fn expand_list(entries: &[String], extensions: Option<&[&str]>) -> Result<Pa
     let mut out = PathList::default();
     for entry in entries {
         if !is_url(entry) {
-            let found = expand_path_list(std::slice::from_ref(entry), extensions)?;
-            if out.is_empty() {
-                out = found; // a million paths are not copied into an empty list
-            } else {
-                out.append(&found);
-            }
+            out.append(expand_path_list(std::slice::from_ref(entry), extensions)?);
             continue;
         }
         let is_glob = entry.contains(['*', '?', '[']);
@@ -506,8 +501,7 @@ pub fn expand_list(entries: &[String], extensions: Option<&[&str]>) -> Result<Pa
                     },
                 ),
                 None => extensions.is_none_or(|exts| {
-                    key.rsplit_once('.')
-                        .is_some_and(|(_, e)| exts.contains(&e.to_ascii_lowercase().as_str()))
+                    has_extension(key.rsplit('/').next().unwrap_or_default(), exts)
                 }),
             })
             .map(|key| format!("{base}/{key}"))

@@ -13,7 +13,7 @@ use sluice_core::{
 use crate::clock::thread_cpu;
 
 mod scaling;
-use scaling::{efficiency, Scaling, SCALING_WALL};
+use scaling::{efficiency, Scaling};
 
 /// How much of the pipeline to run when profiling.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -441,35 +441,14 @@ pub fn profile(plan: &Arc<LogicalPlan>, opts: &ProfileOptions) -> Result<Profile
                     .map_err(|e| in_sample(source.name(), *index, None, e))?;
             }
         }
-        // Measuring how ops scale costs 2 trials of 2 × SCALING_WALL per op. A profile held
-        // to a share of an epoch spends on it at most half what it spent running its
-        // samples, and only on ops with a tenth of the chain's CPU or more (how a cheaper
-        // one scales barely moves a prediction).
-        let total: f64 = ops.iter().map(|o| o.cpu_per_item()).sum();
-        let scaling = if opts.epoch_share > 0.0 {
-            let measured = ops
-                .iter()
-                .filter(|o| o.cpu_per_item() >= 0.1 * total)
-                .count();
-            let per_op = started.elapsed() / (4 * measured.max(1)) as u32;
-            Scaling {
-                trials: 1,
-                wall: per_op.clamp(Duration::from_millis(1), SCALING_WALL),
-                least_share: 0.1,
-            }
-        } else {
-            Scaling {
-                trials: 2,
-                wall: SCALING_WALL,
-                least_share: 0.0,
-            }
-        };
+        let costs: Vec<f64> = ops.iter().map(OpProfile::cpu_per_item).collect();
+        let scaling = Scaling::for_profile(opts.epoch_share > 0.0, started.elapsed(), &costs);
         let mut live = last_chunk;
         for (step, prof) in steps.iter().zip(&mut ops) {
             if live.is_empty() {
                 break;
             }
-            if !prof.python && prof.cpu_per_item() >= scaling.least_share * total {
+            if !prof.python && scaling.measures(prof.cpu_per_item()) {
                 prof.parallel_efficiency =
                     efficiency(step, &live, machine.cores, opts.seed, scaling);
             }

@@ -9,7 +9,7 @@ use super::{context, Step};
 use crate::clock::thread_cpu;
 
 /// Wall time each measurement of [`efficiency`] runs for, at least.
-pub(super) const SCALING_WALL: Duration = Duration::from_millis(30);
+const SCALING_WALL: Duration = Duration::from_millis(30);
 
 /// `step`'s parallel efficiency on `inputs`: its CPU per item alone over its CPU per item
 /// while `threads` threads run it at once (the thread clock counts the cycles a core stalls
@@ -28,13 +28,43 @@ pub(super) fn efficiency(
         .fold(0.0, f64::max)
 }
 
-/// How long [`efficiency`] measures: trials, and the wall time of each half of a trial.
+/// How long [`efficiency`] measures: trials, the wall time of each half of a trial, and
+/// which ops.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Scaling {
-    pub trials: usize,
-    pub wall: Duration,
-    /// Ops below this share of the chain's CPU are not measured (they keep 1.0).
-    pub least_share: f64,
+    trials: usize,
+    wall: Duration,
+    /// Ops costing less CPU per item are not measured (they keep 1.0).
+    least_cpu: f64,
+}
+
+impl Scaling {
+    /// The measurement for a profile that took `sampled` to run its samples, over ops of
+    /// `costs` CPU per item. A full profile: 2 trials of 2 × [`SCALING_WALL`] per op. A
+    /// profile held to a share of an epoch (`iter(optimize=True)`) spends at most half its
+    /// sampling time on it, and only on ops with a tenth of the chain's CPU or more (how a
+    /// cheaper one scales barely moves a prediction).
+    pub(super) fn for_profile(share_of_epoch: bool, sampled: Duration, costs: &[f64]) -> Self {
+        if !share_of_epoch {
+            return Scaling {
+                trials: 2,
+                wall: SCALING_WALL,
+                least_cpu: 0.0,
+            };
+        }
+        let least_cpu = 0.1 * costs.iter().sum::<f64>();
+        let measured = costs.iter().filter(|&&c| c >= least_cpu).count().max(1);
+        Scaling {
+            trials: 1,
+            wall: (sampled / (4 * measured) as u32).clamp(Duration::from_millis(1), SCALING_WALL),
+            least_cpu,
+        }
+    }
+
+    /// Whether an op of `cpu` seconds per item is measured.
+    pub(super) fn measures(&self, cpu: f64) -> bool {
+        cpu >= self.least_cpu
+    }
 }
 
 /// One measurement of [`efficiency`]: alone and together back to back, so both see the

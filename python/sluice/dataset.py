@@ -91,6 +91,17 @@ class Dataset(FormatsMixin, InspectMixin, FrameworksMixin):  # write_*/to_arrow;
         from (seed, epoch, sample index, op), so its randomness is reproducible.
         ``on_error="skip"`` drops samples the op fails on, counts them in ``stats()`` and
         logs how many on the ``sluice`` logger when the iteration ends.
+
+        A function must return a dict. When nothing after it reads the result's fields (no
+        batch, built-in op or worker process follows, only other functions, ``limit`` and
+        ``shuffle_buffer``), the loop gets that very dict with its values as the function
+        made them (a tuple stays a tuple, any object passes); otherwise its values are
+        converted as ``batch`` describes.
+
+        >>> import sluice
+        >>> rows = list(sluice.range(2).map(lambda s: {"id": s["id"], "pair": (s["id"], 1)}))
+        >>> rows[1]["pair"]
+        (1, 1)
         """
         if isinstance(fn_or_op, Op):
             return Dataset(self._native.map_op(fn_or_op, on_error, keep_position))

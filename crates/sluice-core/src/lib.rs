@@ -47,4 +47,4 @@ pub use rng::{mix64, SampleRng};
 pub use sample::Sample;
 pub use source::{ItemsSource, RangeSource, SampleStream, Source, SourceRef};
 pub use stats::{ConsumerReport, PipelineStats, StageReport, StatsReport};
-pub use value::{Column, ColumnData, DType, Shape, Tensor, TensorData, Value};
+pub use value::{Column, ColumnData, DType, Object, Owned, Shape, Tensor, TensorData, Value};

@@ -168,6 +168,21 @@ pub trait Op: Send + Sync + fmt::Debug {
         let _ = (next, next_op_id);
         None
     }
+    /// This op in a form that takes samples made by [`Sample::from_object`] and leaves its
+    /// results as such objects, for when nothing after it reads their fields and the
+    /// consumer takes objects (a Python function's dict then reaches the loop as the
+    /// function returned it, unconverted); `None` (the default): the op reads fields.
+    /// Applied by [`crate::plan::objects::keep_objects`] only.
+    fn keeping_objects(&self) -> Option<OpRef> {
+        None
+    }
+    /// Whether the op takes batches whose fields are [`crate::Column`]s (a source's own
+    /// arrays) as they are: a Python function does, since the bindings hand columns to
+    /// Python straight from their buffers. A batch that reads a columnar source then keeps
+    /// the columns when this op is next; other ops get ordinary values.
+    fn takes_columns(&self) -> bool {
+        false
+    }
 }
 
 /// A shared op.

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::value::Value;
+use crate::value::{Object, Value};
 
 /// Declares shared field names, so sources do not allocate a name per sample:
 /// `field_names!(ID = "id");` then `s.set(ID.clone(), v)`.
@@ -16,6 +16,8 @@ macro_rules! field_names {
             std::sync::LazyLock::new(|| std::sync::Arc::from($text));)*
     };
 }
+
+field_names!(OBJECT = "object");
 
 /// An ordered map of named fields.
 ///
@@ -89,6 +91,11 @@ impl Sample {
             None => self.fields.push((name, value)),
         }
     }
+    /// Appends `name`, which the caller knows is not a field yet (a dict's keys): no search.
+    pub fn push_new(&mut self, name: Arc<str>, value: Value) {
+        debug_assert!(self.get(&name).is_none(), "field '{name}' set twice");
+        self.fields.push((name, value));
+    }
     /// Removes `name`, returning its value.
     pub fn remove(&mut self, name: &str) -> Option<Value> {
         let i = self.fields.iter().position(|(k, _)| &**k == name)?;
@@ -113,6 +120,21 @@ impl Sample {
     /// Approximate payload size in bytes.
     pub fn nbytes(&self) -> usize {
         self.fields.iter().map(|(_, v)| v.nbytes()).sum()
+    }
+    /// A sample that is an object of the bindings' own ([`Object`]), handed on unconverted.
+    pub fn from_object(o: Object) -> Self {
+        Sample {
+            fields: vec![(OBJECT.clone(), Value::Object(o))],
+        }
+    }
+    /// The object this sample is (see [`Sample::from_object`]), or the sample back.
+    pub fn into_object(mut self) -> std::result::Result<Object, Sample> {
+        if let [(_, Value::Object(_))] = self.fields.as_slice() {
+            if let Some((_, Value::Object(o))) = self.fields.pop() {
+                return Ok(o);
+            }
+        }
+        Err(self)
     }
     /// The `path` field as text, used to name a sample in errors.
     pub fn path(&self) -> Option<String> {

@@ -242,11 +242,80 @@ pub enum Value {
     List(Vec<Value>),
     /// A batch column kept as its source decoded it (see [`Column`]).
     Column(Column),
+    /// An object of the bindings' own handed through untouched (see [`Object`]).
+    Object(Object),
+}
+
+/// An object the bindings made, handed through the engine as it is: a Python function's
+/// result that nothing after the function reads goes to the consumer unconverted (see
+/// [`crate::Op::keeping_objects`]). Only stages that never look at values (`take`,
+/// `shuffle_buffer`) and ops that take such objects themselves ever hold one, inside a
+/// sample made by [`crate::Sample::from_object`].
+///
+/// ```
+/// use sluice_core::{Object, Sample};
+/// let s = Sample::from_object(Object::new(String::from("a Python dict, say")));
+/// let o = s.into_object().unwrap();
+/// assert_eq!(o.downcast::<String>().unwrap().as_str(), "a Python dict, say");
+/// ```
+#[derive(Clone)]
+pub struct Object(Arc<dyn std::any::Any + Send + Sync>);
+
+impl Object {
+    /// Wraps `value`.
+    pub fn new<T: std::any::Any + Send + Sync>(value: T) -> Self {
+        Object(Arc::new(value))
+    }
+    /// The value, if it is a `T`.
+    pub fn downcast_ref<T: std::any::Any>(&self) -> Option<&T> {
+        self.0.downcast_ref()
+    }
+    /// The value itself if it is a `T` held nowhere else, a shared reference to it if it is
+    /// held elsewhere too (a filter's kept input), `Err` if it is not a `T`.
+    pub fn downcast<T: std::any::Any + Send + Sync>(self) -> std::result::Result<Owned<T>, Self> {
+        match self.0.downcast::<T>() {
+            Ok(arc) => Ok(match Arc::try_unwrap(arc) {
+                Ok(v) => Owned::Unique(v),
+                Err(arc) => Owned::Shared(arc),
+            }),
+            Err(any) => Err(Object(any)),
+        }
+    }
+}
+
+/// What [`Object::downcast`] gives: the value, or a reference shared with other holders.
+pub enum Owned<T> {
+    Unique(T),
+    Shared(Arc<T>),
+}
+
+impl<T> std::ops::Deref for Owned<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        match self {
+            Owned::Unique(v) => v,
+            Owned::Shared(a) => a,
+        }
+    }
+}
+
+impl fmt::Debug for Object {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Object")
+    }
+}
+
+impl PartialEq for Object {
+    /// Objects are equal when they are the same object.
+    fn eq(&self, other: &Object) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
 }
 
 /// A batch's column as its source decoded it (an Arrow array for Parquet), handed to the
 /// consumer with no value made per row. Only a `batch()` that reads a columnar source and is
-/// the plan's last stage makes columns, so ops never see one; anything else that meets one
+/// the plan's last stage, or feeds an op that takes columns ([`crate::Op::takes_columns`]: a
+/// Python function), makes columns, so other ops never see one; anything else that meets one
 /// works on [`Column::to_value`].
 #[derive(Clone, Debug)]
 pub struct Column(pub Arc<dyn ColumnData>);
@@ -301,6 +370,7 @@ impl Value {
             Value::Tensor(_) => "tensor",
             Value::List(_) => "list",
             Value::Column(_) => "column",
+            Value::Object(_) => "object",
         }
     }
     /// Approximate payload size in bytes (for stats and memory budgets).
@@ -314,6 +384,9 @@ impl Value {
             Value::Tensor(t) => t.nbytes(),
             Value::List(l) => l.iter().map(Value::nbytes).sum(),
             Value::Column(c) => c.0.nbytes(),
+            // Unknown without asking its owner (the interpreter); such samples are only
+            // ever in the last stages' queues, which are bounded by count.
+            Value::Object(_) => 0,
         }
     }
     /// The string, if this is one.

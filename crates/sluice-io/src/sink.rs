@@ -355,6 +355,11 @@ pub fn value_to_json(v: &Value) -> Result<serde_json::Value> {
         Value::Tensor(t) => tensor_json(t),
         Value::List(l) => J::Array(l.iter().map(value_to_json).collect::<Result<_>>()?),
         Value::Column(c) => value_to_json(&c.to_value()?)?,
+        Value::Object(_) => {
+            return Err(Error::type_error(
+                "an object handed through unconverted has no JSON form",
+            ))
+        }
     })
 }
 

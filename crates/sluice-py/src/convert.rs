@@ -53,6 +53,7 @@ pub fn value_to_py(py: Python<'_>, v: Value) -> PyResult<Bound<'_, PyAny>> {
                 TensorData::F64(v) => array(py, &shape, v)?,
             }
         }
+        Value::Object(o) => object_to_py(py, o)?,
         Value::Column(c) => match c.0.as_any().downcast_ref::<sluice::ArrowColumn>() {
             Some(a) => arrow_to_py(py, a)?,
             None => value_to_py(py, c.to_value().py()?)?,
@@ -155,13 +156,47 @@ fn field_name(k: &Bound<'_, PyString>) -> sluice::Result<std::sync::Arc<str>> {
         .unwrap_or_else(|| text.as_ref().into()))
 }
 
-/// A sample as a `dict`.
-pub fn sample_to_py(py: Python<'_>, s: Sample) -> PyResult<Bound<'_, PyDict>> {
+/// A sample as a `dict`; a sample that is a Python object ([`object_sample`]) as that object.
+pub fn sample_to_py(py: Python<'_>, s: Sample) -> PyResult<Bound<'_, PyAny>> {
+    let s = match s.into_object() {
+        Ok(o) => return object_to_py(py, o),
+        Err(s) => s,
+    };
     let d = PyDict::new(py);
     for (k, v) in s {
         d.set_item(key(py, &k), value_to_py(py, v)?)?;
     }
-    Ok(d)
+    Ok(d.into_any())
+}
+
+/// A Python object handed through the engine unconverted ([`sluice::Object`]).
+pub fn object_sample(obj: Bound<'_, PyAny>) -> Sample {
+    Sample::from_object(sluice::Object::new(obj.unbind()))
+}
+
+fn object_to_py(py: Python<'_>, o: sluice::Object) -> PyResult<Bound<'_, PyAny>> {
+    match o.downcast::<Py<PyAny>>() {
+        Ok(sluice::Owned::Unique(obj)) => Ok(obj.into_bound(py)),
+        Ok(sluice::Owned::Shared(obj)) => Ok(obj.bind(py).clone()),
+        Err(_) => Err(pyo3::exceptions::PyTypeError::new_err(
+            "an object in the pipeline that the Python bindings did not make",
+        )),
+    }
+}
+
+/// `obj` as a dict, or an error naming `what` and the type it got.
+pub fn as_dict<'a, 'py>(
+    obj: &'a Bound<'py, PyAny>,
+    what: &str,
+) -> sluice::Result<&'a Bound<'py, PyDict>> {
+    obj.cast::<PyDict>().map_err(|_| {
+        let ty = obj
+            .get_type()
+            .name()
+            .map(|n| n.to_string())
+            .unwrap_or_default();
+        Error::type_error(format!("{what} must be a dict, got {ty}"))
+    })
 }
 
 fn tensor_from<T: numpy::Element + Copy>(
@@ -278,14 +313,7 @@ pub fn py_to_value(obj: &Bound<'_, PyAny>) -> sluice::Result<Value> {
 
 /// A `dict` as a sample (non-dicts are an error naming `what`).
 pub fn py_to_sample(obj: &Bound<'_, PyAny>, what: &str) -> sluice::Result<Sample> {
-    let d = obj.cast::<PyDict>().map_err(|_| {
-        let ty = obj
-            .get_type()
-            .name()
-            .map(|n| n.to_string())
-            .unwrap_or_default();
-        Error::type_error(format!("{what} must be a dict, got {ty}"))
-    })?;
+    let d = as_dict(obj, what)?;
     let mut s = Sample::with_capacity(d.len());
     for (k, v) in d.iter() {
         let key = field_name(
@@ -294,7 +322,8 @@ pub fn py_to_sample(obj: &Bound<'_, PyAny>, what: &str) -> sluice::Result<Sample
         )?;
         let value = py_to_value(&v)
             .map_err(|e| Error::type_error(format!("{what}: field '{key}': {e}")))?;
-        s.set(key, value);
+        // A dict's keys are distinct (and `field_name` maps equal names to one name).
+        s.push_new(key, value);
     }
     Ok(s)
 }

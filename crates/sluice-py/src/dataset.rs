@@ -125,6 +125,7 @@ impl PyDataset {
             mode,
             wants_rng,
             digest,
+            keep_objects: false,
         });
         let on_error = self::on_error(on_error)?;
         wrap(match mode {
@@ -147,6 +148,7 @@ impl PyDataset {
             mode: ElemMode::Map,
             wants_rng: false,
             digest,
+            keep_objects: false,
         });
         wrap(self.ds.map_batches(op, batch_size))
     }
@@ -295,6 +297,7 @@ impl PyDataset {
     ) -> PyResult<PyIter> {
         let opts = IterOptions {
             columns: true,
+            objects: true,
             epoch,
             ..RunArgs {
                 seed,

@@ -141,6 +141,14 @@ impl PyIter {
     }
 }
 
+impl PyIter {
+    /// Counts an output; called with the state locked, so only one thread writes the count
+    /// at a time and a plain store does (no locked add per output).
+    fn delivered(&self) {
+        self.count.store(self.count.load(Relaxed) + 1, Relaxed);
+    }
+}
+
 /// A key for the calling thread (the address of a thread-local), to tell re-entry from a
 /// wait for another thread.
 fn thread_key() -> usize {
@@ -220,13 +228,13 @@ impl PyIter {
             };
             // Outputs already computed need no wait: skip releasing and retaking the GIL.
             if let Some(s) = exec.try_ready() {
-                self.count.fetch_add(1, Relaxed);
-                return Ok(Some(sample_to_py(py, s)?.into_any()));
+                self.delivered();
+                return Ok(Some(sample_to_py(py, s)?));
             }
             match py.detach(|| exec.next_timeout(POLL)) {
                 Next::Item(s) => {
-                    self.count.fetch_add(1, Relaxed);
-                    return Ok(Some(sample_to_py(py, s)?.into_any()));
+                    self.delivered();
+                    return Ok(Some(sample_to_py(py, s)?));
                 }
                 Next::Timeout => {
                     if let Err(e) = py.check_signals() {

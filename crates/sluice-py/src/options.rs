@@ -76,6 +76,7 @@ impl RunArgs<'_> {
             context,
             fuse_ops: self.fuse_ops,
             columns: false,
+            objects: false,
         })
     }
 }

@@ -1,11 +1,13 @@
 //! Python callables as ops. The GIL is taken once per chunk, not per sample.
 
+use std::sync::Arc;
+
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyTuple};
 use sluice::{ElemMode, Emit, Error, Op, OpContext, OpMeta, Result, Sample};
 
-use crate::convert::{py_to_sample, sample_to_py};
+use crate::convert::{as_dict, object_sample, py_to_sample, sample_to_py};
 use crate::errors::from_py;
 
 /// `numpy.random.default_rng`, looked up once rather than per sample.
@@ -23,6 +25,9 @@ pub struct PyUdf {
     /// `sluice._fingerprint.digest` of the function (for checkpoints); `None` in worker
     /// processes, which never checkpoint.
     pub digest: Option<String>,
+    /// Results stay the Python objects the function returned (nothing after it reads them:
+    /// [`Op::keeping_objects`]); otherwise they become samples.
+    pub keep_objects: bool,
 }
 
 /// The digest of `func`'s code and captured values (`sluice._fingerprint.digest`).
@@ -76,8 +81,17 @@ impl PyUdf {
         };
         *args = Some(tuple);
         let out = out.map_err(from_py)?;
+        let result = |item: Bound<'py, PyAny>, what: &str| {
+            if self.keep_objects {
+                // The same check as a conversion makes, so a plan never changes what is valid.
+                as_dict(&item, what)?;
+                Ok(object_sample(item))
+            } else {
+                py_to_sample(&item, what)
+            }
+        };
         match self.mode {
-            ElemMode::Map => Ok(Emit::One(py_to_sample(&out, "the map function's result")?)),
+            ElemMode::Map => Ok(Emit::One(result(out, "the map function's result")?)),
             ElemMode::Filter => {
                 let keep_it = out.is_truthy().map_err(from_py)?;
                 Ok(if keep_it {
@@ -91,7 +105,7 @@ impl PyUdf {
                 let mut samples = Vec::new();
                 for item in iter {
                     let item = item.map_err(from_py)?;
-                    samples.push(py_to_sample(&item, "each flat_map output")?);
+                    samples.push(result(item, "each flat_map output")?);
                 }
                 Ok(Emit::Many(samples))
             }
@@ -114,6 +128,21 @@ impl Op for PyUdf {
     }
     fn code_digest(&self) -> Option<String> {
         self.digest.clone()
+    }
+    /// Columns reach the function as Python lists and arrays made straight from the
+    /// source's buffers (`convert::value_to_py`).
+    fn takes_columns(&self) -> bool {
+        true
+    }
+    fn keeping_objects(&self) -> Option<sluice::OpRef> {
+        Some(Arc::new(PyUdf {
+            func: Python::attach(|py| self.func.clone_ref(py)),
+            name: self.name.clone(),
+            mode: self.mode,
+            wants_rng: self.wants_rng,
+            digest: self.digest.clone(),
+            keep_objects: true,
+        }))
     }
     /// The function pickled with cloudpickle (so lambdas and closures travel too), for a
     /// worker process or a Ray actor to rebuild the op.

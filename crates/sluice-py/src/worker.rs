@@ -50,6 +50,7 @@ fn load_udf(shipped: &serde_json::Value) -> Result<Option<OpRef>> {
         mode,
         wants_rng,
         digest: None,
+        keep_objects: false,
     })))
 }
 

@@ -56,6 +56,8 @@ pub struct IterOptions {
     pub fuse_ops: bool,
     /// The consumer takes [`sluice_core::Column`]s in batches ([`ExecOptions::columns`]).
     pub columns: bool,
+    /// The consumer takes [`sluice_core::Object`]s ([`ExecOptions::objects`]).
+    pub objects: bool,
 }
 
 impl Default for IterOptions {
@@ -70,6 +72,7 @@ impl Default for IterOptions {
             context: RunContext::Local,
             fuse_ops: true,
             columns: false,
+            objects: false,
         }
     }
 }
@@ -432,6 +435,7 @@ impl Dataset {
                 resume,
                 elastic,
                 columns: opts.columns,
+                objects: opts.objects,
                 backends: opts.backends.clone(),
                 controller: opts.plan.as_ref().filter(|p| p.controller).map(|p| {
                     sluice_core::exec::controller::ControllerOptions {

@@ -104,6 +104,12 @@ impl<'a, S: BufferSink<'a>> Encoder<'a, S> {
                 inline.value(&values);
                 out.raw(&inline.into_parts().0);
             }
+            // Objects pass only steps after the last one that ships or stores samples
+            // (`plan::objects::keep_objects`), so none is ever encoded.
+            Value::Object(_) => {
+                debug_assert!(false, "an Object reached the sample codec");
+                out.u8(0)
+            }
         }
     }
     /// A sample: its field count (u32), then each field's name and value.

@@ -156,11 +156,10 @@ impl Execution {
         let item = self.ready.pop_front()?;
         self.position = Some((item.cursor, item.outer));
         // A ready output cost the consumer no wait (unless an earlier call timed out).
-        let waited = self
-            .wait_started
-            .take()
-            .map_or(Duration::ZERO, |t| t.elapsed());
-        self.stats.record_output(waited, item.rows);
+        match self.wait_started.take() {
+            Some(t) => self.stats.record_output(t.elapsed(), item.rows),
+            None => self.stats.record_ready_output(item.rows),
+        }
         Some(item.sample)
     }
 

@@ -40,6 +40,10 @@ pub struct ExecOptions {
     /// The consumer takes [`crate::Column`]s in batches (the Python bindings and Arrow export
     /// do): a final batch that reads a columnar source then hands over the source's arrays.
     pub columns: bool,
+    /// The consumer takes [`crate::Object`]s (the Python bindings do): the ops at the end of
+    /// the plan whose results nothing reads leave them as objects
+    /// ([`crate::plan::objects::keep_objects`]).
+    pub objects: bool,
 }
 
 /// What starting a run makes: the consumer's input, the stages that run inline in the
@@ -51,8 +55,35 @@ pub(super) struct Started {
     pub(super) stats: Arc<PipelineStats>,
 }
 
+/// Whether a batch's columns may go on to `following` (the stages after it): to the consumer
+/// past `take`s, or into a first op that takes columns ([`crate::Op::takes_columns`]) and
+/// makes new samples of its own.
+fn columns_pass(following: &[crate::plan::physical::Stage]) -> bool {
+    for s in following {
+        match &s.kind {
+            StageKind::Take { .. } => {}
+            StageKind::Chain { read: false, ops } => {
+                // A filter would pass its input, columns and all, on to what follows.
+                return ops.first().is_some_and(|o| {
+                    o.mode != crate::plan::logical::ElemMode::Filter && o.op.takes_columns()
+                });
+            }
+            _ => return false,
+        }
+    }
+    true
+}
+
 /// Starts the threads of `plan`.
 pub(super) fn start(plan: &PhysicalPlan, opts: &ExecOptions) -> Result<Started> {
+    let mut with_objects;
+    let plan = if opts.objects {
+        with_objects = plan.clone();
+        crate::plan::objects::keep_objects(&mut with_objects);
+        &with_objects
+    } else {
+        plan
+    };
     let ctl = Arc::new(Control::default());
     // Inline stages run in the consumer; a stage is inline only if all after it are.
     let first_inline = plan
@@ -167,10 +198,7 @@ pub(super) fn start(plan: &PhysicalPlan, opts: &ExecOptions) -> Result<Started> 
             resumes[i].clone(),
             Following {
                 resequence: plan.stages[i + 1..].iter().any(|s| drops(&s.kind)),
-                columns: opts.columns
-                    && plan.stages[i + 1..]
-                        .iter()
-                        .all(|s| matches!(s.kind, StageKind::Take { .. })),
+                columns: opts.columns && columns_pass(&plan.stages[i + 1..]),
             },
         );
         if i >= first_inline {
@@ -232,4 +260,71 @@ pub(super) fn start(plan: &PhysicalPlan, opts: &ExecOptions) -> Result<Started> 
         ctl,
         stats,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::op::{Emit, Op, OpContext, OpMeta};
+    use crate::plan::logical::{ElemMode, OnError};
+    use crate::plan::physical::{ChainOp, Stage};
+    use crate::sample::Sample;
+
+    #[derive(Debug)]
+    struct Takes(bool);
+    impl Op for Takes {
+        fn name(&self) -> &str {
+            "f"
+        }
+        fn spec(&self) -> serde_json::Value {
+            serde_json::json!({"op": "f"})
+        }
+        fn meta(&self) -> OpMeta {
+            OpMeta::opaque(self.0)
+        }
+        fn apply(&self, s: Sample, _cx: &OpContext) -> Result<Emit> {
+            Ok(Emit::One(s))
+        }
+        fn takes_columns(&self) -> bool {
+            self.0
+        }
+    }
+
+    fn stage(kind: StageKind) -> Stage {
+        Stage {
+            kind,
+            variant: Variant::Inline,
+            queue_depth: 1,
+        }
+    }
+
+    fn chain(takes: bool, mode: ElemMode) -> Stage {
+        stage(StageKind::Chain {
+            read: false,
+            ops: vec![ChainOp {
+                op: Arc::new(Takes(takes)),
+                mode,
+                on_error: OnError::Raise,
+                op_id: 1,
+            }],
+        })
+    }
+
+    #[test]
+    fn columns_go_to_the_consumer_past_takes_or_into_an_op_that_takes_them() {
+        let take = || stage(StageKind::Take { n: 3 });
+        assert!(columns_pass(&[]));
+        assert!(columns_pass(&[take(), take()]));
+        assert!(columns_pass(&[take(), chain(true, ElemMode::Map)]));
+        assert!(columns_pass(&[
+            chain(true, ElemMode::FlatMap),
+            stage(StageKind::Unbatch)
+        ]));
+        assert!(!columns_pass(&[chain(false, ElemMode::Map)]));
+        // A filter hands its input, columns and all, to what follows.
+        assert!(!columns_pass(&[chain(true, ElemMode::Filter)]));
+        assert!(!columns_pass(&[stage(StageKind::Unbatch)]));
+    }
 }

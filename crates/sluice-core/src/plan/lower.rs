@@ -217,7 +217,7 @@ pub fn lower(plan: &Arc<LogicalPlan>, opts: &LowerOptions) -> Result<PhysicalPla
                 // read in its own stage).
                 let batch_reads = needs_read
                     && opts.fuse_ops
-                    && matches!(other, LogicalPlan::Batch(_))
+                    && matches!(other, LogicalPlan::Batch(_) | LogicalPlan::MapBatches(_))
                     && source.columnar();
                 if needs_read && !matches!(other, LogicalPlan::Source(_)) && is_stage(other) {
                     if !batch_reads {
@@ -250,7 +250,7 @@ pub fn lower(plan: &Arc<LogicalPlan>, opts: &LowerOptions) -> Result<PhysicalPla
                                 drop_last: false,
                                 per_epoch: true,
                                 pad: Vec::new(),
-                                read: false,
+                                read: batch_reads,
                                 ragged: true,
                             },
                             Variant::Threads { threads: 1 },

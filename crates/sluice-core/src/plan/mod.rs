@@ -4,4 +4,5 @@ pub mod fuse;
 pub mod length;
 pub mod logical;
 pub mod lower;
+pub mod objects;
 pub mod physical;

@@ -47,6 +47,11 @@ fn value_type(v: &Value) -> Result<Option<DataType>> {
             list_of(dtype_to_arrow(t.dtype()))
         }
         Value::Column(c) => return value_type(&c.to_value()?),
+        Value::Object(_) => {
+            return Err(Error::type_error(
+                "an object handed through unconverted has no Arrow type",
+            ))
+        }
         Value::List(items) => {
             let mut inner = None;
             for it in items {

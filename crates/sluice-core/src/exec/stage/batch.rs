@@ -95,13 +95,11 @@ impl Batch {
 
 impl Batch {
     /// The batch of `items`: read by the source as a whole when this batch reads, else (or
-    /// when that fails, so the error names the sample) row by row, padded and collated.
+    /// when that fails, so the error names the sample) row by row, padded and collated. A
+    /// ragged batch reads as a whole too: the whole read fails where a column does not stack,
+    /// and where every column stacks, ragged and plain collating agree.
     fn stack(&self, items: Chunk) -> Result<Sample> {
-        if let Some(src) = self
-            .read
-            .as_ref()
-            .filter(|_| self.pad.is_empty() && !self.ragged)
-        {
+        if let Some(src) = self.read.as_ref().filter(|_| self.pad.is_empty()) {
             let indices: Vec<u64> = items.iter().map(|it| it.source_index).collect();
             let whole = if self.columns {
                 src.get_columns(&indices)

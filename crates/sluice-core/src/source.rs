@@ -192,7 +192,7 @@ impl Source for RangeSource {
     fn get(&self, index: u64) -> Result<Sample> {
         crate::field_names!(ID = "id");
         let mut s = Sample::with_capacity(1);
-        s.set(ID.clone(), crate::Value::Int(index as i64));
+        s.push_new(ID.clone(), crate::Value::Int(index as i64));
         Ok(s)
     }
     fn clone_arc(&self) -> SourceRef {

@@ -121,9 +121,12 @@ const MAX_KEYS: usize = 256;
 /// The interned Python string for a field name (looked up instead of built per sample).
 fn key<'py>(py: Python<'py>, k: &std::sync::Arc<str>) -> Bound<'py, PyString> {
     KEYS.with_borrow_mut(|keys| {
+        // The same name object first (sources and ops share theirs): no text compared with
+        // every other name's on the way.
         if let Some((_, s)) = keys
             .iter()
-            .find(|(c, _)| std::sync::Arc::ptr_eq(c, k) || **c == **k)
+            .find(|(c, _)| std::sync::Arc::ptr_eq(c, k))
+            .or_else(|| keys.iter().find(|(c, _)| **c == **k))
         {
             return s.bind(py).clone();
         }

@@ -1,0 +1,134 @@
+"""Parquet into Python (issue 24, item 6): rows as dicts against pyarrow's `to_pylist()`, and
+functions over batches (`map_batches`, a `map` after `batch`) with the batch's columns taken
+straight from the decoded row group against the row path (`fuse_ops=False` lowers the read
+into its own stage, so every row becomes a sample first) and a hand-written pyarrow loop.
+
+    /root/.cache/bench-venv/bin/python benchmarks/parquet_rows.py [--rounds 3] [--min-seconds 5]
+
+Input: the benchmark text corpus as 4 Parquet files with 16k-row row groups (made by
+benchmarks/formats.py's `build_inputs`, here too if missing). Cases run interleaved, round
+after round, each repeating its pass for at least --min-seconds; medians. Writes
+benchmarks/results/parquet_rows.{json,md}.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "python"))
+sys.path.insert(0, str(HERE))
+
+import numpy as np  # noqa: E402
+import pyarrow.dataset as pads  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
+
+import sluice  # noqa: E402
+from peers import common as C  # noqa: E402
+
+DATA = Path(os.environ.get("SLUICE_BENCH_DATA", Path.home() / ".cache" / "sluice-bench"))
+BATCH = 1024
+
+
+def corpus_dir() -> Path:
+    corpus = DATA / "formats" / "corpus"
+    if not (corpus / ".done").exists():
+        corpus.mkdir(parents=True, exist_ok=True)
+        table = pq.read_table(DATA / "text" / "lines.parquet")
+        step = -(-table.num_rows // 4)
+        for i in range(4):
+            pq.write_table(table.slice(i * step, step), corpus / f"part-{i}.parquet", row_group_size=16384)
+        (corpus / ".done").write_text("ok")
+    return corpus
+
+
+def lengths(batch: dict) -> dict:
+    """The function every batch case runs: one array out per batch."""
+    return {"n": np.fromiter(map(len, batch["text"]), np.int64, len(batch["text"]))}
+
+
+def cases(corpus: Path, threads: int) -> dict:
+    path = str(corpus)
+
+    def pa_rows():
+        n = 0
+        for batch in pads.dataset(path, format="parquet").to_batches(columns=["text"]):
+            for row in batch.to_pylist():
+                n += len(row["text"]) > 0
+        return n
+
+    def sl_rows():
+        n = 0
+        for s in sluice.read_parquet(path, columns=["text"]).iter(num_threads=threads, progress=False):
+            n += len(s["text"]) > 0
+        return n
+
+    def pa_batches():
+        n = 0
+        for batch in pads.dataset(path, format="parquet").to_batches(columns=["text"], batch_size=BATCH):
+            n += len(lengths({"text": batch.column(0).to_pylist()})["n"])
+        return n
+
+    def sl_map_batches(fuse: bool):
+        def run():
+            ds = sluice.read_parquet(path, columns=["text"]).map_batches(lengths, BATCH).batch(BATCH)
+            return sum(len(b["n"]) for b in ds.iter(num_threads=threads, fuse_ops=fuse, progress=False))
+        return run
+
+    def sl_batch_map(fuse: bool):
+        def run():
+            ds = sluice.read_parquet(path, columns=["text"]).batch(BATCH).map(lengths)
+            return sum(len(b["n"]) for b in ds.iter(num_threads=threads, fuse_ops=fuse, progress=False))
+        return run
+
+    return {
+        "pyarrow rows (to_pylist dicts)": pa_rows,
+        "sluice rows (dicts)": sl_rows,
+        "pyarrow: f per batch of column.to_pylist()": pa_batches,
+        "sluice map_batches(f).batch(): columns": sl_map_batches(True),
+        "sluice map_batches(f).batch(): rows first": sl_map_batches(False),
+        "sluice batch().map(f): columns": sl_batch_map(True),
+        "sluice batch().map(f): rows first": sl_batch_map(False),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--min-seconds", type=float, default=5.0)
+    args = ap.parse_args()
+    table = cases(corpus_dir(), args.threads)
+    rates: dict[str, list[float]] = {k: [] for k in table}
+    for r in range(args.rounds):
+        for name, run in table.items():
+            t0, n = time.perf_counter(), 0
+            while n == 0 or time.perf_counter() - t0 < args.min_seconds:
+                n += run()
+            rates[name].append(n / (time.perf_counter() - t0))
+            print(f"round {r}: {name:45s} {rates[name][-1]:12,.0f} rows/s", file=sys.stderr)
+    med = {k: statistics.median(v) for k, v in rates.items()}
+    vs = {"sluice rows (dicts)": "pyarrow rows (to_pylist dicts)",
+          "sluice map_batches(f).batch(): columns": "sluice map_batches(f).batch(): rows first",
+          "sluice batch().map(f): columns": "sluice batch().map(f): rows first"}
+    lines = [f"CPU: {C.cpu_model()}, {os.cpu_count()} cores; load at end {os.getloadavg()[0]:.2f}", "",
+             "| case | rows/s | × pyarrow | × |", "|---|---:|---:|---|"]
+    for name, rate in med.items():
+        ref = "pyarrow rows (to_pylist dicts)" if "rows" in name and "map" not in name \
+            else "pyarrow: f per batch of column.to_pylist()"
+        own = f"{rate / med[vs[name]]:.2f} {vs[name]}" if name in vs else ""
+        lines.append(f"| {name} | {rate:,.0f} | {rate / med[ref]:.2f} | {own} |")
+    out = HERE / "results"
+    out.mkdir(exist_ok=True)
+    (out / "parquet_rows.json").write_text(json.dumps({"args": vars(args), "rates": rates}, indent=1))
+    (out / "parquet_rows.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

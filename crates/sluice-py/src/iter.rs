@@ -378,8 +378,10 @@ impl Drop for PyIter {
                 py.detach(|| {
                     exec.close(CLOSE_TIMEOUT);
                     drop(exec);
-                    sluice::alloc::release_free_memory();
-                })
+                });
+                // After the detach: Python objects the run held are released when the
+                // thread attaches again, and only then is their memory free to return.
+                py.detach(sluice::alloc::release_free_memory);
             });
         }
     }

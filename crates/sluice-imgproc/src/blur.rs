@@ -261,14 +261,14 @@ mod tests {
     }
 
     #[test]
-    fn baseline_and_avx2_paths_agree() {
+    fn every_code_path_agrees() {
         let data: Vec<u8> = (0..13 * 37 * 3).map(|i| ((i * 97) % 256) as u8).collect();
         let img = Image::new(13, 37, 3, data).unwrap();
         let a = gaussian_blur(&img, (23, 9), (3.0, 1.2)).unwrap();
-        crate::simd::FORCE_BASELINE.with(|f| f.set(true));
-        let b = gaussian_blur(&img, (23, 9), (3.0, 1.2)).unwrap();
-        crate::simd::FORCE_BASELINE.with(|f| f.set(false));
-        assert_eq!(a, b);
+        crate::simd::for_each_path(|path| {
+            let b = gaussian_blur(&img, (23, 9), (3.0, 1.2)).unwrap();
+            assert_eq!(a, b, "{path}");
+        });
     }
 
     #[test]

@@ -462,25 +462,20 @@ mod tests {
             })
             .collect();
         let img = Image::new(7, 11, 3, data).unwrap();
-        for baseline in [false, true] {
-            crate::simd::FORCE_BASELINE.with(|f| f.set(baseline));
+        crate::simd::for_each_path(|path| {
             for f in [0.0, 0.35, 1.7] {
                 let mut x = img.clone();
                 adjust_saturation(&mut x, f).unwrap();
                 assert_eq!(
                     x.data,
                     reference(&img, "saturation", f),
-                    "saturation {f} baseline={baseline}"
+                    "saturation {f} {path}"
                 );
             }
             for hf in [-0.5, -0.13, 0.0, 0.26, 0.5] {
                 let mut x = img.clone();
                 adjust_hue(&mut x, hf).unwrap();
-                assert_eq!(
-                    x.data,
-                    reference(&img, "hue", hf),
-                    "hue {hf} baseline={baseline}"
-                );
+                assert_eq!(x.data, reference(&img, "hue", hf), "hue {hf} {path}");
             }
             assert_eq!(
                 to_grayscale(&img, 1).unwrap().data,
@@ -497,8 +492,7 @@ mod tests {
                 })
                 .sum();
             assert_eq!(floored_gray_sum(&img.data), sum);
-        }
-        crate::simd::FORCE_BASELINE.with(|f| f.set(false));
+        });
     }
 
     #[test]

@@ -15,7 +15,7 @@ const WB: f32 = 0.114;
 
 /// `r*0.2989 + g*0.587 + b*0.114` in float32, evaluated in torch's order.
 #[inline(always)]
-fn gray_lane(r: f32, g: f32, b: f32) -> f32 {
+pub(crate) fn gray_lane(r: f32, g: f32, b: f32) -> f32 {
     (r * WR + g * WG) + b * WB
 }
 
@@ -26,7 +26,7 @@ fn blend(a: f32, ratio: f32, b_times_one_minus: f32) -> u8 {
     (a * ratio + b_times_one_minus).clamp(0.0, 255.0) as u8
 }
 
-fn check_factor(name: &str, f: f64) -> Result<()> {
+pub(crate) fn check_factor(name: &str, f: f64) -> Result<()> {
     if !(f.is_finite() && f >= 0.0) {
         return invalid(format!("{name} factor must be finite and >= 0, got {f}"));
     }
@@ -154,7 +154,7 @@ multiversion! {
 
 /// Interleaves float arrays back into bytes with saturating truncation.
 #[inline(always)]
-fn store_rgb(chunk: &mut [u8], r: &[f32; BLOCK], g: &[f32; BLOCK], b: &[f32; BLOCK]) {
+pub(crate) fn store_rgb(chunk: &mut [u8], r: &[f32; BLOCK], g: &[f32; BLOCK], b: &[f32; BLOCK]) {
     for (p, ((r, g), b)) in chunk
         .chunks_exact_mut(3)
         .zip(r.iter().zip(g.iter()).zip(b.iter()))
@@ -211,26 +211,24 @@ multiversion! {
 /// (every candidate computed, then selected) so blocks vectorise. Returns
 /// the output scaled by 255.999, ready for the truncating cast.
 #[inline(always)]
-fn hue_lane(r: f32, g: f32, b: f32, hf: f32) -> (f32, f32, f32) {
+pub(crate) fn hue_lane(r: f32, g: f32, b: f32, hf: f32) -> (f32, f32, f32) {
     let maxc = r.max(g).max(b);
     let minc = r.min(g).min(b);
     let eqc = maxc == minc;
     let cr = maxc - minc;
     let s = cr / if eqc { 1.0 } else { maxc };
     let crd = if eqc { 1.0 } else { cr };
-    let rc = (maxc - r) / crd;
-    let gc = (maxc - g) / crd;
-    let bc = (maxc - b) / crd;
-    let hr = bc - gc;
-    let hg = (rc + 2.0) - bc;
-    let hb = (gc + 4.0) - rc;
-    let h = if maxc == r {
-        hr
+    // torch computes rc, gc, bc = (maxc - r|g|b) / crd and keeps one of bc - gc,
+    // (rc + 2) - bc, (gc + 4) - rc. Selecting the two numerators first gives the same
+    // quotients with two divisions instead of three (adding 0.0 to a quotient >= 0 is exact).
+    let (x1, x2, off) = if maxc == r {
+        (b, g, 0.0)
     } else if maxc == g {
-        hg
+        (r, b, 2.0)
     } else {
-        hb
+        (g, r, 4.0)
     };
+    let h = ((maxc - x1) / crd + off) - (maxc - x2) / crd;
     let h = fmod1(h * (1.0f64 / 6.0) as f32 + 1.0);
     // h.add_(hue_factor).remainder_(1.0): torch's remainder takes the sign
     // of the divisor.

@@ -44,8 +44,15 @@ fn measured(
     full: &[Image],
     crops: &[Image],
     u: &mut dyn FnMut() -> f64,
-    sink: &mut dyn FnMut(&[u8]),
+    mut hash: Option<&mut u64>,
 ) {
+    let mut sink = |b: &mut dyn Iterator<Item = u8>| {
+        if let Some(h) = hash.as_deref_mut() {
+            for v in b {
+                *h = (*h ^ u64::from(v)).wrapping_mul(0x100_0000_01b3);
+            }
+        }
+    };
     let opts = DecodeOptions::default();
     for ((bytes, img), crop) in blobs.iter().zip(full).zip(crops) {
         let mut x = crop.clone();
@@ -79,11 +86,11 @@ fn measured(
             }
             "normalize" => {
                 let t = normalize(&x, &[0.485, 0.456, 0.406], &[0.229, 0.224, 0.225]).unwrap();
-                sink(&t.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>());
+                sink(&mut t.iter().flat_map(|v| v.to_le_bytes()));
             }
             other => panic!("unknown op {other}"),
         }
-        sink(&x.data);
+        sink(&mut x.data.iter().copied());
         black_box(x);
     }
 }
@@ -122,20 +129,16 @@ fn main() {
     if args.get(3).is_some_and(|a| a == "hash") {
         // The output bytes' FNV-1a hash: equal for two builds that compute the same bytes.
         let mut hash = 0xcbf2_9ce4_8422_2325u64;
-        measured(op, &blobs, &full, &crops, &mut u, &mut |b: &[u8]| {
-            for &v in b {
-                hash = (hash ^ u64::from(v)).wrapping_mul(0x100_0000_01b3);
-            }
-        });
+        measured(op, &blobs, &full, &crops, &mut u, Some(&mut hash));
         println!("{op}: output hash {hash:016x}");
         return;
     }
-    measured(op, &blobs, &full, &crops, &mut u, &mut |_: &[u8]| {});
+    measured(op, &blobs, &full, &crops, &mut u, None);
     if let Some(reps) = args.get(3).map(|v| v.parse::<usize>().unwrap()) {
         let mut per_image: Vec<f64> = (0..reps)
             .map(|_| {
                 let t = thread_cpu_ns();
-                measured(op, &blobs, &full, &crops, &mut u, &mut |_: &[u8]| {});
+                measured(op, &blobs, &full, &crops, &mut u, None);
                 (thread_cpu_ns() - t) as f64 / 1e3 / full.len() as f64
             })
             .collect();

@@ -71,6 +71,7 @@ mod decode;
 mod error;
 mod geometry;
 mod image;
+mod jitter;
 mod orient;
 mod quality;
 mod random;

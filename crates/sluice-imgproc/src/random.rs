@@ -4,7 +4,6 @@
 //! The sequence of draws is documented per function and stable across
 //! releases.
 
-use crate::color::{adjust_brightness, adjust_contrast, adjust_hue, adjust_saturation};
 use crate::error::{invalid, Result};
 use crate::image::Image;
 
@@ -101,13 +100,13 @@ pub fn rrc_params(
 /// One of the four ColorJitter adjustments.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum JitterOp {
-    /// [`adjust_brightness`]
+    /// [`crate::adjust_brightness`]
     Brightness,
-    /// [`adjust_contrast`]
+    /// [`crate::adjust_contrast`]
     Contrast,
-    /// [`adjust_saturation`]
+    /// [`crate::adjust_saturation`]
     Saturation,
-    /// [`adjust_hue`]
+    /// [`crate::adjust_hue`]
     Hue,
 }
 
@@ -194,18 +193,12 @@ pub fn color_jitter_params(
     })
 }
 
-/// Applies sampled ColorJitter parameters in their order.
+/// Applies sampled ColorJitter parameters in their order: the bytes of
+/// [`crate::adjust_brightness`], [`crate::adjust_contrast`], [`crate::adjust_saturation`] and
+/// [`crate::adjust_hue`] run
+/// one after another, in one or two passes over the pixels.
 pub fn apply_jitter(img: &mut Image, p: &JitterParams) -> Result<()> {
-    for op in p.order {
-        match op {
-            JitterOp::Brightness => p.brightness.map(|f| adjust_brightness(img, f)),
-            JitterOp::Contrast => p.contrast.map(|f| adjust_contrast(img, f)),
-            JitterOp::Saturation => p.saturation.map(|f| adjust_saturation(img, f)),
-            JitterOp::Hue => p.hue.map(|f| adjust_hue(img, f)),
-        }
-        .transpose()?;
-    }
-    Ok(())
+    crate::jitter::apply_jitter(img, p)
 }
 
 /// GaussianBlur's sigma: `U(min, max)` from one draw (torchvision v2 uses one

@@ -134,16 +134,14 @@ mod tests {
         let img = Image::new(10, 15, 3, data).unwrap();
         let (m, s) = ([0.485f32, 0.456, 0.406], [0.229f32, 0.224, 0.225]);
         let t = luts(&m, &s, 3).unwrap();
-        for baseline in [false, true] {
-            crate::simd::FORCE_BASELINE.with(|f| f.set(baseline));
+        crate::simd::for_each_path(|path| {
             let got = normalize(&img, &m, &s).unwrap();
             for (i, px) in img.data.chunks_exact(3).enumerate() {
                 for c in 0..3 {
-                    assert_eq!(got[c * 150 + i], t[c][usize::from(px[c])]);
+                    assert_eq!(got[c * 150 + i], t[c][usize::from(px[c])], "{path}");
                 }
             }
-        }
-        crate::simd::FORCE_BASELINE.with(|f| f.set(false));
+        });
     }
 
     #[test]

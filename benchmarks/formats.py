@@ -40,10 +40,9 @@ WORK = DATA / "formats"
 KEYS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_REGION": "us-east-1"}
 
 
-def build_inputs(shard_samples: int, shards: int) -> tuple[Path, Path]:
-    """The corpus as 4 Parquet files (row groups of 16k rows) and WebDataset shards of the
-    benchmark photos (jpg + cls per sample, photos reused to reach the sample count)."""
-    corpus, wds = WORK / "corpus", WORK / "wds"
+def parquet_corpus() -> Path:
+    """The text corpus as 4 Parquet files with 16k-row row groups (made once)."""
+    corpus = WORK / "corpus"
     if not (corpus / ".done").exists():
         corpus.mkdir(parents=True, exist_ok=True)
         table = pq.read_table(DATA / "text" / "lines.parquet")
@@ -51,6 +50,13 @@ def build_inputs(shard_samples: int, shards: int) -> tuple[Path, Path]:
         for i in range(4):
             pq.write_table(table.slice(i * step, step), corpus / f"part-{i}.parquet", row_group_size=16384)
         (corpus / ".done").write_text("ok")
+    return corpus
+
+
+def build_inputs(shard_samples: int, shards: int) -> tuple[Path, Path]:
+    """The corpus as 4 Parquet files (row groups of 16k rows) and WebDataset shards of the
+    benchmark photos (jpg + cls per sample, photos reused to reach the sample count)."""
+    corpus, wds = parquet_corpus(), WORK / "wds"
     if not (wds / ".done").exists():
         wds.mkdir(parents=True, exist_ok=True)
         photos = sorted((DATA / "images").glob("*/*.jpg"))

@@ -5,8 +5,8 @@ into its own stage, so every row becomes a sample first) and a hand-written pyar
 
     /root/.cache/bench-venv/bin/python benchmarks/parquet_rows.py [--rounds 3] [--min-seconds 5]
 
-Input: the benchmark text corpus as 4 Parquet files with 16k-row row groups (made by
-benchmarks/formats.py's `build_inputs`, here too if missing). Cases run interleaved, round
+Input: the benchmark text corpus as 4 Parquet files with 16k-row row groups
+(`formats.parquet_corpus`, made if missing). Cases run interleaved, round
 after round, each repeating its pass for at least --min-seconds; medians. Writes
 benchmarks/results/parquet_rows.{json,md}.
 """
@@ -26,25 +26,12 @@ sys.path.insert(0, str(HERE))
 
 import numpy as np  # noqa: E402
 import pyarrow.dataset as pads  # noqa: E402
-import pyarrow.parquet as pq  # noqa: E402
 
 import sluice  # noqa: E402
+from formats import parquet_corpus  # noqa: E402
 from peers import common as C  # noqa: E402
 
-DATA = Path(os.environ.get("SLUICE_BENCH_DATA", Path.home() / ".cache" / "sluice-bench"))
 BATCH = 1024
-
-
-def corpus_dir() -> Path:
-    corpus = DATA / "formats" / "corpus"
-    if not (corpus / ".done").exists():
-        corpus.mkdir(parents=True, exist_ok=True)
-        table = pq.read_table(DATA / "text" / "lines.parquet")
-        step = -(-table.num_rows // 4)
-        for i in range(4):
-            pq.write_table(table.slice(i * step, step), corpus / f"part-{i}.parquet", row_group_size=16384)
-        (corpus / ".done").write_text("ok")
-    return corpus
 
 
 def lengths(batch: dict) -> dict:
@@ -103,7 +90,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--min-seconds", type=float, default=5.0)
     args = ap.parse_args()
-    table = cases(corpus_dir(), args.threads)
+    table = cases(parquet_corpus(), args.threads)
     rates: dict[str, list[float]] = {k: [] for k in table}
     for r in range(args.rounds):
         for name, run in table.items():

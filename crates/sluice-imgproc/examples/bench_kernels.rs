@@ -9,6 +9,8 @@
 //! decode -> RandomResizedCrop(224) -> hflip -> ColorJitter -> grayscale ->
 //! GaussianBlur(23) -> normalize.
 
+mod common;
+
 use std::hint::black_box;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -21,22 +23,7 @@ use sluice_imgproc::*;
 /// large outputs); wall time elsewhere.
 #[cfg(target_os = "linux")]
 fn cpu_ns(_start: Instant) -> u64 {
-    #[repr(C)]
-    struct Timespec {
-        tv_sec: i64,
-        tv_nsec: i64,
-    }
-    extern "C" {
-        fn clock_gettime(clock: i32, tp: *mut Timespec) -> i32;
-    }
-    const CLOCK_PROCESS_CPUTIME_ID: i32 = 2;
-    let mut ts = Timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid out-pointer; the clock id is a Linux constant.
-    unsafe { clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    common::clock_ns(common::PROCESS_CPU)
 }
 
 #[cfg(not(target_os = "linux"))]

@@ -12,6 +12,8 @@
 //!   (interleaved, medians, as ratios), and of decode + crop unfused (`decode`,
 //!   `resized_crop`) vs fused (`decode_resized_crop`), with the scales it picked.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
@@ -21,21 +23,7 @@ use sluice_imgproc::*;
 /// This process's CPU time in ns (helper threads included).
 #[cfg(target_os = "linux")]
 fn cpu_ns() -> u64 {
-    #[repr(C)]
-    struct Timespec {
-        tv_sec: i64,
-        tv_nsec: i64,
-    }
-    extern "C" {
-        fn clock_gettime(clock: i32, tp: *mut Timespec) -> i32;
-    }
-    let mut ts = Timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid out-pointer; CLOCK_PROCESS_CPUTIME_ID is 2 on Linux.
-    unsafe { clock_gettime(2, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    common::clock_ns(common::PROCESS_CPU)
 }
 
 #[cfg(not(target_os = "linux"))]

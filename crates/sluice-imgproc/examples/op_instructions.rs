@@ -22,6 +22,8 @@
 //! allocator, not the engine's mimalloc: ops that allocate big outputs pay page faults
 //! here that they do not in the engine.
 
+mod common;
+
 use std::hint::black_box;
 use std::path::PathBuf;
 
@@ -152,20 +154,5 @@ fn main() {
 
 /// This thread's CPU time in ns: other processes on the cores do not count.
 fn thread_cpu_ns() -> u64 {
-    #[repr(C)]
-    struct Timespec {
-        tv_sec: i64,
-        tv_nsec: i64,
-    }
-    extern "C" {
-        fn clock_gettime(clock: i32, tp: *mut Timespec) -> i32;
-    }
-    const CLOCK_THREAD_CPUTIME_ID: i32 = 3;
-    let mut ts = Timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid out-pointer and a Linux clock id.
-    unsafe { clock_gettime(CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    common::clock_ns(common::THREAD_CPU)
 }

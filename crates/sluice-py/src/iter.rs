@@ -55,8 +55,9 @@ struct Inner {
 
 impl Inner {
     /// Ends the run and waits for its threads with the GIL released, then hands the memory
-    /// it freed back to the system.
-    fn close(&mut self, py: Python<'_>) {
+    /// it freed back to the system (`early`: the run had not ended, so its buffers may have
+    /// held Python objects, whose memory goes back too).
+    fn close(&mut self, py: Python<'_>, early: bool) {
         let mut closed = false;
         if let Some(mut exec) = self.exec.take() {
             self.last_state = self.ds.state(&self.opts, &exec).ok();
@@ -71,7 +72,7 @@ impl Inner {
             closed = true;
         }
         if closed {
-            py.detach(sluice::alloc::release_free_memory);
+            py.detach(|| sluice::alloc::release_free_memory(early));
         }
     }
 
@@ -246,7 +247,7 @@ impl PyIter {
                     }
                 }
                 Next::End => {
-                    inner.close(py);
+                    inner.close(py, false);
                     inner.log_skips(py)?;
                     return Ok(None);
                 }
@@ -281,7 +282,7 @@ impl PyIter {
     /// `__next__` waiting in another thread returns (the iteration is over).
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         self.closing.store(true, Relaxed);
-        self.lock(py)?.close(py);
+        self.lock(py)?.close(py, true);
         Ok(())
     }
 
@@ -311,7 +312,7 @@ impl PyIter {
             py.detach(|| ds.iter_resume(opts, Some(&state), strict))
                 .py()?
         };
-        inner.close(py);
+        inner.close(py, true);
         self.closing.store(false, Relaxed);
         self.epoch.store(exec.epoch(), Relaxed);
         inner.stats = exec.stats_handle();
@@ -381,7 +382,7 @@ impl Drop for PyIter {
                 });
                 // After the detach: Python objects the run held are released when the
                 // thread attaches again, and only then is their memory free to return.
-                py.detach(sluice::alloc::release_free_memory);
+                py.detach(|| sluice::alloc::release_free_memory(true));
             });
         }
     }

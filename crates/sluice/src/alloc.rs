@@ -27,16 +27,22 @@ extern "C" {
 /// big buffers (a `shuffle_buffer`'s samples, queued chunks) stayed resident after it
 /// closed: 2.2 GB for `shuffle_buffer(100_000)`. Called when an iteration is closed, once
 /// its threads are gone. Harmless, and cheap for a small heap, when mimalloc is not the
-/// global allocator. The C allocator's free pages go back too: objects a Python function
-/// made (numpy arrays in a `shuffle_buffer` it fills) live on glibc's heap, which keeps
-/// freed pages below its top for good.
-pub fn release_free_memory() {
+/// global allocator.
+///
+/// With `c_heap`, the C allocator's free pages go back too: objects a Python function made
+/// (numpy arrays in a `shuffle_buffer` it fills) live on glibc's heap, which keeps freed
+/// pages below its top for good. That walks glibc's whole heap (28 ms after a million
+/// small objects came and went), so it is for an iteration closed before its end, whose
+/// buffers may have held such objects; one that ran to its end holds nothing.
+pub fn release_free_memory(c_heap: bool) {
     // SAFETY: no arguments beyond a flag; mimalloc walks its own heaps.
     unsafe { mi_collect(true) }
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only returns free pages of glibc's arenas to the system.
-    unsafe {
-        libc::malloc_trim(0);
+    if c_heap {
+        // SAFETY: malloc_trim only returns free pages of glibc's arenas to the system.
+        unsafe {
+            libc::malloc_trim(0);
+        }
     }
 }
 

@@ -1,7 +1,8 @@
 """Does `iter(optimize=True)` ever lose to the default plan? One epoch of each pipeline, timed
 from `iter()` to its last batch — so the optimizer's profiling and planning count against it
 — for the default plan and for `optimize=True`, interleaved, on a fresh Dataset each time
-(no plan reused from an earlier epoch). Also the steady rate of each after its first batch.
+(no plan reused from an earlier epoch). Also the steady rate of each after its first batch,
+and the milliseconds the profile and `optimize()` take before an optimized run starts.
 
     .venv/bin/python benchmarks/optimize_vs_default.py [--rounds 5] [--min-seconds 5]
         [--workloads cv,nlp,asr,cedar] [--samples 2000]
@@ -89,6 +90,23 @@ def epoch(workload: str, samples: int, optimize: bool) -> dict:
             "steady": (rows - first_rows) / max(t1 - first, 1e-9)}
 
 
+def planning_ms(workload: str, samples: int, reps: int = 20) -> tuple[float, float]:
+    """Median milliseconds of what `iter(optimize=True)` does before it starts: the profile
+    (`profile(epoch_share=0.01)`, as `Dataset._optimized_plan` takes it) and `optimize()`."""
+    from sluice.optimizer import OptimizerOptions
+
+    prof, plan = [], []
+    for _ in range(reps + 1):  # the first is a warm-up
+        ds = build(workload, samples, 0)
+        t0 = time.perf_counter()
+        p = ds.profile(samples=100, seconds=5.0, seed=0, epoch_share=0.01)
+        t1 = time.perf_counter()
+        ds.optimize(p, OptimizerOptions(), 0)
+        prof.append(t1 - t0)
+        plan.append(time.perf_counter() - t1)
+    return statistics.median(prof[1:]) * 1e3, statistics.median(plan[1:]) * 1e3
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=5)
@@ -116,19 +134,22 @@ def main() -> None:
     cpu = C.cpu_model()
     rows = []
     lines = ["| pipeline | default samples/s (epoch) | optimize=True samples/s (epoch, profiling included) "
-             "| ratio | plan run | first batch default / optimize (s) | steady ratio |",
-             "|---|---:|---:|---:|---|---:|---:|"]
+             "| ratio | plan run | first batch default / optimize (s) | steady ratio "
+             "| profile / optimize() (ms) |",
+             "|---|---:|---:|---:|---|---:|---:|---:|"]
     for w in workloads:
         d, o = runs[(w, False)], runs[(w, True)]
         dm, om = statistics.median(x["rate"] for x in d), statistics.median(x["rate"] for x in o)
         ratios = [b["rate"] / a["rate"] for a, b in zip(d, o)]
         steady = statistics.median(b["steady"] / a["steady"] for a, b in zip(d, o))
         fd, fo = statistics.median(x["first"] for x in d), statistics.median(x["first"] for x in o)
+        prof_ms, plan_ms = planning_ms(w, args.samples)
         rows.append({"workload": w, "default": dm, "optimize": om, "ratio": om / dm,
                      "ratios": ratios, "plan": o[-1]["plan"], "first_default": fd,
-                     "first_optimize": fo, "steady_ratio": steady, "runs": {"default": d, "optimize": o}})
+                     "first_optimize": fo, "steady_ratio": steady, "profile_ms": prof_ms,
+                     "optimize_ms": plan_ms, "runs": {"default": d, "optimize": o}})
         lines.append(f"| {w} | {dm:,.0f} | {om:,.0f} | **{om / dm:.2f}** ({min(ratios):.2f}–{max(ratios):.2f}) "
-                     f"| {o[-1]['plan']} | {fd:.2f} / {fo:.2f} | {steady:.2f} |")
+                     f"| {o[-1]['plan']} | {fd:.2f} / {fo:.2f} | {steady:.2f} | {prof_ms:.2f} / {plan_ms:.2f} |")
     out = HERE / "results"
     out.mkdir(exist_ok=True)
     meta = {"cpu": cpu, "cores": os.cpu_count(), "samples": args.samples, "rounds": args.rounds,

@@ -73,14 +73,17 @@ def cases(corpus: Path, threads: int) -> dict:
             return sum(len(b["n"]) for b in ds.iter(num_threads=threads, fuse_ops=fuse, progress=False))
         return run
 
+    # name: (run, the pyarrow case doing the same work, the sluice case it is an A/B of)
+    rows, per_batch = "pyarrow rows (to_pylist dicts)", "pyarrow: f per batch of column.to_pylist()"
+    mb, bm = "sluice map_batches(f).batch(): rows first", "sluice batch().map(f): rows first"
     return {
-        "pyarrow rows (to_pylist dicts)": pa_rows,
-        "sluice rows (dicts)": sl_rows,
-        "pyarrow: f per batch of column.to_pylist()": pa_batches,
-        "sluice map_batches(f).batch(): columns": sl_map_batches(True),
-        "sluice map_batches(f).batch(): rows first": sl_map_batches(False),
-        "sluice batch().map(f): columns": sl_batch_map(True),
-        "sluice batch().map(f): rows first": sl_batch_map(False),
+        rows: (pa_rows, rows, None),
+        "sluice rows (dicts)": (sl_rows, rows, None),
+        per_batch: (pa_batches, per_batch, None),
+        "sluice map_batches(f).batch(): columns": (sl_map_batches(True), per_batch, mb),
+        mb: (sl_map_batches(False), per_batch, None),
+        "sluice batch().map(f): columns": (sl_batch_map(True), per_batch, bm),
+        bm: (sl_batch_map(False), per_batch, None),
     }
 
 
@@ -93,23 +96,18 @@ def main() -> None:
     table = cases(parquet_corpus(), args.threads)
     rates: dict[str, list[float]] = {k: [] for k in table}
     for r in range(args.rounds):
-        for name, run in table.items():
+        for name, (run, _, _) in table.items():
             t0, n = time.perf_counter(), 0
             while n == 0 or time.perf_counter() - t0 < args.min_seconds:
                 n += run()
             rates[name].append(n / (time.perf_counter() - t0))
             print(f"round {r}: {name:45s} {rates[name][-1]:12,.0f} rows/s", file=sys.stderr)
     med = {k: statistics.median(v) for k, v in rates.items()}
-    vs = {"sluice rows (dicts)": "pyarrow rows (to_pylist dicts)",
-          "sluice map_batches(f).batch(): columns": "sluice map_batches(f).batch(): rows first",
-          "sluice batch().map(f): columns": "sluice batch().map(f): rows first"}
     lines = [f"CPU: {C.cpu_model()}, {os.cpu_count()} cores; load at end {os.getloadavg()[0]:.2f}", "",
-             "| case | rows/s | × pyarrow | × |", "|---|---:|---:|---|"]
-    for name, rate in med.items():
-        ref = "pyarrow rows (to_pylist dicts)" if "rows" in name and "map" not in name \
-            else "pyarrow: f per batch of column.to_pylist()"
-        own = f"{rate / med[vs[name]]:.2f} {vs[name]}" if name in vs else ""
-        lines.append(f"| {name} | {rate:,.0f} | {rate / med[ref]:.2f} | {own} |")
+             "| case | rows/s | × pyarrow | × the same pipeline, rows first |", "|---|---:|---:|---:|"]
+    for name, (_, peer, base) in table.items():
+        own = f"{med[name] / med[base]:.2f}" if base else ""
+        lines.append(f"| {name} | {med[name]:,.0f} | {med[name] / med[peer]:.2f} | {own} |")
     out = HERE / "results"
     out.mkdir(exist_ok=True)
     (out / "parquet_rows.json").write_text(json.dumps({"args": vars(args), "rates": rates}, indent=1))

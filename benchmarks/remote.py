@@ -32,9 +32,9 @@ REPO = HERE.parent
 sys.path.insert(0, str(REPO / "python"))
 sys.path.insert(0, str(HERE))
 
-import pyarrow.parquet as pq  # noqa: E402
 
 import sluice  # noqa: E402
+from formats import parquet_corpus  # noqa: E402
 from peers import common as C  # noqa: E402
 
 DATA = Path(os.environ.get("SLUICE_BENCH_DATA", Path.home() / ".cache" / "sluice-bench"))
@@ -73,14 +73,7 @@ def corpus_dir() -> Path:
     """The text corpus as 4 Parquet files (row groups of 16k rows), each linked 10 times:
     40 files, 3.5 M rows, 110 MB — more than a source keeps of what it fetched, so every
     row group of a pass is fetched from the bucket."""
-    out = DATA / "formats" / "corpus"
-    if not (out / ".done").exists():
-        out.mkdir(parents=True, exist_ok=True)
-        table = pq.read_table(DATA / "text" / "lines.parquet")
-        step = -(-table.num_rows // 4)
-        for i in range(4):
-            pq.write_table(table.slice(i * step, step), out / f"part-{i}.parquet", row_group_size=16384)
-        (out / ".done").write_text("ok")
+    out = parquet_corpus()
     wide = DATA / "formats" / "corpus40"
     if not (wide / ".done").exists():
         wide.mkdir(parents=True, exist_ok=True)

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import sluice
+from compare import same
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -74,15 +75,7 @@ def test_parquet_batches_match_pyarrow(corpus):
 
 
 def same_batches(a, b):
-    a, b = list(a), list(b)
-    assert len(a) == len(b)
-    for x, y in zip(a, b):
-        assert list(x) == list(y)
-        for k in x:
-            if isinstance(x[k], np.ndarray):
-                assert x[k].dtype == y[k].dtype and np.array_equal(x[k], y[k]), k
-            else:
-                assert x[k] == y[k], k
+    same(list(a), list(b))
 
 
 def test_parquet_batches_read_column_by_column_equal_the_row_path(corpus):

@@ -57,16 +57,6 @@ fn median_us(mut f: impl FnMut(), min_batches: usize) -> f64 {
     samples[samples.len() / 2]
 }
 
-fn rng(seed: u64) -> impl FnMut() -> f64 {
-    let mut s = seed | 1;
-    move || {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        (s >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
-
 fn files(args: Vec<String>) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let args = if args.is_empty() {
@@ -175,7 +165,7 @@ fn main() {
                 10,
             ),
         );
-        let mut u = rng(1);
+        let mut u = common::rng(1);
         add(
             "rrc_params",
             median_us(
@@ -288,7 +278,7 @@ fn main() {
                 20,
             ),
         );
-        let mut u = rng(7);
+        let mut u = common::rng(7);
         add(
             "pipeline (full decode)",
             median_us(
@@ -298,7 +288,7 @@ fn main() {
                 10,
             ),
         );
-        let mut u = rng(7);
+        let mut u = common::rng(7);
         add(
             "pipeline (decode_scaled)",
             median_us(

@@ -29,16 +29,6 @@ use std::path::PathBuf;
 
 use sluice_imgproc::*;
 
-fn rng(seed: u64) -> impl FnMut() -> f64 {
-    let mut s = seed | 1;
-    move || {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        (s >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
-
 #[inline(never)]
 fn measured(
     op: &str,
@@ -108,7 +98,7 @@ fn main() {
         .collect();
     paths.sort();
     paths.truncate(n);
-    let mut u = rng(7);
+    let mut u = common::rng(7);
     let blobs: Vec<Vec<u8>> = paths.iter().map(|p| std::fs::read(p).unwrap()).collect();
     let full: Vec<Image> = blobs
         .iter()

@@ -34,6 +34,22 @@ fn blend(a: f32, ratio: f32, b_times_one_minus: f32) -> u8 {
     (a * ratio + b_times_one_minus).clamp(0.0, 255.0) as u8
 }
 
+pub(crate) fn check_hue(hue_factor: f64) -> Result<()> {
+    if !(-0.5..=0.5).contains(&hue_factor) {
+        return invalid(format!(
+            "hue_factor must be in [-0.5, 0.5], got {hue_factor}"
+        ));
+    }
+    Ok(())
+}
+
+/// Contrast's blend `x * ratio + other` for an image whose floored gray values sum to `sum`
+/// over `pixels` pixels: `other` is their mean times `1 - factor`, in float32 as torch has it.
+pub(crate) fn contrast_blend(sum: u64, pixels: usize, factor: f64) -> (f32, f32) {
+    let mean = (sum as f64 / pixels as f64) as f32;
+    (factor as f32, mean * (1.0 - factor) as f32)
+}
+
 pub(crate) fn check_factor(name: &str, f: f64) -> Result<()> {
     if !(f.is_finite() && f >= 0.0) {
         return invalid(format!("{name} factor must be finite and >= 0, got {f}"));
@@ -92,9 +108,7 @@ pub fn adjust_contrast(img: &mut Image, factor: f64) -> Result<()> {
     } else {
         img.data.iter().map(|&v| u64::from(v)).sum()
     };
-    let mean = (sum as f64 / img.pixels() as f64) as f32;
-    let ratio = factor as f32;
-    let other = mean * (1.0 - factor) as f32;
+    let (ratio, other) = contrast_blend(sum, img.pixels(), factor);
     let mut lut = [0u8; 256];
     for (v, o) in lut.iter_mut().enumerate() {
         *o = blend(v as f32, ratio, other);
@@ -184,11 +198,7 @@ pub(crate) fn store_rgb(chunk: &mut [u8], r: &[f32; BLOCK], g: &[f32; BLOCK], b:
 /// assert_eq!(img.data, vec![0, 255, 0]);
 /// ```
 pub fn adjust_hue(img: &mut Image, hue_factor: f64) -> Result<()> {
-    if !(-0.5..=0.5).contains(&hue_factor) {
-        return invalid(format!(
-            "hue_factor must be in [-0.5, 0.5], got {hue_factor}"
-        ));
-    }
+    check_hue(hue_factor)?;
     img.validate()?;
     if img.channels == 1 {
         return Ok(());

@@ -9,9 +9,10 @@
 //! applies contrast and the rest.
 
 use crate::color::{
-    adjust_brightness, adjust_contrast, check_factor, gray_floor, hue_lane, store_rgb,
+    adjust_brightness, adjust_contrast, check_factor, check_hue, contrast_blend, gray_floor,
+    hue_lane, store_rgb,
 };
-use crate::error::{invalid, Result};
+use crate::error::Result;
 use crate::image::Image;
 use crate::random::{JitterOp, JitterParams};
 use crate::simd::{load_rgb, multiversion, BLOCK};
@@ -39,10 +40,10 @@ fn quantize(x: f32) -> f32 {
     (unsafe { c.to_int_unchecked::<i32>() }) as f32
 }
 
-/// Applies sampled ColorJitter parameters in their order; the bytes are those of
-/// [`adjust_brightness`], [`adjust_contrast`], [`crate::adjust_saturation`] and
-/// [`crate::adjust_hue`] applied one after another.
-pub(crate) fn apply_jitter(img: &mut Image, p: &JitterParams) -> Result<()> {
+/// Applies sampled ColorJitter parameters ([`crate::color_jitter_params`]) in their order:
+/// the bytes of [`adjust_brightness`], [`adjust_contrast`], [`crate::adjust_saturation`] and
+/// [`crate::adjust_hue`] run one after another, in one or two passes over the pixels.
+pub fn apply_jitter(img: &mut Image, p: &JitterParams) -> Result<()> {
     img.validate()?;
     for (name, f) in [
         ("brightness", p.brightness),
@@ -51,11 +52,7 @@ pub(crate) fn apply_jitter(img: &mut Image, p: &JitterParams) -> Result<()> {
     ] {
         f.map(|f| check_factor(name, f)).transpose()?;
     }
-    if let Some(h) = p.hue {
-        if !(-0.5..=0.5).contains(&h) {
-            return invalid(format!("hue_factor must be in [-0.5, 0.5], got {h}"));
-        }
-    }
+    p.hue.map(check_hue).transpose()?;
     if img.channels == 1 {
         // Saturation and hue leave gray images as they are; the other two are table
         // lookups already.
@@ -96,14 +93,9 @@ pub(crate) fn apply_jitter(img: &mut Image, p: &JitterParams) -> Result<()> {
         return Ok(());
     };
     let sum = jitter_pass(&mut img.data, &steps[..k], true);
-    // As adjust_contrast: the mean of the floored gray values, then its blend constant.
-    let mean = (sum as f64 / img.pixels() as f64) as f32;
-    let factor = p.contrast.unwrap_or(1.0);
+    let (ratio, other) = contrast_blend(sum, img.pixels(), p.contrast.unwrap_or(1.0));
     let mut rest = steps[k..].to_vec();
-    rest[0] = Step::Contrast {
-        ratio: factor as f32,
-        other: mean * (1.0 - factor) as f32,
-    };
+    rest[0] = Step::Contrast { ratio, other };
     jitter_pass(&mut img.data, &rest, false);
     Ok(())
 }

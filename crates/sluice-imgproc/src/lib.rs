@@ -90,8 +90,7 @@ pub use geometry::{
     crop, hflip, resize, resized_crop, resized_crop_box, resized_subpixel_crop, CropBox, Filter,
 };
 pub use image::Image;
+pub use jitter::apply_jitter;
 pub use quality::psnr;
-pub use random::{
-    apply_jitter, blur_sigma, color_jitter_params, rrc_params, JitterOp, JitterParams,
-};
+pub use random::{blur_sigma, color_jitter_params, rrc_params, JitterOp, JitterParams};
 pub use tensor::{normalize, normalize_into, to_tensor};

@@ -5,7 +5,6 @@
 //! releases.
 
 use crate::error::{invalid, Result};
-use crate::image::Image;
 
 /// One draw, clamped into `[0, 1)` so a misbehaving source cannot push an
 /// index out of range.
@@ -193,14 +192,6 @@ pub fn color_jitter_params(
     })
 }
 
-/// Applies sampled ColorJitter parameters in their order: the bytes of
-/// [`crate::adjust_brightness`], [`crate::adjust_contrast`], [`crate::adjust_saturation`] and
-/// [`crate::adjust_hue`] run
-/// one after another, in one or two passes over the pixels.
-pub fn apply_jitter(img: &mut Image, p: &JitterParams) -> Result<()> {
-    crate::jitter::apply_jitter(img, p)
-}
-
 /// GaussianBlur's sigma: `U(min, max)` from one draw (torchvision v2 uses one
 /// sigma for both axes).
 ///
@@ -220,6 +211,7 @@ pub fn blur_sigma(min: f64, max: f64, u: &mut dyn FnMut() -> f64) -> Result<f64>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{apply_jitter, Image};
 
     /// The engine's per-sample generator, as the ops pass it in.
     fn rng(seed: u64) -> impl FnMut() -> f64 {

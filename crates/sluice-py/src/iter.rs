@@ -112,6 +112,12 @@ impl PyIter {
         }
     }
 
+    /// Counts an output; called with the state locked, so only one thread writes the count
+    /// at a time and a plain store does (no locked add per output).
+    fn delivered(&self) {
+        self.count.store(self.count.load(Relaxed) + 1, Relaxed);
+    }
+
     /// The state, waiting with the GIL released while another thread holds it. This
     /// thread holding it already (the iterator used from inside its own pipeline, e.g. by a
     /// function at `num_threads=0`) is an error, not a deadlock.
@@ -139,14 +145,6 @@ impl PyIter {
                 owner: &self.owner,
             });
         }
-    }
-}
-
-impl PyIter {
-    /// Counts an output; called with the state locked, so only one thread writes the count
-    /// at a time and a plain store does (no locked add per output).
-    fn delivered(&self) {
-        self.count.store(self.count.load(Relaxed) + 1, Relaxed);
     }
 }
 

@@ -55,35 +55,14 @@ pub(super) struct Started {
     pub(super) stats: Arc<PipelineStats>,
 }
 
-/// Whether a batch's columns may go on to `following` (the stages after it): to the consumer
-/// past `take`s, or into a first op that takes columns ([`crate::Op::takes_columns`]) and
-/// makes new samples of its own.
-fn columns_pass(following: &[crate::plan::physical::Stage]) -> bool {
-    for s in following {
-        match &s.kind {
-            StageKind::Take { .. } => {}
-            StageKind::Chain { read: false, ops } => {
-                // A filter would pass its input, columns and all, on to what follows.
-                return ops.first().is_some_and(|o| {
-                    o.mode != crate::plan::logical::ElemMode::Filter && o.op.takes_columns()
-                });
-            }
-            _ => return false,
-        }
-    }
-    true
-}
-
 /// Starts the threads of `plan`.
 pub(super) fn start(plan: &PhysicalPlan, opts: &ExecOptions) -> Result<Started> {
-    let mut with_objects;
-    let plan = if opts.objects {
-        with_objects = plan.clone();
-        crate::plan::objects::keep_objects(&mut with_objects);
-        &with_objects
-    } else {
-        plan
-    };
+    let with_objects = opts.objects.then(|| {
+        let mut p = plan.clone();
+        crate::plan::objects::keep_objects(&mut p);
+        p
+    });
+    let plan = with_objects.as_ref().unwrap_or(plan);
     let ctl = Arc::new(Control::default());
     // Inline stages run in the consumer; a stage is inline only if all after it are.
     let first_inline = plan
@@ -198,7 +177,7 @@ pub(super) fn start(plan: &PhysicalPlan, opts: &ExecOptions) -> Result<Started> 
             resumes[i].clone(),
             Following {
                 resequence: plan.stages[i + 1..].iter().any(|s| drops(&s.kind)),
-                columns: opts.columns && columns_pass(&plan.stages[i + 1..]),
+                columns: opts.columns && crate::plan::objects::columns_pass(&plan.stages[i + 1..]),
             },
         );
         if i >= first_inline {
@@ -260,71 +239,4 @@ pub(super) fn start(plan: &PhysicalPlan, opts: &ExecOptions) -> Result<Started> 
         ctl,
         stats,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use std::sync::Arc;
-
-    use super::*;
-    use crate::op::{Emit, Op, OpContext, OpMeta};
-    use crate::plan::logical::{ElemMode, OnError};
-    use crate::plan::physical::{ChainOp, Stage};
-    use crate::sample::Sample;
-
-    #[derive(Debug)]
-    struct Takes(bool);
-    impl Op for Takes {
-        fn name(&self) -> &str {
-            "f"
-        }
-        fn spec(&self) -> serde_json::Value {
-            serde_json::json!({"op": "f"})
-        }
-        fn meta(&self) -> OpMeta {
-            OpMeta::opaque(self.0)
-        }
-        fn apply(&self, s: Sample, _cx: &OpContext) -> Result<Emit> {
-            Ok(Emit::One(s))
-        }
-        fn takes_columns(&self) -> bool {
-            self.0
-        }
-    }
-
-    fn stage(kind: StageKind) -> Stage {
-        Stage {
-            kind,
-            variant: Variant::Inline,
-            queue_depth: 1,
-        }
-    }
-
-    fn chain(takes: bool, mode: ElemMode) -> Stage {
-        stage(StageKind::Chain {
-            read: false,
-            ops: vec![ChainOp {
-                op: Arc::new(Takes(takes)),
-                mode,
-                on_error: OnError::Raise,
-                op_id: 1,
-            }],
-        })
-    }
-
-    #[test]
-    fn columns_go_to_the_consumer_past_takes_or_into_an_op_that_takes_them() {
-        let take = || stage(StageKind::Take { n: 3 });
-        assert!(columns_pass(&[]));
-        assert!(columns_pass(&[take(), take()]));
-        assert!(columns_pass(&[take(), chain(true, ElemMode::Map)]));
-        assert!(columns_pass(&[
-            chain(true, ElemMode::FlatMap),
-            stage(StageKind::Unbatch)
-        ]));
-        assert!(!columns_pass(&[chain(false, ElemMode::Map)]));
-        // A filter hands its input, columns and all, to what follows.
-        assert!(!columns_pass(&[chain(true, ElemMode::Filter)]));
-        assert!(!columns_pass(&[stage(StageKind::Unbatch)]));
-    }
 }

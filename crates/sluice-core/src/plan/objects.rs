@@ -1,14 +1,19 @@
-//! Objects out: when the consumer takes the bindings' own objects (the Python iterator), the
+//! What reaches the consumer, or the next op, unconverted: the two decisions a run makes
+//! from what follows each step, here side by side.
+//!
+//! Objects: when the consumer takes the bindings' own objects (the Python iterator), the
 //! ops at the end of a plan whose results nothing reads are swapped for forms that leave
 //! their results unconverted ([`crate::Op::keeping_objects`]). A `map` with a Python
 //! function then hands its dict to the loop as the function returned it: no conversion
-//! into a sample and back into a new dict per output.
+//! into a sample and back into a new dict per output. The swap runs when a run starts, on
+//! the plan it is given (default lowering or an optimizer's), and changes no stage
+//! boundary, so checkpoints and statistics see the same plan either way.
 //!
-//! The swap runs when a run starts, on the plan it is given (default lowering or an
-//! optimizer's), and changes no stage boundary, so checkpoints and statistics see the same
-//! plan either way.
+//! Columns: a batch that reads a columnar source keeps the source's arrays
+//! ([`crate::Column`]) when what follows it takes them ([`columns_pass`]).
 
-use crate::plan::physical::{PhysicalPlan, StageKind};
+use crate::plan::logical::ElemMode;
+use crate::plan::physical::{PhysicalPlan, Stage, StageKind};
 
 /// Swaps, from the end of `plan` back, every op that can leave objects for its object form,
 /// stopping at the first step that reads values: an op without such a form, a batch, an
@@ -35,6 +40,25 @@ pub fn keep_objects(plan: &mut PhysicalPlan) -> usize {
         }
     }
     swapped
+}
+
+/// Whether a batch's columns may go on to `following` (the stages after it): to the consumer
+/// past `take`s, or into a first op that takes columns ([`crate::Op::takes_columns`]) and
+/// makes new samples of its own.
+pub(crate) fn columns_pass(following: &[Stage]) -> bool {
+    for s in following {
+        match &s.kind {
+            StageKind::Take { .. } => {}
+            StageKind::Chain { read: false, ops } => {
+                // A filter would pass its input, columns and all, on to what follows.
+                return ops
+                    .first()
+                    .is_some_and(|o| o.mode != ElemMode::Filter && o.op.takes_columns());
+            }
+            _ => return false,
+        }
+    }
+    true
 }
 
 #[cfg(test)]
@@ -71,6 +95,9 @@ mod tests {
         }
         fn apply(&self, s: Sample, _cx: &OpContext) -> Result<Emit> {
             Ok(Emit::One(s))
+        }
+        fn takes_columns(&self) -> bool {
+            self.can
         }
         fn keeping_objects(&self) -> Option<OpRef> {
             self.can.then(|| {
@@ -190,5 +217,33 @@ mod tests {
         let mut p = plan(vec![chain(&[true], Variant::Inline), chain(&[true], pool)]);
         assert_eq!(keep_objects(&mut p), 0);
         assert_eq!(names(&p), [vec!["udf"], vec!["udf"]]);
+    }
+
+    #[test]
+    fn columns_go_to_the_consumer_past_takes_or_into_an_op_that_takes_them() {
+        let stage = |kind| Stage {
+            kind,
+            variant: Variant::Inline,
+            queue_depth: 1,
+        };
+        let take = || stage(StageKind::Take { n: 3 });
+        let with_mode = |mode| {
+            let mut s = chain(&[true], Variant::Inline);
+            if let StageKind::Chain { ops, .. } = &mut s.kind {
+                ops[0].mode = mode;
+            }
+            s
+        };
+        assert!(columns_pass(&[]));
+        assert!(columns_pass(&[take(), take()]));
+        assert!(columns_pass(&[take(), chain(&[true], Variant::Inline)]));
+        assert!(columns_pass(&[
+            with_mode(ElemMode::FlatMap),
+            stage(StageKind::Unbatch)
+        ]));
+        assert!(!columns_pass(&[chain(&[false], Variant::Inline)]));
+        // A filter hands its input, columns and all, to what follows.
+        assert!(!columns_pass(&[with_mode(ElemMode::Filter)]));
+        assert!(!columns_pass(&[stage(StageKind::Unbatch)]));
     }
 }

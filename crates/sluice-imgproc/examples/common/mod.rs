@@ -1,5 +1,6 @@
-//! What the examples share: Linux's CPU clocks (other processes on the cores do not count).
-// Each example uses the clock it needs.
+//! What the examples share: Linux's CPU clocks (other processes on the cores do not count)
+//! and a fixed uniform generator, so two builds see the same parameters.
+// Each example uses the parts it needs.
 #![allow(dead_code)]
 
 /// The process's CPU time (helper threads included).
@@ -24,4 +25,15 @@ pub fn clock_ns(clock: i32) -> u64 {
     // SAFETY: a valid out-pointer, and the clock ids above are Linux's.
     unsafe { clock_gettime(clock, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Uniform draws in [0, 1) from xorshift64 seeded with `seed`.
+pub fn rng(seed: u64) -> impl FnMut() -> f64 {
+    let mut s = seed | 1;
+    move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        (s >> 11) as f64 / (1u64 << 53) as f64
+    }
 }

@@ -301,6 +301,7 @@ fn run(cli: Cli) -> Result<(), sluice::Error> {
                 }
                 match exec.next_timeout(Duration::from_millis(200)) {
                     Next::Item(_) => outputs += 1,
+                    Next::Rows(_, n) => outputs += n as u64,
                     Next::Err(e) => return Err(e),
                     Next::Timeout => {}
                     Next::End => break,

@@ -119,7 +119,7 @@ thread_local! {
 const MAX_KEYS: usize = 256;
 
 /// The interned Python string for a field name (looked up instead of built per sample).
-fn key<'py>(py: Python<'py>, k: &std::sync::Arc<str>) -> Bound<'py, PyString> {
+pub(crate) fn key<'py>(py: Python<'py>, k: &std::sync::Arc<str>) -> Bound<'py, PyString> {
     KEYS.with_borrow_mut(|keys| {
         // The same name object first (sources and ops share theirs): no text compared with
         // every other name's on the way.

@@ -298,6 +298,7 @@ impl PyDataset {
         let opts = IterOptions {
             columns: true,
             objects: true,
+            row_batches: true,
             epoch,
             ..RunArgs {
                 seed,

@@ -5,6 +5,7 @@
 //! class is frozen), so the single-thread path pays nothing more; a thread that finds the
 //! lock taken waits for it with the GIL released, since the holder may need the GIL back.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::Duration;
@@ -36,6 +37,10 @@ pub struct PyIter {
     owner: AtomicUsize,
 }
 
+/// Rows of a batch read together made into dicts at a time: few enough to stay in cache
+/// until the loop takes them.
+const ROWS_AT_ONCE: usize = 64;
+
 /// Runs ended by an error or Ctrl-C whose workers were still finishing a call: waited for
 /// at interpreter exit ([`join_stopped`]), since a worker still in Python code when the
 /// interpreter finalizes is torn down under Rust frames (the process aborts).
@@ -51,6 +56,17 @@ struct Inner {
     opts: IterOptions,
     /// The checkpoint when the execution ended (so `state_dict` works after exhaustion).
     last_state: Option<IterState>,
+    /// Rows of a batch read together ([`Next::Rows`]) made into dicts, not yet delivered.
+    rows: VecDeque<Py<PyAny>>,
+    /// That batch, its rows and the first row not made into a dict yet: rows are made a
+    /// few at a time, so each is still in cache when the loop takes it.
+    batch: Option<(sluice::Sample, usize, usize)>,
+    /// Rows delivered from `rows` that the execution has not been told of yet (it is told
+    /// before anything reads its position).
+    untold: usize,
+    /// The error of a row of that batch that could not be made, raised after the rows
+    /// before it.
+    row_failed: Option<sluice::Error>,
 }
 
 impl Inner {
@@ -58,6 +74,10 @@ impl Inner {
     /// it freed back to the system (`early`: the run had not ended, so its buffers may have
     /// held Python objects, whose memory goes back too).
     fn close(&mut self, py: Python<'_>, early: bool) {
+        self.tell_rows();
+        self.rows.clear();
+        self.batch = None;
+        self.row_failed = None;
         let mut closed = false;
         if let Some(mut exec) = self.exec.take() {
             self.last_state = self.ds.state(&self.opts, &exec).ok();
@@ -79,6 +99,7 @@ impl Inner {
     /// Ends the run after an error or an interrupt without waiting for calls in progress,
     /// so the exception is raised at once.
     fn abandon(&mut self, py: Python<'_>) {
+        self.tell_rows();
         if let Some(mut exec) = self.exec.take() {
             self.last_state = self.ds.state(&self.opts, &exec).ok();
             if !py.detach(|| exec.close(ABANDON_GRACE)) {
@@ -89,6 +110,39 @@ impl Inner {
                 self.stopping = Some(threads);
             }
         }
+    }
+}
+
+impl Inner {
+    /// Tells the execution of the rows delivered since it was last told.
+    fn tell_rows(&mut self) {
+        if let (n @ 1.., Some(exec)) = (self.untold, self.exec.as_mut()) {
+            exec.deliver_rows(n);
+        }
+        self.untold = 0;
+    }
+
+    /// Makes the next few rows of the batch being delivered into dicts; false when it has
+    /// none left.
+    fn make_rows(&mut self, py: Python<'_>) -> PyResult<bool> {
+        let Some((batch, n, from)) = &mut self.batch else {
+            return Ok(false);
+        };
+        if *from >= *n {
+            self.batch = None;
+            return Ok(false);
+        }
+        let to = (*from + ROWS_AT_ONCE).min(*n);
+        let (rows, failed) = crate::rows::rows_to_py(py, batch, *n, *from, to)?;
+        *from += rows.len();
+        self.rows.extend(rows);
+        if let Some((row, e)) = failed {
+            self.batch = None;
+            if let Some(exec) = &self.exec {
+                self.row_failed = Some(exec.row_error(row, e));
+            }
+        }
+        Ok(true)
     }
 }
 
@@ -104,6 +158,10 @@ impl PyIter {
                 ds,
                 opts,
                 last_state: None,
+                rows: VecDeque::new(),
+                batch: None,
+                untold: 0,
+                row_failed: None,
             }),
             count: AtomicU64::new(0),
             epoch,
@@ -222,19 +280,33 @@ impl PyIter {
     fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
         let mut inner = self.lock(py)?;
         loop {
+            if let Some(row) = inner.rows.pop_front() {
+                inner.untold += 1;
+                self.delivered();
+                return Ok(Some(row.into_bound(py)));
+            }
+            if inner.make_rows(py)? {
+                continue;
+            }
+            inner.tell_rows();
+            if let Some(e) = inner.row_failed.take() {
+                inner.abandon(py);
+                return Err(to_py(e));
+            }
             let Some(exec) = inner.exec.as_mut() else {
                 return Ok(None);
             };
             // Outputs already computed need no wait: skip releasing and retaking the GIL.
-            if let Some(s) = exec.try_ready() {
-                self.delivered();
-                return Ok(Some(sample_to_py(py, s)?));
-            }
-            match py.detach(|| exec.next_timeout(POLL)) {
+            let next = match exec.try_ready() {
+                Some(next) => next,
+                None => py.detach(|| exec.next_timeout(POLL)),
+            };
+            match next {
                 Next::Item(s) => {
                     self.delivered();
                     return Ok(Some(sample_to_py(py, s)?));
                 }
+                Next::Rows(batch, n) => inner.batch = Some((batch, n, 0)),
                 Next::Timeout => {
                     if let Err(e) = py.check_signals() {
                         inner.abandon(py);
@@ -286,7 +358,8 @@ impl PyIter {
 
     /// The checkpoint after the last output delivered, as JSON text.
     fn state_dict_json(&self, py: Python<'_>) -> PyResult<String> {
-        let inner = self.lock(py)?;
+        let mut inner = self.lock(py)?;
+        inner.tell_rows();
         let state = match &inner.exec {
             Some(exec) => inner.ds.state(&inner.opts, exec).py()?,
             None => match &inner.last_state {

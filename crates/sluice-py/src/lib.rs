@@ -14,6 +14,7 @@ mod options;
 mod placement;
 mod relational;
 mod remote;
+mod rows;
 mod sources;
 mod udf;
 mod user_source;

@@ -77,6 +77,7 @@ impl RunArgs<'_> {
             fuse_ops: self.fuse_ops,
             columns: false,
             objects: false,
+            row_batches: false,
         })
     }
 }

@@ -58,6 +58,8 @@ pub struct IterOptions {
     pub columns: bool,
     /// The consumer takes [`sluice_core::Object`]s ([`ExecOptions::objects`]).
     pub objects: bool,
+    /// The consumer takes rows of a columnar read in bulk ([`ExecOptions::row_batches`]).
+    pub row_batches: bool,
 }
 
 impl Default for IterOptions {
@@ -73,6 +75,7 @@ impl Default for IterOptions {
             fuse_ops: true,
             columns: false,
             objects: false,
+            row_batches: false,
         }
     }
 }
@@ -436,6 +439,8 @@ impl Dataset {
                 elastic,
                 columns: opts.columns,
                 objects: opts.objects,
+                // Reading rows a batch at a time is a fusion of the read with the output.
+                row_batches: opts.row_batches && opts.fuse_ops,
                 backends: opts.backends.clone(),
                 controller: opts.plan.as_ref().filter(|p| p.controller).map(|p| {
                     sluice_core::exec::controller::ControllerOptions {

@@ -25,8 +25,8 @@ pub use sluice_core::mix::StopPolicy;
 pub use sluice_core::*;
 pub use sluice_io::store::configure_storage;
 pub use sluice_io::{
-    arrow_array, arrow_conv::ArrowColumn, arrow_conv::Records, arrow_schema, CsvOnError,
-    CsvOptions, CsvSource, CsvType, SinkOptions,
+    arrow_array, arrow_conv::value_at as arrow_value_at, arrow_conv::ArrowColumn,
+    arrow_conv::Records, arrow_schema, CsvOnError, CsvOptions, CsvSource, CsvType, SinkOptions,
 };
 pub use sluice_io::{
     csv_options, JsonlOptions, LabelMode, LinesFormat, LinesSource, ShardShuffle, ShuffleShards,

@@ -30,6 +30,22 @@ pub struct Item {
     /// The sample's `path` when it was read, kept to name the sample in errors.
     pub path: Option<Arc<str>>,
     pub sample: Sample,
+    /// A batch of rows read together for a consumer that takes them one by one
+    /// ([`super::ExecOptions::row_batches`]): where each row stands. `None` for anything else.
+    pub rows_at: Option<Box<RowsAt>>,
+}
+
+/// Where each row of a batch read for a consumer that takes rows in bulk stands: the
+/// positions its rows would have had as separate items, so checkpoints and error messages
+/// are those of the rows.
+#[derive(Debug, Clone, Default)]
+pub struct RowsAt {
+    /// Each row's cursor, in order.
+    pub cursors: Vec<Cursor>,
+    /// Each row's (epoch, position in the epoch), which errors name.
+    pub refs: Vec<(u64, u64)>,
+    /// Each row's index in the source, to read it alone when it fails.
+    pub indices: Vec<u64>,
 }
 
 impl Item {
@@ -45,6 +61,7 @@ impl Item {
             outer: None,
             path: None,
             sample: Sample::new(),
+            rows_at: None,
         }
     }
 

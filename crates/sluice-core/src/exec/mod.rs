@@ -35,7 +35,7 @@ pub use backend::{Backend, Backends, StageWork, ThreadBackend, Workers};
 use control::Control;
 pub use control::{cancelled, Threads};
 use item::{is_interrupt, nonempty, Transform};
-pub use item::{Chunk, Item, Partial};
+pub use item::{Chunk, Item, Partial, RowsAt};
 use ordering::{Input, Recv};
 pub use resume::{Cursor, Outer, Restart, ResumePoint, Skip};
 pub use source::{CHUNK_BYTES, CHUNK_WORK_NS};
@@ -53,6 +53,11 @@ use crate::stats::{PipelineStats, StageCounters, StatsReport};
 pub enum Next {
     /// The next output (a sample, or a batch as a sample of stacked fields).
     Item(Sample),
+    /// The next `n` outputs, rows read together for a consumer that takes rows in bulk
+    /// ([`ExecOptions::row_batches`]): a sample of columns holding them in order. Each row
+    /// counts as delivered (for [`Execution::position`]) once [`Execution::deliver_rows`] has
+    /// been told.
+    Rows(Sample, usize),
     /// An error; the iteration is over after it.
     Err(Error),
     /// Nothing arrived within the timeout (the caller may check for interrupts and retry).
@@ -84,6 +89,10 @@ pub struct Execution {
     stats: Arc<PipelineStats>,
     wait_started: Option<Instant>,
     position: Option<(Cursor, Outer)>,
+    /// The rows of the last [`Next::Rows`] and how many of them were delivered.
+    rows: Option<(Box<item::RowsAt>, Outer, usize)>,
+    /// The source, which reads a row of a [`Next::Rows`] alone when it fails.
+    source: crate::source::SourceRef,
     elastic: Option<crate::order::ElasticEpoch>,
     epoch: u64,
 }
@@ -106,6 +115,8 @@ impl Execution {
             ctl,
             stats,
             wait_started: None,
+            rows: None,
+            source: plan.source.source.clone(),
             position: opts
                 .resume
                 .map(|rp| (rp.cursor, (!rp.outer.is_empty()).then(|| rp.outer.into()))),
@@ -143,6 +154,11 @@ impl Execution {
             }
             match self.next_timeout(Duration::from_millis(100)) {
                 Next::Item(s) => return Some(Ok(s)),
+                Next::Rows(..) => {
+                    return Some(Err(Error::invalid(
+                        "rows in bulk (ExecOptions::row_batches) are taken with next_timeout",
+                    )))
+                }
                 Next::Err(e) => return Some(Err(e)),
                 Next::Timeout => continue,
                 Next::End => return None,
@@ -152,15 +168,69 @@ impl Execution {
 
     /// The next output if one is already computed, without waiting (lets the bindings skip
     /// releasing the GIL when outputs are queued).
-    pub fn try_ready(&mut self) -> Option<Sample> {
+    pub fn try_ready(&mut self) -> Option<Next> {
         let item = self.ready.pop_front()?;
-        self.position = Some((item.cursor, item.outer));
         // A ready output cost the consumer no wait (unless an earlier call timed out).
         match self.wait_started.take() {
-            Some(t) => self.stats.record_output(t.elapsed(), item.rows),
-            None => self.stats.record_ready_output(item.rows),
+            Some(t) => self.stats.record_output(t.elapsed(), first_rows(&item)),
+            None => self.stats.record_ready_output(first_rows(&item)),
         }
-        Some(item.sample)
+        Some(self.hand_over(item))
+    }
+
+    /// `item` as the consumer's next output; the position moves to it, or for rows in bulk
+    /// to each row as it is delivered.
+    fn hand_over(&mut self, item: Item) -> Next {
+        match item.rows_at {
+            Some(at) => {
+                let n = at.cursors.len();
+                self.rows = Some((at, item.outer, 0));
+                Next::Rows(item.sample, n)
+            }
+            None => {
+                self.position = Some((item.cursor, item.outer));
+                Next::Item(item.sample)
+            }
+        }
+    }
+
+    /// The next `n` rows of the last [`Next::Rows`] were delivered: the position moves to
+    /// the last of them. A consumer may count rows and tell them in one call before it needs
+    /// the position (a checkpoint) or the next output.
+    pub fn deliver_rows(&mut self, n: usize) {
+        let Some((at, outer, done)) = &mut self.rows else {
+            return;
+        };
+        let to = (*done + n).min(at.cursors.len());
+        if to > *done {
+            self.position = Some((at.cursors[to - 1], outer.clone()));
+            // The first row's output was recorded with its batch, the rest were ready.
+            let ready = to - (*done).max(1);
+            self.stats.record_ready_rows(ready as u64);
+            *done = to;
+        }
+    }
+
+    /// The error for row `row` of the last [`Next::Rows`], which could not be turned into a
+    /// value for the consumer: the error reading that row alone gives (the plain read's,
+    /// naming where it lies), else `e`, naming the row.
+    pub fn row_error(&self, row: usize, e: Error) -> Error {
+        let at = self.rows.as_ref().map(|(at, _, _)| at);
+        let (epoch, index) = at
+            .and_then(|at| at.refs.get(row).copied())
+            .unwrap_or_default();
+        let read = at
+            .and_then(|at| at.indices.get(row))
+            .and_then(|&i| self.source.get(i).err());
+        Error::InSample {
+            op: self.source.name().to_string(),
+            sample: crate::error::SampleRef {
+                epoch,
+                index,
+                path: None,
+            },
+            source: Box::new(read.unwrap_or(e)),
+        }
     }
 
     /// The next output, waiting at most `timeout` for it.
@@ -170,9 +240,9 @@ impl Execution {
         loop {
             if let Some(item) = self.ready.pop_front() {
                 self.wait_started = None;
-                self.position = Some((item.cursor, item.outer));
-                self.stats.record_output(started.elapsed(), item.rows);
-                return Next::Item(item.sample);
+                self.stats
+                    .record_output(started.elapsed(), first_rows(&item));
+                return self.hand_over(item);
             }
             if let Some(e) = self.failed.take() {
                 self.wait_started = None;
@@ -309,6 +379,16 @@ impl Drop for Execution {
     fn drop(&mut self) {
         // Do not wait here: the dropping thread may hold a lock (the GIL) a worker needs.
         self.stop();
+    }
+}
+
+/// The samples an output counts when it is handed over: a batch of rows in bulk counts its
+/// rows as they are delivered ([`Execution::deliver_rows`]).
+fn first_rows(item: &Item) -> u64 {
+    if item.rows_at.is_some() {
+        1
+    } else {
+        item.rows
     }
 }
 

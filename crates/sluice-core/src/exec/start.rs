@@ -44,6 +44,11 @@ pub struct ExecOptions {
     /// the plan whose results nothing reads leave them as objects
     /// ([`crate::plan::objects::keep_objects`]).
     pub objects: bool,
+    /// The consumer takes rows in bulk (the Python bindings do): a pipeline that only reads
+    /// a columnar source hands over its rows as [`super::Next::Rows`], a batch of the source's
+    /// columns at a time ([`crate::plan::rows::read_rows_in_batches`]), instead of a sample
+    /// per row.
+    pub row_batches: bool,
 }
 
 /// What starting a run makes: the consumer's input, the stages that run inline in the
@@ -63,6 +68,15 @@ pub(super) fn start(plan: &PhysicalPlan, opts: &ExecOptions) -> Result<Started> 
         p
     });
     let plan = with_objects.as_ref().unwrap_or(plan);
+    // An elastic resume drops the rows other ranks delivered in a stage that takes rows one
+    // by one: the plain read.
+    let in_rows = (opts.row_batches && opts.elastic.is_none())
+        .then(|| {
+            let mut p = plan.clone();
+            crate::plan::rows::read_rows_in_batches(&mut p).then_some(p)
+        })
+        .flatten();
+    let plan = in_rows.as_ref().unwrap_or(plan);
     let ctl = Arc::new(Control::default());
     // Inline stages run in the consumer; a stage is inline only if all after it are.
     let first_inline = plan
@@ -177,7 +191,9 @@ pub(super) fn start(plan: &PhysicalPlan, opts: &ExecOptions) -> Result<Started> 
             resumes[i].clone(),
             Following {
                 resequence: plan.stages[i + 1..].iter().any(|s| drops(&s.kind)),
-                columns: opts.columns && crate::plan::objects::columns_pass(&plan.stages[i + 1..]),
+                columns: in_rows.is_some()
+                    || opts.columns && crate::plan::objects::columns_pass(&plan.stages[i + 1..]),
+                rows: in_rows.is_some(),
             },
         );
         if i >= first_inline {

@@ -6,3 +6,4 @@ pub mod logical;
 pub mod lower;
 pub mod objects;
 pub mod physical;
+pub mod rows;

@@ -99,8 +99,11 @@ impl DelayHistogram {
     /// the consumer: plain loads and stores instead of locked read-modify-writes, which
     /// cost more than the rest of a cheap output's hand-over.
     fn record_ready(&self) {
-        bump(&self.counts[0], 1);
-        bump(&self.n, 1);
+        self.record_ready_n(1);
+    }
+    fn record_ready_n(&self, n: u64) {
+        bump(&self.counts[0], n);
+        bump(&self.n, n);
     }
     /// Waits recorded.
     pub fn len(&self) -> u64 {
@@ -254,6 +257,16 @@ impl PipelineStats {
         self.delays.record_ready();
         bump(&self.consumer_samples, samples);
         if self.delays.len().is_multiple_of(64) {
+            self.sample_series(self.started.elapsed());
+        }
+    }
+    /// Records `n` outputs of one sample each that were ready (the rows of a batch of rows
+    /// delivered one by one, counted together).
+    pub(crate) fn record_ready_rows(&self, n: u64) {
+        let before = self.delays.len();
+        self.delays.record_ready_n(n);
+        bump(&self.consumer_samples, n);
+        if before / 64 != self.delays.len() / 64 {
             self.sample_series(self.started.elapsed());
         }
     }

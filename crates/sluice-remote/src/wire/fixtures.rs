@@ -39,6 +39,7 @@ pub(crate) fn item(i: u64, sample: Sample) -> Item {
             .into()
         }),
         sample,
+        rows_at: None,
     }
 }
 

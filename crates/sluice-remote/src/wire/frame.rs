@@ -204,6 +204,8 @@ impl<'a> Dec<'a> {
             outer,
             path,
             sample,
+            // Batches of rows for the consumer are made in its own process, never sent.
+            rows_at: None,
         })
     }
     /// A chunk as [`Enc::chunk`] wrote it.

@@ -4,7 +4,7 @@
 
 use crate::collate::{collate_with, uncollate};
 use crate::error::{Error, Result};
-use crate::exec::item::{Chunk, Item, Transform};
+use crate::exec::item::{Chunk, Item, RowsAt, Transform};
 use crate::exec::resume::{push_outer, Cursor, Restart, StageResume};
 use crate::sample::Sample;
 use crate::source::SourceRef;
@@ -19,6 +19,10 @@ pub(super) struct Batch {
     pub(super) columns: bool,
     /// Fields that do not stack become lists ([`crate::collate::collate_with`]).
     pub(super) ragged: bool,
+    /// The consumer takes the rows of a batch that reads one by one (see
+    /// [`crate::plan::rows`]): each keeps its place, and a batch that fails to read is read
+    /// again as rows.
+    pub(super) rows: bool,
     pub(super) resume: StageResume,
     pub(super) size: usize,
     pub(super) drop_last: bool,
@@ -44,6 +48,10 @@ impl Batch {
             return Ok(());
         }
         let items = std::mem::take(&mut self.pending);
+        self.pending = Vec::with_capacity(self.size.min(1 << 12));
+        if let (true, Some(src)) = (self.rows, &self.read) {
+            return read_rows(src, items, out);
+        }
         let (first, last) = (&items[0], &items[items.len() - 1]);
         let mut batch = Item::at(first.epoch, first.index, first.source_index, last.cursor);
         batch.sub = first.sub;
@@ -88,9 +96,31 @@ impl Batch {
             other => other,
         })?;
         out.push(vec![batch]);
-        self.pending = Vec::with_capacity(self.size.min(1 << 12));
         Ok(())
     }
+}
+
+/// `items` read as one batch of the source's columns that keeps each row's place, or, when
+/// that read fails, row by row: the rows before a bad one go out, then its error.
+fn read_rows(src: &SourceRef, items: Chunk, out: &mut Vec<Chunk>) -> Result<()> {
+    let indices: Vec<u64> = items.iter().map(|it| it.source_index).collect();
+    let Ok(sample) = src.get_columns(&indices) else {
+        let (items, err) = read_items(src, items);
+        out.push(items);
+        return err.map_or(Ok(()), Err);
+    };
+    let (first, last) = (&items[0], &items[items.len() - 1]);
+    let mut batch = Item::at(first.epoch, first.index, first.source_index, last.cursor);
+    batch.outer = last.outer.clone();
+    batch.rows = items.len() as u64;
+    batch.sample = sample;
+    batch.rows_at = Some(Box::new(RowsAt {
+        cursors: items.iter().map(|it| it.cursor).collect(),
+        refs: items.iter().map(|it| (it.epoch, it.index)).collect(),
+        indices,
+    }));
+    out.push(vec![batch]);
+    Ok(())
 }
 
 impl Batch {
@@ -206,6 +236,7 @@ mod tests {
             read: None,
             columns: false,
             ragged: false,
+            rows: false,
             resume: StageResume::default(),
             size,
             drop_last,

@@ -31,6 +31,9 @@ pub(crate) struct Following {
     /// Nothing after it looks at values (only `take`s follow) and the consumer takes
     /// columns, so a batch may hand over a source's columns.
     pub columns: bool,
+    /// The consumer takes this stage's rows in bulk: a batch that reads keeps each row's
+    /// place ([`crate::exec::RowsAt`]) and the consumer takes its rows one by one.
+    pub rows: bool,
 }
 
 /// What a run's randomness derives from besides positions.
@@ -73,6 +76,7 @@ pub(crate) fn make_transform(
             read: read.then(|| source.clone()),
             ragged: *ragged,
             columns: following.columns,
+            rows: following.rows,
             size: *size,
             drop_last: *drop_last,
             per_epoch: *per_epoch,

@@ -480,6 +480,7 @@ def test_parquet_rows_read_a_batch_at_a_time_equal_the_row_path(tmp_path):
     it = shuffled.iter(seed=1, epoch=0)
     head = rows(it, 1500)
     state = it.state_dict()
+    assert it._count == 1500
     plain = shuffled.iter(seed=1, epoch=0, fuse_ops=False)
     same_rows(rows(plain, 1500), head)
     assert plain.state_dict() == state

@@ -91,6 +91,7 @@ pub struct Execution {
     position: Option<(Cursor, Outer)>,
     /// The rows of the last [`Next::Rows`] and how many of them were delivered.
     rows: Option<(Box<item::RowsAt>, Outer, usize)>,
+    rows_in_bulk: bool,
     /// The source, which reads a row of a [`Next::Rows`] alone when it fails.
     source: crate::source::SourceRef,
     elastic: Option<crate::order::ElasticEpoch>,
@@ -105,6 +106,7 @@ impl Execution {
             tail,
             ctl,
             stats,
+            rows_in_bulk,
         } = start::start(plan, &opts)?;
         Ok(Execution {
             input: Some(input),
@@ -116,6 +118,7 @@ impl Execution {
             stats,
             wait_started: None,
             rows: None,
+            rows_in_bulk,
             source: plan.source.source.clone(),
             position: opts
                 .resume
@@ -123,6 +126,12 @@ impl Execution {
             elastic: opts.elastic,
             epoch: opts.epoch,
         })
+    }
+
+    /// Whether this run hands its rows over in bulk ([`Next::Rows`]): asked for with
+    /// [`ExecOptions::row_batches`], and the plan is one that reads rows in batches.
+    pub fn rows_in_bulk(&self) -> bool {
+        self.rows_in_bulk
     }
 
     /// The iteration's epoch ([`ExecOptions::epoch`]; part of its checkpoints).

@@ -69,23 +69,6 @@ def bucket_root(images: Path, corpus: Path) -> Path:
     return root
 
 
-def corpus_dir() -> Path:
-    """The text corpus as 4 Parquet files (row groups of 16k rows), each linked 10 times:
-    40 files, 3.5 M rows, 110 MB — more than a source keeps of what it fetched, so every
-    row group of a pass is fetched from the bucket."""
-    out = parquet_corpus()
-    wide = DATA / "formats" / "corpus40"
-    if not (wide / ".done").exists():
-        wide.mkdir(parents=True, exist_ok=True)
-        for copy in range(10):
-            for i in range(4):
-                link = wide / f"part-{copy:02d}-{i}.parquet"
-                if not link.exists():
-                    link.symlink_to(out / f"part-{i}.parquet")
-        (wide / ".done").write_text("ok")
-    return wide
-
-
 def cv_pass(root: str) -> tuple[int, float, float]:
     """One epoch of the CV pipeline over the 2,000 images under `root`."""
     return steady(cv_pipeline(sluice.read_images(root, labels="parent_dir").shuffle(seed=0)), "label")
@@ -150,7 +133,9 @@ def main() -> None:
     args = ap.parse_args()
     workloads = args.workloads.split(",")
 
-    corpus = corpus_dir()
+    # 40 files, 3.5 M rows: more than a source keeps of what it fetched, so every row
+    # group of a pass is fetched from the bucket.
+    corpus = parquet_corpus(copies=10)
     root = bucket_root(DATA / "images", corpus)
     servers = [start_server(root, 0), start_server(root, args.delay_ms)]
     try:

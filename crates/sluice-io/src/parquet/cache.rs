@@ -2,7 +2,8 @@
 //! used last), and the read-ahead that decodes the next row group while a scan converts.
 
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::mpsc::{sync_channel, SyncSender};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use arrow_array::RecordBatch;
 use sluice_core::Result;
@@ -142,17 +143,47 @@ impl ParquetSource {
             *state = SlotState::Pending;
         }
         let (me, waiting) = (self.clone(), slot.clone());
-        let spawned = std::thread::Builder::new()
-            .name("sluice-parquet-ahead".into())
-            .spawn(move || {
-                let _ = me.fill(&waiting, next.0, next.1);
-                me.inner.ahead.store(false, Ordering::Release);
-            });
-        if spawned.is_err() {
+        let queued = decode_ahead(Box::new(move || {
+            let _ = me.fill(&waiting, next.0, next.1);
+            me.inner.ahead.store(false, Ordering::Release);
+        }));
+        if !queued {
             *lock(&slot.state) = SlotState::Empty;
             slot.done.notify_all();
             self.inner.ahead.store(false, Ordering::Release);
         }
+    }
+}
+
+/// A decode to run ahead of a scan.
+type Job = Box<dyn FnOnce() + Send>;
+
+/// The thread that decodes row groups ahead of scans, and the process it belongs to.
+static AHEAD: OnceLock<Option<(u32, SyncSender<Job>)>> = OnceLock::new();
+
+/// Runs `job` on the read-ahead thread: one for the process, started on first use and
+/// blocked on its queue when idle. One thread throughout, so its stack and allocator heap
+/// are reused from row group to row group: a thread per row group decoded into fresh pages
+/// the kernel had to zero, as much CPU as the decompression itself (`perf` on
+/// `benchmarks/parquet_rows.py`). False when it cannot take the job (queue full, no thread,
+/// or a process forked from the one that started it): the reader then decodes itself.
+fn decode_ahead(job: Job) -> bool {
+    let worker = AHEAD.get_or_init(|| {
+        let (tx, rx) = sync_channel::<Job>(4);
+        std::thread::Builder::new()
+            .name("sluice-parquet-ahead".into())
+            .spawn(move || {
+                for job in rx {
+                    // A panic (a bug) costs that row group's read-ahead, not the thread.
+                    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+                }
+            })
+            .ok()
+            .map(|_| (std::process::id(), tx))
+    });
+    match worker {
+        Some((pid, tx)) if *pid == std::process::id() => tx.try_send(job).is_ok(),
+        _ => false,
     }
 }
 

@@ -1,6 +1,5 @@
 """Type stubs of the Rust extension (keep in sync with crates/sluice-py)."""
 
-import collections.abc
 from typing import Any, Callable
 
 __version__: str
@@ -27,12 +26,6 @@ class Iterator:
     def __next__(self) -> dict[str, Any]: ...
     @property
     def count(self) -> int: ...
-    @property
-    def rows_in_bulk(self) -> bool:
-        """Whether the run reads rows a batch at a time (then ``next_rows`` pays)."""
-    def next_rows(self) -> collections.abc.Iterator[dict[str, Any]] | None:
-        """The next outputs as a list's iterator, ``None`` at the end (up to 64 rows of a
-        batch read together, else one output); not to be mixed with ``__next__``."""
     @property
     def epoch(self) -> int:
         """The iteration's epoch (``iter(epoch=...)``, or a loaded checkpoint's)."""

@@ -4,7 +4,6 @@ a sharded run (``elastic_state``)."""
 from __future__ import annotations
 
 import atexit
-import itertools
 import json
 import sys
 import time
@@ -75,7 +74,6 @@ class Iterator:
     def __init__(self, native: _native.Iterator, progress: bool | None, total: int | None = None,
                  live: "dict | None" = None):
         self._native = native
-        self._outputs = self._taken(native)
         self._owner: Dataset | None = None
         #: The optimizer plan this iteration runs (``iter(plan=...)`` / ``optimize=True``).
         self.plan: "Plan | None" = None
@@ -110,22 +108,14 @@ class Iterator:
         plain loop, or a loaded checkpoint's)."""
         return self._native.epoch
 
-    @staticmethod
-    def _taken(native: _native.Iterator) -> Any:
-        """What a loop takes outputs from: the native iterator, or, when it reads rows a
-        batch at a time, the lists of rows it hands over chained (no native call per row)."""
-        if native.rows_in_bulk:
-            return itertools.chain.from_iterable(iter(native.next_rows, None))
-        return native
-
     def __iter__(self) -> "Iterator":
         # Without a progress bar a ``for`` loop drives the native iterator directly: no
         # Python frame per output (it closes itself at the end, on error and when dropped).
-        return self if self._bar is not None or self._live is not None else self._outputs
+        return self if self._bar is not None or self._live is not None else self._native
 
     def __next__(self) -> dict:
         try:
-            out = next(self._outputs)
+            out = next(self._native)
         except BaseException:
             self._finish()
             raise
@@ -171,7 +161,6 @@ class Iterator:
         if not isinstance(state, dict):
             raise TypeError(f"state must be a dict, got {type(state).__name__}")
         self._native.load_state_dict_json(json.dumps(state), bool(strict))
-        self._outputs = self._taken(self._native)
         self._stats_handle = self._native.stats_handle()
         if self._owner is not None:
             self._owner._last_stats = self._stats_handle

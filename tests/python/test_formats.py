@@ -490,3 +490,26 @@ def test_parquet_rows_read_a_batch_at_a_time_equal_the_row_path(tmp_path):
         rest = rows(again)
         same_rows(rest, list(shuffled.iter(seed=1, epoch=0, fuse_ops=not fuse))[1500:])
         assert sorted(r["u32"] for r in head + rest) == list(range(n))
+
+
+def test_parquet_rows_shared_by_threads_go_out_once_each(tmp_path):
+    # Rows read a batch at a time keep the iterator's contract: threads sharing it take
+    # turns, each row goes to one of them, and each thread's rows come in stream order.
+    import threading
+
+    pq.write_table(pa.table({"id": range(5000)}), tmp_path / "t.parquet", row_group_size=600)
+    it = sluice.read_parquet(tmp_path / "t.parquet").iter()
+    got = [[] for _ in range(4)]
+
+    def take(k):
+        for s in it:
+            got[k].append(s["id"])
+
+    threads = [threading.Thread(target=take, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+        assert not t.is_alive()
+    assert sorted(i for g in got for i in g) == list(range(5000))
+    assert all(g == sorted(g) for g in got)

@@ -11,7 +11,6 @@ use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::Duration;
 
 use pyo3::prelude::*;
-use pyo3::types::PyList;
 use sluice::exec::Threads;
 use sluice::{Dataset, Execution, IterOptions, IterState, Next, PipelineStats};
 
@@ -36,27 +35,6 @@ pub struct PyIter {
     closing: AtomicBool,
     /// The thread holding `inner` ([`thread_key`]; 0: none).
     owner: AtomicUsize,
-}
-
-/// Rows handed to the Python loop as one list, taken through the list's iterator
-/// (`itertools.chain` in `Iterator.__iter__`): no native call per row.
-struct Handed {
-    /// Emptied when the run is closed or replaced, so the loop takes none of it after that.
-    list: Py<PyList>,
-    iter: Py<PyAny>,
-    len: usize,
-    /// Rows of it the execution was told of.
-    told: usize,
-}
-
-/// What [`PyIter::fetch`] found.
-enum Got<'py> {
-    /// Rows are ready in `Inner::rows`.
-    Rows,
-    /// An output that is not a row of a batch.
-    One(Bound<'py, PyAny>),
-    /// The iteration is over.
-    End,
 }
 
 /// Rows of a batch read together made into dicts at a time: few enough to stay in cache
@@ -86,8 +64,6 @@ struct Inner {
     /// Rows delivered from `rows` that the execution has not been told of yet (it is told
     /// before anything reads its position).
     untold: usize,
-    /// Rows handed to the loop as a list at once ([`PyIter::next_rows`]).
-    handed: Option<Handed>,
     /// The error of a row of that batch that could not be made, raised after the rows
     /// before it.
     row_failed: Option<sluice::Error>,
@@ -98,11 +74,7 @@ impl Inner {
     /// it freed back to the system (`early`: the run had not ended, so its buffers may have
     /// held Python objects, whose memory goes back too).
     fn close(&mut self, py: Python<'_>, early: bool) {
-        self.tell_rows(py);
-        // A loop still taking the handed rows stops: they belong to this run.
-        if let Some(h) = self.handed.take() {
-            let _ = h.list.bind(py).del_slice(0, h.len);
-        }
+        self.tell_rows();
         self.rows.clear();
         self.batch = None;
         self.row_failed = None;
@@ -127,7 +99,7 @@ impl Inner {
     /// Ends the run after an error or an interrupt without waiting for calls in progress,
     /// so the exception is raised at once.
     fn abandon(&mut self, py: Python<'_>) {
-        self.tell_rows(py);
+        self.tell_rows();
         if let Some(mut exec) = self.exec.take() {
             self.last_state = self.ds.state(&self.opts, &exec).ok();
             if !py.detach(|| exec.close(ABANDON_GRACE)) {
@@ -142,27 +114,12 @@ impl Inner {
 }
 
 impl Inner {
-    /// Tells the execution of the rows delivered since it was last told: those `__next__`
-    /// took, and those the loop took from the handed list (its iterator's length hint says
-    /// how many are left). Returns how many of the handed list's rows were new.
-    fn tell_rows(&mut self, py: Python<'_>) -> usize {
-        let mut from_list = 0;
-        if let Some(h) = &mut self.handed {
-            let left = h
-                .iter
-                .bind(py)
-                .call_method0("__length_hint__")
-                .and_then(|n| n.extract::<usize>())
-                .unwrap_or(0);
-            let taken = h.len.saturating_sub(left);
-            from_list = taken.saturating_sub(h.told);
-            h.told = taken;
-        }
-        if let (n @ 1.., Some(exec)) = (self.untold + from_list, self.exec.as_mut()) {
+    /// Tells the execution of the rows delivered since it was last told.
+    fn tell_rows(&mut self) {
+        if let (n @ 1.., Some(exec)) = (self.untold, self.exec.as_mut()) {
             exec.deliver_rows(n);
         }
         self.untold = 0;
-        from_list
     }
 
     /// Makes the next few rows of the batch being delivered into dicts; false when it has
@@ -204,7 +161,6 @@ impl PyIter {
                 rows: VecDeque::new(),
                 batch: None,
                 untold: 0,
-                handed: None,
                 row_failed: None,
             }),
             count: AtomicU64::new(0),
@@ -214,58 +170,10 @@ impl PyIter {
         }
     }
 
-    /// Counts `n` outputs; called with the state locked, so only one thread writes the
-    /// count at a time and a plain store does (no locked add per output).
-    fn delivered(&self, n: u64) {
-        self.count.store(self.count.load(Relaxed) + n, Relaxed);
-    }
-
-    /// Waits for the next output: rows ready in `inner.rows`, another output, or the end.
-    fn fetch<'py>(&self, py: Python<'py>, inner: &mut Held<'_>) -> PyResult<Got<'py>> {
-        loop {
-            if !inner.rows.is_empty() {
-                return Ok(Got::Rows);
-            }
-            if inner.make_rows(py)? {
-                continue;
-            }
-            let told = inner.tell_rows(py);
-            self.delivered(told as u64);
-            if let Some(e) = inner.row_failed.take() {
-                inner.abandon(py);
-                return Err(to_py(e));
-            }
-            let Some(exec) = inner.exec.as_mut() else {
-                return Ok(Got::End);
-            };
-            // Outputs already computed need no wait: skip releasing and retaking the GIL.
-            let next = match exec.try_ready() {
-                Some(next) => next,
-                None => py.detach(|| exec.next_timeout(POLL)),
-            };
-            match next {
-                Next::Item(s) => return Ok(Got::One(sample_to_py(py, s)?)),
-                Next::Rows(batch, n) => inner.batch = Some((batch, n, 0)),
-                Next::Timeout => {
-                    if let Err(e) = py.check_signals() {
-                        inner.abandon(py);
-                        return Err(e);
-                    }
-                    if self.closing.load(Relaxed) {
-                        return Ok(Got::End);
-                    }
-                }
-                Next::End => {
-                    inner.close(py, false);
-                    inner.log_skips(py)?;
-                    return Ok(Got::End);
-                }
-                Next::Err(e) => {
-                    inner.abandon(py);
-                    return Err(to_py(e));
-                }
-            }
-        }
+    /// Counts an output; called with the state locked, so only one thread writes the count
+    /// at a time and a plain store does (no locked add per output).
+    fn delivered(&self) {
+        self.count.store(self.count.load(Relaxed) + 1, Relaxed);
     }
 
     /// The state, waiting with the GIL released while another thread holds it. This
@@ -371,48 +279,54 @@ impl PyIter {
 
     fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
         let mut inner = self.lock(py)?;
-        Ok(match self.fetch(py, &mut inner)? {
-            Got::Rows => {
+        loop {
+            if let Some(row) = inner.rows.pop_front() {
                 inner.untold += 1;
-                self.delivered(1);
-                inner.rows.pop_front().map(|r| r.into_bound(py))
+                self.delivered();
+                return Ok(Some(row.into_bound(py)));
             }
-            Got::One(out) => {
-                self.delivered(1);
-                Some(out)
+            if inner.make_rows(py)? {
+                continue;
             }
-            Got::End => None,
-        })
-    }
-
-    /// The next outputs as a list's iterator (`None` at the end): up to 64 rows of a batch
-    /// read together, else one output. For a loop that takes them without a native call
-    /// per row (`itertools.chain.from_iterable`); rows count as delivered as the loop takes
-    /// them. Not to be mixed with `__next__` on the same iterator.
-    fn next_rows<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
-        let mut inner = self.lock(py)?;
-        let told = inner.tell_rows(py);
-        self.delivered(told as u64);
-        inner.handed = None;
-        let (list, told) = match self.fetch(py, &mut inner)? {
-            Got::Rows => {
-                let k = inner.rows.len().min(ROWS_AT_ONCE);
-                (PyList::new(py, inner.rows.drain(..k))?, 0)
+            inner.tell_rows();
+            if let Some(e) = inner.row_failed.take() {
+                inner.abandon(py);
+                return Err(to_py(e));
             }
-            Got::One(out) => {
-                self.delivered(1);
-                (PyList::new(py, [out])?, 1)
+            let Some(exec) = inner.exec.as_mut() else {
+                return Ok(None);
+            };
+            // Outputs already computed need no wait: skip releasing and retaking the GIL.
+            let next = match exec.try_ready() {
+                Some(next) => next,
+                None => py.detach(|| exec.next_timeout(POLL)),
+            };
+            match next {
+                Next::Item(s) => {
+                    self.delivered();
+                    return Ok(Some(sample_to_py(py, s)?));
+                }
+                Next::Rows(batch, n) => inner.batch = Some((batch, n, 0)),
+                Next::Timeout => {
+                    if let Err(e) = py.check_signals() {
+                        inner.abandon(py);
+                        return Err(e);
+                    }
+                    if self.closing.load(Relaxed) {
+                        return Ok(None);
+                    }
+                }
+                Next::End => {
+                    inner.close(py, false);
+                    inner.log_skips(py)?;
+                    return Ok(None);
+                }
+                Next::Err(e) => {
+                    inner.abandon(py);
+                    return Err(to_py(e));
+                }
             }
-            Got::End => return Ok(None),
-        };
-        let iter = list.try_iter()?.into_any();
-        inner.handed = Some(Handed {
-            len: list.len(),
-            list: list.unbind(),
-            iter: iter.clone().unbind(),
-            told,
-        });
-        Ok(Some(iter))
+        }
     }
 
     /// A handle on this iteration's statistics that outlives the iterator.
@@ -424,21 +338,8 @@ impl PyIter {
 
     /// Outputs delivered so far.
     #[getter]
-    fn count(&self, py: Python<'_>) -> PyResult<u64> {
-        let mut inner = self.lock(py)?;
-        let told = inner.tell_rows(py);
-        self.delivered(told as u64);
-        Ok(self.count.load(Relaxed))
-    }
-
-    /// Whether this run reads rows a batch at a time (`next_rows` then pays).
-    #[getter]
-    fn rows_in_bulk(&self, py: Python<'_>) -> PyResult<bool> {
-        Ok(self
-            .lock(py)?
-            .exec
-            .as_ref()
-            .is_some_and(Execution::rows_in_bulk))
+    fn count(&self) -> u64 {
+        self.count.load(Relaxed)
     }
 
     /// The iteration's epoch (the one `iter(epoch=...)` started, or a loaded checkpoint's).
@@ -451,18 +352,14 @@ impl PyIter {
     /// `__next__` waiting in another thread returns (the iteration is over).
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         self.closing.store(true, Relaxed);
-        let mut inner = self.lock(py)?;
-        let told = inner.tell_rows(py);
-        self.delivered(told as u64);
-        inner.close(py, true);
+        self.lock(py)?.close(py, true);
         Ok(())
     }
 
     /// The checkpoint after the last output delivered, as JSON text.
     fn state_dict_json(&self, py: Python<'_>) -> PyResult<String> {
         let mut inner = self.lock(py)?;
-        let told = inner.tell_rows(py);
-        self.delivered(told as u64);
+        inner.tell_rows();
         let state = match &inner.exec {
             Some(exec) => inner.ds.state(&inner.opts, exec).py()?,
             None => match &inner.last_state {

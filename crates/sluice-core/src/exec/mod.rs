@@ -91,7 +91,6 @@ pub struct Execution {
     position: Option<(Cursor, Outer)>,
     /// The rows of the last [`Next::Rows`] and how many of them were delivered.
     rows: Option<(Box<item::RowsAt>, Outer, usize)>,
-    rows_in_bulk: bool,
     /// The source, which reads a row of a [`Next::Rows`] alone when it fails.
     source: crate::source::SourceRef,
     elastic: Option<crate::order::ElasticEpoch>,
@@ -106,7 +105,6 @@ impl Execution {
             tail,
             ctl,
             stats,
-            rows_in_bulk,
         } = start::start(plan, &opts)?;
         Ok(Execution {
             input: Some(input),
@@ -118,7 +116,6 @@ impl Execution {
             stats,
             wait_started: None,
             rows: None,
-            rows_in_bulk,
             source: plan.source.source.clone(),
             position: opts
                 .resume
@@ -126,12 +123,6 @@ impl Execution {
             elastic: opts.elastic,
             epoch: opts.epoch,
         })
-    }
-
-    /// Whether this run hands its rows over in bulk ([`Next::Rows`]): asked for with
-    /// [`ExecOptions::row_batches`], and the plan is one that reads rows in batches.
-    pub fn rows_in_bulk(&self) -> bool {
-        self.rows_in_bulk
     }
 
     /// The iteration's epoch ([`ExecOptions::epoch`]; part of its checkpoints).

@@ -58,8 +58,6 @@ pub(super) struct Started {
     pub(super) tail: Vec<(usize, Box<dyn Transform>)>,
     pub(super) ctl: Arc<Control>,
     pub(super) stats: Arc<PipelineStats>,
-    /// The run hands its rows over in bulk ([`super::Next::Rows`]).
-    pub(super) rows_in_bulk: bool,
 }
 
 /// Starts the threads of `plan`.
@@ -256,6 +254,5 @@ pub(super) fn start(plan: &PhysicalPlan, opts: &ExecOptions) -> Result<Started> 
         tail,
         ctl,
         stats,
-        rows_in_bulk: in_rows.is_some(),
     })
 }

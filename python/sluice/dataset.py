@@ -436,6 +436,8 @@ class Dataset(FormatsMixin, InspectMixin, FrameworksMixin):  # write_*/to_arrow;
         by ``image.random_resized_crop`` runs as one op that decodes a JPEG at 1/2–1/8 scale
         when the crop is shrunk enough (same crops, pixels within ≥ 35 dB PSNR; see
         docs/ARCHITECTURE.md); off, every op computes exactly. Exact plans never fuse.
+        It also lets a loop straight over ``read_parquet`` read its rows 1,024 at a time as
+        Arrow columns (the same rows, checkpoints and errors; off: one row at a time).
         ``stats_port=`` serves live statistics in the Prometheus text format on
         ``127.0.0.1:<port>/metrics`` (0: a free port, ``it.stats_address``); ``on_stats=fn``
         calls ``fn(it.stats())`` every ``stats_interval`` seconds from a background thread

@@ -111,9 +111,7 @@ impl Inner {
             }
         }
     }
-}
 
-impl Inner {
     /// Tells the execution of the rows delivered since it was last told.
     fn tell_rows(&mut self) {
         if let (n @ 1.., Some(exec)) = (self.untold, self.exec.as_mut()) {
@@ -135,9 +133,13 @@ impl Inner {
         let to = (*from + ROWS_AT_ONCE).min(*n);
         let (rows, failed) = crate::rows::rows_to_py(py, batch, *n, *from, to)?;
         *from += rows.len();
+        // No rows made and no error: the batch has fewer rows than it said; it is done.
+        let done = rows.is_empty() || failed.is_some();
         self.rows.extend(rows);
-        if let Some((row, e)) = failed {
+        if done {
             self.batch = None;
+        }
+        if let Some((row, e)) = failed {
             if let Some(exec) = &self.exec {
                 self.row_failed = Some(exec.row_error(row, e));
             }

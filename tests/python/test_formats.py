@@ -441,6 +441,9 @@ def test_parquet_rows_read_a_batch_at_a_time_equal_the_row_path(tmp_path):
                 break
         return out
 
+    def stages(it):
+        return [s["name"] for s in it.stats()["stages"]][1:]
+
     def same_rows(a, b):
         assert len(a) == len(b)
         for x, y in zip(a, b):
@@ -474,6 +477,12 @@ def test_parquet_rows_read_a_batch_at_a_time_equal_the_row_path(tmp_path):
         same_rows(list(view.iter(seed=3, epoch=0)), list(view.iter(seed=3, epoch=0, fuse_ops=False)))
     it = ok.iter()
     assert sum(1 for _ in it) == n and it.stats()["consumer"]["outputs"] == n
+    # The paths compared above are the two reads: a batch at a time, and row by row.
+    assert stages(it) == ["read+batch(1024)"]
+    plain = ok.iter(fuse_ops=False)
+    next(plain)
+    assert stages(plain) == ["read"]
+    plain.close()
 
     # A checkpoint inside a batch of rows resumes at the next row, on either path.
     shuffled = ok.shuffle(seed=4)
@@ -513,3 +522,4 @@ def test_parquet_rows_shared_by_threads_go_out_once_each(tmp_path):
         assert not t.is_alive()
     assert sorted(i for g in got for i in g) == list(range(5000))
     assert all(g == sorted(g) for g in got)
+    assert [s["name"] for s in it.stats()["stages"]][1:] == ["read+batch(1024)"]

@@ -16,6 +16,7 @@ use sluice::{Dataset, Execution, IterOptions, IterState, Next, PipelineStats};
 
 use crate::convert::sample_to_py;
 use crate::errors::{to_py, IntoPy};
+use crate::rows::{RowBatch, Rows};
 
 const POLL: Duration = Duration::from_millis(50);
 /// How long closing waits for the threads (a worker finishing a long Python call).
@@ -58,9 +59,9 @@ struct Inner {
     last_state: Option<IterState>,
     /// Rows of a batch read together ([`Next::Rows`]) made into dicts, not yet delivered.
     rows: VecDeque<Py<PyAny>>,
-    /// That batch, its rows and the first row not made into a dict yet: rows are made a
-    /// few at a time, so each is still in cache when the loop takes it.
-    batch: Option<(sluice::Sample, usize, usize)>,
+    /// That batch, made into dicts a few rows at a time, so each is still in cache when the
+    /// loop takes it.
+    batch: Option<RowBatch>,
     /// Rows delivered from `rows` that the execution has not been told of yet (it is told
     /// before anything reads its position).
     untold: usize,
@@ -123,23 +124,17 @@ impl Inner {
     /// Makes the next few rows of the batch being delivered into dicts; false when it has
     /// none left.
     fn make_rows(&mut self, py: Python<'_>) -> PyResult<bool> {
-        let Some((batch, n, from)) = &mut self.batch else {
+        let Some(batch) = &mut self.batch else {
             return Ok(false);
         };
-        if *from >= *n {
+        let (rows, failed) = batch.take(py, ROWS_AT_ONCE)?;
+        if rows.is_empty() && failed.is_none() {
             self.batch = None;
             return Ok(false);
         }
-        let to = (*from + ROWS_AT_ONCE).min(*n);
-        let (rows, failed) = crate::rows::rows_to_py(py, batch, *n, *from, to)?;
-        *from += rows.len();
-        // No rows made and no error: the batch has fewer rows than it said; it is done.
-        let done = rows.is_empty() || failed.is_some();
         self.rows.extend(rows);
-        if done {
-            self.batch = None;
-        }
         if let Some((row, e)) = failed {
+            self.batch = None;
             if let Some(exec) = &self.exec {
                 self.row_failed = Some(exec.row_error(row, e));
             }
@@ -308,7 +303,10 @@ impl PyIter {
                     self.delivered();
                     return Ok(Some(sample_to_py(py, s)?));
                 }
-                Next::Rows(batch, n) => inner.batch = Some((batch, n, 0)),
+                Next::Rows(batch, n) => match RowBatch::of(py, batch, n)? {
+                    Rows::Columns(b) => inner.batch = Some(b),
+                    Rows::Made(rows) => inner.rows.extend(rows),
+                },
                 Next::Timeout => {
                     if let Err(e) = py.check_signals() {
                         inner.abandon(py);

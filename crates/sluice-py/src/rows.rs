@@ -3,6 +3,8 @@
 //! Each value is the one the row read gives ([`sluice::arrow_value_at`]): the common types
 //! are read from their arrays directly, the rest through that function.
 
+use std::sync::Arc;
+
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyString};
 use sluice::arrow_array::cast::AsArray;
@@ -10,7 +12,7 @@ use sluice::arrow_array::types::{
     Float32Type, Float64Type, Int16Type, Int32Type, Int64Type, Int8Type, UInt16Type, UInt32Type,
     UInt8Type,
 };
-use sluice::arrow_array::Array;
+use sluice::arrow_array::{Array, ArrayRef};
 use sluice::arrow_schema::DataType;
 use sluice::{Error, Sample, Value};
 
@@ -18,60 +20,79 @@ use crate::convert::{key, sample_to_py, value_to_py};
 use crate::errors::IntoPy;
 
 /// Dicts made, and the row that could not be made (its index in the batch and why).
-pub type Made = (Vec<Py<PyAny>>, Option<(usize, Error)>);
+pub type Taken = (Vec<Py<PyAny>>, Option<(usize, Error)>);
 
-/// Rows `from..to` of `batch` (of `n` rows) as dicts, in order (all rows from `from` on
-/// when its columns are not the source's arrays); when a value cannot be turned into one
-/// (the row read would fail on it), the rows before it and the failing row's index and
-/// error.
-pub fn rows_to_py(
-    py: Python<'_>,
-    batch: &Sample,
+/// A batch of rows read together ([`sluice::Next::Rows`]), made into dicts a few rows at a
+/// time: its columns, each with its interned name, and the first row not made yet.
+pub struct RowBatch {
+    columns: Vec<(Py<PyString>, Arc<str>, ArrayRef)>,
     n: usize,
-    from: usize,
-    to: usize,
-) -> PyResult<Made> {
-    let arrays: Option<Vec<_>> = batch
-        .iter()
-        .map(|(name, v)| match v {
-            Value::Column(c) => {
-                c.0.as_any()
-                    .downcast_ref::<sluice::ArrowColumn>()
-                    .map(|a| (name.clone(), a.0.clone()))
-            }
-            _ => None,
-        })
-        .collect();
-    let Some(arrays) = arrays else {
-        // Not the source's own arrays: the rows the batch collates.
-        let rows = sluice::uncollate(batch.clone()).py()?;
-        let dicts = rows
-            .into_iter()
-            .skip(from)
-            .map(|s| sample_to_py(py, s).map(Bound::unbind))
-            .collect::<PyResult<_>>()?;
-        return Ok((dicts, None));
-    };
-    if let Some((name, a)) = arrays.iter().find(|(_, a)| a.len() != n) {
-        return Err(pyo3::exceptions::PyValueError::new_err(format!(
-            "column '{name}' of a batch of {n} rows has {} rows",
-            a.len()
-        )));
-    }
-    let mut dicts: Vec<Bound<'_, PyDict>> = (from..to).map(|_| PyDict::new(py)).collect();
-    let mut failed = None;
-    for (name, array) in &arrays {
-        let k = key(py, name);
-        if let Some((row, e)) = set_column(py, &dicts, &k, array.as_ref(), from)? {
-            // Later columns fill only the rows before it.
-            dicts.truncate(row - from);
-            failed = Some((row, Error::data(format!("column '{name}': {e}"))));
+    next: usize,
+}
+
+/// What a batch of rows gives: its columns to make dicts from, or (when its columns are not
+/// the source's arrays) its rows already made, as collating them again gives them.
+pub enum Rows {
+    Columns(RowBatch),
+    Made(Vec<Py<PyAny>>),
+}
+
+impl RowBatch {
+    /// The `n` rows of `batch`.
+    pub fn of(py: Python<'_>, batch: Sample, n: usize) -> PyResult<Rows> {
+        let arrays: Option<Vec<(Arc<str>, ArrayRef)>> = batch
+            .iter()
+            .map(|(name, v)| match v {
+                Value::Column(c) => {
+                    c.0.as_any()
+                        .downcast_ref::<sluice::ArrowColumn>()
+                        .map(|a| (name.clone(), a.0.clone()))
+                }
+                _ => None,
+            })
+            .collect();
+        let Some(arrays) = arrays else {
+            let rows = sluice::uncollate(batch).py()?;
+            let made = rows
+                .into_iter()
+                .map(|s| sample_to_py(py, s).map(Bound::unbind));
+            return Ok(Rows::Made(made.collect::<PyResult<_>>()?));
+        };
+        if let Some((name, a)) = arrays.iter().find(|(_, a)| a.len() != n) {
+            return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                "column '{name}' of a batch of {n} rows has {} rows",
+                a.len()
+            )));
         }
+        let columns = arrays
+            .into_iter()
+            .map(|(name, a)| (key(py, &name).unbind(), name, a))
+            .collect();
+        Ok(Rows::Columns(RowBatch {
+            columns,
+            n,
+            next: 0,
+        }))
     }
-    Ok((
-        dicts.into_iter().map(|d| d.into_any().unbind()).collect(),
-        failed,
-    ))
+
+    /// The next `k` rows (fewer at the end, none when all are made) as dicts, in order;
+    /// when a value cannot be turned into one (the row read would fail on it), the rows
+    /// before it and the failing row's index in the batch and error.
+    pub fn take(&mut self, py: Python<'_>, k: usize) -> PyResult<Taken> {
+        let (from, to) = (self.next, (self.next + k).min(self.n));
+        let mut dicts: Vec<Bound<'_, PyDict>> = (from..to).map(|_| PyDict::new(py)).collect();
+        let mut failed = None;
+        for (key, name, array) in &self.columns {
+            if let Some((row, e)) = set_column(py, &dicts, key.bind(py), array.as_ref(), from)? {
+                // Later columns fill only the rows before it.
+                dicts.truncate(row - from);
+                failed = Some((row, Error::data(format!("column '{name}': {e}"))));
+            }
+        }
+        self.next = if failed.is_some() { self.n } else { to };
+        let made = dicts.into_iter().map(|d| d.into_any().unbind()).collect();
+        Ok((made, failed))
+    }
 }
 
 /// Sets `key` in each dict to its row's value in `a` (the dicts are rows `from..` of it);

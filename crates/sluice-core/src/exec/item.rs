@@ -35,17 +35,22 @@ pub struct Item {
     pub rows_at: Option<Box<RowsAt>>,
 }
 
-/// Where each row of a batch read for a consumer that takes rows in bulk stands: the
-/// positions its rows would have had as separate items, so checkpoints and error messages
-/// are those of the rows.
+/// Where the rows of a batch read for a consumer that takes rows in bulk stand, in order:
+/// the places they would have had as separate items, so checkpoints and error messages are
+/// those of the rows.
 #[derive(Debug, Clone, Default)]
-pub struct RowsAt {
-    /// Each row's cursor, in order.
-    pub cursors: Vec<Cursor>,
-    /// Each row's (epoch, position in the epoch), which errors name.
-    pub refs: Vec<(u64, u64)>,
-    /// Each row's index in the source, to read it alone when it fails.
-    pub indices: Vec<u64>,
+pub struct RowsAt(pub Vec<RowAt>);
+
+/// Where one row of a [`RowsAt`] stands.
+#[derive(Debug, Clone, Copy)]
+pub struct RowAt {
+    /// Its cursor: the position after it.
+    pub cursor: Cursor,
+    /// Its epoch and position in the epoch, which errors name.
+    pub epoch: u64,
+    pub index: u64,
+    /// Its index in the source, to read it alone when it fails.
+    pub source_index: u64,
 }
 
 impl Item {

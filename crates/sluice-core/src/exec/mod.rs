@@ -35,7 +35,7 @@ pub use backend::{Backend, Backends, StageWork, ThreadBackend, Workers};
 use control::Control;
 pub use control::{cancelled, Threads};
 use item::{is_interrupt, nonempty, Transform};
-pub use item::{Chunk, Item, Partial, RowsAt};
+pub use item::{Chunk, Item, Partial, RowAt, RowsAt};
 use ordering::{Input, Recv};
 pub use resume::{Cursor, Outer, Restart, ResumePoint, Skip};
 pub use source::{CHUNK_BYTES, CHUNK_WORK_NS};
@@ -173,7 +173,7 @@ impl Execution {
         // A ready output cost the consumer no wait (unless an earlier call timed out).
         match self.wait_started.take() {
             Some(t) => self.stats.record_output(t.elapsed(), first_rows(&item)),
-            None => self.stats.record_ready_output(first_rows(&item)),
+            None => self.stats.record_ready_outputs(1, first_rows(&item)),
         }
         Some(self.hand_over(item))
     }
@@ -183,7 +183,7 @@ impl Execution {
     fn hand_over(&mut self, item: Item) -> Next {
         match item.rows_at {
             Some(at) => {
-                let n = at.cursors.len();
+                let n = at.0.len();
                 self.rows = Some((at, item.outer, 0));
                 Next::Rows(item.sample, n)
             }
@@ -201,12 +201,12 @@ impl Execution {
         let Some((at, outer, done)) = &mut self.rows else {
             return;
         };
-        let to = (*done + n).min(at.cursors.len());
+        let to = (*done + n).min(at.0.len());
         if to > *done {
-            self.position = Some((at.cursors[to - 1], outer.clone()));
+            self.position = Some((at.0[to - 1].cursor, outer.clone()));
             // The first row's output was recorded with its batch, the rest were ready.
             let ready = to - (*done).max(1);
-            self.stats.record_ready_rows(ready as u64);
+            self.stats.record_ready_outputs(ready as u64, ready as u64);
             *done = to;
         }
     }
@@ -215,18 +215,13 @@ impl Execution {
     /// value for the consumer: the error reading that row alone gives (the plain read's,
     /// naming where it lies), else `e`, naming the row.
     pub fn row_error(&self, row: usize, e: Error) -> Error {
-        let at = self.rows.as_ref().map(|(at, _, _)| at);
-        let (epoch, index) = at
-            .and_then(|at| at.refs.get(row).copied())
-            .unwrap_or_default();
-        let read = at
-            .and_then(|at| at.indices.get(row))
-            .and_then(|&i| self.source.get(i).err());
+        let at = self.rows.as_ref().and_then(|(at, _, _)| at.0.get(row));
+        let read = at.and_then(|r| self.source.get(r.source_index).err());
         Error::InSample {
             op: self.source.name().to_string(),
             sample: crate::error::SampleRef {
-                epoch,
-                index,
+                epoch: at.map_or(0, |r| r.epoch),
+                index: at.map_or(0, |r| r.index),
                 path: None,
             },
             source: Box::new(read.unwrap_or(e)),

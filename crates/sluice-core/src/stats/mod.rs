@@ -98,10 +98,7 @@ impl DelayHistogram {
     /// Records a wait of zero (an output that was ready) from the histogram's only writer,
     /// the consumer: plain loads and stores instead of locked read-modify-writes, which
     /// cost more than the rest of a cheap output's hand-over.
-    fn record_ready(&self) {
-        self.record_ready_n(1);
-    }
-    fn record_ready_n(&self, n: u64) {
+    fn record_ready(&self, n: u64) {
         bump(&self.counts[0], n);
         bump(&self.n, n);
     }
@@ -248,24 +245,16 @@ impl PipelineStats {
         self.consumer_samples.fetch_add(samples, Relaxed);
         self.sample_series(now);
     }
-    /// Records an output that was ready when the consumer asked (no wait). Only the
-    /// consumer records outputs, one call at a time (its iterator is behind a lock), so
-    /// the counters need no locked updates; the clock is read for the time series every
-    /// 64th such output only (an output that waited always reads it, so a slow pipeline
-    /// still samples on time).
-    pub(crate) fn record_ready_output(&self, samples: u64) {
-        self.delays.record_ready();
-        bump(&self.consumer_samples, samples);
-        if self.delays.len().is_multiple_of(64) {
-            self.sample_series(self.started.elapsed());
-        }
-    }
-    /// Records `n` outputs of one sample each that were ready (the rows of a batch of rows
-    /// delivered one by one, counted together).
-    pub(crate) fn record_ready_rows(&self, n: u64) {
+    /// Records `outputs` outputs holding `samples` samples in all that were ready when the
+    /// consumer asked (no wait): one output, or the rows of a batch of rows delivered one by
+    /// one, counted together. Only the consumer records outputs, one call at a time (its
+    /// iterator is behind a lock), so the counters need no locked updates; the clock is read
+    /// for the time series every 64th such output only (an output that waited always reads
+    /// it, so a slow pipeline still samples on time).
+    pub(crate) fn record_ready_outputs(&self, outputs: u64, samples: u64) {
         let before = self.delays.len();
-        self.delays.record_ready_n(n);
-        bump(&self.consumer_samples, n);
+        self.delays.record_ready(outputs);
+        bump(&self.consumer_samples, samples);
         if before / 64 != self.delays.len() / 64 {
             self.sample_series(self.started.elapsed());
         }
@@ -503,7 +492,7 @@ mod tests {
         let stats = PipelineStats::new(vec![]);
         stats.record_output(Duration::from_millis(2), 4);
         for _ in 0..130 {
-            stats.record_ready_output(4);
+            stats.record_ready_outputs(1, 4);
         }
         let c = stats.report().consumer;
         assert_eq!((c.outputs, c.samples), (131, 524));

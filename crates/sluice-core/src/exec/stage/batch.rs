@@ -4,7 +4,7 @@
 
 use crate::collate::{collate_with, uncollate};
 use crate::error::{Error, Result};
-use crate::exec::item::{Chunk, Item, RowsAt, Transform};
+use crate::exec::item::{Chunk, Item, RowAt, RowsAt, Transform};
 use crate::exec::resume::{push_outer, Cursor, Restart, StageResume};
 use crate::sample::Sample;
 use crate::source::SourceRef;
@@ -114,11 +114,13 @@ fn read_rows(src: &SourceRef, items: Chunk, out: &mut Vec<Chunk>) -> Result<()> 
     batch.outer = last.outer.clone();
     batch.rows = items.len() as u64;
     batch.sample = sample;
-    batch.rows_at = Some(Box::new(RowsAt {
-        cursors: items.iter().map(|it| it.cursor).collect(),
-        refs: items.iter().map(|it| (it.epoch, it.index)).collect(),
-        indices,
-    }));
+    let at = items.iter().map(|it| RowAt {
+        cursor: it.cursor,
+        epoch: it.epoch,
+        index: it.index,
+        source_index: it.source_index,
+    });
+    batch.rows_at = Some(Box::new(RowsAt(at.collect())));
     out.push(vec![batch]);
     Ok(())
 }

@@ -108,11 +108,13 @@ class Dataset:
         ray_factory: Callable[[str, int, str], Any] | None = None,
         actors: int | None = None,
         epoch: int = 0,
+        time_ops: bool = False,
     ) -> Iterator:
         """Starts a run at ``epoch`` (crates/sluice-py/src/options.rs). ``processes``: every Python stage
         on that many worker processes. ``ray_factory`` (a Ray context's ``_pool``) makes the
         ``ray`` backend's pools; ``actors``: every element-wise stage that can travel runs on
-        that many actors per stage, unless the plan placed its stages (``enable_offload``)."""
+        that many actors per stage, unless the plan placed its stages (``enable_offload``).
+        ``time_ops``: time each op as the run goes, for ``run_profile``."""
 
 # Stages in other processes (crates/sluice-py/src/worker.rs, crates/sluice-remote).
 class ChainWorker:
@@ -176,6 +178,10 @@ def to_arrow_stream(ds: Dataset, batch_rows: int, seed: int = 0, num_threads: in
 def cache(ds: Dataset, budget: int, disk_budget: int = 0) -> Dataset: ...
 def profile(ds: Dataset, samples: int, seconds: float, seed: int = 0, epoch_share: float = 0.0) -> str: ...
 def profile_text(json: str) -> str: ...
+def run_profile(ds: Dataset, stats: Stats, samples: int, epoch_share: float = 0.0) -> str | None:
+    """A profile (JSON) of ``ds`` from a run of it started with ``time_ops=True``
+    (``stats``: its ``stats_handle()``), once it has read as many samples as ``profile`` with
+    these settings would run; None before."""
 def optimize(
     ds: Dataset,
     profile_json: str,

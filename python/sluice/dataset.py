@@ -72,8 +72,11 @@ class Dataset(FormatsMixin, InspectMixin, FrameworksMixin):  # write_*/to_arrow;
         self._last_stats: "_native.Stats | None" = None
         self._last_context: "Context | None" = None
         self._last_plan: "Plan | None" = None
-        # Plans ``iter(optimize=...)`` made, by (options, seed): profiled once per dataset.
+        # Plans ``iter(optimize=...)`` made, by (options, seed): planned once per dataset from
+        # the step times of its first such run (``_timed``: that run's statistics), which runs
+        # the default plan.
         self._plans: "dict[tuple[str, int], Plan]" = {}
+        self._timed: "dict[tuple[str, int], tuple[_native.Stats, OptimizerOptions]]" = {}
 
     # Transformations -------------------------------------------------------------------
     @_recipe.step
@@ -427,7 +430,9 @@ class Dataset(FormatsMixin, InspectMixin, FrameworksMixin):  # write_*/to_arrow;
         ``progress=True`` shows a progress bar on stderr (tqdm's when it is installed, with
         the total when ``len(ds)`` is known; else one line of counts); off by default.
         ``plan=`` runs an optimizer plan; ``optimize=True`` (or ``OptimizerOptions``) profiles,
-        plans and runs in one step — the plan is then ``it.plan``. ``context=`` says where
+        plans and runs in one step: the first such iteration runs the default plan and times
+        its ops as it goes, and later ones run the plan made from those timings (``it.plan``,
+        see ``Iterator.plan``), so profiling costs no share of an epoch. ``context=`` says where
         to run: ``sluice.Context(ray_address=...)`` puts every element-wise stage on Ray
         actors, or — with ``optimize=True`` — the stages the cost model says pay.
         ``processes=N`` runs every stage of Python functions in N worker processes (spawned,
@@ -455,13 +460,17 @@ class Dataset(FormatsMixin, InspectMixin, FrameworksMixin):  # write_*/to_arrow;
             epoch = _int("epoch", epoch, 0)
             if epoch >= 2**64:
                 raise ValueError(f"epoch must be < 2**64, got {epoch}")
+        timing = None
         if optimize and plan is None:
             from .optimizer import OptimizerOptions
 
             options = optimize if isinstance(optimize, OptimizerOptions) else OptimizerOptions()
             if not isinstance(optimize, OptimizerOptions) and context is not None and context.remote:
                 options = dataclasses.replace(options, enable_offload=True)
-            plan = self._optimized_plan(options, seed, context)
+            plan = self._optimized_plan(options, seed, context, processes)
+            if plan is None:  # this run is the one timed: the default plan
+                timing = (options.to_json(), seed)
+                timed_options = options
         start = self._native.iter if context is None else context.starter(self._native)
         native = start(
             _int("seed", seed, 0),
@@ -470,28 +479,53 @@ class Dataset(FormatsMixin, InspectMixin, FrameworksMixin):  # write_*/to_arrow;
             plan.to_json() if plan is not None else None,
             **({} if processes is None else {"processes": _int("processes", processes, 1)}),
             **({} if fuse_ops else {"fuse_ops": False}),
+            **({} if timing is None else {"time_ops": True}),
             epoch=self._next_epoch if epoch is None else epoch,
         )
         if epoch is None:
             self._next_epoch += 1
         it = Iterator(native, progress, self._total() if progress else None, live)
         it.plan = plan
+        if timing is not None:
+            self._timed[timing] = (native.stats_handle(), timed_options)
+            it._planning = lambda: self._plan_from_run(timing)
         it._context = context
         self._last_stats, self._last_context, self._last_plan = native.stats_handle(), context, plan
         it._owner = self
         return it
 
-    def _optimized_plan(self, options: "OptimizerOptions", seed: int, context: "Context | None") -> "Plan":
-        """``iter(optimize=...)``'s plan: profiled on 1% of an epoch (16–100 samples) and
-        made once per dataset, options and seed, so later epochs start without profiling."""
-        def make() -> "Plan":
+    def _optimized_plan(
+        self, options: "OptimizerOptions", seed: int, context: "Context | None", processes: int | None
+    ) -> "Plan | None":
+        """``iter(optimize=...)``'s plan, made once per dataset, options and seed from the step
+        times of the first such run; None while there is none: the run then starts is that
+        one (the default plan, timing its ops). A timed run that ended before it had timed
+        1% of an epoch (16–100 samples) is followed by a profile taken before the run, as is
+        a run whose stages leave this process (a Ray context, worker processes), whose ops
+        it cannot time."""
+        def profiled() -> "Plan":
             return self.optimize(self.profile(samples=100, seconds=5.0, seed=seed, epoch_share=0.01), options, seed, context)
 
         if context is not None and context.remote:
-            return make()  # planned for this cluster's CPUs and prices: not reused
+            return profiled()  # planned for this cluster's CPUs and prices: not reused
         key = (options.to_json(), seed)
         if key not in self._plans:
-            self._plans[key] = make()
+            if processes is not None:
+                self._plans[key] = profiled()
+            elif key in self._timed:
+                self._plans[key] = self._plan_from_run(key) or profiled()
+        return self._plans.get(key)
+
+    def _plan_from_run(self, key: "tuple[str, int]") -> "Plan | None":
+        """The plan from the timed run's step times, once it has timed enough samples."""
+        from .optimizer import Profile
+
+        if key not in self._plans:
+            stats, options = self._timed[key]
+            timed = _native.run_profile(self._native, stats, 100, 0.01)
+            if timed is None:
+                return None
+            self._plans[key] = self.optimize(Profile(timed), options, key[1])
         return self._plans[key]
 
     def __iter__(self) -> "Iterator":

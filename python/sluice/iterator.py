@@ -8,7 +8,7 @@ import json
 import sys
 import time
 import weakref
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from . import _native, _recipe
 from .stats import Stats
@@ -75,8 +75,9 @@ class Iterator:
                  live: "dict | None" = None):
         self._native = native
         self._owner: Dataset | None = None
-        #: The optimizer plan this iteration runs (``iter(plan=...)`` / ``optimize=True``).
-        self.plan: "Plan | None" = None
+        self._plan: "Plan | None" = None
+        # The first ``iter(optimize=True)`` run: makes the plan from its step times.
+        self._planning: "Callable[[], Plan | None] | None" = None
         # Off unless asked for: a bar interleaves with the training script's own log lines.
         self._bar = _progress_bar(total) if progress else None
         # Read by the live-metrics threads without the iterator's lock (a scrape never waits
@@ -92,6 +93,21 @@ class Iterator:
                 native.close()
                 raise
         _LIVE.add(native)
+
+    @property
+    def plan(self) -> "Plan | None":
+        """The optimizer plan this iteration runs (``iter(plan=...)``, ``optimize=True``); None
+        for the default plan. The first ``iter(optimize=True)`` of a dataset runs the default
+        plan and times its ops as it goes: its ``plan`` is the one made from those timings,
+        which later ``optimize=True`` iterations run — None until the run has timed 1% of an
+        epoch (16–100 samples)."""
+        if self._plan is None and self._planning is not None:
+            self._plan = self._planning()
+        return self._plan
+
+    @plan.setter
+    def plan(self, plan: "Plan | None") -> None:
+        self._plan = plan
 
     @property
     def stats_address(self) -> "tuple[str, int] | None":

@@ -129,9 +129,19 @@ def test_a_plan_predicts_for_a_pipeline_whose_ops_fuse_when_run():
     assert len(list(ds.iter(plan=plan))) == len(list(ds.iter()))
 
 
+def jitter_bound(ds):
+    """A profile of ``ds`` with its counts as measured and fixed costs (no clock): the
+    jitter 20 ms an image, every other op 0.1 ms, so what the optimizer decides does not
+    depend on how fast or busy the machine is."""
+    data = ds.profile(samples=8).data
+    for op in data["ops"]:
+        op["cpu_s"] = op["wall_s"] = (20e-3 if op["name"] == "color_jitter" else 1e-4) * op["items_in"]
+    return Profile(json.dumps(data))
+
+
 def test_autoorder_moves_the_crop_before_the_jitter_unless_exact():
     ds = cv()
-    prof = ds.profile(samples=8)
+    prof = jitter_bound(ds)
     plan = ds.optimize(prof)
     text = str(plan)
     assert "random_resized_crop" in text and "predicted" in text
@@ -150,7 +160,7 @@ def test_a_reordered_plan_gets_the_fused_decode_crop_and_an_exact_one_does_not()
     # fuse: their bytes are those of iter(fuse_ops=False).
     ds = cv()
     assert "decode_random_resized_crop" not in ds.explain()
-    prof = ds.profile(samples=8)
+    prof = jitter_bound(ds)
     plan = ds.optimize(prof)
     assert "decode_random_resized_crop" in ds.explain(plan=plan)
     assert "decode_random_resized_crop" not in ds.explain(plan=plan, fuse_ops=False)
@@ -261,26 +271,86 @@ def test_optimize_falls_back_to_the_default_plan_it_cannot_beat():
     # run is the default's, and a later epoch reuses the plan instead of profiling again.
     ds = sluice.range(3000).map(sluice.ops.select(["id"])).batch(100)
     it = ds.iter(seed=1, epoch=0, optimize=True)
+    same(outputs(it), outputs(ds.iter(seed=1, epoch=0)))
     last = it.plan.data["decisions"][-1]
     assert last.startswith("fallback: ran the default plan"), last
-    same(outputs(it), outputs(ds.iter(seed=1, epoch=0)))
     again = ds.iter(seed=1, epoch=1, optimize=True)
     assert again.plan is it.plan
     again.close()
     # With the fallback off the optimizer's own plan runs, and says nothing of a fallback.
+    first = ds.iter(seed=1, epoch=0, optimize=OptimizerOptions(enable_fallback=False))
+    same(outputs(first), outputs(ds.iter(seed=1, epoch=0)))
     off = ds.iter(seed=1, epoch=0, optimize=OptimizerOptions(enable_fallback=False))
+    assert off.plan is first.plan
     assert not any(d.startswith("fallback") for d in off.plan.data["decisions"])
     same(outputs(off), outputs(ds.iter(seed=1, epoch=0)))
+
+
+def test_optimize_plans_from_its_first_runs_own_timings(monkeypatch):
+    # The first optimize=True run is the default plan, timing its ops: no profile runs before
+    # it or after it, and the plan it leaves for later runs is made from what it timed.
+    ds = cv(epochs=3)
+    monkeypatch.setattr(ds, "profile", lambda *a, **k: pytest.fail("profiled before the run"))
+    it = ds.iter(seed=2, epoch=0, optimize=True)
+    same(outputs(it), outputs(ds.iter(seed=2, epoch=0)))
+    plan = it.plan
+    assert isinstance(plan, Plan) and plan.stages
+    later = ds.iter(seed=2, epoch=1, optimize=True)
+    assert later.plan is plan
+    assert sum(len(b["label"]) for b in later) == 24
+
+
+def test_a_runs_timings_make_the_profile_a_profile_would():
+    # decode + random_resized_crop fuse in the default plan; the run's timings still give
+    # each its own entry, with what each handed on: the decoded images, then the crops.
+    ds = sluice.read_images(str(IMAGES), labels="parent_dir").map(I.decode()).map(I.random_resized_crop(48)).batch(4)
+    run = ds._native.iter(seed=0, time_ops=True)
+    assert sum(len(b["label"]) for b in run) == 8
+    timed = Profile(sluice._native.run_profile(ds._native, run.stats_handle(), 100, 0.01))
+    whole = ds.profile(samples=8)
+    assert [o["name"] for o in timed.ops] == [o["name"] for o in whole.ops] == ["decode", "random_resized_crop"]
+    assert timed.data["samples"] == 8 and timed.data["source"]["items_out"] == 8
+    for t, w in zip(timed.ops, whole.ops):
+        for k in ("items_in", "items_out", "bytes_in", "bytes_out", "bytes_written"):
+            assert t[k] == w[k], (t["name"], k, t[k], w[k])
+        assert t["cpu_s"] > 0
+    assert timed.data["output"] == whole.data["output"]
+    # A run that did not time its ops gives none.
+    untimed = ds._native.iter(seed=0)
+    assert sum(len(b["label"]) for b in untimed) == 8
+    assert sluice._native.run_profile(ds._native, untimed.stats_handle(), 8) is None
+
+
+def test_a_streamed_sources_run_times_its_read_and_ops(tokenizer):
+    ds = nlp(tokenizer)  # read_text streams: the source thread times the read
+    run = ds._native.iter(seed=0, time_ops=True)
+    batches = list(run)
+    timed = Profile(sluice._native.run_profile(ds._native, run.stats_handle(), 100, 0.01))
+    whole = ds.profile(samples=10_000)
+    lines = sum(len(b["input_ids"]) for b in batches)
+    assert timed.data["samples"] == whole.data["samples"] == lines
+    assert [o["name"] for o in timed.ops] == [o["name"] for o in whole.ops] == ["tokenize", "truncate", "pad"]
+    for t, w in zip(timed.ops, whole.ops):
+        assert (t["items_in"], t["bytes_in"], t["bytes_out"]) == (w["items_in"], w["bytes_in"], w["bytes_out"]), t["name"]
+    assert timed.data["source"]["bytes_out"] == whole.data["source"]["bytes_out"]
+
+
+def test_a_first_run_stopped_early_is_followed_by_a_profile():
+    ds = sluice.range(100_000).map(sluice.ops.select(["id"])).batch(4)
+    it = ds.iter(seed=0, optimize=True, num_threads=0, chunk_size=4)
+    next(it)
+    assert it.plan is None  # 4 of the 100 samples a profile would run
+    it.close()
+    later = ds.iter(seed=0, optimize=True)
+    assert isinstance(later.plan, Plan)
+    later.close()
 
 
 def test_optimize_keeps_a_plan_predicted_faster():
     # The jitter written before a crop to 48 px, with fixed costs (no clock): the jitter
     # dominates, so moving the crop first is predicted to pay and the plan is kept.
     ds = cv()
-    data = ds.profile(samples=8).data
-    for op in data["ops"]:
-        op["cpu_s"] = op["wall_s"] = (20e-3 if op["name"] == "color_jitter" else 1e-4) * op["items_in"]
-    plan = ds.optimize(Profile(json.dumps(data)), seed=2)
+    plan = ds.optimize(jitter_bound(ds), seed=2)
     last = plan.data["decisions"][-1]
     assert last.startswith("fallback: kept the optimized plan"), last
     assert any(d.startswith("reorder") for d in plan.data["decisions"])

@@ -15,6 +15,7 @@
 //! ```
 
 pub mod cache;
+pub mod clock;
 pub mod codec;
 pub mod collate;
 pub mod error;

@@ -168,6 +168,13 @@ pub trait Op: Send + Sync + fmt::Debug {
         let _ = (next, next_op_id);
         None
     }
+    /// For an op [`Op::fuse_next`] made: the id of the op it took in. A run that times its
+    /// ops ([`crate::stats::ops`]) records the fused op as the two, splitting its cost where
+    /// its first part ended ([`crate::stats::ops::FirstPart`]; all of it to the first op when
+    /// it does not say). `None` (the default): not a fusion.
+    fn fused_second(&self) -> Option<u64> {
+        None
+    }
     /// This op in a form that takes samples made by [`Sample::from_object`] and leaves its
     /// results as such objects, for when nothing after it reads their fields and the
     /// consumer takes objects (a Python function's dict then reaches the loop as the

@@ -30,7 +30,7 @@
 //! # Ok::<(), sluice_core::Error>(())
 //! ```
 
-pub mod clock;
+pub use sluice_core::clock;
 pub mod driver;
 pub mod model;
 pub mod options;

@@ -279,8 +279,9 @@ impl PyDataset {
     }
     /// Starts a run at `epoch` (the Python layer resolves `epoch=None` to the dataset's next
     /// epoch). With a Ray context, `ray_factory` makes the `ray` backend's pools and
-    /// `actors` says how many per stage (see [`RunArgs`]).
-    #[pyo3(signature = (seed=0, num_threads=None, chunk_size=None, plan_json=None, processes=None, fuse_ops=true, ray_factory=None, actors=None, epoch=0))]
+    /// `actors` says how many per stage (see [`RunArgs`]). `time_ops`: time each op as the
+    /// run goes, for `run_profile`.
+    #[pyo3(signature = (seed=0, num_threads=None, chunk_size=None, plan_json=None, processes=None, fuse_ops=true, ray_factory=None, actors=None, epoch=0, time_ops=false))]
     #[allow(clippy::too_many_arguments)]
     fn iter(
         &self,
@@ -294,12 +295,14 @@ impl PyDataset {
         ray_factory: Option<Py<PyAny>>,
         actors: Option<usize>,
         epoch: u64,
+        time_ops: bool,
     ) -> PyResult<PyIter> {
         let opts = IterOptions {
             columns: true,
             objects: true,
             row_batches: true,
             epoch,
+            time_ops,
             ..RunArgs {
                 seed,
                 num_threads,

@@ -465,6 +465,13 @@ pub struct PyStats {
     stats: Arc<PipelineStats>,
 }
 
+impl PyStats {
+    /// The run's statistics.
+    pub(crate) fn pipeline(&self) -> &PipelineStats {
+        &self.stats
+    }
+}
+
 #[pymethods]
 impl PyStats {
     /// Per-stage and consumer statistics, as JSON text.

@@ -8,6 +8,7 @@ use sluice::{OptimizerOptions, Plan, Profile, ProfileOptions};
 
 use crate::dataset::PyDataset;
 use crate::errors::IntoPy;
+use crate::iter::PyStats;
 use crate::options::RunArgs;
 
 fn parse_options(json: &str) -> PyResult<OptimizerOptions> {
@@ -42,6 +43,22 @@ fn profile(
     // Python UDFs take the GIL per call; the rest runs without it.
     let p = crate::errors::interruptible(py, || ds.ds.profile(&opts))?.py()?;
     Ok(p.to_json())
+}
+
+/// A profile (JSON) of `ds` from a run of it that timed its ops (`stats`: its
+/// `stats_handle()`), once it has read as many samples as a profile with these settings
+/// would run; `None` before.
+#[pyfunction]
+#[pyo3(signature = (ds, stats, samples, epoch_share=0.0))]
+fn run_profile(ds: &PyDataset, stats: &PyStats, samples: u64, epoch_share: f64) -> Option<String> {
+    let opts = ProfileOptions {
+        samples,
+        epoch_share,
+        ..Default::default()
+    };
+    ds.ds
+        .run_profile(stats.pipeline(), &opts)
+        .map(|p| p.to_json())
 }
 
 #[pyfunction]
@@ -132,6 +149,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cache, m)?)?;
     m.add_function(wrap_pyfunction!(profile, m)?)?;
     m.add_function(wrap_pyfunction!(profile_text, m)?)?;
+    m.add_function(wrap_pyfunction!(run_profile, m)?)?;
     m.add_function(wrap_pyfunction!(optimize, m)?)?;
     m.add_function(wrap_pyfunction!(predict, m)?)?;
     m.add_function(wrap_pyfunction!(offload_plan, m)?)?;

@@ -78,6 +78,7 @@ impl RunArgs<'_> {
             columns: false,
             objects: false,
             row_batches: false,
+            time_ops: false,
         })
     }
 }

@@ -60,6 +60,9 @@ pub struct IterOptions {
     pub objects: bool,
     /// The consumer takes rows of a columnar read in bulk ([`ExecOptions::row_batches`]).
     pub row_batches: bool,
+    /// Time each op as the run goes ([`ExecOptions::time_ops`]), for
+    /// [`Dataset::run_profile`] to make a profile from.
+    pub time_ops: bool,
 }
 
 impl Default for IterOptions {
@@ -76,6 +79,7 @@ impl Default for IterOptions {
             columns: false,
             objects: false,
             row_batches: false,
+            time_ops: false,
         }
     }
 }
@@ -441,6 +445,7 @@ impl Dataset {
                 objects: opts.objects,
                 // Reading rows a batch at a time is a fusion of the read with the output.
                 row_batches: opts.row_batches && opts.fuse_ops,
+                time_ops: opts.time_ops,
                 backends: opts.backends.clone(),
                 controller: opts.plan.as_ref().filter(|p| p.controller).map(|p| {
                     sluice_core::exec::controller::ControllerOptions {

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use sluice_core::{CacheNode, LogicalPlan, Result};
+use sluice_core::{CacheNode, LogicalPlan, PipelineStats, Result};
 use sluice_optimizer::{
     optimize_physical, predict_with, OptimizeInput, OptimizerOptions, Plan, PlanOptions,
     Prediction, Profile, ProfileOptions, RemoteModel,
@@ -56,6 +56,33 @@ impl Dataset {
         let mut p = sluice_optimizer::profile(self.plan(), opts)?;
         p.pipeline = self.fingerprint();
         Ok(p)
+    }
+
+    /// A profile of this pipeline from the step times of a run of it that timed its ops
+    /// ([`IterOptions::time_ops`]; `stats` is its [`Execution::stats_handle`]), with no run
+    /// of its own; `None` until the run has read as many samples as a profile with `opts`
+    /// would run and reached every op it profiles.
+    ///
+    /// [`Execution::stats_handle`]: sluice_core::Execution::stats_handle
+    ///
+    /// ```
+    /// use sluice::{Dataset, IterOptions, OpSpec, OnError};
+    /// use sluice_optimizer::ProfileOptions;
+    /// let ds = Dataset::range(100).map(OpSpec::Noop.build()?, OnError::Raise, None)?;
+    /// let mut run = ds.iter(&IterOptions { time_ops: true, ..Default::default() })?;
+    /// assert_eq!(run.by_ref().count(), 100);
+    /// let opts = ProfileOptions { samples: 50, ..Default::default() };
+    /// let p = ds.run_profile(&run.stats_handle(), &opts).unwrap();
+    /// assert_eq!((p.samples, p.ops.len(), p.ops[0].items_in), (100, 1, 100));
+    /// assert_eq!(p.pipeline, ds.fingerprint());
+    /// # Ok::<(), sluice::Error>(())
+    /// ```
+    pub fn run_profile(&self, stats: &PipelineStats, opts: &ProfileOptions) -> Option<Profile> {
+        let times = stats.op_times()?.steps();
+        let min = opts.samples_of(self.plan().source().len());
+        let mut p = Profile::from_run(self.plan(), &times, stats.elapsed(), min)?;
+        p.pipeline = self.fingerprint();
+        Some(p)
     }
 
     /// Plans how to run this pipeline from `profile` (taken on this pipeline). `iter` is the

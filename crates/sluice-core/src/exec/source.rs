@@ -4,11 +4,14 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, Receiver};
 
+use crate::clock::thread_cpu;
 use crate::error::{Error, Result};
 use crate::plan::physical::SourceStage;
+use crate::stats::ops::read_time;
 use crate::stats::{PipelineStats, StageCounters, StageInfo};
 
 use super::channel::{send_counted, Msg};
@@ -55,6 +58,7 @@ pub(super) fn spawn_source(
             };
             let mut chunk = sizer.next(&stats);
             let mut items = Vec::with_capacity(chunk as usize);
+            let mut timer = ReadTimer::start(&stats);
             let (mut any, mut seen) = (false, 0usize);
             let skip = std::mem::take(&mut skip_to) as usize;
             for (index, res) in stream.enumerate() {
@@ -85,12 +89,15 @@ pub(super) fn spawn_source(
                     }
                 }
                 if items.len() as u64 >= chunk {
+                    timer.chunk(&stats, &items);
                     if !send_counted(&tx, Ok(std::mem::take(&mut items)), c) {
                         return;
                     }
+                    timer = ReadTimer::start(&stats);
                     chunk = sizer.next(&stats);
                 }
             }
+            timer.chunk(&stats, &items);
             if !items.is_empty() && !send_counted(&tx, Ok(items), c) {
                 return;
             }
@@ -110,6 +117,28 @@ pub(super) fn spawn_source(
         }
     })?;
     Ok(rx)
+}
+
+/// Times a stream's reading chunk by chunk when the run times its steps: the reader's thread
+/// CPU between chunks is the read's (a blocked send costs none).
+struct ReadTimer(Option<(Instant, Duration)>);
+
+impl ReadTimer {
+    fn start(stats: &PipelineStats) -> Self {
+        ReadTimer(stats.op_times().map(|_| (Instant::now(), thread_cpu())))
+    }
+    /// Records `items`, read since the timer started (restarted after each send: the time a
+    /// full queue blocks it is not the read's).
+    fn chunk(&self, stats: &PipelineStats, items: &[Item]) {
+        let (Some((t0, c0)), Some(times)) = (self.0, stats.op_times()) else {
+            return;
+        };
+        if !items.is_empty() && times.wants(None) {
+            let bytes = items.iter().map(|it| it.sample.nbytes() as u64).sum();
+            let t = read_time(items.len() as u64, bytes, thread_cpu() - c0, t0.elapsed());
+            times.record(None, &t);
+        }
+    }
 }
 
 /// A random-access source's items in its order (shuffle, shard, epochs), chunk by chunk,

@@ -49,6 +49,9 @@ pub struct ExecOptions {
     /// columns at a time ([`crate::plan::rows::read_rows_in_batches`]), instead of a sample
     /// per row.
     pub row_batches: bool,
+    /// Time each op and the source read as the run goes, for the optimizer to plan from
+    /// ([`crate::stats::ops`]; `iter(optimize=True)` times its first run).
+    pub time_ops: bool,
 }
 
 /// What starting a run makes: the consumer's input, the stages that run inline in the
@@ -101,6 +104,9 @@ pub(super) fn start(plan: &PhysicalPlan, opts: &ExecOptions) -> Result<Started> 
         });
     }
     let stats = Arc::new(PipelineStats::new(infos));
+    if opts.time_ops {
+        stats.time_ops();
+    }
     let source = &plan.source.source;
     stats.watch_source(source);
     stats.set_source_report(source.report());

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+pub mod ops;
 pub mod series;
 
 use series::{Point, Series, StagePoint};
@@ -179,6 +180,8 @@ pub struct PipelineStats {
     series: Series,
     /// The error that ended the run, as the consumer received it.
     error: OnceLock<String>,
+    /// Each step's cost, when the run times its ops ([`crate::ExecOptions::time_ops`]).
+    op_times: OnceLock<ops::OpTimes>,
 }
 
 impl PipelineStats {
@@ -204,6 +207,7 @@ impl PipelineStats {
                 Series::off()
             },
             error: OnceLock::new(),
+            op_times: OnceLock::new(),
         };
         // The series starts at the start: its first interval runs up to the first sample.
         if series::enabled() {
@@ -289,6 +293,14 @@ impl PipelineStats {
             cpu_s: series::process_cpu_s(),
             rss_bytes: series::process_rss_bytes(),
         }
+    }
+    /// Times each step from now on ([`crate::ExecOptions::time_ops`]).
+    pub fn time_ops(&self) {
+        let _ = self.op_times.set(ops::OpTimes::default());
+    }
+    /// Each step's cost so far, when the run times its ops.
+    pub fn op_times(&self) -> Option<&ops::OpTimes> {
+        self.op_times.get()
     }
     /// Records the error that ended the run (the first one; later calls are ignored).
     pub fn record_error(&self, error: &crate::Error) {

@@ -90,6 +90,33 @@ pub fn decode_resized_crop(
     out_w: usize,
     filter: Filter,
 ) -> Result<(Image, u32)> {
+    let decoded = decode_for_crop(bytes, opts, height, width, out_h, out_w, filter)?;
+    let out = decoded.resized_crop(top, left, height, width, out_h, out_w, filter)?;
+    Ok((out, decoded.d))
+}
+
+/// The decode [`decode_resized_crop`] makes for a `height` x `width` crop resized to
+/// `out_h` x `out_w` (at 1/d scale when [`dct_denominator`] allows), before the crop: its
+/// two halves apart, so a caller can tell what each costs.
+///
+/// ```
+/// use sluice_imgproc::*;
+/// let f = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/coffee_320x240.jpg")).unwrap();
+/// let opts = DecodeOptions::default();
+/// let decoded = decode_for_crop(&f, &opts, 240, 300, 24, 24, Filter::Bilinear).unwrap();
+/// assert_eq!((decoded.image.width, decoded.d), (80, 4));
+/// let img = decoded.resized_crop(0, 10, 240, 300, 24, 24, Filter::Bilinear).unwrap();
+/// assert_eq!(img, decode_resized_crop(&f, &opts, 0, 10, 240, 300, 24, 24, Filter::Bilinear).unwrap().0);
+/// ```
+pub fn decode_for_crop(
+    bytes: &[u8],
+    opts: &DecodeOptions,
+    height: usize,
+    width: usize,
+    out_h: usize,
+    out_w: usize,
+    filter: Filter,
+) -> Result<DecodedForCrop> {
     let d = match sniff(bytes) {
         Some(Format::Jpeg) => dct_denominator(height, width, out_h, out_w, filter),
         _ => 1,
@@ -97,7 +124,7 @@ pub fn decode_resized_crop(
     if d > 1 {
         let header = parse_checked_header(bytes, opts)?;
         let d = d as usize;
-        if let Some(img) = decode_jpeg_at(bytes, &header, opts, d)? {
+        if let Some(image) = decode_jpeg_at(bytes, &header, opts, d)? {
             let (mut uh, mut uw) = (usize::from(header.height), usize::from(header.width));
             if swaps_axes(header.orientation) {
                 std::mem::swap(&mut uh, &mut uw);
@@ -107,19 +134,56 @@ pub fn decode_resized_crop(
             // that partial pixel comes first in the upright image, shifting the grid.
             let (rev_y, rev_x) = reverses_axes(header.orientation);
             let shift = |n: usize, rev: bool| if rev { n.div_ceil(d) * d - n } else { 0 };
-            let s = d as f64;
-            let b = CropBox {
-                top: (top + shift(uh, rev_y)) as f64 / s,
-                left: (left + shift(uw, rev_x)) as f64 / s,
-                height: height as f64 / s,
-                width: width as f64 / s,
-            };
-            // Crop-then-resize, as the full path: only pixels the crop touches are read.
-            let out = resized_subpixel_crop(&img, b, out_h, out_w, filter, true)?;
-            return Ok((out, d as u32));
+            return Ok(DecodedForCrop {
+                image,
+                d: d as u32,
+                shift: (shift(uh, rev_y), shift(uw, rev_x)),
+            });
         }
     }
-    let img = decode(bytes, opts)?;
-    let out = resized_crop(&img, top, left, height, width, out_h, out_w, filter)?;
-    Ok((out, 1))
+    Ok(DecodedForCrop {
+        image: decode(bytes, opts)?,
+        d: 1,
+        shift: (0, 0),
+    })
+}
+
+/// An image [`decode_for_crop`] decoded: at 1/`d` of the full size (1: full size).
+#[derive(Debug, Clone)]
+pub struct DecodedForCrop {
+    /// The decoded image.
+    pub image: Image,
+    /// Its scale denominator.
+    pub d: u32,
+    /// Full-size pixels the scaled grid starts before the upright image (rows, columns).
+    shift: (usize, usize),
+}
+
+impl DecodedForCrop {
+    /// The crop (in the upright full-size frame) resized to `out_h` x `out_w`: the second
+    /// half of [`decode_resized_crop`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn resized_crop(
+        &self,
+        top: usize,
+        left: usize,
+        height: usize,
+        width: usize,
+        out_h: usize,
+        out_w: usize,
+        filter: Filter,
+    ) -> Result<Image> {
+        if self.d == 1 {
+            return resized_crop(&self.image, top, left, height, width, out_h, out_w, filter);
+        }
+        let s = self.d as f64;
+        let b = CropBox {
+            top: (top + self.shift.0) as f64 / s,
+            left: (left + self.shift.1) as f64 / s,
+            height: height as f64 / s,
+            width: width as f64 / s,
+        };
+        // Crop-then-resize, as the full path: only pixels the crop touches are read.
+        resized_subpixel_crop(&self.image, b, out_h, out_w, filter, true)
+    }
 }

@@ -11,7 +11,9 @@ mod png;
 use crate::error::{ImageError, Result};
 use crate::image::Image;
 
-pub use crop::{dct_denominator, decode_resized_crop, DCT_MIN_RESIDUAL};
+pub use crop::{
+    dct_denominator, decode_for_crop, decode_resized_crop, DecodedForCrop, DCT_MIN_RESIDUAL,
+};
 pub use jpeg::{decode_scaled, jpeg_dimensions};
 
 /// Pillow's `Image.MAX_IMAGE_PIXELS` (1024 * 1024 * 1024 // 4 // 3). Pillow

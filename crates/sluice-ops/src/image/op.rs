@@ -1,5 +1,6 @@
 //! Running the `image.*` ops.
 
+use sluice_core::stats::ops::FirstPart;
 use sluice_core::{
     Emit, Error, Op, OpContext, OpKind, OpMeta, OpRef, Result, Sample, SampleRng, Tensor,
     TensorData, Value,
@@ -154,19 +155,25 @@ impl ImageOp {
                 let opts = decode_options(mode, *max_pixels);
                 let (oh, ow) = size.square();
                 let interp = filter(interpolation)?;
+                // The decode is the first op's part of the cost, the crop the second's: a
+                // run timing its ops charges each its own (`FirstPart`), with the bytes the
+                // unfused decode would have handed on.
+                let part = FirstPart::start();
                 if ip::sniff(bytes) == Some(ip::Format::Jpeg) {
                     // The crop op's draw, from the header's (upright) size: the same box
                     // the unfused ops pick from the decoded image.
                     let (h, w) = ip::jpeg_dimensions(bytes).map_err(kernel_err)?;
                     let (top, left, ch, cw) =
                         ip::rrc_params(h, w, *scale, *ratio, u).map_err(kernel_err)?;
-                    Ok(
-                        ip::decode_resized_crop(bytes, &opts, top, left, ch, cw, oh, ow, interp)
-                            .map_err(kernel_err)?
-                            .0,
-                    )
+                    let decoded = ip::decode_for_crop(bytes, &opts, ch, cw, oh, ow, interp)
+                        .map_err(kernel_err)?;
+                    part.end((h * w * decoded.image.channels) as u64);
+                    decoded
+                        .resized_crop(top, left, ch, cw, oh, ow, interp)
+                        .map_err(kernel_err)
                 } else {
                     let img = ip::decode(bytes, &opts).map_err(kernel_err)?;
+                    part.end(img.data.len() as u64);
                     let (top, left, ch, cw) =
                         ip::rrc_params(img.height, img.width, *scale, *ratio, u)
                             .map_err(kernel_err)?;
@@ -420,6 +427,12 @@ impl Op for ImageOp {
         };
         self.run(&mut s, &mut rng)?;
         Ok(Emit::One(s))
+    }
+    fn fused_second(&self) -> Option<u64> {
+        match self.spec {
+            ImageSpec::DecodeRandomResizedCrop { crop_op_id, .. } => Some(crop_op_id),
+            _ => None,
+        }
     }
     /// `decode` + the in-place `random_resized_crop` of its output field (bilinear or
     /// bicubic) become `decode_random_resized_crop`. A crop writing another field keeps the

@@ -7,11 +7,13 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use sluice_core::{
-    Emit, Error, LogicalPlan, OnError, OpContext, OpKind, OpRef, Result, Sample, SampleRef, Value,
+    Emit, Error, LogicalPlan, OnError, OpContext, OpKind, OpRef, Result, Sample, SampleRef,
 };
 
 use crate::clock::thread_cpu;
+use sluice_core::stats::ops::python_objects;
 
+mod run;
 mod scaling;
 use scaling::{efficiency, Scaling};
 
@@ -126,7 +128,7 @@ fn one() -> f64 {
 }
 
 impl OpProfile {
-    fn new(op_id: Option<u64>, name: &str) -> Self {
+    pub(crate) fn new(op_id: Option<u64>, name: &str) -> Self {
         OpProfile {
             op_id,
             name: name.to_string(),
@@ -145,7 +147,7 @@ impl OpProfile {
             parallel_efficiency: 1.0,
         }
     }
-    fn for_op(op: &OpRef, op_id: u64) -> Self {
+    pub(crate) fn for_op(op: &OpRef, op_id: u64) -> Self {
         let meta = op.meta();
         OpProfile {
             kind: meta.kind,
@@ -199,16 +201,9 @@ pub struct OutputShape {
 
 impl OutputShape {
     fn add(&mut self, s: &Sample) {
-        fn objects(v: &Value) -> u64 {
-            match v {
-                Value::Str(_) | Value::Bytes(_) => 1,
-                Value::List(items) => items.iter().map(|v| objects(v).max(1)).sum(),
-                _ => 0,
-            }
-        }
         self.items += 1;
         self.fields += s.len() as u64;
-        self.objects += s.iter().map(|(_, v)| objects(v)).sum::<u64>();
+        self.objects += s.iter().map(|(_, v)| python_objects(v)).sum::<u64>();
     }
     /// Mean fields per sample.
     pub fn fields_per_item(&self) -> f64 {
@@ -314,14 +309,14 @@ impl std::fmt::Display for Profile {
     }
 }
 
-struct Step {
+pub(crate) struct Step {
     op: OpRef,
     on_error: OnError,
     op_id: u64,
 }
 
 /// The element-wise ops the profiler runs: those before the first stateful step.
-fn profiled_steps(plan: &Arc<LogicalPlan>) -> Vec<Step> {
+pub(crate) fn profiled_steps(plan: &Arc<LogicalPlan>) -> Vec<Step> {
     let mut steps = Vec::new();
     for node in plan.chain() {
         match &*node {

@@ -12,6 +12,7 @@ use crate::plan::logical::OnError;
 use crate::plan::physical::ChainOp;
 use crate::rng::combine;
 use crate::source::SourceRef;
+use crate::stats::ops::ChunkTimer;
 use crate::stats::PipelineStats;
 
 /// Reads each item's sample from a random-access source; a failure names the sample, and
@@ -41,6 +42,8 @@ pub(crate) fn read_items(src: &SourceRef, mut items: Chunk) -> Partial {
 pub(crate) struct Chain {
     read: Option<SourceRef>,
     ops: Vec<ChainOp>,
+    /// The fields each op writes (what a timed run counts as its `bytes_written`).
+    writes: Vec<Vec<String>>,
     seed: u64,
     stats: Arc<PipelineStats>,
     stage: usize,
@@ -59,6 +62,7 @@ impl Chain {
     ) -> Self {
         Chain {
             read,
+            writes: ops.iter().map(|c| c.op.meta().writes).collect(),
             ops,
             seed,
             stats,
@@ -80,15 +84,41 @@ impl Chain {
     /// op) and the failure, so a failing sample loses no output that precedes it.
     pub(crate) fn run_partial(&self, mut items: Chunk) -> Partial {
         let mut failed = None;
+        // A chunk is timed through all its steps or not at all (while its first step wants it).
+        let first = match &self.read {
+            Some(_) => None,
+            None => self.ops.first().map(|c| c.op_id),
+        };
+        let mut timer = self
+            .stats
+            .op_times()
+            .filter(|t| t.wants(first))
+            .map(ChunkTimer::start);
         if let Some(src) = &self.read {
             (items, failed) = read_items(src, items);
+            if let Some(t) = &mut timer {
+                t.read(items.iter().map(|it| &it.sample));
+            }
         }
-        for cop in &self.ops {
+        for (k, cop) in self.ops.iter().enumerate() {
             if items.is_empty() {
                 break;
             }
+            let before = timer
+                .as_mut()
+                .map(|t| t.before(items.iter().map(|it| &it.sample)));
             let (out, err) = self.apply(cop, items);
             items = out;
+            if let (Some(t), Some(before)) = (&mut timer, before) {
+                let last = k + 1 == self.ops.len();
+                t.op(
+                    cop,
+                    &self.writes[k],
+                    before,
+                    items.iter().map(|it| &it.sample),
+                    last,
+                );
+            }
             if let Some(e) = err {
                 if is_interrupt(&e) {
                     return (Vec::new(), Some(e));
@@ -96,6 +126,10 @@ impl Chain {
                 // A later op failing on the items left fails on an earlier sample.
                 failed = Some(e);
             }
+        }
+        // A failed chunk's outputs stop at the failure: its counts would not match.
+        if let (Some(t), None) = (timer, &failed) {
+            t.finish();
         }
         // A position's outputs never span chunks, so ordinals can be counted per chunk.
         let mut prev: Option<(u64, u64)> = None;
@@ -316,5 +350,81 @@ mod tests {
             [(0, 0, 0), (0, 1, 1), (1, 0, 10), (4, 0, 40)]
         );
         assert_eq!(skipping.stats.counters(1).skipped.load(Relaxed), 1);
+    }
+
+    /// Doubles `id` in two parts, saying the first made `PART_BYTES` bytes: what a fused op
+    /// of the ops with ids 1 and 7 does.
+    #[derive(Debug)]
+    struct TwoParts;
+    const PART_BYTES: u64 = 100;
+
+    impl Op for TwoParts {
+        fn name(&self) -> &str {
+            "first+second"
+        }
+        fn spec(&self) -> serde_json::Value {
+            serde_json::json!({"op": "two_parts"})
+        }
+        fn meta(&self) -> OpMeta {
+            OpMeta {
+                writes: vec!["id".into()],
+                ..OpMeta::opaque(false)
+            }
+        }
+        fn fused_second(&self) -> Option<u64> {
+            Some(7)
+        }
+        fn apply(&self, mut s: Sample, _cx: &OpContext) -> Result<Emit> {
+            let part = crate::stats::ops::FirstPart::start();
+            let id = s.require("id", "two_parts")?.as_int().unwrap_or(0);
+            part.end(PART_BYTES);
+            s.set("id", Value::Int(id * 2));
+            Ok(Emit::One(s))
+        }
+    }
+
+    #[test]
+    fn a_timed_run_records_each_op_and_a_fused_ops_two_parts() {
+        let fan = chain(None, OnError::Raise, Skip::default());
+        let mut ops = fan.ops.clone();
+        ops.push(ChainOp {
+            op: Arc::new(TwoParts),
+            mode: ElemMode::Map,
+            on_error: OnError::Raise,
+            op_id: 3,
+        });
+        let timed = Chain::new(None, ops, 0, fan.stats.clone(), 1, Skip::default());
+        // Not timing: nothing is recorded, and a fused op's parts cost a thread-local read.
+        timed.run(items(6)).unwrap();
+        assert!(timed.stats.op_times().is_none());
+        timed.stats.time_ops();
+        let out = timed.run(items(6)).unwrap();
+        assert_eq!(out.len(), 6); // fan: 0 → 2 outputs, 1 → 1, 2 → 0, ...
+        let steps = timed.stats.op_times().unwrap().steps();
+        let keys: Vec<Option<u64>> = steps.keys().copied().collect();
+        assert_eq!(keys, [Some(1), Some(3), Some(7)]);
+        let (fan, first, second) = (&steps[&Some(1)], &steps[&Some(3)], &steps[&Some(7)]);
+        assert_eq!((fan.items_in, fan.items_out), (6, 6));
+        assert_eq!((first.items_in, first.items_out), (6, 6));
+        assert_eq!((second.items_in, second.items_out), (6, 6));
+        // The first part handed on what it said it made; the second made the outputs.
+        assert_eq!(first.bytes_written, 6 * PART_BYTES);
+        assert_eq!(second.bytes_in, first.bytes_out);
+        assert_eq!(second.bytes_out, fan.bytes_out);
+        // Only the chain's last op counts what it hands on.
+        assert_eq!((fan.shaped, first.shaped, second.shaped), (0, 0, 6));
+        assert_eq!(second.fields_out, 6);
+    }
+
+    #[test]
+    fn a_step_is_timed_up_to_its_share_of_items() {
+        let times = crate::stats::ops::OpTimes::default();
+        assert!(times.wants(Some(1)));
+        let t = crate::stats::ops::StepTime {
+            items_in: crate::stats::ops::TIMED_ITEMS,
+            ..Default::default()
+        };
+        times.record(Some(1), &t);
+        assert!(!times.wants(Some(1)) && times.wants(None));
     }
 }

@@ -1,12 +1,14 @@
-"""A/B of what the consumer pays per output: two sluice builds (each checkout's `python/`
-folder with its built extension), the same cases, interleaved in fresh processes.
+"""A/B of two sluice builds (each checkout's `python/` folder with its built extension) on the
+same cases, interleaved in fresh processes: what the consumer pays per output, and the CV
+reference pipeline.
 
     /root/.cache/bench-venv/bin/python benchmarks/consumer_ab.py --a ../base/python --b python \
-        [--rounds 3] [--seconds 3]
+        [--rounds 3] [--seconds 3] [--cases cv,rows,...]
 
 Cases: an identity Python function over `range(300,000)` with per-sample outputs at
 `num_threads=0` and `1`, the same `→ batch(256)` at `num_threads=0`, and Parquet rows as
-dicts (the benchmark corpus, `formats.parquet_corpus`). Each run repeats its pass for
+dicts (the benchmark corpus, `formats.parquet_corpus`), and `cv`: the CV reference pipeline
+(float32 output, 2 threads) over the 2,000 benchmark photos. Each run repeats its pass for
 `--seconds`; medians over rounds of samples per second. Build both sides with the same
 profile first (`make build`, or `MATURIN_PROFILE=release make build`).
 """
@@ -30,6 +32,11 @@ def identity(s):
     return s
 
 def one_pass(case):
+    if case == "cv":
+        from pathlib import Path
+        from peers import sluice_native as N
+        ds = N._cv(sluice, Path.home() / ".cache" / "sluice-bench", 2000, 0)
+        return sum(len(b["label"]) for b in ds.iter(seed=0, num_threads=2, progress=False))
     if case == "rows":
         from formats import parquet_corpus
         ds = sluice.read_parquet(str(parquet_corpus()), columns=["text"])
@@ -46,7 +53,7 @@ while time.perf_counter() - t0 < float(sys.argv[3]):
 print(n / (time.perf_counter() - t0))
 '''
 
-CASES = ["udf, 0 threads", "udf, 1 thread", "udf batched, 0 threads", "rows"]
+CASES = ["udf, 0 threads", "udf, 1 thread", "udf batched, 0 threads", "rows", "cv"]
 
 
 def main() -> None:
@@ -55,10 +62,12 @@ def main() -> None:
     ap.add_argument("--b", required=True, help="the python/ folder of build B")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=3.0)
+    ap.add_argument("--cases", default=",".join(CASES), help="comma-separated: " + ", ".join(CASES))
     args = ap.parse_args()
+    cases = args.cases.split(",")
     rates: dict = {}
     for r in range(args.rounds):
-        for case in CASES:
+        for case in cases:
             sides = [("a", args.a), ("b", args.b)]
             for side, path in sides if r % 2 == 0 else sides[::-1]:
                 out = subprocess.run(
@@ -66,7 +75,7 @@ def main() -> None:
                     capture_output=True, text=True, timeout=600, check=True)
                 rates.setdefault((case, side), []).append(float(out.stdout))
     print("| case | A samples/s | B samples/s | B / A |\n|---|---:|---:|---:|")
-    for case in CASES:
+    for case in cases:
         a, b = (statistics.median(rates[(case, s)]) for s in "ab")
         print(f"| {case} | {a:,.0f} | {b:,.0f} | {b / a:.2f} |")
 

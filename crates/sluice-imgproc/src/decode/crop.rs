@@ -1,7 +1,7 @@
 //! Decode and resized crop in one call, with DCT scaling when the crop shrinks a lot: the
 //! kernel of sluice's fused `decode` + `random_resized_crop`.
 
-use super::jpeg::{decode_jpeg_at, parse_checked_header, SCALED_DENOMINATORS};
+use super::jpeg::{decode_jpeg_at, decode_jpeg_top, parse_checked_header, SCALED_DENOMINATORS};
 use super::{decode, sniff, DecodeOptions, Format};
 use crate::error::Result;
 use crate::geometry::{resized_crop, resized_subpixel_crop, CropBox, Filter};
@@ -64,7 +64,8 @@ pub fn dct_denominator(
 /// crops measured, see [`DCT_MIN_RESIDUAL`]). PNGs, small crops and JPEGs the scaled
 /// decoders do not take (see [`decode_scaled`](crate::decode_scaled)) use the full path;
 /// errors are the full path's for the same bytes (header errors, the pixel limit) or the
-/// scaled decoder's (corrupt scan data).
+/// scaled decoder's (corrupt scan data). The rows below the crop are not decoded (see
+/// [`decode_for_crop`]), so corrupt scan data there goes unnoticed.
 ///
 /// [`jpeg_dimensions`]: crate::jpeg_dimensions
 ///
@@ -90,27 +91,39 @@ pub fn decode_resized_crop(
     out_w: usize,
     filter: Filter,
 ) -> Result<(Image, u32)> {
-    let decoded = decode_for_crop(bytes, opts, height, width, out_h, out_w, filter)?;
+    let decoded = decode_for_crop(bytes, opts, top, height, width, out_h, out_w, filter)?;
     let out = decoded.resized_crop(top, left, height, width, out_h, out_w, filter)?;
     Ok((out, decoded.d))
 }
 
-/// The decode [`decode_resized_crop`] makes for a `height` x `width` crop resized to
-/// `out_h` x `out_w` (at 1/d scale when [`dct_denominator`] allows), before the crop: its
-/// two halves apart, so a caller can tell what each costs.
+/// The decode [`decode_resized_crop`] makes for a `height` x `width` crop whose top row is
+/// `top`, resized to `out_h` x `out_w`, before the crop: its two halves apart, so a caller
+/// can tell what each costs. At 1/d scale when [`dct_denominator`] allows. A baseline JPEG
+/// without EXIF rotation is decoded only down to the crop's last row (two rows more, rounded
+/// up to whole MCU rows; the rows are those of the whole image's decode at that scale, byte
+/// for byte), so a crop high in the image skips decoding the rows below it: the image may be
+/// shorter than the file's.
 ///
 /// ```
 /// use sluice_imgproc::*;
 /// let f = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/coffee_320x240.jpg")).unwrap();
 /// let opts = DecodeOptions::default();
-/// let decoded = decode_for_crop(&f, &opts, 240, 300, 24, 24, Filter::Bilinear).unwrap();
+/// let decoded = decode_for_crop(&f, &opts, 0, 240, 300, 24, 24, Filter::Bilinear).unwrap();
 /// assert_eq!((decoded.image.width, decoded.d), (80, 4));
 /// let img = decoded.resized_crop(0, 10, 240, 300, 24, 24, Filter::Bilinear).unwrap();
 /// assert_eq!(img, decode_resized_crop(&f, &opts, 0, 10, 240, 300, 24, 24, Filter::Bilinear).unwrap().0);
+/// // A 100x100 crop at the top, to 64x64: full size, decoded down to row 102 rounded up to
+/// // whole 16-row MCU rows.
+/// let top = decode_for_crop(&f, &opts, 0, 100, 100, 64, 64, Filter::Bilinear).unwrap();
+/// assert_eq!((top.d, top.image.height), (1, 112));
+/// let full = resized_crop(&decode(&f, &opts).unwrap(), 0, 30, 100, 100, 64, 64, Filter::Bilinear).unwrap();
+/// assert_eq!(top.resized_crop(0, 30, 100, 100, 64, 64, Filter::Bilinear).unwrap(), full);
 /// ```
+#[allow(clippy::too_many_arguments)]
 pub fn decode_for_crop(
     bytes: &[u8],
     opts: &DecodeOptions,
+    top: usize,
     height: usize,
     width: usize,
     out_h: usize,
@@ -122,8 +135,15 @@ pub fn decode_for_crop(
         _ => 1,
     };
     if d > 1 {
-        let header = parse_checked_header(bytes, opts)?;
         let d = d as usize;
+        if let Some(image) = decode_jpeg_top(bytes, opts, top.saturating_add(height), d)? {
+            return Ok(DecodedForCrop {
+                image,
+                d: d as u32,
+                shift: (0, 0),
+            });
+        }
+        let header = parse_checked_header(bytes, opts)?;
         if let Some(image) = decode_jpeg_at(bytes, &header, opts, d)? {
             let (mut uh, mut uw) = (usize::from(header.height), usize::from(header.width));
             if swaps_axes(header.orientation) {
@@ -141,8 +161,15 @@ pub fn decode_for_crop(
             });
         }
     }
+    let top_rows = match sniff(bytes) {
+        Some(Format::Jpeg) => decode_jpeg_top(bytes, opts, top.saturating_add(height), 1)?,
+        _ => None,
+    };
     Ok(DecodedForCrop {
-        image: decode(bytes, opts)?,
+        image: match top_rows {
+            Some(image) => image,
+            None => decode(bytes, opts)?,
+        },
         d: 1,
         shift: (0, 0),
     })

@@ -226,7 +226,7 @@ pub enum ImageSpec {
     /// ([`sluice_core::Op::fuse_next`]), not by users. The crop is drawn as the crop op draws
     /// it (its generator, `crop_op_id`); a JPEG whose crop shrinks ≥ 3x is then decoded at
     /// 1/2–1/8 scale ([`ip::decode_resized_crop`]), so pixels differ slightly from the
-    /// unfused ops'.
+    /// unfused ops'; otherwise only the rows down to the crop's are decoded, the same bytes.
     #[serde(rename = "image.decode_random_resized_crop")]
     DecodeRandomResizedCrop {
         /// An `image.decode` spec.

@@ -165,7 +165,7 @@ impl ImageOp {
                     let (h, w) = ip::jpeg_dimensions(bytes).map_err(kernel_err)?;
                     let (top, left, ch, cw) =
                         ip::rrc_params(h, w, *scale, *ratio, u).map_err(kernel_err)?;
-                    let decoded = ip::decode_for_crop(bytes, &opts, ch, cw, oh, ow, interp)
+                    let decoded = ip::decode_for_crop(bytes, &opts, top, ch, cw, oh, ow, interp)
                         .map_err(kernel_err)?;
                     part.end((h * w * decoded.image.channels) as u64);
                     decoded

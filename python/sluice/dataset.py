@@ -462,12 +462,12 @@ class Dataset(FormatsMixin, InspectMixin, FrameworksMixin):  # write_*/to_arrow;
                 raise ValueError(f"epoch must be < 2**64, got {epoch}")
         timing = None
         if optimize and plan is None:
-            from .optimizer import OptimizerOptions
+            from .optimizer import OptimizerOptions, iter_plan, plan_from_run
 
             options = optimize if isinstance(optimize, OptimizerOptions) else OptimizerOptions()
             if not isinstance(optimize, OptimizerOptions) and context is not None and context.remote:
                 options = dataclasses.replace(options, enable_offload=True)
-            plan = self._optimized_plan(options, seed, context, processes)
+            plan = iter_plan(self, options, seed, context, processes)
             if plan is None:  # this run is the one timed: the default plan
                 timing = (options.to_json(), seed)
                 timed_options = options
@@ -488,45 +488,11 @@ class Dataset(FormatsMixin, InspectMixin, FrameworksMixin):  # write_*/to_arrow;
         it.plan = plan
         if timing is not None:
             self._timed[timing] = (native.stats_handle(), timed_options)
-            it._planning = lambda: self._plan_from_run(timing)
+            it._planning = lambda: plan_from_run(self, timing)
         it._context = context
         self._last_stats, self._last_context, self._last_plan = native.stats_handle(), context, plan
         it._owner = self
         return it
-
-    def _optimized_plan(
-        self, options: "OptimizerOptions", seed: int, context: "Context | None", processes: int | None
-    ) -> "Plan | None":
-        """``iter(optimize=...)``'s plan, made once per dataset, options and seed from the step
-        times of the first such run; None while there is none: the run then starts is that
-        one (the default plan, timing its ops). A timed run that ended before it had timed
-        1% of an epoch (16–100 samples) is followed by a profile taken before the run, as is
-        a run whose stages leave this process (a Ray context, worker processes), whose ops
-        it cannot time."""
-        def profiled() -> "Plan":
-            return self.optimize(self.profile(samples=100, seconds=5.0, seed=seed, epoch_share=0.01), options, seed, context)
-
-        if context is not None and context.remote:
-            return profiled()  # planned for this cluster's CPUs and prices: not reused
-        key = (options.to_json(), seed)
-        if key not in self._plans:
-            if processes is not None:
-                self._plans[key] = profiled()
-            elif key in self._timed:
-                self._plans[key] = self._plan_from_run(key) or profiled()
-        return self._plans.get(key)
-
-    def _plan_from_run(self, key: "tuple[str, int]") -> "Plan | None":
-        """The plan from the timed run's step times, once it has timed enough samples."""
-        from .optimizer import Profile
-
-        if key not in self._plans:
-            stats, options = self._timed[key]
-            timed = _native.run_profile(self._native, stats, 100, 0.01)
-            if timed is None:
-                return None
-            self._plans[key] = self.optimize(Profile(timed), options, key[1])
-        return self._plans[key]
 
     def __iter__(self) -> "Iterator":
         return self.iter()

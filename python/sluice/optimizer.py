@@ -186,3 +186,35 @@ class Plan(_JsonDoc):
         """
         opts = options.to_json() if options is not None else json.dumps(self.data["options"])
         return json.loads(_native.predict(ds._native, profile.to_json(), self._json, opts))
+
+
+def iter_plan(ds: Any, options: OptimizerOptions, seed: int, context: Any, processes: "int | None") -> "Plan | None":
+    """``ds.iter(optimize=...)``'s plan, made once per dataset, options and seed from the step
+    times of the first such run; None while there is none: the run then starting is that one
+    (the default plan, timing its ops). A timed run that ended before it had timed 1% of an
+    epoch (16–100 samples) is followed by a profile taken before the run, as is a run whose
+    stages leave this process (a Ray context, worker processes), whose ops it cannot time."""
+    def profiled() -> Plan:
+        return ds.optimize(ds.profile(samples=100, seconds=5.0, seed=seed, epoch_share=0.01), options, seed, context)
+
+    if context is not None and context.remote:
+        return profiled()  # planned for this cluster's CPUs and prices: not reused
+    key = (options.to_json(), seed)
+    if key not in ds._plans:
+        if processes is not None:
+            ds._plans[key] = profiled()
+        elif key in ds._timed:
+            ds._plans[key] = plan_from_run(ds, key) or profiled()
+    return ds._plans.get(key)
+
+
+def plan_from_run(ds: Any, key: "tuple[str, int]") -> "Plan | None":
+    """The plan from ``ds``'s timed run's step times (``key``: its options and seed), once it
+    has timed enough samples; None before."""
+    if key not in ds._plans:
+        stats, options = ds._timed[key]
+        timed = _native.run_profile(ds._native, stats, 100, 0.01)
+        if timed is None:
+            return None
+        ds._plans[key] = ds.optimize(Profile(timed), options, key[1])
+    return ds._plans[key]

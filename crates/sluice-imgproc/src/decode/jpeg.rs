@@ -344,45 +344,6 @@ pub(crate) fn decode_jpeg(bytes: &[u8], opts: &DecodeOptions) -> Result<Image> {
     }
 }
 
-/// The first `rows` rows of the upright image (at 1/`denom` scale, one of 1 and
-/// [`SCALED_DENOMINATORS`]: its first `ceil(rows / denom)` rows), decoded to them and no
-/// further, or `None`
-/// when that saves nothing or cannot be done exactly (the image is no taller than `rows`
-/// and one MCU row of margin; progressive files, whose scans each cover the whole image;
-/// an EXIF orientation other than 1, which puts the upright rows elsewhere in the file).
-/// The rows are the full decode's, byte for byte: the file is decoded as if its SOF said it
-/// were `rows` and two rows more tall, rounded up to whole MCU rows, so the last rows kept
-/// are upsampled with the real chroma below them; a baseline scan's data for the rows after
-/// is never read.
-///
-/// `RandomResizedCrop` keeps a box at a random height: every row under it is work saved.
-pub(crate) fn decode_jpeg_top(
-    bytes: &[u8],
-    opts: &DecodeOptions,
-    rows: usize,
-    denom: usize,
-) -> Result<Option<Image>> {
-    let header = parse_checked_header(bytes, opts)?;
-    let mcu = usize::from(header.mcu_rows);
-    // A row's chroma is interpolated from the chroma rows next to it: with vertical
-    // subsampling up to 2, the two rows below hold them; beyond that, a whole MCU row.
-    let margin = if mcu <= 16 { 2 } else { mcu };
-    let keep = (rows + margin).div_ceil(mcu) * mcu;
-    if header.progressive || header.orientation != 1 || keep >= usize::from(header.height) {
-        return Ok(None);
-    }
-    let mut short = bytes.to_vec();
-    short[header.height_at..header.height_at + 2].copy_from_slice(&(keep as u16).to_be_bytes());
-    if denom == 1 {
-        return decode_jpeg(&short, opts).map(Some);
-    }
-    let header = JpegHeader {
-        height: keep as u16,
-        ..header
-    };
-    decode_jpeg_at(&short, &header, opts, denom)
-}
-
 /// Full-size decode with jpeg-decoder, for the colour-space corner cases
 /// zune-jpeg does not classify like libjpeg.
 fn decode_jd_full(bytes: &[u8], header: &JpegHeader, opts: &DecodeOptions) -> Result<Image> {
@@ -691,72 +652,6 @@ mod decoder_agreement {
             std::env::var("CARGO_MANIFEST_DIR").unwrap()
         ))
         .unwrap()
-    }
-
-    /// The top rows decoded alone are the full decode's rows, byte for byte, for every
-    /// height cut (4:2:0, 4:2:2 and 4:4:4 colour, CMYK, YCCK, gray); and what cannot be cut
-    /// is not.
-    #[test]
-    fn the_top_rows_alone_are_the_full_decodes() {
-        for name in [
-            "photo_420.jpg",
-            "photo_422.jpg",
-            "photo_444.jpg",
-            "photo_gray.jpg",
-            "photo_cmyk.jpg",
-            "photo_ycck.jpg",
-            "coffee_320x240.jpg",
-        ] {
-            let bytes = fixture(name);
-            let header = parse_header(&bytes).unwrap();
-            let height = usize::from(header.height);
-            for mode in [Mode::Rgb, Mode::L] {
-                let opts = DecodeOptions {
-                    mode,
-                    ..Default::default()
-                };
-                for denom in [1, 2, 4, 8] {
-                    let full = match denom {
-                        1 => decode_jpeg(&bytes, &opts).unwrap(),
-                        d => match decode_jpeg_at(&bytes, &header, &opts, d).unwrap() {
-                            Some(img) => img,
-                            None => continue,
-                        },
-                    };
-                    let row = full.width * full.channels;
-                    let mut cut = 0;
-                    for rows in 1..height {
-                        let Some(top) = decode_jpeg_top(&bytes, &opts, rows, denom).unwrap() else {
-                            continue;
-                        };
-                        cut += 1;
-                        let want = rows.div_ceil(denom);
-                        assert!(top.height >= want && top.height < full.height, "{name}");
-                        assert_eq!(top.width, full.width);
-                        assert_eq!(
-                            top.data[..want * row],
-                            full.data[..want * row],
-                            "{name} {mode:?} 1/{denom}: the first {want} rows"
-                        );
-                    }
-                    assert!(cut > 0, "{name} 1/{denom}: never cut");
-                    let whole = decode_jpeg_top(&bytes, &opts, height, denom).unwrap();
-                    assert!(whole.is_none());
-                }
-            }
-        }
-        let opts = DecodeOptions::default();
-        for name in ["photo_prog.jpg", "orient_6.jpg"] {
-            let bytes = fixture(name);
-            assert!(
-                decode_jpeg_top(&bytes, &opts, 1, 1).unwrap().is_none(),
-                "{name}"
-            );
-            assert!(
-                decode_jpeg_top(&bytes, &opts, 1, 2).unwrap().is_none(),
-                "{name}"
-            );
-        }
     }
 
     /// The jpeg-decoder path (used for scaled decodes and colour-space

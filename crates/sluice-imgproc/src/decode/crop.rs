@@ -260,12 +260,7 @@ impl DecodedForCrop {
 mod tests {
     use super::*;
     use crate::decode::jpeg::parse_header;
-    use crate::decode::Mode;
-
-    fn fixture(name: &str) -> Vec<u8> {
-        let dir = env!("CARGO_MANIFEST_DIR");
-        std::fs::read(format!("{dir}/tests/fixtures/{name}")).unwrap()
-    }
+    use crate::decode::{fixture, Mode};
 
     /// The top rows decoded alone are the full decode's rows, byte for byte, for every
     /// height cut (4:2:0, 4:2:2 and 4:4:4 colour, CMYK, YCCK, gray); and what cannot be cut

@@ -645,14 +645,7 @@ mod tests {
 #[cfg(test)]
 mod decoder_agreement {
     use super::*;
-
-    fn fixture(name: &str) -> Vec<u8> {
-        std::fs::read(format!(
-            "{}/tests/fixtures/{name}",
-            std::env::var("CARGO_MANIFEST_DIR").unwrap()
-        ))
-        .unwrap()
-    }
+    use crate::decode::fixture;
 
     /// The jpeg-decoder path (used for scaled decodes and colour-space
     /// corner cases) must agree with the zune path at full size, including

@@ -152,6 +152,13 @@ pub fn decode(bytes: &[u8], opts: &DecodeOptions) -> Result<Image> {
     }
 }
 
+/// A file of `tests/fixtures`, for the decoders' tests.
+#[cfg(test)]
+pub(crate) fn fixture(name: &str) -> Vec<u8> {
+    let dir = env!("CARGO_MANIFEST_DIR");
+    std::fs::read(format!("{dir}/tests/fixtures/{name}")).unwrap()
+}
+
 pub(crate) fn check_pixels(height: u64, width: u64, max_pixels: u64) -> Result<()> {
     if height.saturating_mul(width) > max_pixels {
         return Err(ImageError::TooLarge {

@@ -1,8 +1,9 @@
-//! Each step's cost measured while a run goes ([`crate::ExecOptions::time_ops`]): the chains
-//! read the thread's CPU clock around each op once per chunk, as the profiler does, and the
-//! source's reader around each chunk it reads. The optimizer plans from these
-//! (`sluice_optimizer::Profile::from_run`) instead of first running samples of its own, which
-//! costs a share of the first epoch; timing a run costs two clock reads per op and chunk.
+//! Each step's cost measured while a run goes ([`crate::ExecOptions::time_ops`]): a chain
+//! times a chunk through its steps (`ChunkTimer`: the monotonic clock around each op, the
+//! thread's CPU clock once at each end of the chunk) and a streaming source's reader times
+//! each chunk it reads, until the chain's first step has seen [`TIMED_ITEMS`] items. The
+//! optimizer plans from these (`sluice_optimizer::Profile::from_run`) instead of first
+//! running samples of its own, which costs a share of the first epoch.
 
 use std::cell::Cell;
 use std::collections::BTreeMap;

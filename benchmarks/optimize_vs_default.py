@@ -8,7 +8,10 @@ plan from the timings takes (`it.plan` after the first epoch: `run_profile` + `o
 and that plan against the default on one dataset, epoch for epoch (`plan_ab`).
 
     .venv/bin/python benchmarks/optimize_vs_default.py [--rounds 5] [--min-seconds 5]
-        [--workloads cv,nlp,asr,cedar] [--samples 2000]
+        [--workloads cv,nlp,asr,cedar] [--samples 2000] [--timing-overhead PAIRS]
+
+`--timing-overhead PAIRS` only measures what timing ops costs: epochs with and without
+`time_ops` on one dataset, interleaved.
 
 Pipelines: the CV, NLP and ASR reference workloads (benchmarks/peers/sluice_native.py) and
 a cedar-like CV pipeline (cedar's CV-torch: crop 244, flip, colour jitter 0.1, 1-channel
@@ -130,13 +133,41 @@ def plan_ab(workload: str, samples: int, seconds: float) -> float:
     return statistics.median(ratios)
 
 
+def timing_overhead(workload: str, samples: int, pairs: int) -> tuple[float, float]:
+    """Median milliseconds of one epoch untimed and with its ops timed (`time_ops`, what the
+    first `optimize=True` epoch does), over `pairs` interleaved pairs on one dataset, each
+    side first in every other pair."""
+    ds = build(workload, samples, 0)
+
+    def run(timed: bool) -> float:
+        t0 = time.perf_counter()
+        for _ in ds._native.iter(seed=0, time_ops=timed):
+            pass
+        return time.perf_counter() - t0
+
+    for _ in range(10):  # warm: tokenizer caches, page cache
+        run(False), run(True)
+    times: dict = {False: [], True: []}
+    for k in range(pairs):
+        for timed in (False, True) if k % 2 == 0 else (True, False):
+            times[timed].append(run(timed))
+    return statistics.median(times[False]) * 1e3, statistics.median(times[True]) * 1e3
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--min-seconds", type=float, default=5.0)
     ap.add_argument("--samples", type=int, default=2000)
     ap.add_argument("--workloads", default="cv,nlp,asr,cedar")
+    ap.add_argument("--timing-overhead", type=int, metavar="PAIRS", default=0,
+                    help="only measure what timing ops costs an epoch, over PAIRS interleaved pairs")
     args = ap.parse_args()
+    if args.timing_overhead:
+        for w in args.workloads.split(","):
+            plain, timed = timing_overhead(w, args.samples, args.timing_overhead)
+            print(f"{w}: untimed {plain:.3f} ms, timed {timed:.3f} ms an epoch ({timed / plain - 1:+.1%})")
+        return
     workloads = args.workloads.split(",")
     cases = [(w, o) for w in workloads for o in (False, True)]
     for w, o in cases:

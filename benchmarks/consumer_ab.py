@@ -42,9 +42,9 @@ def one_pass(case):
         ds = sluice.read_parquet(str(parquet_corpus()), columns=["text"])
         return sum(1 for _ in ds.iter(num_threads=2, progress=False))
     ds = sluice.range(300_000).map(identity)
-    if case == "udf batched, 0 threads":
+    if case == "udf-batched-0t":
         return sum(len(b["id"]) for b in ds.batch(256).iter(num_threads=0, progress=False))
-    threads = 0 if case == "udf, 0 threads" else 1
+    threads = 0 if case == "udf-0t" else 1
     return sum(1 for _ in ds.iter(num_threads=threads, progress=False))
 
 t0, n = time.perf_counter(), 0
@@ -53,7 +53,7 @@ while time.perf_counter() - t0 < float(sys.argv[3]):
 print(n / (time.perf_counter() - t0))
 '''
 
-CASES = ["udf, 0 threads", "udf, 1 thread", "udf batched, 0 threads", "rows", "cv"]
+CASES = ["udf-0t", "udf-1t", "udf-batched-0t", "rows", "cv"]
 
 
 def main() -> None:

@@ -6,6 +6,7 @@ use std::mem::ManuallyDrop;
 use numpy::ndarray::{ArrayD, IxDyn};
 use numpy::{IntoPyArray, PyArrayDyn, PyArrayMethods, PyUntypedArray};
 use pyo3::prelude::*;
+use pyo3::Borrowed;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use sluice::{ColumnData, Error, Sample, Tensor, TensorData, Value};
 
@@ -235,8 +236,39 @@ fn numpy_to_tensor(obj: &Bound<'_, PyAny>) -> sluice::Result<Tensor> {
     )))
 }
 
+/// A value of an exact built-in scalar type (`int`, `float`, `str`, `None`) without running
+/// Python code; `None` for anything else. The common values of a dict a function returns,
+/// told apart by their type pointer first (under the stable ABI the subclass checks
+/// `py_to_value` makes are calls into the interpreter).
+fn exact_scalar(obj: &Bound<'_, PyAny>) -> Option<sluice::Result<Value>> {
+    Some(if obj.is_exact_instance_of::<PyInt>() {
+        // SAFETY: `obj` is an int; -1 with an error set means it does not fit.
+        let i = unsafe { pyo3::ffi::PyLong_AsLongLong(obj.as_ptr()) };
+        if i == -1 && PyErr::take(obj.py()).is_some() {
+            Err(Error::type_error("integer does not fit in 64 bits"))
+        } else {
+            Ok(Value::Int(i))
+        }
+    } else if obj.is_exact_instance_of::<PyFloat>() {
+        Ok(Value::Float(obj.cast::<PyFloat>().ok()?.value()))
+    } else if obj.is_exact_instance_of::<PyString>() {
+        obj.cast::<PyString>()
+            .ok()?
+            .to_cow()
+            .map(|s| Value::Str(s.into()))
+            .map_err(|e| Error::type_error(e.to_string()))
+    } else if obj.is_none() {
+        Ok(Value::Null)
+    } else {
+        return None;
+    })
+}
+
 /// A Python object as a value.
 pub fn py_to_value(obj: &Bound<'_, PyAny>) -> sluice::Result<Value> {
+    if let Some(v) = exact_scalar(obj) {
+        return v;
+    }
     if obj.is_none() {
         return Ok(Value::Null);
     }
@@ -317,14 +349,25 @@ pub fn py_to_value(obj: &Bound<'_, PyAny>) -> sluice::Result<Value> {
 /// A `dict` as a sample (non-dicts are an error naming `what`).
 pub fn py_to_sample(obj: &Bound<'_, PyAny>, what: &str) -> sluice::Result<Sample> {
     let d = as_dict(obj, what)?;
+    let py = obj.py();
     let mut s = Sample::with_capacity(d.len());
-    for (k, v) in d.iter() {
-        let key = field_name(
-            k.cast::<PyString>()
-                .map_err(|_| Error::type_error(format!("{what}: field names must be str")))?,
-        )?;
-        let value = py_to_value(&v)
-            .map_err(|e| Error::type_error(format!("{what}: field '{key}': {e}")))?;
+    let (mut pos, mut k, mut v) = (0, std::ptr::null_mut(), std::ptr::null_mut());
+    // The dict's own entries, borrowed: no reference counted per key and value, as a
+    // `d.iter()` would. A value that may run Python code on conversion (which could change
+    // the dict) is held by a reference of its own first.
+    // SAFETY: `d` is a dict we hold; `pos`, `k` and `v` are what PyDict_Next expects.
+    while unsafe { pyo3::ffi::PyDict_Next(d.as_ptr(), &mut pos, &mut k, &mut v) } != 0 {
+        // SAFETY: entries PyDict_Next just returned, read before any Python code runs.
+        let (k, v) = unsafe { (Borrowed::from_ptr(py, k), Borrowed::from_ptr(py, v)) };
+        let name = k
+            .cast::<PyString>()
+            .map_err(|_| Error::type_error(format!("{what}: field names must be str")))?;
+        let key = field_name(&name)?;
+        let value = match exact_scalar(&v) {
+            Some(value) => value,
+            None => py_to_value(&v.to_owned()),
+        }
+        .map_err(|e| Error::type_error(format!("{what}: field '{key}': {e}")))?;
         // A dict's keys are distinct (and `field_name` maps equal names to one name).
         s.push_new(key, value);
     }

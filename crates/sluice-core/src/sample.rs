@@ -2,7 +2,7 @@
 //!
 //! Samples have a handful of fields, so a vector with linear lookup beats a hash map here.
 
-use std::sync::Arc;
+use crate::name::Name;
 
 use crate::error::{Error, Result};
 use crate::value::{Object, Value};
@@ -12,8 +12,8 @@ use crate::value::{Object, Value};
 #[macro_export]
 macro_rules! field_names {
     ($($name:ident = $text:literal),* $(,)?) => {
-        $(static $name: std::sync::LazyLock<std::sync::Arc<str>> =
-            std::sync::LazyLock::new(|| std::sync::Arc::from($text));)*
+        $(static $name: std::sync::LazyLock<$crate::Name> =
+            std::sync::LazyLock::new(|| $crate::Name::new($text));)*
     };
 }
 
@@ -29,7 +29,7 @@ field_names!(OBJECT = "object");
 /// ```
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Sample {
-    fields: Vec<(Arc<str>, Value)>,
+    fields: Vec<(Name, Value)>,
 }
 
 impl Sample {
@@ -44,7 +44,7 @@ impl Sample {
         }
     }
     /// Builds a sample from `(name, value)` pairs; later duplicates overwrite earlier ones.
-    pub fn from_pairs<K: Into<Arc<str>>>(pairs: impl IntoIterator<Item = (K, Value)>) -> Self {
+    pub fn from_pairs<K: Into<Name>>(pairs: impl IntoIterator<Item = (K, Value)>) -> Self {
         let mut s = Sample::new();
         for (k, v) in pairs {
             s.set(k, v);
@@ -84,7 +84,7 @@ impl Sample {
         }
     }
     /// Sets `name`, keeping its position if it exists, appending otherwise.
-    pub fn set(&mut self, name: impl Into<Arc<str>>, value: Value) {
+    pub fn set(&mut self, name: impl Into<Name>, value: Value) {
         let name = name.into();
         match self.fields.iter_mut().find(|(k, _)| *k == name) {
             Some(slot) => slot.1 = value,
@@ -92,7 +92,7 @@ impl Sample {
         }
     }
     /// Appends `name`, which the caller knows is not a field yet (a dict's keys): no search.
-    pub fn push_new(&mut self, name: Arc<str>, value: Value) {
+    pub fn push_new(&mut self, name: Name, value: Value) {
         debug_assert!(self.get(&name).is_none(), "field '{name}' set twice");
         self.fields.push((name, value));
     }
@@ -106,7 +106,7 @@ impl Sample {
         self.fields.iter().map(|(k, _)| &**k)
     }
     /// `(name, value)` pairs in order.
-    pub fn iter(&self) -> impl Iterator<Item = (&Arc<str>, &Value)> {
+    pub fn iter(&self) -> impl Iterator<Item = (&Name, &Value)> {
         self.fields.iter().map(|(k, v)| (k, v))
     }
     /// Number of fields.
@@ -143,8 +143,8 @@ impl Sample {
 }
 
 impl IntoIterator for Sample {
-    type Item = (Arc<str>, Value);
-    type IntoIter = std::vec::IntoIter<(Arc<str>, Value)>;
+    type Item = (Name, Value);
+    type IntoIter = std::vec::IntoIter<(Name, Value)>;
     fn into_iter(self) -> Self::IntoIter {
         self.fields.into_iter()
     }

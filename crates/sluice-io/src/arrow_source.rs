@@ -22,7 +22,7 @@ pub struct ArrowSource {
     batches: Arc<Vec<RecordBatch>>,
     /// Cumulative rows at the start of each batch (plus the total at the end).
     starts: Arc<Vec<u64>>,
-    names: Arc<Vec<Arc<str>>>,
+    names: Arc<Vec<sluice_core::Name>>,
 }
 
 impl ArrowSource {

@@ -117,7 +117,7 @@ struct Index {
     files: Vec<Arc<Input>>,
     /// (file, byte offset, 1-based line) per record.
     records: Vec<(u32, u64, u32)>,
-    names: Vec<Arc<str>>,
+    names: Vec<sluice_core::Name>,
     types: Vec<CsvType>,
     delimiter: u8,
     has_header: bool,

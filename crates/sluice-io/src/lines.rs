@@ -105,7 +105,7 @@ pub struct LinesSource {
     index: Arc<LineIndex>,
     format: LinesFormat,
     errors: Utf8Errors,
-    schema: Arc<Vec<(Arc<str>, CsvType)>>,
+    schema: Arc<Vec<(sluice_core::Name, CsvType)>>,
     on_error: OnError,
 }
 
@@ -155,7 +155,7 @@ impl LinesSource {
             schema: Arc::new(
                 opts.schema
                     .iter()
-                    .map(|(k, t)| (Arc::from(k.as_str()), *t))
+                    .map(|(k, t)| (sluice_core::Name::new(k), *t))
                     .collect(),
             ),
             on_error: opts.on_error,

@@ -6,8 +6,8 @@ use std::mem::ManuallyDrop;
 use numpy::ndarray::{ArrayD, IxDyn};
 use numpy::{IntoPyArray, PyArrayDyn, PyArrayMethods, PyUntypedArray};
 use pyo3::prelude::*;
-use pyo3::Borrowed;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+use pyo3::Borrowed;
 use sluice::{ColumnData, Error, Sample, Tensor, TensorData, Value};
 
 use crate::errors::IntoPy;
@@ -106,12 +106,12 @@ pub fn u8_array_bytes<'a>(a: &'a numpy::PyReadonlyArray1<'_, u8>) -> PyResult<&'
 }
 
 /// A field name and its interned Python string.
-type KeyEntry = (std::sync::Arc<str>, ManuallyDrop<Py<PyString>>);
+type KeyEntry = (sluice::Name, ManuallyDrop<Py<PyString>>);
 
 thread_local! {
     /// Field names already turned into interned Python strings. Samples share their names
-    /// (`Arc<str>`), so this is a handful of entries; the strings stay alive for good, like
-    /// every interned name.
+    /// ([`sluice::Name`]), so this is a handful of entries; the strings stay alive for good,
+    /// like every interned name.
     // `ManuallyDrop`: never decref'd, since a thread-local may be dropped after the
     // interpreter is gone.
     static KEYS: std::cell::RefCell<Vec<KeyEntry>> =
@@ -120,14 +120,14 @@ thread_local! {
 const MAX_KEYS: usize = 256;
 
 /// The interned Python string for a field name (looked up instead of built per sample).
-pub(crate) fn key<'py>(py: Python<'py>, k: &std::sync::Arc<str>) -> Bound<'py, PyString> {
+pub(crate) fn key<'py>(py: Python<'py>, k: &sluice::Name) -> Bound<'py, PyString> {
     KEYS.with_borrow_mut(|keys| {
         // The same name object first (sources and ops share theirs): no text compared with
         // every other name's on the way.
         if let Some((_, s)) = keys
             .iter()
-            .find(|(c, _)| std::sync::Arc::ptr_eq(c, k))
-            .or_else(|| keys.iter().find(|(c, _)| **c == **k))
+            .find(|(c, _)| c.ptr_eq(k))
+            .or_else(|| keys.iter().find(|(c, _)| c == k))
         {
             return s.bind(py).clone();
         }
@@ -141,7 +141,7 @@ pub(crate) fn key<'py>(py: Python<'py>, k: &std::sync::Arc<str>) -> Bound<'py, P
 
 /// The shared name for a Python field name: the cached one when Python hands back a name
 /// sluice gave it (the usual case: a UDF returns the dict it got), a new one otherwise.
-fn field_name(k: &Bound<'_, PyString>) -> sluice::Result<std::sync::Arc<str>> {
+fn field_name(k: &Bound<'_, PyString>) -> sluice::Result<sluice::Name> {
     let cached = KEYS.with_borrow(|keys| {
         keys.iter()
             .find(|(_, s)| s.as_ptr() == k.as_ptr())
@@ -151,13 +151,7 @@ fn field_name(k: &Bound<'_, PyString>) -> sluice::Result<std::sync::Arc<str>> {
         return Ok(c);
     }
     let text = k.to_cow().map_err(|e| Error::type_error(e.to_string()))?;
-    Ok(KEYS
-        .with_borrow(|keys| {
-            keys.iter()
-                .find(|(c, _)| **c == *text)
-                .map(|(c, _)| c.clone())
-        })
-        .unwrap_or_else(|| text.as_ref().into()))
+    Ok(sluice::Name::new(&text))
 }
 
 /// A sample as a `dict`; a sample that is a Python object ([`object_sample`]) as that object.

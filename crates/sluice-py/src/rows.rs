@@ -3,8 +3,6 @@
 //! Each value is the one the row read gives ([`sluice::arrow_value_at`]): the common types
 //! are read from their arrays directly, the rest through that function.
 
-use std::sync::Arc;
-
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyString};
 use sluice::arrow_array::cast::AsArray;
@@ -25,7 +23,7 @@ pub type Taken = (Vec<Py<PyAny>>, Option<(usize, Error)>);
 /// A batch of rows read together ([`sluice::Next::Rows`]), made into dicts a few rows at a
 /// time: its columns, each with its interned name, and the first row not made yet.
 pub struct RowBatch {
-    columns: Vec<(Py<PyString>, Arc<str>, ArrayRef)>,
+    columns: Vec<(Py<PyString>, sluice::Name, ArrayRef)>,
     n: usize,
     next: usize,
 }
@@ -40,7 +38,7 @@ pub enum Rows {
 impl RowBatch {
     /// The `n` rows of `batch`.
     pub fn of(py: Python<'_>, batch: Sample, n: usize) -> PyResult<Rows> {
-        let arrays: Option<Vec<(Arc<str>, ArrayRef)>> = batch
+        let arrays: Option<Vec<(sluice::Name, ArrayRef)>> = batch
             .iter()
             .map(|(name, v)| match v {
                 Value::Column(c) => {

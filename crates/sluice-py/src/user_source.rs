@@ -29,7 +29,7 @@ fn user_error(e: PyErr, what: impl FnOnce() -> String) -> Error {
 }
 
 /// An item as a sample: a dict as it is, anything else as `{field: value}`.
-fn to_sample(item: &Bound<'_, PyAny>, field: &Arc<str>, what: &str) -> Result<Sample> {
+fn to_sample(item: &Bound<'_, PyAny>, field: &sluice::Name, what: &str) -> Result<Sample> {
     if item.is_instance_of::<PyDict>() {
         return py_to_sample(item, what);
     }
@@ -44,7 +44,7 @@ fn to_sample(item: &Bound<'_, PyAny>, field: &Arc<str>, what: &str) -> Result<Sa
 #[derive(Debug, Clone)]
 pub struct MapSource {
     obj: Arc<Py<PyAny>>,
-    field: Arc<str>,
+    field: sluice::Name,
     len: u64,
     type_name: String,
 }
@@ -100,14 +100,14 @@ impl Source for MapSource {
 #[derive(Debug, Clone)]
 pub struct GeneratorSource {
     func: Arc<Py<PyAny>>,
-    field: Arc<str>,
+    field: sluice::Name,
     fn_name: String,
 }
 
 /// One run of the generator function.
 struct GenStream {
     it: Py<PyIterator>,
-    field: Arc<str>,
+    field: sluice::Name,
     fn_name: String,
     epoch: u64,
     next: u64,

@@ -6,6 +6,7 @@ use super::buffers::{BufferSource, Inline, INLINE};
 use super::bytes::In;
 use super::error::CodecError;
 use super::tensor::tensor_data;
+use crate::name::Name;
 use crate::sample::Sample;
 use crate::value::{Tensor, Value};
 
@@ -21,7 +22,7 @@ fn corrupt<T>(what: impl Into<String>) -> Result<T, CodecError> {
 #[derive(Debug)]
 pub struct Decoder<'a, S = Inline> {
     inp: In<'a>,
-    names: Vec<Arc<str>>,
+    names: Vec<Name>,
     source: S,
 }
 
@@ -49,10 +50,10 @@ impl<'a, S: BufferSource> Decoder<'a, S> {
         }
     }
     /// A field name as [`super::Encoder::name`] wrote it.
-    pub fn name(&mut self) -> Result<Arc<str>, CodecError> {
+    pub fn name(&mut self) -> Result<Name, CodecError> {
         match self.inp.u8()? {
             0 => {
-                let n: Arc<str> = self.inp.str()?.into();
+                let n = Name::new(self.inp.str()?);
                 self.names.push(n.clone());
                 Ok(n)
             }

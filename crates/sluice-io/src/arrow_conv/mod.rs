@@ -60,7 +60,11 @@ pub fn normalize(array: ArrayRef) -> Result<ArrayRef> {
 
 /// Row `row` of `batch` as a sample; `names` are the batch's column names (shared, so no
 /// allocation per row).
-pub fn row_to_sample(batch: &RecordBatch, names: &[Arc<str>], row: usize) -> Result<Sample> {
+pub fn row_to_sample(
+    batch: &RecordBatch,
+    names: &[sluice_core::Name],
+    row: usize,
+) -> Result<Sample> {
     let mut s = Sample::with_capacity(names.len());
     for (name, col) in names.iter().zip(batch.columns()) {
         let v = value_at(col.as_ref(), row)
@@ -73,7 +77,10 @@ pub fn row_to_sample(batch: &RecordBatch, names: &[Arc<str>], row: usize) -> Res
 /// Rows of record batches (`(batch, rows in it)`, in order) as one batch sample, column by
 /// column: exactly what collating [`row_to_sample`] of each row gives. Columns of the common
 /// types without nulls are read straight from their buffers; the rest go through row values.
-pub fn rows_to_batch(parts: &[(&RecordBatch, &[usize])], names: &[Arc<str>]) -> Result<Sample> {
+pub fn rows_to_batch(
+    parts: &[(&RecordBatch, &[usize])],
+    names: &[sluice_core::Name],
+) -> Result<Sample> {
     let n: usize = parts.iter().map(|(_, rows)| rows.len()).sum();
     let mut out = Sample::with_capacity(names.len());
     if n == 0 {
@@ -284,7 +291,10 @@ impl ColumnData for ArrowColumn {
 /// Rows of record batches (`(batch, rows in it)`, in order) as one batch of [`ArrowColumn`]s:
 /// a run of consecutive rows is a zero-copy slice, other rows are gathered, runs from several
 /// record batches are concatenated.
-pub fn rows_to_columns(parts: &[(&RecordBatch, &[usize])], names: &[Arc<str>]) -> Result<Sample> {
+pub fn rows_to_columns(
+    parts: &[(&RecordBatch, &[usize])],
+    names: &[sluice_core::Name],
+) -> Result<Sample> {
     let mut out = Sample::with_capacity(names.len());
     if parts.iter().all(|(_, rows)| rows.is_empty()) {
         return Ok(out);
@@ -385,7 +395,7 @@ mod tests {
         ];
         let schema = infer_schema(&rows).unwrap();
         let batch = samples_to_batch(&rows, &schema).unwrap();
-        let names: Vec<Arc<str>> = schema
+        let names: Vec<sluice_core::Name> = schema
             .fields()
             .iter()
             .map(|f| f.name().as_str().into())

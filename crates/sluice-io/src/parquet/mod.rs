@@ -40,7 +40,7 @@ struct Inner {
     files: Vec<PqFile>,
     /// Cumulative rows at the start of each file (plus the total at the end).
     file_starts: Vec<u64>,
-    names: Vec<Arc<str>>,
+    names: Vec<sluice_core::Name>,
     columns: Option<Vec<String>>,
     /// A read-ahead decode is running (at most one per source).
     ahead: std::sync::atomic::AtomicBool,

@@ -69,7 +69,7 @@ type ScanJob = (usize, usize, crossbeam_channel::Sender<Result<RecordBatch>>);
 /// [`ParquetSource::scan`]'s iterator: replies come back in row-group order because each
 /// job carries its own reply channel, queued in order.
 struct Scan {
-    names: Vec<Arc<str>>,
+    names: Vec<sluice_core::Name>,
     groups: std::vec::IntoIter<(usize, usize)>,
     jobs: crossbeam_channel::Sender<ScanJob>,
     pending: std::collections::VecDeque<crossbeam_channel::Receiver<Result<RecordBatch>>>,

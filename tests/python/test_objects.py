@@ -121,3 +121,26 @@ def test_a_batch_after_a_function_gets_the_conversions_errors_naming_the_functio
 
     with pytest.raises(TypeError, match=r"huge.*'id'.*64 bits"):
         list(sluice.range(4).map(huge).batch(2).iter())
+
+
+@pytest.mark.parametrize("threads", [0, 1])
+@pytest.mark.parametrize("shuffled", [False, True])
+def test_a_checkpoint_after_any_output_resumes_exactly(threads, shuffled):
+    # Each result that reaches the loop unconverted moves the position by one output,
+    # whatever the stages before it re-sequence and whichever thread runs the function.
+    ds = sluice.range(300)
+    if shuffled:
+        ds = ds.shuffle_buffer(50, seed=1)
+    ds = ds.map(lambda s: {"id": s["id"], "o": Opaque()})
+    whole = [s["id"] for s in ds.iter(seed=2, epoch=0, num_threads=threads)]
+    for k in (1, 2, 63, 64, 65, 130, 299):
+        it = ds.iter(seed=2, epoch=0, num_threads=threads)
+        head = [next(it)["id"] for _ in range(k)]
+        state = it.state_dict()
+        it.close()
+        again = ds.iter(seed=2, epoch=0, num_threads=threads)
+        again.load_state_dict(state)
+        assert head + [s["id"] for s in again] == whole, k
+    stats = ds.iter(seed=2, epoch=0, num_threads=threads)
+    assert sum(1 for _ in stats) == 300
+    assert stats.stats().to_dict()["consumer"]["outputs"] == 300

@@ -187,14 +187,18 @@ pub fn as_dict<'a, 'py>(
     obj: &'a Bound<'py, PyAny>,
     what: &str,
 ) -> sluice::Result<&'a Bound<'py, PyDict>> {
-    obj.cast::<PyDict>().map_err(|_| {
-        let ty = obj
-            .get_type()
-            .name()
-            .map(|n| n.to_string())
-            .unwrap_or_default();
-        Error::type_error(format!("{what} must be a dict, got {ty}"))
-    })
+    // An exact dict first: a pointer compare, where the subclass check is a call into the
+    // interpreter under the stable ABI.
+    obj.cast_exact::<PyDict>()
+        .or_else(|_| obj.cast::<PyDict>())
+        .map_err(|_| {
+            let ty = obj
+                .get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default();
+            Error::type_error(format!("{what} must be a dict, got {ty}"))
+        })
 }
 
 fn tensor_from<T: numpy::Element + Copy>(
@@ -354,7 +358,8 @@ pub fn py_to_sample(obj: &Bound<'_, PyAny>, what: &str) -> sluice::Result<Sample
         // SAFETY: entries PyDict_Next just returned, read before any Python code runs.
         let (k, v) = unsafe { (Borrowed::from_ptr(py, k), Borrowed::from_ptr(py, v)) };
         let name = k
-            .cast::<PyString>()
+            .cast_exact::<PyString>()
+            .or_else(|_| k.cast::<PyString>())
             .map_err(|_| Error::type_error(format!("{what}: field names must be str")))?;
         let key = field_name(&name)?;
         let value = match exact_scalar(&v) {

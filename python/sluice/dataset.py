@@ -470,7 +470,6 @@ class Dataset(FormatsMixin, InspectMixin, FrameworksMixin):  # write_*/to_arrow;
             plan = iter_plan(self, options, seed, context, processes)
             if plan is None:  # this run is the one timed: the default plan
                 timing = (options.to_json(), seed)
-                timed_options = options
         start = self._native.iter if context is None else context.starter(self._native)
         native = start(
             _int("seed", seed, 0),
@@ -487,7 +486,7 @@ class Dataset(FormatsMixin, InspectMixin, FrameworksMixin):  # write_*/to_arrow;
         it = Iterator(native, progress, self._total() if progress else None, live)
         it.plan = plan
         if timing is not None:
-            self._timed[timing] = (native.stats_handle(), timed_options)
+            self._timed[timing] = (native.stats_handle(), options)
             it._planning = lambda: plan_from_run(self, timing)
         it._context = context
         self._last_stats, self._last_context, self._last_plan = native.stats_handle(), context, plan

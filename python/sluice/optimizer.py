@@ -188,6 +188,12 @@ class Plan(_JsonDoc):
         return json.loads(_native.predict(ds._native, profile.to_json(), self._json, opts))
 
 
+# What ``iter(optimize=...)`` profiles: 1% of an epoch, 16–100 samples (whether the profile
+# is taken before a run or read from the timed run's step times).
+_PROFILE_SAMPLES = 100
+_EPOCH_SHARE = 0.01
+
+
 def iter_plan(ds: Any, options: OptimizerOptions, seed: int, context: Any, processes: "int | None") -> "Plan | None":
     """``ds.iter(optimize=...)``'s plan, made once per dataset, options and seed from the step
     times of the first such run; None while there is none: the run then starting is that one
@@ -195,7 +201,8 @@ def iter_plan(ds: Any, options: OptimizerOptions, seed: int, context: Any, proce
     epoch (16–100 samples) is followed by a profile taken before the run, as is a run whose
     stages leave this process (a Ray context, worker processes), whose ops it cannot time."""
     def profiled() -> Plan:
-        return ds.optimize(ds.profile(samples=100, seconds=5.0, seed=seed, epoch_share=0.01), options, seed, context)
+        profile = ds.profile(samples=_PROFILE_SAMPLES, seconds=5.0, seed=seed, epoch_share=_EPOCH_SHARE)
+        return ds.optimize(profile, options, seed, context)
 
     if context is not None and context.remote:
         return profiled()  # planned for this cluster's CPUs and prices: not reused
@@ -213,7 +220,7 @@ def plan_from_run(ds: Any, key: "tuple[str, int]") -> "Plan | None":
     has timed enough samples; None before."""
     if key not in ds._plans:
         stats, options = ds._timed[key]
-        timed = _native.run_profile(ds._native, stats, 100, 0.01)
+        timed = _native.run_profile(ds._native, stats, _PROFILE_SAMPLES, _EPOCH_SHARE)
         if timed is None:
             return None
         ds._plans[key] = ds.optimize(Profile(timed), options, key[1])

@@ -6,7 +6,7 @@
 //! reference-counted as before, never leaked.
 
 use std::borrow::Borrow;
-use std::collections::HashSet;
+use std::collections::BTreeSet;
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
@@ -36,11 +36,34 @@ const MAX_NAMES: usize = 16_384;
 const MAX_BYTES: usize = 1 << 20;
 
 struct Interned {
-    names: HashSet<&'static str>,
+    names: BTreeSet<&'static str>,
     bytes: usize,
 }
 
-static INTERNED: Mutex<Option<Interned>> = Mutex::new(None);
+impl Interned {
+    const fn new() -> Self {
+        Interned {
+            names: BTreeSet::new(),
+            bytes: 0,
+        }
+    }
+    /// The interned copy of `text`, interning it if there is room; `None` once the bound
+    /// is reached.
+    fn intern(&mut self, text: &str) -> Option<&'static str> {
+        if let Some(n) = self.names.get(text) {
+            return Some(n);
+        }
+        if self.names.len() == MAX_NAMES || self.bytes + text.len() > MAX_BYTES {
+            return None;
+        }
+        let n: &'static str = Box::leak(text.into());
+        self.names.insert(n);
+        self.bytes += text.len();
+        Some(n)
+    }
+}
+
+static INTERNED: Mutex<Interned> = Mutex::new(Interned::new());
 
 /// Names this thread interned or found interned lately: a lookup by text with no lock, for
 /// ops that name their output fields by a literal per sample.
@@ -58,20 +81,12 @@ impl Name {
         if let Some(n) = hit {
             return Name(Repr::Interned(n));
         }
-        let mut all = INTERNED.lock().unwrap_or_else(|p| p.into_inner());
-        let all = all.get_or_insert_with(|| Interned {
-            names: HashSet::new(),
-            bytes: 0,
-        });
-        let n = match all.names.get(text) {
-            Some(n) => *n,
-            None if all.names.len() < MAX_NAMES && all.bytes + text.len() <= MAX_BYTES => {
-                let n: &'static str = Box::leak(text.into());
-                all.names.insert(n);
-                all.bytes += text.len();
-                n
-            }
-            None => return Name(Repr::Shared(text.into())),
+        let interned = INTERNED
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .intern(text);
+        let Some(n) = interned else {
+            return Name(Repr::Shared(text.into()));
         };
         RECENT_NAMES.with_borrow_mut(|r| {
             if r.len() == RECENT {
@@ -183,12 +198,6 @@ impl From<String> for Name {
     }
 }
 
-impl From<&Name> for Name {
-    fn from(n: &Name) -> Name {
-        n.clone()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -201,24 +210,38 @@ mod tests {
         assert_eq!(a, b);
         assert_ne!(a, Name::new("name_test_b"));
         assert_eq!(a, "name_test_a");
-        let mut set = HashSet::new();
+        let mut set = std::collections::HashSet::new();
         set.insert(a.clone());
         assert!(set.contains("name_test_a"), "looked up by text");
     }
 
     #[test]
-    fn names_past_the_bound_are_shared_not_leaked() {
-        // Fills what is left of the bound (other tests' names share it), then one more.
-        let mut last = Name::new("bound_0");
-        for i in 1..=MAX_NAMES {
-            last = Name::new(&format!("bound_{i}"));
+    fn names_past_the_bound_are_not_interned() {
+        // A set of its own, so the process's set (other tests' names) stays as it is.
+        let mut set = Interned::new();
+        let first = set.intern("bound_0").unwrap();
+        for i in 1..MAX_NAMES {
+            set.intern(&format!("bound_{i}")).unwrap();
         }
-        assert!(matches!(last.0, Repr::Shared(_)), "the bound holds");
-        let again = Name::new(&format!("bound_{MAX_NAMES}"));
-        assert_eq!(last, again, "shared names still compare by text");
-        assert!(!last.ptr_eq(&again));
-        let all = INTERNED.lock().unwrap();
-        let all = all.as_ref().unwrap();
-        assert!(all.names.len() <= MAX_NAMES && all.bytes <= MAX_BYTES);
+        assert!(set.intern("one_more").is_none(), "the bound holds");
+        assert!(
+            std::ptr::eq(set.intern("bound_0").unwrap(), first),
+            "known names still found"
+        );
+        assert!(set.names.len() == MAX_NAMES && set.bytes <= MAX_BYTES);
+        let mut big = Interned::new();
+        assert!(
+            big.intern(&"x".repeat(MAX_BYTES + 1)).is_none(),
+            "the byte bound holds"
+        );
+    }
+
+    #[test]
+    fn shared_names_compare_by_text() {
+        let shared = Name(Repr::Shared("shared_name".into()));
+        let interned = Name::new("shared_name");
+        assert_eq!(shared, interned);
+        assert!(!shared.ptr_eq(&interned));
+        assert_eq!(shared.to_string(), "shared_name");
     }
 }

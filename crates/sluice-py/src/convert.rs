@@ -234,32 +234,36 @@ fn numpy_to_tensor(obj: &Bound<'_, PyAny>) -> sluice::Result<Tensor> {
     )))
 }
 
+/// An `int` (or subclass) as a value.
+fn int_value(i: &Bound<'_, PyInt>) -> sluice::Result<Value> {
+    i.extract::<i64>()
+        .map(Value::Int)
+        .map_err(|_| Error::type_error("integer does not fit in 64 bits"))
+}
+
+/// A `str` (or subclass) as a value.
+fn str_value(s: &Bound<'_, PyString>) -> sluice::Result<Value> {
+    s.to_cow()
+        .map(|s| Value::Str(s.into()))
+        .map_err(|e| Error::type_error(e.to_string()))
+}
+
 /// A value of an exact built-in scalar type (`int`, `float`, `str`, `None`) without running
 /// Python code; `None` for anything else. The common values of a dict a function returns,
-/// told apart by their type pointer first (under the stable ABI the subclass checks
-/// `py_to_value` makes are calls into the interpreter).
+/// told apart by their type pointer (under the stable ABI each subclass check `py_to_value`
+/// makes after this is a call into the interpreter).
 fn exact_scalar(obj: &Bound<'_, PyAny>) -> Option<sluice::Result<Value>> {
-    Some(if obj.is_exact_instance_of::<PyInt>() {
-        // SAFETY: `obj` is an int; -1 with an error set means it does not fit.
-        let i = unsafe { pyo3::ffi::PyLong_AsLongLong(obj.as_ptr()) };
-        if i == -1 && PyErr::take(obj.py()).is_some() {
-            Err(Error::type_error("integer does not fit in 64 bits"))
-        } else {
-            Ok(Value::Int(i))
-        }
-    } else if obj.is_exact_instance_of::<PyFloat>() {
-        Ok(Value::Float(obj.cast::<PyFloat>().ok()?.value()))
-    } else if obj.is_exact_instance_of::<PyString>() {
-        obj.cast::<PyString>()
-            .ok()?
-            .to_cow()
-            .map(|s| Value::Str(s.into()))
-            .map_err(|e| Error::type_error(e.to_string()))
+    if let Ok(i) = obj.cast_exact::<PyInt>() {
+        Some(int_value(i))
+    } else if let Ok(f) = obj.cast_exact::<PyFloat>() {
+        Some(Ok(Value::Float(f.value())))
+    } else if let Ok(s) = obj.cast_exact::<PyString>() {
+        Some(str_value(s))
     } else if obj.is_none() {
-        Ok(Value::Null)
+        Some(Ok(Value::Null))
     } else {
-        return None;
-    })
+        None
+    }
 }
 
 /// A Python object as a value.
@@ -267,27 +271,18 @@ pub fn py_to_value(obj: &Bound<'_, PyAny>) -> sluice::Result<Value> {
     if let Some(v) = exact_scalar(obj) {
         return v;
     }
-    if obj.is_none() {
-        return Ok(Value::Null);
-    }
+    // Subclasses of the scalar types (a bool is an int subclass: checked first).
     if let Ok(b) = obj.cast::<PyBool>() {
         return Ok(Value::Bool(b.is_true()));
     }
     if let Ok(i) = obj.cast::<PyInt>() {
-        return i
-            .extract::<i64>()
-            .map(Value::Int)
-            .map_err(|_| Error::type_error("integer does not fit in 64 bits"));
+        return int_value(i);
     }
     if let Ok(f) = obj.cast::<PyFloat>() {
         return Ok(Value::Float(f.value()));
     }
     if let Ok(s) = obj.cast::<PyString>() {
-        return Ok(Value::Str(
-            s.to_cow()
-                .map_err(|e| Error::type_error(e.to_string()))?
-                .into(),
-        ));
+        return str_value(s);
     }
     if let Ok(b) = obj.cast::<PyBytes>() {
         return Ok(Value::Bytes(b.as_bytes().into()));

@@ -77,6 +77,72 @@ def test_normalize_matches_numpy(images_dir):
         np.testing.assert_allclose(n, ref.transpose(2, 0, 1), atol=1e-5)
 
 
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+def stage_names(it):
+    return [s["name"] for s in it.stats().stages]
+
+
+@pytest.mark.parametrize("threads", [0, 2])
+def test_normalize_before_a_batch_writes_into_it_with_the_same_bytes(images_dir, threads):
+    """normalize (past the select after it) runs in the batch, writing each image straight
+    into its slot: the batches equal the per-sample outputs stacked."""
+    ds = (sluice.read_images(str(images_dir)).map(I.decode()).map(I.random_resized_crop(48))
+          .map(I.normalize(MEAN, STD)).map(sluice.ops.select(["image", "label"])))
+    rows = list(ds.iter(seed=3, epoch=0, num_threads=threads))
+    it = ds.batch(4).iter(seed=3, epoch=0, num_threads=threads)
+    batches = list(it)
+    assert any(n.endswith("batch(4) writing normalize") for n in stage_names(it))
+    assert [n for n in stage_names(it) if "normalize" in n and "writing" not in n] == []
+    got = np.concatenate([b["image"] for b in batches])
+    assert got.dtype == np.float32 and got.shape == (len(rows), 3, 48, 48)
+    assert np.array_equal(got, np.stack([r["image"] for r in rows]))
+    assert np.array_equal(np.concatenate([b["label"] for b in batches]), [r["label"] for r in rows])
+    # A Python function reading the field after normalize keeps it in its chain.
+    kept = ds.map(lambda s: s).batch(4).iter(seed=3, epoch=0, num_threads=threads)
+    assert np.array_equal(np.concatenate([b["image"] for b in kept]), got)
+    assert not any("writing" in n for n in stage_names(kept))
+
+
+def test_images_of_different_sizes_are_normalized_one_by_one_then_listed(images_dir):
+    paths = [str(p) for p in photos(images_dir)[:4]]
+    ds = sluice.read_files(paths).map(I.decode()).map(I.to_tensor())
+    rows = [s["image"] for s in ds]
+    assert len({r.shape for r in rows}) > 1
+    (batch,) = list(ds.batch(4))
+    assert isinstance(batch["image"], list)
+    for got, want in zip(batch["image"], rows):
+        assert np.array_equal(got, want)
+
+
+def test_a_bad_image_fails_in_the_batch_as_in_its_chain(images_dir):
+    """A mean of the wrong length fails naming normalize and the sample, with or without
+    the batch after it."""
+    paths = [str(p) for p in photos(images_dir)[:3]]
+    ds = sluice.read_files(paths).map(I.decode()).map(I.center_crop(16)).map(I.normalize((0.5,), (0.5,)))
+    with pytest.raises(TypeError) as alone:
+        list(ds)
+    with pytest.raises(type(alone.value)) as batched:
+        list(ds.batch(2))
+    assert str(batched.value) == str(alone.value)
+    assert "normalize" in str(alone.value) and "channel" in str(alone.value)
+
+
+def test_a_checkpoint_between_batches_written_in_place_resumes_exactly(images_dir):
+    ds = (sluice.read_images(str(images_dir)).shuffle().map(I.decode()).map(I.random_resized_crop(32))
+          .map(I.normalize(MEAN, STD)).batch(3))
+    full = [b["image"] for b in ds.iter(seed=1, epoch=0, num_threads=2)]
+    it = ds.iter(seed=1, epoch=0, num_threads=2)
+    next(it)
+    state = it.state_dict()
+    resumed = ds.iter(seed=1, epoch=0, num_threads=1)
+    resumed.load_state_dict(state)
+    rest = [b["image"] for b in resumed]
+    assert len(rest) == len(full) - 1
+    assert all(np.array_equal(a, b) for a, b in zip(rest, full[1:]))
+
+
 def cv_pipeline(images_dir):
     return (
         sluice.read_images(str(images_dir))

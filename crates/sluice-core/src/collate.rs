@@ -33,6 +33,17 @@ pub fn collate(samples: &[Sample]) -> Result<Sample> {
 /// assert_eq!(collate_with(&rows, true).unwrap().get("x").unwrap().kind(), "list");
 /// ```
 pub fn collate_with(samples: &[Sample], ragged: bool) -> Result<Sample> {
+    collate_fields(samples, ragged, |_, _| None)
+}
+
+/// [`collate_with`], where `stack(name, column)` may stack a field itself (`Some`) or leave
+/// it to the usual stacking (`None`): how a batch writes an op's output straight into its
+/// slots ([`crate::plan::slots`]).
+pub(crate) fn collate_fields(
+    samples: &[Sample],
+    ragged: bool,
+    mut stack: impl FnMut(&str, &[&Value]) -> Option<Result<Value>>,
+) -> Result<Sample> {
     let Some(first) = samples.first() else {
         return Ok(Sample::new());
     };
@@ -51,7 +62,11 @@ pub fn collate_with(samples: &[Sample], ragged: bool) -> Result<Sample> {
                 }
             }
         }
-        out.set(name.clone(), stack_field(name, &column, ragged)?);
+        let value = match stack(name, &column) {
+            Some(v) => v?,
+            None => stack_field(name, &column, ragged)?,
+        };
+        out.set(name.clone(), value);
     }
     Ok(out)
 }

@@ -36,7 +36,7 @@ pub use collate::{collate, uncollate};
 pub use error::{Error, ExternalError, Result, SampleRef};
 pub use exec::{Cursor, ExecOptions, Execution, Item, Next};
 pub use name::Name;
-pub use op::{Emit, Op, OpContext, OpKind, OpMeta, OpRef};
+pub use op::{Emit, Op, OpContext, OpKind, OpMeta, OpRef, SlotWriter};
 pub use order::{IndexOrder, Permutation, Position, ShardSpec};
 pub use plan::length::Length;
 pub use plan::logical::{

@@ -1,6 +1,7 @@
 //! Element-wise ops: the unit the planner reorders, fuses and places.
 
 use std::fmt;
+use std::mem::MaybeUninit;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -8,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::Result;
 use crate::rng::SampleRng;
 use crate::sample::Sample;
+use crate::value::Value;
 
 /// What an op does to data, as far as reordering is concerned (Pecan's AutoOrder).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -190,6 +192,67 @@ pub trait Op: Send + Sync + fmt::Debug {
     fn takes_columns(&self) -> bool {
         false
     }
+    /// Whether the op only selects, drops or renames fields: a value it keeps reaches its
+    /// output unchanged, so an op on that field may run after it instead of before
+    /// ([`crate::plan::slots`]). `false` (the default): it may look at what it reads.
+    fn moves_fields(&self) -> bool {
+        false
+    }
+    /// This op's way of writing its output straight into a batch, when it replaces one
+    /// field by a float32 tensor made from that field alone (`normalize`); `None` (the
+    /// default): it does not. A batch right after the op's chain then runs it while stacking
+    /// ([`crate::plan::slots`]).
+    fn slot_writer(&self) -> Option<&dyn SlotWriter> {
+        None
+    }
+}
+
+/// How an op writes its output for a sample straight into that sample's slot of a batch
+/// ([`Op::slot_writer`]): one pass from the op's input to the batch, where running the op
+/// and then stacking writes a float32 copy per sample and copies it again.
+///
+/// The op must replace [`SlotWriter::field`] in place and read nothing else, and writing
+/// its output must give the same bytes as [`Op::apply`] does.
+///
+/// # Safety
+///
+/// The batch buffer is not zeroed first: when `write_slot` returns `Ok`, it must have
+/// written every element of `out` (the batch is then read as initialised floats).
+///
+/// ```
+/// use std::mem::MaybeUninit;
+/// use sluice_core::{OpContext, Result, SlotWriter, Value};
+/// /// Writes an int `x` as the one-element float32 tensor `[x / 2]`.
+/// struct Half;
+/// // SAFETY: writes its one element whenever it returns Ok.
+/// unsafe impl SlotWriter for Half {
+///     fn field(&self) -> &str { "x" }
+///     fn slot_shape(&self, input: &Value) -> Option<Vec<usize>> {
+///         input.as_int().map(|_| vec![1])
+///     }
+///     fn write_slot(&self, input: &Value, _cx: &OpContext, out: &mut [MaybeUninit<f32>]) -> Result<()> {
+///         out[0].write(input.as_int().unwrap_or(0) as f32 / 2.0);
+///         Ok(())
+///     }
+/// }
+/// let mut slot = [MaybeUninit::uninit()];
+/// let cx = OpContext { seed: 0, epoch: 0, index: 0, sub: 0, op_id: 0 };
+/// Half.write_slot(&Value::Int(3), &cx, &mut slot)?;
+/// // SAFETY: written on Ok.
+/// assert_eq!(unsafe { slot[0].assume_init() }, 1.5);
+/// # Ok::<(), sluice_core::Error>(())
+/// ```
+pub unsafe trait SlotWriter: Send + Sync {
+    /// The field the op reads and replaces.
+    fn field(&self) -> &str;
+    /// The shape of the op's float32 output for `input`, or `None` when `input` is not what
+    /// the op takes as it is: the batch then runs the op on each sample first, as its chain
+    /// would (so a bad input fails as it would there).
+    fn slot_shape(&self, input: &Value) -> Option<Vec<usize>>;
+    /// Writes the op's output for `input` (for which `slot_shape` gave a shape) into `out`,
+    /// that shape's size: every element, when it returns `Ok`.
+    fn write_slot(&self, input: &Value, cx: &OpContext, out: &mut [MaybeUninit<f32>])
+        -> Result<()>;
 }
 
 /// A shared op.

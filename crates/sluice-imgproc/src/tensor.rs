@@ -1,5 +1,7 @@
 //! uint8 HWC -> float32 CHW conversions (`to_tensor`, `normalize`).
 
+use std::mem::MaybeUninit;
+
 use crate::error::{invalid, Result};
 use crate::image::Image;
 use crate::simd::{load_rgb, multiversion, BLOCK};
@@ -36,9 +38,40 @@ fn luts(mean: &[f32], std: &[f32], channels: usize) -> Result<Vec<[f32; 256]>> {
 /// a slot of a batch buffer. `mean`/`std` have one entry per channel.
 pub fn normalize_into(img: &Image, mean: &[f32], std: &[f32], out: &mut [f32]) -> Result<()> {
     img.validate()?;
-    let c = img.channels;
+    // SAFETY: `MaybeUninit<f32>` has `f32`'s layout, and only initialised floats are
+    // written through the view.
+    let out = unsafe { &mut *(out as *mut [f32] as *mut [MaybeUninit<f32>]) };
+    normalize_hwc_into(&img.data, img.channels, mean, std, out)
+}
+
+/// [`normalize_into`] from an image's HWC bytes (`channels` 1 or 3) into memory not written
+/// yet (a slot of a new batch buffer: no zeroing first). On `Ok`, every element of `out` is
+/// written.
+///
+/// ```
+/// use std::mem::MaybeUninit;
+/// use sluice_imgproc::normalize_hwc_into;
+/// let mut out = [MaybeUninit::<f32>::uninit(); 2];
+/// normalize_hwc_into(&[0, 255], 1, &[0.5], &[0.5], &mut out).unwrap();
+/// // SAFETY: written on Ok.
+/// assert_eq!(unsafe { [out[0].assume_init(), out[1].assume_init()] }, [-1.0, 1.0]);
+/// ```
+pub fn normalize_hwc_into(
+    data: &[u8],
+    channels: usize,
+    mean: &[f32],
+    std: &[f32],
+    out: &mut [MaybeUninit<f32>],
+) -> Result<()> {
+    let c = channels;
+    if !matches!(c, 1 | 3) || data.len() % c != 0 {
+        return invalid(format!(
+            "{} bytes are not whole pixels of 1 or 3 channels ({c})",
+            data.len()
+        ));
+    }
     let lut = luts(mean, std, c)?;
-    let plane = img.pixels();
+    let plane = data.len() / c;
     if out.len() != plane * c {
         return invalid(format!(
             "output has {} floats, need {}",
@@ -47,8 +80,8 @@ pub fn normalize_into(img: &Image, mean: &[f32], std: &[f32], out: &mut [f32]) -
         ));
     }
     if c == 1 {
-        for (o, &v) in out.iter_mut().zip(&img.data) {
-            *o = lut[0][usize::from(v)];
+        for (o, &v) in out.iter_mut().zip(data) {
+            o.write(lut[0][usize::from(v)]);
         }
         return Ok(());
     }
@@ -56,7 +89,7 @@ pub fn normalize_into(img: &Image, mean: &[f32], std: &[f32], out: &mut [f32]) -
     let (p1, p2) = rest.split_at_mut(plane);
     let mean = [mean[0], mean[1], mean[2]];
     let std = [std[0], std[1], std[2]];
-    normalize_rgb_kernel(&img.data, p0, p1, p2, mean, std);
+    normalize_rgb_kernel(data, p0, p1, p2, mean, std);
     Ok(())
 }
 
@@ -66,9 +99,9 @@ multiversion! {
     /// sample does not).
     fn normalize_rgb_kernel(
         data: &[u8],
-        p0: &mut [f32],
-        p1: &mut [f32],
-        p2: &mut [f32],
+        p0: &mut [MaybeUninit<f32>],
+        p1: &mut [MaybeUninit<f32>],
+        p2: &mut [MaybeUninit<f32>],
         mean: [f32; 3],
         std: [f32; 3],
     ) {
@@ -85,10 +118,11 @@ multiversion! {
                 g[i] = (g[i] * inv - mean[1]) / std[1];
                 b[i] = (b[i] * inv - mean[2]) / std[2];
             }
-            let n = o0.len();
-            o0.copy_from_slice(&r[..n]);
-            o1.copy_from_slice(&g[..n]);
-            o2.copy_from_slice(&b[..n]);
+            for (o, v) in [(o0, &r), (o1, &g), (o2, &b)] {
+                for (o, &v) in o.iter_mut().zip(v) {
+                    o.write(v);
+                }
+            }
         }
     }
 }
@@ -104,8 +138,19 @@ multiversion! {
 /// assert_eq!(t[2..4], [1.0, -1.0]); // channel 1 plane
 /// ```
 pub fn normalize(img: &Image, mean: &[f32], std: &[f32]) -> Result<Vec<f32>> {
-    let mut out = vec![0f32; img.data.len()];
-    normalize_into(img, mean, std, &mut out)?;
+    img.validate()?;
+    let n = img.data.len();
+    // Not zeroed first: every float is written.
+    let mut out = Vec::with_capacity(n);
+    normalize_hwc_into(
+        &img.data,
+        img.channels,
+        mean,
+        std,
+        &mut out.spare_capacity_mut()[..n],
+    )?;
+    // SAFETY: `normalize_hwc_into` wrote all `n` floats.
+    unsafe { out.set_len(n) };
     Ok(out)
 }
 

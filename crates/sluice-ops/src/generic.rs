@@ -56,6 +56,9 @@ impl Op for FieldOp {
             python: false,
         }
     }
+    fn moves_fields(&self) -> bool {
+        true
+    }
     fn output_fields(&self, input: &[String]) -> Option<Vec<String>> {
         Some(match &self.spec {
             OpSpec::Select { fields } => fields.clone(),

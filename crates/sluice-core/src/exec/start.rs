@@ -71,6 +71,14 @@ pub(super) fn start(plan: &PhysicalPlan, opts: &ExecOptions) -> Result<Started> 
         p
     });
     let plan = with_objects.as_ref().unwrap_or(plan);
+    // A timed run measures each op in its chain.
+    let with_slots = (!opts.time_ops)
+        .then(|| {
+            let mut p = plan.clone();
+            (crate::plan::slots::write_into_batches(&mut p) > 0).then_some(p)
+        })
+        .flatten();
+    let plan = with_slots.as_ref().unwrap_or(plan);
     // An elastic resume drops the rows other ranks delivered in a stage that takes rows one
     // by one: the plain read.
     let in_rows = (opts.row_batches && opts.elastic.is_none())

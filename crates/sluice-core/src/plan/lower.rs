@@ -240,6 +240,7 @@ pub fn lower(plan: &Arc<LogicalPlan>, opts: &LowerOptions) -> Result<PhysicalPla
                             pad: n.pad.clone(),
                             read: batch_reads,
                             ragged: n.ragged,
+                            slots: Vec::new(),
                         },
                         Variant::Threads { threads: 1 },
                     )),
@@ -252,6 +253,7 @@ pub fn lower(plan: &Arc<LogicalPlan>, opts: &LowerOptions) -> Result<PhysicalPla
                                 pad: Vec::new(),
                                 read: batch_reads,
                                 ragged: true,
+                                slots: Vec::new(),
                             },
                             Variant::Threads { threads: 1 },
                         ));

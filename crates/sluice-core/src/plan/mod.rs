@@ -7,3 +7,4 @@ pub mod lower;
 pub mod objects;
 pub mod physical;
 pub mod rows;
+pub mod slots;

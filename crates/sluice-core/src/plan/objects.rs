@@ -204,6 +204,7 @@ mod tests {
                 pad: vec![],
                 read: false,
                 ragged: false,
+                slots: Vec::new(),
             },
             variant: Variant::Inline,
             queue_depth: 1,

@@ -111,6 +111,11 @@ pub enum StageKind {
         /// and map_batches' input, whose function takes what it gets).
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         ragged: bool,
+        /// Ops moved here from the end of the chain before, each writing its field's output
+        /// straight into the batch as it stacks ([`crate::plan::slots`]); set when a run
+        /// starts, never by lowering.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        slots: Vec<ChainOp>,
     },
     /// Split batches back into samples.
     Unbatch,
@@ -150,6 +155,10 @@ impl StageKind {
             StageKind::Batch {
                 size, read: true, ..
             } => format!("read+batch({size})"),
+            StageKind::Batch { size, slots, .. } if !slots.is_empty() => {
+                let names: Vec<&str> = slots.iter().map(|o| o.op.name()).collect();
+                format!("batch({size}) writing {}", names.join("+"))
+            }
             StageKind::Batch { size, .. } => format!("batch({size})"),
             StageKind::Unbatch => "unbatch".into(),
             StageKind::Take { n } => format!("take({n})"),

@@ -45,6 +45,7 @@ pub fn read_rows_in_batches(plan: &mut PhysicalPlan) -> bool {
         pad: Vec::new(),
         read: true,
         ragged: true,
+        slots: Vec::new(),
     };
     if stage.variant != Variant::Inline {
         stage.variant = Variant::Threads { threads: 1 };

@@ -2,8 +2,8 @@
 
 use sluice_core::stats::ops::FirstPart;
 use sluice_core::{
-    Emit, Error, Op, OpContext, OpKind, OpMeta, OpRef, Result, Sample, SampleRng, Tensor,
-    TensorData, Value,
+    Emit, Error, Op, OpContext, OpKind, OpMeta, OpRef, Result, Sample, SampleRng, SlotWriter,
+    Tensor, TensorData, Value,
 };
 use sluice_imgproc as ip;
 
@@ -380,7 +380,63 @@ fn check_chw(img: &ip::Image, max_pixels: u64) -> Result<()> {
     )
 }
 
+/// `normalize` and `to_tensor` in place write straight into a batch: the float32 output of
+/// an HWC uint8 image they take as it is (the channels their mean has, within
+/// `max_pixels`), with the same float ops as [`ImageOp::to_chw`].
+// SAFETY: `normalize_hwc_into` writes all of `out` when it returns Ok.
+unsafe impl SlotWriter for ImageOp {
+    fn field(&self) -> &str {
+        self.spec.field()
+    }
+    fn slot_shape(&self, input: &Value) -> Option<Vec<usize>> {
+        let Value::Tensor(t) = input else {
+            return None;
+        };
+        let (&[h, w, c], TensorData::U8(_)) = (t.shape(), t.data()) else {
+            return None;
+        };
+        let (channels, max_pixels) = match &self.spec {
+            ImageSpec::Normalize {
+                mean, max_pixels, ..
+            } => (mean.len(), *max_pixels),
+            ImageSpec::ToTensor { max_pixels, .. } => (c, *max_pixels),
+            _ => return None,
+        };
+        let fits = product(&[h as u64, w as u64]) <= max_pixels;
+        (matches!(c, 1 | 3) && c == channels && fits).then(|| vec![c, h, w])
+    }
+    fn write_slot(
+        &self,
+        input: &Value,
+        _cx: &OpContext,
+        out: &mut [std::mem::MaybeUninit<f32>],
+    ) -> Result<()> {
+        let bad = || Error::Internal(format!("{}: not an image it writes", self.name()));
+        let shape = self.slot_shape(input).ok_or_else(bad)?;
+        let (Value::Tensor(t), c) = (input, shape[0]) else {
+            return Err(bad());
+        };
+        let TensorData::U8(data) = t.data() else {
+            return Err(bad());
+        };
+        let (zeros, ones) = (vec![0f32; c], vec![1f32; c]);
+        let (mean, std) = match &self.spec {
+            ImageSpec::Normalize { mean, std, .. } => (&mean[..], &std[..]),
+            _ => (&zeros[..], &ones[..]),
+        };
+        ip::normalize_hwc_into(data, c, mean, std, out).map_err(kernel_err)
+    }
+}
+
 impl Op for ImageOp {
+    fn slot_writer(&self) -> Option<&dyn SlotWriter> {
+        let in_place = self.spec.out() == self.spec.field();
+        let tensor = matches!(
+            self.spec,
+            ImageSpec::Normalize { .. } | ImageSpec::ToTensor { .. }
+        );
+        (in_place && tensor).then_some(self as &dyn SlotWriter)
+    }
     fn name(&self) -> &str {
         self.spec.name()
     }

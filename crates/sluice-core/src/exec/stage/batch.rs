@@ -2,12 +2,15 @@
 //! source when it follows the source directly); and unbatch, which splits map_batches'
 //! output batches back into rows.
 
-use crate::collate::{collate_with, uncollate};
+use crate::collate::{collate_fields, collate_with, uncollate};
 use crate::error::{Error, Result};
 use crate::exec::item::{Chunk, Item, RowAt, RowsAt, Transform};
 use crate::exec::resume::{push_outer, Cursor, Restart, StageResume};
+use crate::op::{Emit, OpContext, SlotWriter};
+use crate::plan::physical::ChainOp;
 use crate::sample::Sample;
 use crate::source::SourceRef;
+use crate::value::{Tensor, TensorData, Value};
 
 use super::chain::read_items;
 
@@ -28,6 +31,10 @@ pub(super) struct Batch {
     pub(super) drop_last: bool,
     pub(super) per_epoch: bool,
     pub(super) pad: Vec<(String, f64)>,
+    /// Ops that write their output straight into the batch ([`crate::plan::slots`]).
+    pub(super) slots: Vec<ChainOp>,
+    /// The iteration seed, for the slot ops' contexts.
+    pub(super) seed: u64,
     pub(super) pending: Vec<Item>,
     /// When per-item work follows: batches are numbered (per epoch with `per_epoch`) and a
     /// resume rebuilds the batch it stopped in from its first row.
@@ -149,12 +156,89 @@ impl Batch {
             },
             None => items,
         };
+        if !self.slots.is_empty() {
+            return self.stack_into_slots(items);
+        }
         let mut samples: Vec<Sample> = items.into_iter().map(|i| i.sample).collect();
         if !self.pad.is_empty() {
             crate::collate::pad_to_longest(&mut samples, &self.pad)?;
         }
         collate_with(&samples, self.ragged)
     }
+}
+
+impl Batch {
+    /// `items` stacked, running the slot ops on the way: each writes its field's output
+    /// straight into the batch when every sample's input has one output shape, and else
+    /// runs on each sample first, as in its chain (so a bad input fails as it would there).
+    fn stack_into_slots(&self, mut items: Chunk) -> Result<Sample> {
+        let cx = |it: &Item, op_id| OpContext {
+            seed: self.seed,
+            epoch: it.epoch,
+            index: it.index,
+            sub: it.sub,
+            op_id,
+        };
+        let failed = |cop: &ChainOp, it: &Item, e: Error| Error::InSample {
+            op: cop.op.name().to_string(),
+            sample: it.sample_ref(),
+            source: Box::new(e),
+        };
+        let mut direct = Vec::new();
+        for cop in &self.slots {
+            let writer = cop.op.slot_writer();
+            match writer.and_then(|w| Some((w, one_shape(w, &items)?))) {
+                Some((writer, shape)) => direct.push((cop, writer, shape)),
+                None => {
+                    for it in &mut items {
+                        let sample = std::mem::take(&mut it.sample);
+                        match cop.op.apply(sample, &cx(it, cop.op_id)) {
+                            Ok(Emit::One(s)) => it.sample = s,
+                            Ok(_) => {
+                                let e = Error::Internal("a slot op made no one output".into());
+                                return Err(failed(cop, it, e));
+                            }
+                            Err(e) => return Err(failed(cop, it, e)),
+                        }
+                    }
+                }
+            }
+        }
+        let samples: Vec<Sample> = items
+            .iter_mut()
+            .map(|it| std::mem::take(&mut it.sample))
+            .collect();
+        collate_fields(&samples, self.ragged, |name, column| {
+            let (cop, writer, shape) = direct.iter().find(|(_, w, _)| w.field() == name)?;
+            let per: usize = shape.iter().product();
+            let total = per * column.len();
+            // Not zeroed first: the writers write every float (the allocator zeroed a
+            // reused block, on top of the kernel zeroing its fresh pages).
+            let mut data: Vec<f32> = Vec::with_capacity(total);
+            let slots = data.spare_capacity_mut()[..total].chunks_exact_mut(per.max(1));
+            for (k, (v, out)) in column.iter().zip(slots).enumerate() {
+                if let Err(e) = writer.write_slot(v, &cx(&items[k], cop.op_id), out) {
+                    return Some(Err(failed(cop, &items[k], e)));
+                }
+            }
+            // SAFETY: every slot's writer returned Ok, so wrote all of it (`SlotWriter`'s
+            // contract), and the slots cover `total`.
+            unsafe { data.set_len(total) };
+            let full: Vec<usize> = std::iter::once(column.len())
+                .chain(shape.iter().copied())
+                .collect();
+            Some(Tensor::new(full, TensorData::F32(data)).map(Value::Tensor))
+        })
+    }
+}
+
+/// The output shape `writer` gives every item's input, if they all have one and the same.
+fn one_shape(writer: &dyn SlotWriter, items: &[Item]) -> Option<Vec<usize>> {
+    let mut shapes = items
+        .iter()
+        .map(|it| writer.slot_shape(it.sample.get(writer.field())?));
+    let first = shapes.next()??;
+    shapes.all(|s| s.as_ref() == Some(&first)).then_some(first)
 }
 
 impl Transform for Batch {
@@ -244,6 +328,8 @@ mod tests {
             drop_last,
             per_epoch: true,
             pad: vec![],
+            slots: vec![],
+            seed: 0,
             pending: Vec::new(),
             numbering: numbered.then_some(BatchNumbers {
                 slot: 2,
@@ -268,6 +354,106 @@ mod tests {
             .iter()
             .map(|r| r.get("id").unwrap().as_int().unwrap())
             .collect()
+    }
+
+    /// Replaces `id` by the float32 `[id / 2 + 100 * op_id + index]`: straight into the batch
+    /// for ints, and by `apply` for ints and floats.
+    #[derive(Debug)]
+    struct Half;
+
+    impl Half {
+        fn value(x: f64, cx: &OpContext) -> f32 {
+            (x / 2.0) as f32 + 100.0 * cx.op_id as f32 + cx.index as f32
+        }
+    }
+
+    // SAFETY: writes its one element whenever it returns Ok.
+    unsafe impl SlotWriter for Half {
+        fn field(&self) -> &str {
+            "id"
+        }
+        fn slot_shape(&self, input: &Value) -> Option<Vec<usize>> {
+            matches!(input, Value::Int(_)).then(|| vec![1])
+        }
+        fn write_slot(
+            &self,
+            input: &Value,
+            cx: &OpContext,
+            out: &mut [std::mem::MaybeUninit<f32>],
+        ) -> Result<()> {
+            out[0].write(Half::value(input.as_int().unwrap_or(0) as f64, cx));
+            Ok(())
+        }
+    }
+
+    impl crate::op::Op for Half {
+        fn name(&self) -> &str {
+            "half"
+        }
+        fn spec(&self) -> serde_json::Value {
+            serde_json::json!({"op": "half"})
+        }
+        fn meta(&self) -> crate::op::OpMeta {
+            crate::op::OpMeta::opaque(false)
+        }
+        fn apply(&self, mut s: Sample, cx: &OpContext) -> Result<Emit> {
+            let x = match s.require("id", "half")? {
+                Value::Int(i) => *i as f64,
+                Value::Float(f) => *f,
+                other => {
+                    return Err(Error::type_error(format!(
+                        "half takes numbers, got {}",
+                        other.kind()
+                    )))
+                }
+            };
+            let t = Tensor::new(vec![1], TensorData::F32(vec![Half::value(x, cx)]))?;
+            s.set("id", Value::Tensor(t));
+            Ok(Emit::One(s))
+        }
+        fn slot_writer(&self) -> Option<&dyn SlotWriter> {
+            Some(self)
+        }
+    }
+
+    fn halves(batch: &Sample) -> Vec<f32> {
+        match batch.get("id") {
+            Some(Value::Tensor(t)) => match t.data() {
+                TensorData::F32(v) => {
+                    assert_eq!(t.shape(), [v.len(), 1]);
+                    v.clone()
+                }
+                _ => panic!("not float32"),
+            },
+            _ => panic!("no tensor"),
+        }
+    }
+
+    #[test]
+    fn slot_ops_write_straight_into_the_batch_or_run_per_sample_when_inputs_differ() {
+        let mut b = batch(3, false, false);
+        b.slots = vec![ChainOp {
+            op: std::sync::Arc::new(Half),
+            mode: crate::plan::logical::ElemMode::Map,
+            on_error: crate::plan::logical::OnError::Raise,
+            op_id: 7,
+        }];
+        // Ints: written straight in. With a float among them: `apply` per sample, same values.
+        let mut mixed = items(0, 3..6);
+        mixed[1].sample.set("id", Value::Float(4.0));
+        let out = run(&mut b, vec![items(0, 0..3), mixed]).unwrap();
+        assert_eq!(halves(&out[0].sample), [700.0, 701.5, 703.0]);
+        assert_eq!(halves(&out[1].sample), [704.5, 706.0, 707.5]);
+        // A bad input fails as the op would in its chain: naming the op and the sample.
+        let mut bad = items(1, 0..3);
+        bad[2].sample.set("id", Value::from("x"));
+        match run(&mut b, vec![bad]).unwrap_err() {
+            Error::InSample { op, sample, source } => {
+                assert_eq!((op.as_str(), sample.epoch, sample.index), ("half", 1, 2));
+                assert!(source.to_string().contains("half takes numbers, got str"));
+            }
+            e => panic!("{e}"),
+        }
     }
 
     #[test]

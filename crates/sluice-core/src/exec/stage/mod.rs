@@ -72,7 +72,10 @@ pub(crate) fn make_transform(
             pad,
             read,
             ragged,
+            slots,
         } => Box::new(Batch {
+            slots: slots.clone(),
+            seed: keys.seed,
             read: read.then(|| source.clone()),
             ragged: *ragged,
             columns: following.columns,

@@ -182,7 +182,9 @@ def diagram(logical: list[str], stages: list[dict]) -> str:
         if i == 0 or head in INDEX_STEPS:
             target = 0
         else:
-            found = [j for j in range(at, len(stages)) if key and key in stages[j]["name"]]
+            # An op the run moved into a later stage (normalize written into the batch)
+            # leaves the ops after it in the earlier one: look back too.
+            found = [j for j in [*range(at, len(stages)), *range(at)] if key and key in stages[j]["name"]]
             target = found[0] if found else min(at, len(stages) - 1)
         at = max(at, target)
         if stages:
@@ -244,6 +246,10 @@ def render(data: dict, logical_plan: str, plan: dict | None = None, title: str =
     if plan is not None:
         pred = {p["label"]: p for p in plan.get("prediction", {}).get("stages", [])}
         measured = {s["name"]: s["throughput"] for s in stages}
+        if len(stages) == len(pred):
+            # Stage by stage: a run may move an op into the next stage when it starts
+            # (normalize written into the batch), which renames both but keeps the stages.
+            measured = {k: s["throughput"] for k, s in zip(pred, stages)}
         parts.append("<h2>The optimizer's plan</h2>" + f'<p>Predicted {_num(plan["prediction"]["throughput"])} samples/s, '
                      f'bottleneck: <b>{_e(plan["prediction"]["bottleneck"])}</b>; measured {_num(c["throughput"])} samples/s.</p>')
         parts.append(_table(["stage", "placement", "CPU s/sample", "predicted capacity, samples/s", "measured outputs/s"],

@@ -119,3 +119,22 @@ def test_sluice_report_command_runs_a_pipeline_file(tmp_path):
     assert 'id="error"' in (tmp_path / "bad.html").read_text() and "decode" in (tmp_path / "bad.html").read_text()
     assert cli("report", "missing.toml", cwd=tmp_path).returncode == 1
     assert cli("report", "examples/pipeline.toml", "--batches", "0", cwd=root).returncode == 2
+
+
+def test_the_plans_table_measures_each_stage_when_normalize_is_written_into_the_batch(tmp_path):
+    """The run moves normalize into the batch when it starts, renaming two stages; the
+    plan's table still gets each stage's measured rate."""
+    ds = (sluice.read_images(IMAGES, labels="parent_dir").repeat(4)
+          .map(I.decode()).map(I.random_resized_crop(32)).map(I.normalize((0.5,) * 3, (0.25,) * 3))
+          .map(sluice.ops.select(["image", "label"])).batch(4))
+    for _ in range(2):  # the first run makes the plan, the second runs it
+        it = ds.iter(optimize=True)
+        for _ in it:
+            pass
+    assert [s["name"] for s in it.stats().stages][-1] == "batch(4) writing normalize"
+    text = pathlib.Path(it.report(tmp_path / "plan.html")).read_text()
+    plan = text[text.index("The optimizer's plan"):]
+    plan = plan[:plan.index("</table>")]
+    rows = re.findall(r"<tr>(.*?)</tr>", plan)[1:]
+    assert len(rows) == 3
+    assert all(not r.endswith("<td>—</td>") for r in rows), rows

@@ -72,3 +72,16 @@ def test_ragged_is_part_of_the_pipeline():
     next(it)
     with pytest.raises(ValueError, match="different pipeline"):
         ds.batch(2, ragged=True).iter().load_state_dict(it.state_dict())
+
+
+def test_float32_batches_the_loop_frees_are_written_again_with_the_right_values():
+    """A float32 batch of 1 MiB or more goes back to sluice when numpy frees it (its array's
+    base hands it back), and later batches are written into such memory: every batch still
+    holds its own values. (That the memory is reused is checked in Rust: collate's tests.)"""
+    n, width = 64, 4096  # 64 x 4096 float32 = 1 MiB per batch
+    ds = sluice.range(n * 12).map(lambda s: {"x": np.full(width, s["id"], np.float32)}).batch(n)
+    for k, b in enumerate(ds.iter(num_threads=1)):
+        x = b.pop("x")
+        assert x.shape == (n, width) and x.flags.writeable and type(x.base).__name__ == "Recycled"
+        assert np.array_equal(x, np.repeat(np.arange(k * n, (k + 1) * n, dtype=np.float32)[:, None], width, 1))
+        del x, b

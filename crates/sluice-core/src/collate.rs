@@ -279,7 +279,11 @@ fn stack_tensors(column: &[&Value]) -> Result<Option<Tensor>> {
         return Ok(None);
     }
     let per = first.data().len();
-    let mut data = TensorData::with_capacity(dtype, per * column.len());
+    let mut data = match dtype {
+        // Float32 batches are what the consumer frees and gives back (crate::recycle).
+        DType::F32 => TensorData::F32(crate::recycle::take_f32(per * column.len())),
+        _ => TensorData::with_capacity(dtype, per * column.len()),
+    };
     for v in column {
         if let Value::Tensor(t) = v {
             data.extend_from(t.data())?;
@@ -377,6 +381,26 @@ mod tests {
 
     fn img(v: u8) -> Value {
         Value::Tensor(Tensor::new(vec![2, 2], TensorData::U8(vec![v; 4])).unwrap())
+    }
+
+    #[test]
+    fn a_float32_batch_is_written_into_a_buffer_given_back() {
+        let _run = crate::recycle::Active::new();
+        let row = |v: f32| {
+            let t = Tensor::new(vec![1 << 17], TensorData::F32(vec![v; 1 << 17])).unwrap();
+            Sample::from_pairs([("x", Value::Tensor(t))])
+        };
+        let given: Vec<f32> = Vec::with_capacity(1 << 18);
+        let at = given.as_ptr();
+        crate::recycle::give_f32(given);
+        let batch = collate(&[row(1.0), row(2.0)]).unwrap();
+        let Some(Value::Tensor(t)) = batch.get("x") else {
+            panic!("not stacked")
+        };
+        let TensorData::F32(v) = t.data() else {
+            panic!("not float32")
+        };
+        assert_eq!((v.as_ptr(), v[0], v[(1 << 18) - 1]), (at, 1.0, 2.0));
     }
 
     #[test]

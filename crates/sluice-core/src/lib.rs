@@ -26,6 +26,7 @@ pub mod name;
 pub mod op;
 pub mod order;
 pub mod plan;
+pub mod recycle;
 pub mod rng;
 pub mod sample;
 pub mod source;

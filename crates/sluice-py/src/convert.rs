@@ -22,6 +22,42 @@ fn array<'py, T: numpy::Element>(
     Ok(a.into_pyarray(py).into_any())
 }
 
+/// A float32 buffer numpy views, handed back to [`sluice::recycle`] when numpy frees the
+/// array: the next batch is written into memory already mapped, where a fresh buffer has
+/// each of its pages zeroed by the kernel first.
+#[pyclass(frozen)]
+struct Recycled {
+    data: Vec<f32>,
+}
+
+impl Drop for Recycled {
+    fn drop(&mut self) {
+        sluice::recycle::give_f32(std::mem::take(&mut self.data));
+    }
+}
+
+/// A float32 batch buffer as a numpy array over it, the buffer going back to
+/// [`sluice::recycle`] when the array is freed.
+fn recycled_array<'py>(
+    py: Python<'py>,
+    shape: &[usize],
+    v: Vec<f32>,
+) -> PyResult<Bound<'py, PyAny>> {
+    if shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d)) != Some(v.len()) {
+        return Err(pyo3::exceptions::PyValueError::new_err(format!(
+            "a tensor of shape {shape:?} with {} values",
+            v.len()
+        )));
+    }
+    let owner = Bound::new(py, Recycled { data: v })?;
+    let view = numpy::ndarray::ArrayViewD::from_shape(IxDyn(shape), &owner.get().data)
+        .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))?;
+    // SAFETY: the array's base is `owner`, which holds the buffer unchanged until numpy
+    // drops it (the buffer is never reallocated: `Recycled` is frozen).
+    let array = unsafe { PyArrayDyn::borrow_from_array(&view, owner.clone().into_any()) };
+    Ok(array.into_any())
+}
+
 /// A value as a Python object.
 pub fn value_to_py(py: Python<'_>, v: Value) -> PyResult<Bound<'_, PyAny>> {
     Ok(match v {
@@ -50,6 +86,9 @@ pub fn value_to_py(py: Python<'_>, v: Value) -> PyResult<Bound<'_, PyAny>> {
                 TensorData::I32(v) => array(py, &shape, v)?,
                 TensorData::U64(v) => array(py, &shape, v)?,
                 TensorData::I64(v) => array(py, &shape, v)?,
+                TensorData::F32(v) if sluice::recycle::worth_keeping(v.capacity()) => {
+                    recycled_array(py, &shape, v)?
+                }
                 TensorData::F32(v) => array(py, &shape, v)?,
                 TensorData::F64(v) => array(py, &shape, v)?,
             }

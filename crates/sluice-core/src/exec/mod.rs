@@ -95,6 +95,8 @@ pub struct Execution {
     source: crate::source::SourceRef,
     elastic: Option<crate::order::ElasticEpoch>,
     epoch: u64,
+    /// Float32 batch buffers the consumer frees are kept for reuse while the run goes.
+    _buffers: crate::recycle::Active,
 }
 
 impl Execution {
@@ -122,6 +124,7 @@ impl Execution {
                 .map(|rp| (rp.cursor, (!rp.outer.is_empty()).then(|| rp.outer.into()))),
             elastic: opts.elastic,
             epoch: opts.epoch,
+            _buffers: crate::recycle::Active::new(),
         })
     }
 

@@ -213,8 +213,9 @@ impl Batch {
             let per: usize = shape.iter().product();
             let total = per * column.len();
             // Not zeroed first: the writers write every float (the allocator zeroed a
-            // reused block, on top of the kernel zeroing its fresh pages).
-            let mut data: Vec<f32> = Vec::with_capacity(total);
+            // reused block, on top of the kernel zeroing its fresh pages). A buffer the
+            // consumer gave back is already mapped: no page of it is zeroed again.
+            let mut data: Vec<f32> = crate::recycle::take_f32(total);
             let slots = data.spare_capacity_mut()[..total].chunks_exact_mut(per.max(1));
             for (k, (v, out)) in column.iter().zip(slots).enumerate() {
                 if let Err(e) = writer.write_slot(v, &cx(&items[k], cop.op_id), out) {

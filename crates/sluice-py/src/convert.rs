@@ -25,7 +25,7 @@ fn array<'py, T: numpy::Element>(
 /// A float32 buffer numpy views, handed back to [`sluice::recycle`] when numpy frees the
 /// array: the next batch is written into memory already mapped, where a fresh buffer has
 /// each of its pages zeroed by the kernel first.
-#[pyclass(frozen)]
+#[pyclass(frozen, module = "sluice._native")]
 struct Recycled {
     data: Vec<f32>,
 }

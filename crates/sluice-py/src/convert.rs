@@ -43,12 +43,6 @@ fn recycled_array<'py>(
     shape: &[usize],
     v: Vec<f32>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    if shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d)) != Some(v.len()) {
-        return Err(pyo3::exceptions::PyValueError::new_err(format!(
-            "a tensor of shape {shape:?} with {} values",
-            v.len()
-        )));
-    }
     let owner = Bound::new(py, Recycled { data: v })?;
     let view = numpy::ndarray::ArrayViewD::from_shape(IxDyn(shape), &owner.get().data)
         .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))?;

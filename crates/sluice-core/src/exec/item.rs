@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use crate::error::{Error, Result, SampleRef};
+use crate::op::OpContext;
 use crate::sample::Sample;
 use crate::value::Value;
 
@@ -90,6 +91,26 @@ impl Item {
             epoch: self.epoch,
             index: self.index,
             path: self.path.as_deref().map(str::to_string),
+        }
+    }
+
+    /// `e`, raised by `op` on this item's sample, as the error naming both.
+    pub(crate) fn failed_in(&self, op: &str, e: Error) -> Error {
+        Error::InSample {
+            op: op.to_string(),
+            sample: self.sample_ref(),
+            source: Box::new(e),
+        }
+    }
+
+    /// Where op `op_id` runs on this item's sample, under the iteration seed `seed`.
+    pub(crate) fn op_context(&self, seed: u64, op_id: u64) -> OpContext {
+        OpContext {
+            seed,
+            epoch: self.epoch,
+            index: self.index,
+            sub: self.sub,
+            op_id,
         }
     }
 }

@@ -253,10 +253,14 @@ mod tests {
             T::Python,
             T::Write("x"),
         ] {
-            let last_moves = matches!(after, T::Write(_)) as u64;
+            // A second writer of `x` moves itself; the first stays before it.
+            let second: Vec<u64> = match after {
+                T::Write(_) => vec![1],
+                _ => vec![],
+            };
             let (chain, slots) = moved(vec![(T::Write("x"), Raise), (after, Raise)]);
-            assert_eq!(chain.len() as u64, 2 - last_moves);
-            assert_eq!(slots, [1u64; 1][..last_moves as usize]);
+            assert_eq!(chain.len() + slots.len(), 2);
+            assert_eq!((chain[0], slots), (0, second));
         }
         // A skip policy drops samples; a pad or a worker pool keeps the op in its chain.
         assert_eq!(moved(vec![(T::Write("x"), Skip)]), (vec![0], vec![]));

@@ -1,5 +1,7 @@
 //! Running the `image.*` ops.
 
+use std::borrow::Cow;
+
 use sluice_core::stats::ops::FirstPart;
 use sluice_core::{
     Emit, Error, Op, OpContext, OpKind, OpMeta, OpRef, Result, Sample, SampleRng, SlotWriter,
@@ -19,13 +21,19 @@ fn kernel_err(e: ip::ImageError) -> Error {
     Error::data(e.to_string())
 }
 
+/// A per-channel mean or std: the op's own, or made for `to_tensor`.
+type MeanStd<'a> = Cow<'a, [f32]>;
+
+/// Whether `t` is what the image ops take: an HWC uint8 image with 1 or 3 channels.
+fn is_image(t: &Tensor) -> bool {
+    matches!(t.shape(), [_, _, 1 | 3]) && matches!(t.data(), TensorData::U8(_))
+}
+
 /// Takes an HWC uint8 image with 1 or 3 channels out of `field` (no copy when the buffer is
 /// not shared).
 fn take_image(s: &mut Sample, field: &str, op: &str) -> Result<ip::Image> {
     match s.take(field, op)? {
-        Value::Tensor(t)
-            if matches!(t.shape(), [_, _, 1 | 3]) && matches!(t.data(), TensorData::U8(_)) =>
-        {
+        Value::Tensor(t) if is_image(&t) => {
             let (shape, data) = t.into_parts();
             let TensorData::U8(data) = data else {
                 unreachable!("checked above")
@@ -307,36 +315,41 @@ impl ImageOp {
 
     /// `normalize` / `to_tensor`: HWC uint8 → float32 CHW.
     fn to_chw(&self, img: &ip::Image) -> Result<Vec<f32>> {
-        let field = self.spec.field();
+        let (mean, std) = self.chw_constants(img.height, img.width, img.channels)?;
+        ip::normalize(img, &mean, &std).map_err(kernel_err)
+    }
+
+    /// What `normalize` / `to_tensor` write an `h` x `w` image of `c` channels with, once
+    /// it passed their checks: `(x/255 - mean) / std` per channel (`to_tensor`: mean 0, std
+    /// 1). The one place both the per-sample path and the batch's slots take them from.
+    fn chw_constants(&self, h: usize, w: usize, c: usize) -> Result<(MeanStd<'_>, MeanStd<'_>)> {
+        let max_pixels = match &self.spec {
+            ImageSpec::Normalize { max_pixels, .. } | ImageSpec::ToTensor { max_pixels, .. } => {
+                *max_pixels
+            }
+            _ => {
+                let name = self.name();
+                return Err(Error::Internal(format!("{name} is not a tensor op")));
+            }
+        };
+        // The float32 copy is within `max_pixels`.
+        check(
+            product(&[h as u64, w as u64]),
+            max_pixels,
+            "max_pixels",
+            || format!("a float32 copy of a {h}x{w} image"),
+        )?;
         match &self.spec {
-            ImageSpec::Normalize {
-                mean,
-                std,
-                max_pixels,
-                ..
-            } => {
-                check_chw(img, *max_pixels)?;
-                if mean.len() != img.channels {
-                    return Err(Error::type_error(format!(
-                        "mean and std have {} values but field '{field}' has {} channel(s) \
-                         (shape [{}, {}, {}])",
-                        mean.len(),
-                        img.channels,
-                        img.height,
-                        img.width,
-                        img.channels
-                    )));
-                }
-                ip::normalize(img, mean, std).map_err(kernel_err)
+            ImageSpec::Normalize { mean, .. } if mean.len() != c => {
+                Err(Error::type_error(format!(
+                    "mean and std have {} values but field '{}' has {c} channel(s) \
+                     (shape [{h}, {w}, {c}])",
+                    mean.len(),
+                    self.spec.field(),
+                )))
             }
-            ImageSpec::ToTensor { max_pixels, .. } => {
-                check_chw(img, *max_pixels)?;
-                ip::to_tensor(img).map_err(kernel_err)
-            }
-            _ => Err(Error::Internal(format!(
-                "{} is not a tensor op",
-                self.name()
-            ))),
+            ImageSpec::Normalize { mean, std, .. } => Ok((Cow::Borrowed(mean), Cow::Borrowed(std))),
+            _ => Ok((Cow::Owned(vec![0.0; c]), Cow::Owned(vec![1.0; c]))),
         }
     }
 
@@ -370,19 +383,9 @@ impl ImageOp {
     }
 }
 
-/// The float32 copy `normalize` / `to_tensor` make is within `max_pixels`.
-fn check_chw(img: &ip::Image, max_pixels: u64) -> Result<()> {
-    check(
-        product(&[img.height as u64, img.width as u64]),
-        max_pixels,
-        "max_pixels",
-        || format!("a float32 copy of a {}x{} image", img.height, img.width),
-    )
-}
-
 /// `normalize` and `to_tensor` in place write straight into a batch: the float32 output of
-/// an HWC uint8 image they take as it is (the channels their mean has, within
-/// `max_pixels`), with the same float ops as [`ImageOp::to_chw`].
+/// an HWC uint8 image that passes their checks ([`ImageOp::chw_constants`]), with the same
+/// float ops as [`ImageOp::to_chw`]; anything else goes the per-sample way, to its error.
 // SAFETY: `normalize_hwc_into` writes all of `out` when it returns Ok.
 unsafe impl SlotWriter for ImageOp {
     fn field(&self) -> &str {
@@ -392,18 +395,11 @@ unsafe impl SlotWriter for ImageOp {
         let Value::Tensor(t) = input else {
             return None;
         };
-        let (&[h, w, c], TensorData::U8(_)) = (t.shape(), t.data()) else {
+        let (true, &[h, w, c]) = (is_image(t), t.shape()) else {
             return None;
         };
-        let (channels, max_pixels) = match &self.spec {
-            ImageSpec::Normalize {
-                mean, max_pixels, ..
-            } => (mean.len(), *max_pixels),
-            ImageSpec::ToTensor { max_pixels, .. } => (c, *max_pixels),
-            _ => return None,
-        };
-        let fits = product(&[h as u64, w as u64]) <= max_pixels;
-        (matches!(c, 1 | 3) && c == channels && fits).then(|| vec![c, h, w])
+        self.chw_constants(h, w, c).ok()?;
+        Some(vec![c, h, w])
     }
     fn write_slot(
         &self,
@@ -411,20 +407,17 @@ unsafe impl SlotWriter for ImageOp {
         _cx: &OpContext,
         out: &mut [std::mem::MaybeUninit<f32>],
     ) -> Result<()> {
-        let bad = || Error::Internal(format!("{}: not an image it writes", self.name()));
-        let shape = self.slot_shape(input).ok_or_else(bad)?;
-        let (Value::Tensor(t), c) = (input, shape[0]) else {
-            return Err(bad());
+        let Value::Tensor(t) = input else {
+            return Err(Error::Internal(format!("{}: not an image", self.name())));
         };
-        let TensorData::U8(data) = t.data() else {
-            return Err(bad());
+        let (TensorData::U8(data), &[h, w, c]) = (t.data(), t.shape()) else {
+            return Err(Error::Internal(format!(
+                "{}: not an HWC uint8 image",
+                self.name()
+            )));
         };
-        let (zeros, ones) = (vec![0f32; c], vec![1f32; c]);
-        let (mean, std) = match &self.spec {
-            ImageSpec::Normalize { mean, std, .. } => (&mean[..], &std[..]),
-            _ => (&zeros[..], &ones[..]),
-        };
-        ip::normalize_hwc_into(data, c, mean, std, out).map_err(kernel_err)
+        let (mean, std) = self.chw_constants(h, w, c)?;
+        ip::normalize_hwc_into(data, c, &mean, &std, out).map_err(kernel_err)
     }
 }
 

@@ -6,13 +6,13 @@ use crate::collate::{collate_fields, collate_with, uncollate};
 use crate::error::{Error, Result};
 use crate::exec::item::{Chunk, Item, RowAt, RowsAt, Transform};
 use crate::exec::resume::{push_outer, Cursor, Restart, StageResume};
-use crate::op::{Emit, OpContext, SlotWriter};
+use crate::op::SlotWriter;
 use crate::plan::physical::ChainOp;
 use crate::sample::Sample;
 use crate::source::SourceRef;
 use crate::value::{Tensor, TensorData, Value};
 
-use super::chain::read_items;
+use super::chain::{apply_op, read_items};
 
 /// Stacks `size` consecutive items into one; with `per_epoch`, a batch never spans two epochs.
 pub(super) struct Batch {
@@ -172,36 +172,16 @@ impl Batch {
     /// straight into the batch when every sample's input has one output shape, and else
     /// runs on each sample first, as in its chain (so a bad input fails as it would there).
     fn stack_into_slots(&self, mut items: Chunk) -> Result<Sample> {
-        let cx = |it: &Item, op_id| OpContext {
-            seed: self.seed,
-            epoch: it.epoch,
-            index: it.index,
-            sub: it.sub,
-            op_id,
-        };
-        let failed = |cop: &ChainOp, it: &Item, e: Error| Error::InSample {
-            op: cop.op.name().to_string(),
-            sample: it.sample_ref(),
-            source: Box::new(e),
-        };
         let mut direct = Vec::new();
         for cop in &self.slots {
             let writer = cop.op.slot_writer();
             match writer.and_then(|w| Some((w, one_shape(w, &items)?))) {
                 Some((writer, shape)) => direct.push((cop, writer, shape)),
-                None => {
-                    for it in &mut items {
-                        let sample = std::mem::take(&mut it.sample);
-                        match cop.op.apply(sample, &cx(it, cop.op_id)) {
-                            Ok(Emit::One(s)) => it.sample = s,
-                            Ok(_) => {
-                                let e = Error::Internal("a slot op made no one output".into());
-                                return Err(failed(cop, it, e));
-                            }
-                            Err(e) => return Err(failed(cop, it, e)),
-                        }
-                    }
-                }
+                // Slot ops map and raise (`plan::slots`): one output per item, or the error.
+                None => match apply_op(cop, self.seed, items) {
+                    (_, Some(e), _) => return Err(e),
+                    (out, None, _) => items = out,
+                },
             }
         }
         let samples: Vec<Sample> = items
@@ -212,14 +192,14 @@ impl Batch {
             let (cop, writer, shape) = direct.iter().find(|(_, w, _)| w.field() == name)?;
             let per: usize = shape.iter().product();
             let total = per * column.len();
-            // Not zeroed first: the writers write every float (the allocator zeroed a
-            // reused block, on top of the kernel zeroing its fresh pages). A buffer the
-            // consumer gave back is already mapped: no page of it is zeroed again.
+            // Not zeroed first: the writers write every float. A buffer the consumer gave
+            // back is already mapped: no page of it is zeroed again.
             let mut data: Vec<f32> = crate::recycle::take_f32(total);
             let slots = data.spare_capacity_mut()[..total].chunks_exact_mut(per.max(1));
-            for (k, (v, out)) in column.iter().zip(slots).enumerate() {
-                if let Err(e) = writer.write_slot(v, &cx(&items[k], cop.op_id), out) {
-                    return Some(Err(failed(cop, &items[k], e)));
+            for ((v, out), it) in column.iter().zip(slots).zip(&items) {
+                let cx = it.op_context(self.seed, cop.op_id);
+                if let Err(e) = writer.write_slot(v, &cx, out) {
+                    return Some(Err(it.failed_in(cop.op.name(), e)));
                 }
             }
             // SAFETY: every slot's writer returned Ok, so wrote all of it (`SlotWriter`'s
@@ -306,6 +286,7 @@ mod tests {
     use super::*;
     use crate::error::Error;
     use crate::exec::resume::Skip;
+    use crate::op::{Emit, OpContext};
     use crate::value::Value;
 
     fn item(epoch: u64, pos: u64, id: Value) -> Item {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use crate::error::{Error, Result};
 use crate::exec::item::{is_interrupt, Chunk, Item, Partial, Transform};
 use crate::exec::resume::Skip;
-use crate::op::{Emit, OpContext};
+use crate::op::Emit;
 use crate::plan::logical::OnError;
 use crate::plan::physical::ChainOp;
 use crate::rng::combine;
@@ -24,11 +24,7 @@ pub(crate) fn read_items(src: &SourceRef, mut items: Chunk) -> Partial {
         match res {
             Ok(sample) => items[i].set_sample(sample),
             Err(e) => {
-                let err = Error::InSample {
-                    op: src.name().to_string(),
-                    sample: items[i].sample_ref(),
-                    source: Box::new(e),
-                };
+                let err = items[i].failed_in(src.name(), e);
                 items.truncate(i);
                 return (items, Some(err));
             }
@@ -151,70 +147,68 @@ impl Chain {
         (items, failed)
     }
 
-    /// One op over the chunk: the outputs up to the first failure (raised, not skipped),
-    /// and that failure.
-    fn apply(&self, cop: &ChainOp, mut items: Chunk) -> Partial {
-        let inputs = items
-            .iter_mut()
-            .map(|it| {
-                let cx = OpContext {
-                    seed: self.seed,
-                    epoch: it.epoch,
-                    index: it.index,
-                    sub: it.sub,
-                    op_id: cop.op_id,
-                };
-                (std::mem::take(&mut it.sample), cx)
-            })
-            .collect();
-        let results = cop.op.apply_many(inputs);
-        // One output per input (a map): the items stay where they are.
-        if results.iter().all(|r| matches!(r, Ok(Emit::One(_)))) {
-            for (it, res) in items.iter_mut().zip(results) {
-                if let Ok(Emit::One(s)) = res {
-                    it.sample = s;
-                }
-            }
-            return (items, None);
+    /// One op over the chunk ([`apply_op`]), counting the failures it skipped.
+    fn apply(&self, cop: &ChainOp, items: Chunk) -> Partial {
+        let (out, err, skipped) = apply_op(cop, self.seed, items);
+        if skipped > 0 {
+            self.stats
+                .counters(self.stage)
+                .skipped
+                .fetch_add(skipped, Relaxed);
         }
-        let mut out = Vec::with_capacity(items.len());
-        for (mut it, res) in items.into_iter().zip(results) {
-            match res {
-                Ok(Emit::One(s)) => {
-                    it.sample = s;
-                    out.push(it);
-                }
-                Ok(Emit::Drop) => {}
-                Ok(Emit::Many(samples)) => {
-                    for (j, s) in samples.into_iter().enumerate() {
-                        out.push(Item {
-                            sub: combine(it.sub, j as u64 + 1),
-                            sample: s,
-                            ..it.clone()
-                        });
-                    }
-                }
-                Err(e) if is_interrupt(&e) => return (Vec::new(), Some(e)),
-                Err(e) => match cop.on_error {
-                    OnError::Skip => {
-                        self.stats
-                            .counters(self.stage)
-                            .skipped
-                            .fetch_add(1, Relaxed);
-                    }
-                    OnError::Raise => {
-                        let err = Error::InSample {
-                            op: cop.op.name().to_string(),
-                            sample: it.sample_ref(),
-                            source: Box::new(e),
-                        };
-                        return (out, Some(err));
-                    }
-                },
-            }
-        }
-        (out, None)
+        (out, err)
     }
+}
+
+/// One op over `items` under the iteration seed `seed`: the outputs up to the first failure
+/// raised (not skipped), that failure, and how many failures were skipped.
+pub(crate) fn apply_op(cop: &ChainOp, seed: u64, mut items: Chunk) -> (Chunk, Option<Error>, u64) {
+    let inputs = items
+        .iter_mut()
+        .map(|it| {
+            let cx = it.op_context(seed, cop.op_id);
+            (std::mem::take(&mut it.sample), cx)
+        })
+        .collect();
+    let results = cop.op.apply_many(inputs);
+    // One output per input (a map): the items stay where they are.
+    if results.iter().all(|r| matches!(r, Ok(Emit::One(_)))) {
+        for (it, res) in items.iter_mut().zip(results) {
+            if let Ok(Emit::One(s)) = res {
+                it.sample = s;
+            }
+        }
+        return (items, None, 0);
+    }
+    let mut out = Vec::with_capacity(items.len());
+    let mut skipped = 0;
+    for (mut it, res) in items.into_iter().zip(results) {
+        match res {
+            Ok(Emit::One(s)) => {
+                it.sample = s;
+                out.push(it);
+            }
+            Ok(Emit::Drop) => {}
+            Ok(Emit::Many(samples)) => {
+                for (j, s) in samples.into_iter().enumerate() {
+                    out.push(Item {
+                        sub: combine(it.sub, j as u64 + 1),
+                        sample: s,
+                        ..it.clone()
+                    });
+                }
+            }
+            Err(e) if is_interrupt(&e) => return (Vec::new(), Some(e), skipped),
+            Err(e) => match cop.on_error {
+                OnError::Skip => skipped += 1,
+                OnError::Raise => {
+                    let err = it.failed_in(cop.op.name(), e);
+                    return (out, Some(err), skipped);
+                }
+            },
+        }
+    }
+    (out, None, skipped)
 }
 
 impl Transform for Chain {
@@ -229,7 +223,7 @@ impl Transform for Chain {
 mod tests {
     use super::*;
     use crate::exec::resume::Cursor;
-    use crate::op::{Op, OpMeta};
+    use crate::op::{Op, OpContext, OpMeta};
     use crate::plan::logical::ElemMode;
     use crate::sample::Sample;
     use crate::stats::StageInfo;

@@ -164,11 +164,7 @@ impl Transform for Pack {
                 self.epoch = Some(it.cursor.epoch);
                 self.blocks = 0;
             }
-            let tokens = self.tokens_of(&it).map_err(|e| Error::InSample {
-                op: "pack".into(),
-                sample: it.sample_ref(),
-                source: Box::new(e),
-            })?;
+            let tokens = self.tokens_of(&it).map_err(|e| it.failed_in("pack", e))?;
             let skip = std::mem::take(&mut self.skip_tokens) as usize;
             let mut at = skip.min(tokens.len());
             it.sample = Sample::new();

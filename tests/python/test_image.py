@@ -129,6 +129,17 @@ def test_a_bad_image_fails_in_the_batch_as_in_its_chain(images_dir):
     assert "normalize" in str(alone.value) and "channel" in str(alone.value)
 
 
+def test_normalize_stays_before_an_op_that_may_drop_its_sample(images_dir):
+    """An op after normalize that skips its failures (here on another field) could drop a
+    sample whose image normalize rejects: normalize stays in its chain, so it still fails."""
+    paths = [str(p) for p in photos(images_dir)[:3]]
+    ds = (sluice.read_files(paths).map(I.decode()).map(I.center_crop(16)).map(I.normalize((0.5,), (0.5,)))
+          .map(I.decode(field="path", out="again"), on_error="skip"))
+    for d in (ds, ds.batch(2)):
+        with pytest.raises(TypeError, match="'normalize' failed on sample 0.*channel"):
+            list(d)
+
+
 def test_a_checkpoint_between_batches_written_in_place_resumes_exactly(images_dir):
     ds = (sluice.read_images(str(images_dir)).shuffle().map(I.decode()).map(I.random_resized_crop(32))
           .map(I.normalize(MEAN, STD)).batch(3))

@@ -13,13 +13,14 @@
 //!
 //! An op moves only past ops that leave its field as it is: ops that neither read nor
 //! write it, and ops that only select, drop or rename fields ([`crate::Op::moves_fields`])
-//! and keep it. The outputs are the same bytes, and a bad input fails naming the same
+//! and keep it. Those ops must also give one output per input and raise their failures
+//! (no filter, flat_map or skip policy): one that dropped a sample would otherwise decide
+//! whether the moved op sees it, and a bad input it dropped would no longer fail. The outputs are the same bytes, and a bad input fails naming the same
 //! sample and op (the batch runs the op on each sample first when the inputs differ in
 //! shape, as the chain would). What can differ is which of two failures is reported: when
 //! a sample fails the moved op and a later sample of the same batch fails an op that now
 //! runs before it, the later failure is the one raised.
 
-use crate::op::OpRef;
 use crate::plan::logical::{ElemMode, OnError};
 use crate::plan::physical::{ChainOp, PhysicalPlan, StageKind};
 
@@ -50,7 +51,7 @@ pub fn write_into_batches(plan: &mut PhysicalPlan) -> usize {
         let mut k = ops.len();
         while k > 0 {
             k -= 1;
-            let after: Vec<&OpRef> = ops[k + 1..].iter().chain(&*slots).map(|o| &o.op).collect();
+            let after: Vec<&ChainOp> = ops[k + 1..].iter().chain(&*slots).collect();
             if movable(&ops[k], &after) {
                 slots.insert(0, ops.remove(k));
                 moved += 1;
@@ -61,25 +62,33 @@ pub fn write_into_batches(plan: &mut PhysicalPlan) -> usize {
 }
 
 /// Whether `cop` can run after `after` (the ops that follow it, in order) in the batch.
-fn movable(cop: &ChainOp, after: &[&OpRef]) -> bool {
+fn movable(cop: &ChainOp, after: &[&ChainOp]) -> bool {
     let Some(writer) = cop.op.slot_writer() else {
         return false;
     };
     // A skipped failure drops its sample, which a batch cannot do.
-    if cop.mode != ElemMode::Map || cop.on_error != OnError::Raise {
+    if !one_for_one(cop) {
         return false;
     }
     let field = writer.field().to_string();
-    after.iter().all(|op| {
-        let meta = op.meta();
+    after.iter().all(|next| {
+        let (op, meta) = (&next.op, next.op.meta());
         let keeps = op
             .output_fields(std::slice::from_ref(&field))
             .is_some_and(|out| out.contains(&field));
-        !meta.python
+        // An op that may drop or repeat a sample would decide whether the moved op runs on
+        // it at all: a bad input it drops would no longer fail.
+        one_for_one(next)
+            && !meta.python
             && !meta.writes.contains(&field)
             && (!meta.reads.contains(&field) || op.moves_fields())
             && keeps
     })
+}
+
+/// Whether `cop` gives exactly one output for each input or fails the run.
+fn one_for_one(cop: &ChainOp) -> bool {
+    cop.mode == ElemMode::Map && cop.on_error == OnError::Raise
 }
 
 #[cfg(test)]
@@ -264,6 +273,19 @@ mod tests {
         }
         // A skip policy drops samples; a pad or a worker pool keeps the op in its chain.
         assert_eq!(moved(vec![(T::Write("x"), Skip)]), (vec![0], vec![]));
+        // So does an op after it that may drop or repeat its sample (skipping its failures,
+        // a filter, a flat_map), even on another field: a bad input it drops must still fail.
+        let other = || vec![(T::Write("x"), Raise), (T::Touch("y", "z"), Raise)];
+        assert_eq!(moved(other()), (vec![1], vec![0]));
+        let skips = vec![(T::Write("x"), Raise), (T::Touch("y", "z"), Skip)];
+        assert_eq!(moved(skips), (vec![0, 1], vec![]));
+        for mode in [ElemMode::Filter, ElemMode::FlatMap] {
+            let mut p = plan(other(), false, Variant::Inline);
+            if let StageKind::Chain { ops, .. } = &mut p.stages[0].kind {
+                ops[1].mode = mode;
+            }
+            assert_eq!(write_into_batches(&mut p), 0, "{mode:?}");
+        }
         let mut padded = plan(vec![(T::Write("x"), Raise)], true, Variant::Inline);
         assert_eq!(write_into_batches(&mut padded), 0);
         let pool = Variant::Pool {

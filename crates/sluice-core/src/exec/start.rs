@@ -65,29 +65,21 @@ pub(super) struct Started {
 
 /// Starts the threads of `plan`.
 pub(super) fn start(plan: &PhysicalPlan, opts: &ExecOptions) -> Result<Started> {
-    let with_objects = opts.objects.then(|| {
-        let mut p = plan.clone();
-        crate::plan::objects::keep_objects(&mut p);
-        p
-    });
-    let plan = with_objects.as_ref().unwrap_or(plan);
+    // The rewrites a run makes to the plan it is given, each where it applies.
+    let mut plan = plan.clone();
+    if opts.objects {
+        crate::plan::objects::keep_objects(&mut plan);
+    }
     // A timed run measures each op in its chain.
-    let with_slots = (!opts.time_ops)
-        .then(|| {
-            let mut p = plan.clone();
-            (crate::plan::slots::write_into_batches(&mut p) > 0).then_some(p)
-        })
-        .flatten();
-    let plan = with_slots.as_ref().unwrap_or(plan);
+    if !opts.time_ops {
+        crate::plan::slots::write_into_batches(&mut plan);
+    }
     // An elastic resume drops the rows other ranks delivered in a stage that takes rows one
     // by one: the plain read.
-    let in_rows = (opts.row_batches && opts.elastic.is_none())
-        .then(|| {
-            let mut p = plan.clone();
-            crate::plan::rows::read_rows_in_batches(&mut p).then_some(p)
-        })
-        .flatten();
-    let plan = in_rows.as_ref().unwrap_or(plan);
+    let in_rows = opts.row_batches
+        && opts.elastic.is_none()
+        && crate::plan::rows::read_rows_in_batches(&mut plan);
+    let plan = &plan;
     let ctl = Arc::new(Control::default());
     // Inline stages run in the consumer; a stage is inline only if all after it are.
     let first_inline = plan
@@ -205,9 +197,9 @@ pub(super) fn start(plan: &PhysicalPlan, opts: &ExecOptions) -> Result<Started> 
             resumes[i].clone(),
             Following {
                 resequence: plan.stages[i + 1..].iter().any(|s| drops(&s.kind)),
-                columns: in_rows.is_some()
+                columns: in_rows
                     || opts.columns && crate::plan::objects::columns_pass(&plan.stages[i + 1..]),
-                rows: in_rows.is_some(),
+                rows: in_rows,
             },
         );
         if i >= first_inline {

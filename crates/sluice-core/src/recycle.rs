@@ -56,11 +56,13 @@ impl Bin {
     }
 
     fn give(&self, v: Vec<f32>) {
-        if !worth_keeping(v.capacity()) || self.active.load(Relaxed) == 0 {
+        if !worth_keeping(v.capacity()) {
             return;
         }
         let mut kept = self.kept();
-        if kept.len() < KEPT {
+        // Read under the lock: the last run's end empties the bin after its count reaches
+        // zero, so a buffer kept here is either seen by that end or not kept at all.
+        if kept.len() < KEPT && self.active.load(Relaxed) > 0 {
             kept.push(v);
         }
         // Otherwise `v` is freed on return, after the lock.

@@ -6,11 +6,8 @@ use crate::error::{invalid, Result};
 use crate::image::Image;
 use crate::simd::{load_rgb, multiversion, BLOCK};
 
-/// Fills per-channel 256-entry tables `((v * (1/255)) - mean) / std` in
-/// float32 — torchvision's `to_dtype(float32, scale=True)` (a multiply by
-/// `float32(1/255)`) followed by `normalize` (`sub(mean).div_(std)`), so the
-/// table holds exactly the values torch computes.
-fn luts(mean: &[f32], std: &[f32], channels: usize) -> Result<Vec<[f32; 256]>> {
+/// Checks `mean`/`std`: one finite value per channel each, no `std` of zero.
+fn check_mean_std(mean: &[f32], std: &[f32], channels: usize) -> Result<()> {
     if mean.len() != channels || std.len() != channels {
         return invalid(format!(
             "mean/std need {channels} values, got {} and {}",
@@ -21,16 +18,20 @@ fn luts(mean: &[f32], std: &[f32], channels: usize) -> Result<Vec<[f32; 256]>> {
     if std.iter().any(|&s| s == 0.0 || !s.is_finite()) || mean.iter().any(|m| !m.is_finite()) {
         return invalid("std must be non-zero and mean/std finite");
     }
+    Ok(())
+}
+
+/// The 256-entry table `((v * (1/255)) - mean) / std` in float32 — torchvision's
+/// `to_dtype(float32, scale=True)` (a multiply by `float32(1/255)`) followed by
+/// `normalize` (`sub(mean).div_(std)`), so the table holds exactly the values torch
+/// computes.
+fn table(mean: f32, std: f32) -> [f32; 256] {
     let inv = (1.0f64 / 255.0) as f32;
-    Ok((0..channels)
-        .map(|c| {
-            let mut t = [0f32; 256];
-            for (v, o) in t.iter_mut().enumerate() {
-                *o = (v as f32 * inv - mean[c]) / std[c];
-            }
-            t
-        })
-        .collect())
+    let mut t = [0f32; 256];
+    for (v, o) in t.iter_mut().enumerate() {
+        *o = (v as f32 * inv - mean) / std;
+    }
+    t
 }
 
 /// Writes `(x/255 - mean[c]) / std[c]` as float32 CHW into `out`
@@ -70,7 +71,7 @@ pub fn normalize_hwc_into(
             data.len()
         ));
     }
-    let lut = luts(mean, std, c)?;
+    check_mean_std(mean, std, c)?;
     let plane = data.len() / c;
     if out.len() != plane * c {
         return invalid(format!(
@@ -80,8 +81,9 @@ pub fn normalize_hwc_into(
         ));
     }
     if c == 1 {
+        let t = table(mean[0], std[0]);
         for (o, &v) in out.iter_mut().zip(data) {
-            o.write(lut[0][usize::from(v)]);
+            o.write(t[usize::from(v)]);
         }
         return Ok(());
     }
@@ -178,7 +180,7 @@ mod tests {
         let data: Vec<u8> = (0..=255u8).cycle().take(3 * 150).collect();
         let img = Image::new(10, 15, 3, data).unwrap();
         let (m, s) = ([0.485f32, 0.456, 0.406], [0.229f32, 0.224, 0.225]);
-        let t = luts(&m, &s, 3).unwrap();
+        let t: Vec<[f32; 256]> = (0..3).map(|c| table(m[c], s[c])).collect();
         crate::simd::for_each_path(|path| {
             let got = normalize(&img, &m, &s).unwrap();
             for (i, px) in img.data.chunks_exact(3).enumerate() {

@@ -10,7 +10,8 @@ Cases: an identity Python function over `range(300,000)` with per-sample outputs
 dicts (the benchmark corpus, `formats.parquet_corpus`), and `cv`: the CV reference pipeline
 (float32 output, 2 threads) over the 2,000 benchmark photos. Each run repeats its pass for
 `--seconds`; medians over rounds of samples per second. Build both sides with the same
-profile first (`make build`, or `MATURIN_PROFILE=release make build`).
+profile first (`make build`, or `MATURIN_PROFILE=release make build`); another commit's
+release build: `benchmarks/build_at.sh COMMIT DIR`, then `--a DIR/python`.
 """
 from __future__ import annotations
 

@@ -6,13 +6,14 @@
 //! Caches are process-wide and keyed by content (the source's spec and the prefix ops'
 //! specs), so re-iterating a dataset reuses its cache while a changed pipeline gets a fresh
 //! one and never reads stale samples. The disk tier is one append-only file per cache in the
-//! temporary directory, removed when the cache is dropped; it is not shared between
-//! processes, so data changed on disk between runs is never read stale either.
+//! process's private directory ([`crate::scratch::dir`], mode 0700), created 0600 and unlinked
+//! as soon as it is open: only the open descriptor keeps it, so it is gone when the cache is
+//! dropped and also when the process exits without dropping it or is killed. It is not shared
+//! between processes, so data changed on disk between runs is never read stale either.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::fs::File;
-use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -40,12 +41,6 @@ impl fmt::Debug for DiskTier {
         f.debug_struct("DiskTier")
             .field("path", &self.path)
             .finish()
-    }
-}
-
-impl Drop for DiskTier {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
     }
 }
 
@@ -93,17 +88,14 @@ impl CacheStore {
     fn disk(&self, key: &str) -> Option<&DiskTier> {
         self.disk
             .get_or_init(|| {
-                let path = std::env::temp_dir().join(format!(
-                    "sluice-cache-{}-{key}-{}.bin",
-                    std::process::id(),
+                let path = crate::scratch::dir().ok()?.join(format!(
+                    "cache-{key}-{}.bin",
                     NEXT_FILE.fetch_add(1, Relaxed)
                 ));
-                let file = std::fs::OpenOptions::new()
-                    .read(true)
-                    .append(true)
-                    .create_new(true)
-                    .open(&path)
-                    .ok()?;
+                let file = crate::scratch::create_new_file(&path, 0o600).ok()?;
+                // The registry is never dropped at exit: with no name, nothing outlives the
+                // descriptor, whatever ends the process.
+                std::fs::remove_file(&path).ok()?;
                 Some(DiskTier {
                     path,
                     file,
@@ -151,7 +143,7 @@ impl CacheStore {
             return;
         }
         let mut end = d.end.lock().unwrap_or_else(|p| p.into_inner());
-        if (&d.file).write_all(&rec).is_err() {
+        if d.file.write_all_at(&rec, *end).is_err() {
             self.disk_bytes.fetch_sub(size, Relaxed);
             return;
         }
@@ -539,18 +531,35 @@ mod tests {
             40 + 2 * 10,
             "only the 10 beyond both budgets again"
         );
-        let path = match store.disk.get() {
-            Some(Some(d)) => d.path.clone(),
+    }
+
+    #[test]
+    fn the_disk_tier_has_no_name_so_nothing_outlives_the_process() {
+        use std::os::unix::fs::MetadataExt;
+        // The registry holds caches until the process ends (it is never dropped), so a named
+        // file would stay behind at every exit: the file is unlinked once open.
+        let (src, _) = cached(1019, 0, 1 << 20);
+        for i in 0..30 {
+            src.get(i).unwrap();
+        }
+        let store = src.store().clone();
+        assert_eq!(store.disk_len(), 30);
+        let d = match store.disk.get() {
+            Some(Some(d)) => d,
             _ => panic!("no disk tier"),
         };
-        assert!(path.exists());
-        drop(src);
-        // The registry keeps the store for reuse; once evicted and unused, the file goes.
-        for n in 0..MAX_CACHES as u64 + 1 {
-            store_for(&format!("evict-{n}"), None);
+        assert!(!d.path.exists(), "{} still has a name", d.path.display());
+        let meta = d.file.metadata().unwrap();
+        assert_eq!(meta.nlink(), 0);
+        assert_eq!(meta.mode() & 0o777, 0o600);
+        assert!(d.path.starts_with(crate::scratch::dir().unwrap()));
+        for i in 0..30 {
+            assert_eq!(
+                src.get(i).unwrap().get("id").unwrap().as_int(),
+                Some((i * i) as i64)
+            );
         }
-        drop(store);
-        assert!(!path.exists());
+        assert_eq!(store.disk_hits.load(Relaxed), 30);
     }
 
     #[test]

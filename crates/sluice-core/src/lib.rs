@@ -29,6 +29,7 @@ pub mod plan;
 pub mod recycle;
 pub mod rng;
 pub mod sample;
+pub mod scratch;
 pub mod source;
 pub mod stats;
 pub mod value;

@@ -11,15 +11,23 @@
 //! as its column's type, exactly as `get` will) and leaves the bad ones out of the index,
 //! counted ([`CsvSource::skipped`]); `get` then never fails on content. Errors that are not
 //! about one record (an unreadable file, headers that differ between files, a schema naming a
-//! missing column) raise under both policies.
+//! missing column) raise under both policies, and so do a header naming a column twice and a
+//! quoted field whose quote is never closed (the parser would read the rest of the file as
+//! that one value, so no later record can be found: [`quote`]).
+//!
+//! A record read back is checked against the index: it must start right after a line break
+//! and (when no record was left out) be the only record up to the next indexed one. A file
+//! edited in place after it was indexed fails the read ("changed since it was indexed")
+//! rather than giving records cut at the wrong places.
 //!
 //! Compressed files (`.csv.gz`, `.tsv.zst`, `.csv.bz2`, ...) are decompressed once at open
 //! into a temporary file that `get` reads from ([`crate::compressed`]); directories and
 //! prefixes list them along with `.csv` and `.tsv` files.
 //!
 //! Column types are given (`schema`) or inferred from the first [`INFER_ROWS`] records: `int`
-//! if every non-empty value parses as an integer, else `float`, else `bool` (`true`/`false`),
-//! else `str`. Empty numeric fields read as null.
+//! if every non-empty value parses as an int64, else `str` if one is an integer beyond int64
+//! (a float would round it), else `float`, else `bool` (`true`/`false`), else `str`. Empty
+//! numeric fields read as null.
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -28,6 +36,8 @@ use sluice_core::{Error, OnError, Result, Sample, Source, SourceRef, Value};
 
 use crate::compressed::{expand, read_error, Input};
 use crate::show::show;
+
+mod quote;
 pub use crate::spec::CsvType;
 use crate::spec::SourceSpec;
 
@@ -123,6 +133,8 @@ struct Index {
     has_header: bool,
     on_error: CsvOnError,
     skipped: u64,
+    /// Each file's size when indexed.
+    sizes: Vec<u64>,
 }
 
 /// Records of CSV files as samples.
@@ -147,6 +159,10 @@ fn infer(values: &[&[u8]]) -> CsvType {
         CsvType::Str
     } else if parses(|s| s.parse::<i64>().is_ok()) {
         CsvType::Int
+    } else if non_empty().any(|v| std::str::from_utf8(v).is_ok_and(|s| big_int(s.trim()))) {
+        // A float would round it: as text it keeps every digit (pandas keeps such a column
+        // as objects).
+        CsvType::Str
     } else if parses(|s| s.parse::<f64>().is_ok()) {
         CsvType::Float
     } else if parses(|s| s == "true" || s == "false") {
@@ -154,6 +170,12 @@ fn infer(values: &[&[u8]]) -> CsvType {
     } else {
         CsvType::Str
     }
+}
+
+/// An integer written out (sign and digits) that does not fit in int64.
+fn big_int(s: &str) -> bool {
+    let digits = s.strip_prefix(['-', '+']).unwrap_or(s);
+    !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) && s.parse::<i64>().is_err()
 }
 
 fn utf8<'a>(raw: &'a [u8], path: &str, line: u32) -> Result<&'a str> {
@@ -211,6 +233,45 @@ fn record_ok(rec: &csv::ByteRecord, types: &[Option<CsvType>]) -> bool {
     })
 }
 
+/// `e`, a failed read of `input`, as `changed()` when the file is no longer the size it was
+/// indexed at (a read past its new end fails).
+pub(crate) fn if_changed(input: &Input, size: u64, e: Error, changed: impl Fn() -> Error) -> Error {
+    if input.is_decompressed() || crate::store::is_url(input.name()) {
+        return e;
+    }
+    match std::fs::metadata(input.name()) {
+        Ok(m) if m.len() != size => changed(),
+        _ => e,
+    }
+}
+
+/// A quote opened on line `opened` of `path` and never closed.
+fn unclosed_error(path: &str, opened: u32) -> Error {
+    Error::data(format!(
+        "{path}:{opened}: unterminated quoted field: the quote opened on line {opened} is never \
+         closed, so every line after it would be read as one value (raised under \
+         on_error=\"skip\" too: the records after it cannot be found); close the quote, or \
+         write a quote inside a quoted field as \"\""
+    ))
+}
+
+/// Refuses a header naming a column twice: a sample holds one value per name, so one of the
+/// columns would be dropped.
+fn unique_names(names: &[String], path: &str, line: u32) -> Result<()> {
+    for (j, name) in names.iter().enumerate() {
+        if let Some(i) = names[..j].iter().position(|n| n == name) {
+            return Err(Error::invalid(format!(
+                "{path}:{line}: the header names column '{}' twice (columns {} and {}); \
+                 rename one of them",
+                show(name),
+                i + 1,
+                j + 1
+            )));
+        }
+    }
+    Ok(())
+}
+
 impl CsvSource {
     /// Indexes every file matched by `entries` (paths, directories, globs, URLs).
     pub fn open(entries: &[String], opts: &CsvOptions) -> Result<Self> {
@@ -225,6 +286,7 @@ impl CsvSource {
         let mut check_types: Vec<Option<CsvType>> = Vec::new();
         let mut inferred = false;
         let mut skipped = 0u64;
+        let mut sizes = Vec::with_capacity(paths.len());
         for (fi, path) in paths.iter().enumerate() {
             let (file, scan) = Input::open(path)?;
             let mut rdr = csv::ReaderBuilder::new()
@@ -234,6 +296,9 @@ impl CsvSource {
                 .from_reader(scan);
             let mut rec = csv::ByteRecord::new();
             let mut first = true;
+            // Where the latest record starts: the only one that can run to the end of the
+            // file inside an unclosed quote.
+            let mut last: Option<(u64, u32)> = None;
             loop {
                 let more = rdr.read_byte_record(&mut rec).map_err(|e| {
                     let line = e.position().map_or(0, |p| p.line());
@@ -249,6 +314,19 @@ impl CsvSource {
                 let (offset, line) = rec
                     .position()
                     .map_or((0, 0), |p| (p.byte(), p.line() as u32));
+                last = Some((offset, line));
+                // A record that swallowed the rest of the file is reported as that, not as
+                // whatever else is wrong with it (its field count, its header).
+                let unclosed = |rdr: &mut csv::Reader<_>, e: Error| -> Error {
+                    let mut peek = csv::ByteRecord::new();
+                    if !matches!(rdr.read_byte_record(&mut peek), Ok(false)) {
+                        return e;
+                    }
+                    match quote::unterminated_quote(&file, offset, line, opts.delimiter) {
+                        Ok(Some(opened)) => unclosed_error(path, opened),
+                        _ => e,
+                    }
+                };
                 if first {
                     first = false;
                     let header: Vec<String> = if opts.has_header {
@@ -258,6 +336,9 @@ impl CsvSource {
                     } else {
                         (0..rec.len()).map(|i| format!("column_{i}")).collect()
                     };
+                    if let Err(e) = unique_names(&header, path, line) {
+                        return Err(unclosed(&mut rdr, e));
+                    }
                     match &names {
                         None => {
                             check_types = header
@@ -267,12 +348,13 @@ impl CsvSource {
                             names = Some(header);
                         }
                         Some(n) if *n != header && opts.has_header => {
-                            return Err(Error::data(format!(
+                            let e = Error::data(format!(
                                 "{path}:{line}: header differs from {}'s ({} vs {})",
                                 paths[0],
                                 show(&header.join(",")),
                                 show(&n.join(","))
-                            )))
+                            ));
+                            return Err(unclosed(&mut rdr, e));
                         }
                         Some(_) => {}
                     }
@@ -286,11 +368,12 @@ impl CsvSource {
                         skipped += 1;
                         continue;
                     }
-                    return Err(Error::data(format!(
+                    let e = Error::data(format!(
                         "{path}:{line}: expected {want} fields, got {}; pass \
                          on_error=\"skip\" to leave such records out",
                         rec.len()
-                    )));
+                    ));
+                    return Err(unclosed(&mut rdr, e));
                 }
                 if skip && !record_ok(&rec, &check_types) {
                     skipped += 1;
@@ -311,6 +394,17 @@ impl CsvSource {
                 }
                 records.push((fi as u32, offset, line));
             }
+            drop(rdr);
+            // Under either policy: the records after the quote cannot be found again, so
+            // skipping "one record" would silently drop the rest of the file.
+            if let Some((offset, line)) = last {
+                if let Some(opened) =
+                    quote::unterminated_quote(&file, offset, line, opts.delimiter)?
+                {
+                    return Err(unclosed_error(path, opened));
+                }
+            }
+            sizes.push(file.size()?);
             files.push(Arc::new(file));
         }
         let names = names.unwrap_or_default();
@@ -333,6 +427,7 @@ impl CsvSource {
                 has_header: opts.has_header,
                 on_error: opts.on_error,
                 skipped,
+                sizes,
             }),
         })
     }
@@ -393,23 +488,37 @@ impl Source for CsvSource {
         let blob = &ix.files[fi as usize];
         let end = match ix.records.get(index as usize + 1) {
             Some(&(f, next, _)) if f == fi => next,
-            _ => blob.size()?,
+            _ => ix.sizes[fi as usize],
         };
-        let bytes = blob.read_at(start, (end - start) as usize)?;
+        // From the byte before the record: it ends the record before (an edit moving the
+        // records is seen there).
+        let from = start.saturating_sub(1);
+        let changed = || {
+            Error::data(format!(
+                "{}:{line}: the file changed since it was indexed; open it again",
+                blob.name()
+            ))
+        };
+        let bytes = blob
+            .read_at(from, (end - from) as usize)
+            .map_err(|e| if_changed(blob, ix.sizes[fi as usize], e, changed))?;
+        if start > 0 && !matches!(bytes[0], b'\n' | b'\r') {
+            return Err(changed());
+        }
         let mut rdr = csv::ReaderBuilder::new()
             .has_headers(false)
             .flexible(true)
             .delimiter(ix.delimiter)
-            .from_reader(&bytes[..]);
+            .from_reader(&bytes[(start - from) as usize..]);
         let mut rec = csv::ByteRecord::new();
         let ok = rdr
             .read_byte_record(&mut rec)
             .map_err(|e| Error::data(format!("{}:{line}: {e}", blob.name())))?;
-        if !ok || rec.len() != ix.names.len() {
-            return Err(Error::data(format!(
-                "{}:{line}: the file changed since it was indexed",
-                blob.name()
-            )));
+        // With no record left out, the bytes up to the next record hold this one alone.
+        let alone = ix.skipped > 0
+            || matches!(rdr.read_byte_record(&mut csv::ByteRecord::new()), Ok(false));
+        if !ok || rec.len() != ix.names.len() || !alone {
+            return Err(changed());
         }
         let mut s = Sample::with_capacity(ix.names.len());
         for ((name, ty), raw) in ix.names.iter().zip(&ix.types).zip(rec.iter()) {
@@ -428,127 +537,4 @@ impl Source for CsvSource {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn write(content: &str) -> (tempfile::TempDir, String) {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("f.csv");
-        std::fs::write(&p, content).unwrap();
-        (dir, p.display().to_string())
-    }
-
-    #[test]
-    fn quoted_newlines_keep_random_access_exact() {
-        let (_d, p) = write("id,text,score\n1,\"two\nlines\",0.5\n2,\"a,b\",\n3,plain,2\n");
-        let src = CsvSource::open(&[p], &CsvOptions::default()).unwrap();
-        assert_eq!(src.len(), Some(3));
-        assert_eq!(
-            src.schema().iter().map(|(_, t)| *t).collect::<Vec<_>>(),
-            [CsvType::Int, CsvType::Str, CsvType::Float]
-        );
-        let s = src.get(2).unwrap();
-        assert_eq!(s.get("id"), Some(&Value::Int(3)));
-        assert_eq!(s.get("text").unwrap().as_str(), Some("plain"));
-        assert_eq!(
-            src.get(0).unwrap().get("text").unwrap().as_str(),
-            Some("two\nlines")
-        );
-        assert_eq!(src.get(1).unwrap().get("score"), Some(&Value::Null));
-    }
-
-    #[test]
-    fn malformed_rows_name_the_line_or_are_skipped() {
-        let (_d, p) = write("a,b\n1,2\n3\n4,5\n");
-        let e = CsvSource::open(std::slice::from_ref(&p), &CsvOptions::default()).unwrap_err();
-        assert!(e.to_string().contains("f.csv:3:"), "{e}");
-        let opts = CsvOptions {
-            on_error: CsvOnError::Skip,
-            ..Default::default()
-        };
-        let src = CsvSource::open(&[p], &opts).unwrap();
-        assert_eq!((src.len(), src.skipped()), (Some(2), 1));
-        assert_eq!(src.get(1).unwrap().get("a"), Some(&Value::Int(4)));
-    }
-
-    fn skipping() -> CsvOptions {
-        CsvOptions {
-            on_error: CsvOnError::Skip,
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn invalid_utf8_raises_naming_the_line_or_is_skipped() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("f.csv");
-        std::fs::write(&p, b"a,b\n1,x\n2,\xff\xfe\n3,z\n").unwrap();
-        let p = p.display().to_string();
-        let src = CsvSource::open(std::slice::from_ref(&p), &CsvOptions::default()).unwrap();
-        let e = src.get(1).unwrap_err().to_string();
-        assert!(e.contains("f.csv:3:") && e.contains("UTF-8"), "{e}");
-        let src = CsvSource::open(&[p], &skipping()).unwrap();
-        assert_eq!((src.len(), src.skipped()), (Some(2), 1));
-        assert_eq!(src.get(1).unwrap().get("a"), Some(&Value::Int(3)));
-    }
-
-    #[test]
-    fn values_not_of_their_type_are_skipped_given_or_inferred() {
-        // A given type, and an inferred one that a record after the inference window breaks.
-        let mut text = String::from("id,n\n");
-        for i in 0..INFER_ROWS + 5 {
-            text.push_str(&format!("{i},{i}\n"));
-        }
-        text.push_str("x1,7\n8,nope\n9,9\n");
-        let (_d, p) = write(&text);
-        let opts = CsvOptions {
-            schema: vec![("id".into(), CsvType::Int)],
-            on_error: CsvOnError::Skip,
-            ..Default::default()
-        };
-        let src = CsvSource::open(std::slice::from_ref(&p), &opts).unwrap();
-        assert_eq!(src.schema()[1].1, CsvType::Int);
-        assert_eq!(src.skipped(), 2);
-        assert_eq!(src.len(), Some(INFER_ROWS as u64 + 6));
-        for i in 0..src.len().unwrap() {
-            src.get(i).unwrap();
-        }
-        // Raising, the same records fail when read, naming line and column.
-        let src = CsvSource::open(&[p], &CsvOptions::default()).unwrap();
-        let n = INFER_ROWS as u64 + 5;
-        let e = src.get(n + 1).unwrap_err().to_string();
-        assert!(
-            e.contains(&format!(":{}:", n + 3)) && e.contains("'n'") && e.contains("'nope'"),
-            "{e}"
-        );
-    }
-
-    #[test]
-    fn control_bytes_in_values_are_escaped_in_messages() {
-        let (_d, p) = write("a\n1\n\u{1b}[2J\u{7}\n");
-        let opts = CsvOptions {
-            schema: vec![("a".into(), CsvType::Int)],
-            ..Default::default()
-        };
-        let src = CsvSource::open(&[p], &opts).unwrap();
-        let e = src.get(1).unwrap_err().to_string();
-        assert!(e.contains("\\x1b[2J\\x07"), "{e}");
-        assert!(!e.chars().any(|c| c.is_control()), "{e:?}");
-    }
-
-    #[test]
-    fn explicit_schema_overrides_and_reports_bad_values() {
-        let (_d, p) = write("a,b\n1,2\n2,y\n");
-        let opts = CsvOptions {
-            schema: vec![("a".into(), CsvType::Str), ("b".into(), CsvType::Int)],
-            ..Default::default()
-        };
-        let src = CsvSource::open(&[p], &opts).unwrap();
-        assert_eq!(src.get(0).unwrap().get("a").unwrap().as_str(), Some("1"));
-        let e = src.get(1).unwrap_err().to_string();
-        assert!(
-            e.contains(":3:") && e.contains("'b'") && e.contains("int"),
-            "{e}"
-        );
-    }
-}
+mod tests;

@@ -131,11 +131,11 @@ pub fn owner_in<'a>(name: &'a str, prefix: &str) -> Option<&'a str> {
     (digits(pid) && digits(start)).then_some(tag)
 }
 
-/// Removes the entries of `dir` that `owner` maps to the tag of a dead process; returns how
-/// many. Only plain files and directories owned by this user are removed (a directory with
+/// Removes the entries of `dir` whose name `owner` maps to the tag of a dead process (see
+/// [`owner_in`]); returns how many. Only plain files and directories owned by this user are removed (a directory with
 /// everything in it, symbolic links inside removed, never followed); symbolic links and other
 /// users' entries are left alone.
-pub fn sweep(dir: &Path, owner: impl Fn(&str) -> Option<&str>) -> usize {
+pub fn sweep(dir: &Path, owner: impl Fn(&str) -> Option<String>) -> usize {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return 0;
     };
@@ -146,7 +146,7 @@ pub fn sweep(dir: &Path, owner: impl Fn(&str) -> Option<&str>) -> usize {
         let name = e.file_name();
         let Some(name) = name.to_str() else { continue };
         let Some(tag) = owner(name) else { continue };
-        if owner_alive(tag) {
+        if owner_alive(&tag) {
             continue;
         }
         // `DirEntry::metadata` does not follow a symbolic link.
@@ -170,7 +170,7 @@ pub fn sweep(dir: &Path, owner: impl Fn(&str) -> Option<&str>) -> usize {
 }
 
 /// [`sweep`] of `dir` for `kind` (a name for the `owner` rule), at most once per process.
-pub fn sweep_once(dir: &Path, kind: &str, owner: impl Fn(&str) -> Option<&str>) -> usize {
+pub fn sweep_once(dir: &Path, kind: &str, owner: impl Fn(&str) -> Option<String>) -> usize {
     static SWEPT: Mutex<Option<HashSet<(u32, PathBuf, String)>>> = Mutex::new(None);
     let key = (std::process::id(), dir.to_path_buf(), kind.to_string());
     {
@@ -270,9 +270,13 @@ pub fn dir() -> Result<PathBuf> {
             Err(e) => return Err(Error::io(own.display(), e)),
         }
     };
-    sweep_once(&parent, "scratch", |n| owner_in(n, ""));
-    sweep_once(&base, "legacy-cache", |n| owner_in(n, "sluice-cache-"));
-    sweep_once(&base, "legacy-spill", |n| owner_in(n, "sluice-spill-"));
+    sweep_once(&parent, "scratch", |n| owner_in(n, "").map(str::to_owned));
+    sweep_once(&base, "legacy-cache", |n| {
+        owner_in(n, "sluice-cache-").map(str::to_owned)
+    });
+    sweep_once(&base, "legacy-spill", |n| {
+        owner_in(n, "sluice-spill-").map(str::to_owned)
+    });
     register_exit_hook();
     *made = Some((pid, own.clone(), parent));
     Ok(own)
@@ -423,7 +427,7 @@ mod tests {
         std::fs::write(b.join(format!("x-{live}-file")), b"1").unwrap();
         std::os::unix::fs::symlink(&target, b.join(format!("x-{dead}-link"))).unwrap();
         std::fs::write(b.join("x-notatag-file"), b"1").unwrap();
-        let n = sweep_once(&b, "test", |n| owner_in(n, "x-"));
+        let n = sweep_once(&b, "test", |n| owner_in(n, "x-").map(str::to_owned));
         assert_eq!(n, 2, "the dead directory and the dead file");
         let mut left: Vec<String> = std::fs::read_dir(&b)
             .unwrap()
@@ -440,8 +444,12 @@ mod tests {
         assert_eq!(left, want);
         assert_eq!(std::fs::read(&target).unwrap(), b"keep");
         std::fs::write(b.join(format!("x-{dead}-again")), b"1").unwrap();
-        assert_eq!(sweep_once(&b, "test", |n| owner_in(n, "x-")), 0, "once");
-        assert_eq!(sweep(&b, |n| owner_in(n, "x-")), 1);
+        assert_eq!(
+            sweep_once(&b, "test", |n| owner_in(n, "x-").map(str::to_owned)),
+            0,
+            "once"
+        );
+        assert_eq!(sweep(&b, |n| owner_in(n, "x-").map(str::to_owned)), 1);
         let _ = std::fs::remove_dir_all(b);
     }
 

@@ -1,4 +1,5 @@
-//! Local-disk spill: a private temporary directory (removed when dropped), files of
+//! Local-disk spill: a private temporary directory (mode 0700; removed when dropped, at a normal
+//! exit if it is still there, else by the next process's sweep), files of
 //! length-prefixed sample records of the core value codec ([`sluice_core::codec`]), and
 //! [`Rows`] — the materialised output a blocking op serves by index: in memory when it fits
 //! the budget, else a data file plus an offset index read with positioned reads (nothing of
@@ -12,6 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use serde::Serialize;
 use sluice_core::codec;
+use sluice_core::scratch;
 use sluice_core::{Error, Result, Sample};
 
 /// What a blocking op did, for `stats()` and tests.
@@ -41,35 +43,67 @@ pub fn sample_bytes(s: &Sample) -> u64 {
     (s.nbytes() + 64 + 48 * s.len()) as u64
 }
 
-/// A private directory under the system (or a given) temporary directory, removed with
-/// everything in it when dropped.
+/// A private directory (mode 0700) for one op's spill files, removed with everything in it
+/// when dropped.
+///
+/// By default it is inside the process's own directory ([`sluice_core::scratch::dir`]),
+/// which goes at exit even when the op's dataset is still alive then. Under a given `base` it
+/// is `sluice-spill-<pid>.<start>-<random>`, removed at a normal exit too; the first spill
+/// into `base` in a process removes the directories there of processes that died (killed).
 #[derive(Debug)]
 pub struct SpillDir {
     path: PathBuf,
     next: AtomicU64,
+    /// Registered for removal at exit (a directory outside the process's own).
+    at_exit: bool,
 }
 
+/// Name prefix of spill directories under a given base.
+const PREFIX: &str = "sluice-spill-";
+
 impl SpillDir {
-    /// Creates `sluice-spill-<pid>-<n>` under `base` (default: the system temporary directory,
-    /// `$TMPDIR`).
+    /// Creates a spill directory in the process's private directory, or under `base`.
+    ///
+    /// ```
+    /// let d = sluice_relational::spill::SpillDir::create(None)?;
+    /// assert!(d.path().is_dir());
+    /// # Ok::<(), sluice_core::Error>(())
+    /// ```
     pub fn create(base: Option<&Path>) -> Result<Self> {
         static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let base = base.map_or_else(std::env::temp_dir, Path::to_path_buf);
-        std::fs::create_dir_all(&base).map_err(|e| Error::io(base.display(), e))?;
-        loop {
-            let n = COUNTER.fetch_add(1, Relaxed);
-            let path = base.join(format!("sluice-spill-{}-{n}", std::process::id()));
-            match std::fs::create_dir(&path) {
-                Ok(()) => {
-                    return Ok(SpillDir {
-                        path,
-                        next: AtomicU64::new(0),
-                    })
+        let Some(base) = base else {
+            let own = scratch::dir()?;
+            loop {
+                let path = own.join(format!("spill-{}", COUNTER.fetch_add(1, Relaxed)));
+                match scratch::create_private_dir(&path) {
+                    Ok(()) => return Ok(SpillDir::at(path, false)),
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                    Err(e) => return Err(io_err(&path, e)),
                 }
-                // Left over by an earlier process with the same pid: pick another name.
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-                Err(e) => return Err(Error::io(path.display(), e)),
             }
+        };
+        std::fs::create_dir_all(base).map_err(|e| io_err(base, e))?;
+        scratch::sweep_once(base, "spill", |n| {
+            scratch::owner_in(n, PREFIX).map(str::to_owned)
+        });
+        let tag = scratch::tag();
+        loop {
+            let path = base.join(format!("{PREFIX}{tag}-{}", scratch::random_hex()));
+            match scratch::create_private_dir(&path) {
+                Ok(()) => {
+                    scratch::remove_at_exit(&path);
+                    return Ok(SpillDir::at(path, true));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(io_err(&path, e)),
+            }
+        }
+    }
+    fn at(path: PathBuf, at_exit: bool) -> Self {
+        SpillDir {
+            path,
+            next: AtomicU64::new(0),
+            at_exit,
         }
     }
     /// The directory.
@@ -86,6 +120,9 @@ impl SpillDir {
 impl Drop for SpillDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.path);
+        if self.at_exit {
+            scratch::forget_at_exit(&self.path);
+        }
     }
 }
 
@@ -513,6 +550,124 @@ mod tests {
         assert!(path.exists());
         drop(dir);
         assert!(!path.exists(), "spill directory must be removed");
+    }
+
+    /// Runs this test binary's `test` alone in a child with `SPILL_CHILD=<base>`; returns the
+    /// child with its stdout piped.
+    fn child(test: &str, base: &Path) -> std::process::Child {
+        std::process::Command::new(std::env::current_exe().unwrap())
+            .args([test, "--exact", "--nocapture", "--test-threads=1"])
+            .env("SPILL_CHILD", base)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    }
+
+    /// The two spill directories of a child (one under its own directory, one under `base`),
+    /// as it prints them.
+    fn child_dirs(c: &mut std::process::Child) -> Vec<PathBuf> {
+        use std::io::BufRead;
+        let out = std::io::BufReader::new(c.stdout.take().unwrap());
+        out.lines()
+            .map_while(|l| l.ok())
+            // libtest's "test name ... " may start the line.
+            .filter_map(|l| l.split_once("SPILLDIR=").map(|(_, p)| PathBuf::from(p)))
+            .take(2)
+            .collect()
+    }
+
+    fn test_base(name: &str) -> PathBuf {
+        let b =
+            std::env::temp_dir().join(format!("sluice-spilltest-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&b);
+        b
+    }
+
+    /// In a child: makes spill directories that are never dropped, then exits or waits to be
+    /// killed.
+    fn child_body(wait: bool) {
+        let Some(base) = std::env::var_os("SPILL_CHILD") else {
+            return;
+        };
+        for d in [
+            SpillDir::create(None).unwrap(),
+            SpillDir::create(Some(Path::new(&base))).unwrap(),
+        ] {
+            std::fs::write(d.file("rows"), b"data").unwrap();
+            println!("SPILLDIR={}", d.path().display());
+            // As a Python dataset alive at exit: its directory is never dropped.
+            std::mem::forget(d);
+        }
+        if wait {
+            std::thread::sleep(std::time::Duration::from_secs(60));
+        }
+        std::process::exit(0);
+    }
+
+    #[test]
+    fn spill_dirs_of_a_process_that_exits_with_them_alive_are_removed() {
+        child_body(false);
+        let base = test_base("exit");
+        let mut c = child(
+            "spill::tests::spill_dirs_of_a_process_that_exits_with_them_alive_are_removed",
+            &base,
+        );
+        let dirs = child_dirs(&mut c);
+        assert!(c.wait().unwrap().success());
+        assert_eq!(dirs.len(), 2, "{dirs:?}");
+        for d in &dirs {
+            assert!(!d.exists(), "{} left behind", d.display());
+        }
+        assert_eq!(std::fs::read_dir(&base).unwrap().count(), 0);
+        let _ = std::fs::remove_dir_all(base);
+    }
+
+    #[test]
+    fn spill_dirs_of_a_killed_process_go_at_the_next_spill() {
+        child_body(true);
+        let base = test_base("kill");
+        let mut c = child(
+            "spill::tests::spill_dirs_of_a_killed_process_go_at_the_next_spill",
+            &base,
+        );
+        let dirs = child_dirs(&mut c);
+        assert_eq!(dirs.len(), 2, "{dirs:?}");
+        c.kill().unwrap();
+        c.wait().unwrap();
+        assert!(dirs.iter().all(|d| d.exists()), "SIGKILL runs no exit hook");
+        // A live process's directory beside it is kept.
+        let mine = SpillDir::create(Some(&base)).unwrap();
+        assert!(
+            !dirs[1].exists(),
+            "the dead process's directory under the base is swept"
+        );
+        assert!(mine.path().exists());
+        // The one in the dead process's private directory goes when a process makes its own
+        // (this test process made it before the child died, so ask for the sweep directly).
+        let parent = dirs[0].parent().unwrap().parent().unwrap();
+        scratch::sweep(parent, |n| scratch::owner_in(n, "").map(str::to_owned));
+        assert!(!dirs[0].exists());
+        drop(mine);
+        assert_eq!(std::fs::read_dir(&base).unwrap().count(), 0);
+        let _ = std::fs::remove_dir_all(base);
+    }
+
+    #[test]
+    fn spill_dirs_are_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let base = test_base("mode");
+        for d in [
+            SpillDir::create(None).unwrap(),
+            SpillDir::create(Some(&base)).unwrap(),
+        ] {
+            let mode = std::fs::symlink_metadata(d.path())
+                .unwrap()
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o700, "{}", d.path().display());
+        }
+        let _ = std::fs::remove_dir_all(base);
     }
 
     #[test]

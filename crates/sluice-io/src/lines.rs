@@ -10,6 +10,11 @@
 //!
 //! Compressed files (`.gz`, `.zst`, `.bz2`) are decompressed once at open into a temporary
 //! file that `get` reads from ([`crate::compressed`]), so they index the same way.
+//!
+//! A line read back must still be a whole line where the index put it (a line break before
+//! and after, none inside): a file edited in place after it was indexed fails the read
+//! ("changed since it was indexed") rather than giving text that spans lines. JSON integers
+//! outside int64 are refused rather than rounded ([`bigint`]).
 
 use std::collections::BTreeMap;
 use std::io::BufRead;
@@ -23,6 +28,8 @@ use crate::spec::CsvType;
 use crate::spec::SourceSpec;
 pub use crate::spec::Utf8Errors;
 use crate::store::expand;
+
+mod bigint;
 
 /// How lines are parsed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,6 +94,8 @@ struct LineIndex {
     /// 1-based line number within its file, for error messages.
     line_numbers: Vec<u32>,
     skipped: u64,
+    /// Each file's size when indexed.
+    sizes: Vec<u64>,
 }
 
 /// Lines of text files as samples.
@@ -147,6 +156,7 @@ impl LinesSource {
             lines: Vec::new(),
             line_numbers: Vec::new(),
             skipped: 0,
+            sizes: Vec::new(),
         };
         let mut src = LinesSource {
             index: Arc::new(empty),
@@ -168,6 +178,7 @@ impl LinesSource {
             lines: Vec::new(),
             line_numbers: Vec::new(),
             skipped: 0,
+            sizes: Vec::new(),
         };
         for (fi, path) in expand(entries, None)?.into_iter().enumerate() {
             let (file, scan) = Input::open(&path)?;
@@ -200,10 +211,52 @@ impl LinesSource {
                 }
                 offset += n as u64;
             }
+            index.sizes.push(offset);
             index.files.push(Arc::new(file));
         }
         src.index = Arc::new(index);
         Ok(src)
+    }
+
+    /// The `len` bytes of the line at `off`, checked to be a whole line still: the byte before
+    /// it a line break (or none), no line break inside, a line break (or the end) after it.
+    /// A file edited in place since it was indexed fails here rather than giving text that
+    /// spans lines. (An edit that keeps every line where it was is not seen.)
+    fn read_line(
+        &self,
+        blob: &Input,
+        size: u64,
+        off: u64,
+        len: u32,
+        line_no: u32,
+    ) -> Result<Vec<u8>> {
+        let changed = || {
+            Error::data(format!(
+                "{}:{line_no}: the file changed since it was indexed; open it again",
+                blob.name()
+            ))
+        };
+        let from = off.saturating_sub(1);
+        let end = (off + u64::from(len) + 2).min(size);
+        let bytes = blob
+            .read_at(from, (end - from) as usize)
+            .map_err(|e| crate::csv::if_changed(blob, size, e, changed))?;
+        let body_start = (off - from) as usize;
+        let body_end = body_start + len as usize;
+        if bytes.len() < body_end {
+            return Err(changed());
+        }
+        let (before, body, after) = (
+            &bytes[..body_start],
+            &bytes[body_start..body_end],
+            &bytes[body_end..],
+        );
+        let starts = before.is_empty() || before == b"\n";
+        let ends = matches!(after, [] | [b'\n', ..] | [b'\r'] | [b'\r', b'\n', ..]);
+        if !starts || !ends || body.contains(&b'\n') {
+            return Err(changed());
+        }
+        Ok(body.to_vec())
     }
 
     /// Lines left out as invalid (`on_error = Skip`).
@@ -247,8 +300,39 @@ impl LinesSource {
                 "{path}:{line_no}: expected a JSON object per line"
             )));
         };
+        let big = if bigint::may_hold(text.as_bytes()) {
+            bigint::find(text)
+        } else {
+            Vec::new()
+        };
         let mut s = Sample::with_capacity(map.len() + self.schema.len());
         for (k, v) in map {
+            let ty = self
+                .schema
+                .iter()
+                .find(|(name, _)| **name == *k)
+                .map(|t| t.1);
+            if let Some(b) = big.iter().find(|b| b.key == k) {
+                let value = match ty {
+                    // As text, exactly as written.
+                    Some(CsvType::Str) if b.whole => Value::Str(b.literal.into()),
+                    // Rounding asked for.
+                    Some(CsvType::Float) => coerce(v, CsvType::Float).map_err(|m| {
+                        Error::data(format!("{path}:{line_no}: field '{}': {m}", show(&k)))
+                    })?,
+                    _ => {
+                        return Err(Error::data(format!(
+                            "{path}:{line_no}: field '{}': integer {} is outside the int64 \
+                             range; sluice will not round it to a float: give the field the \
+                             schema type \"str\" to keep its digits or \"float\" to round it",
+                            show(&k),
+                            show(b.literal)
+                        )))
+                    }
+                };
+                s.set(k, value);
+                continue;
+            }
             let value = match self.schema.iter().find(|(name, _)| **name == *k) {
                 Some((_, ty)) => coerce(v, *ty).map_err(|m| {
                     Error::data(format!("{path}:{line_no}: field '{}': {m}", show(&k)))
@@ -338,8 +422,9 @@ impl Source for LinesSource {
     fn get(&self, index: u64) -> Result<Sample> {
         let (fi, off, len) = self.index.lines[index as usize];
         let blob = &self.index.files[fi as usize];
-        let raw = blob.read_at(off, len as usize)?;
-        self.parse(&raw, blob.name(), self.index.line_numbers[index as usize])
+        let line_no = self.index.line_numbers[index as usize];
+        let raw = self.read_line(blob, self.index.sizes[fi as usize], off, len, line_no)?;
+        self.parse(&raw, blob.name(), line_no)
     }
     fn clone_arc(&self) -> SourceRef {
         Arc::new(self.clone())
@@ -411,141 +496,4 @@ pub fn json_to_value(v: serde_json::Value) -> Result<Value> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn write(content: &[u8]) -> (tempfile::TempDir, String) {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("f.txt");
-        std::fs::write(&p, content).unwrap();
-        (dir, p.display().to_string())
-    }
-
-    #[test]
-    fn text_lines_skip_blank_and_strip_cr() {
-        let (_d, p) = write(b"a\r\n\n  \nb\nlast");
-        let src = LinesSource::open(&[p], LinesFormat::Text, Utf8Errors::Strict).unwrap();
-        let lines: Vec<String> = (0..src.len().unwrap())
-            .map(|i| {
-                src.get(i)
-                    .unwrap()
-                    .get("text")
-                    .unwrap()
-                    .as_str()
-                    .unwrap()
-                    .to_string()
-            })
-            .collect();
-        assert_eq!(lines, ["a", "b", "last"]);
-    }
-
-    #[test]
-    fn invalid_utf8_strict_names_line_or_replaces() {
-        let (_d, p) = write(b"ok\nbad \xff here\n");
-        let strict = LinesSource::open(
-            std::slice::from_ref(&p),
-            LinesFormat::Text,
-            Utf8Errors::Strict,
-        )
-        .unwrap();
-        let e = strict.get(1).unwrap_err().to_string();
-        assert!(e.contains(":2:") && e.contains("UTF-8"), "{e}");
-        let lossy = LinesSource::open(&[p], LinesFormat::Text, Utf8Errors::Replace).unwrap();
-        assert!(lossy
-            .get(1)
-            .unwrap()
-            .get("text")
-            .unwrap()
-            .as_str()
-            .unwrap()
-            .contains('\u{FFFD}'));
-    }
-
-    #[test]
-    fn text_skip_leaves_out_and_counts_invalid_utf8() {
-        let (_d, p) = write(b"ok\nbad \xff here\nfine\n");
-        let opts = JsonlOptions {
-            on_error: OnError::Skip,
-            ..Default::default()
-        };
-        let src = LinesSource::open_with(&[p], LinesFormat::Text, &opts).unwrap();
-        assert_eq!((src.len(), src.skipped()), (Some(2), 1));
-        assert_eq!(
-            src.get(1).unwrap().get("text").unwrap().as_str(),
-            Some("fine")
-        );
-        assert_eq!(src.ship().unwrap()["on_error"], "skip");
-    }
-
-    #[test]
-    fn jsonl_parses_objects_and_reports_bad_lines() {
-        let (_d, p) = write(b"{\"a\": 1, \"t\": \"x\", \"v\": [1, 2]}\nnot json\n");
-        let src = LinesSource::open(&[p], LinesFormat::Jsonl, Utf8Errors::Strict).unwrap();
-        let s = src.get(0).unwrap();
-        assert_eq!(s.get("a"), Some(&Value::Int(1)));
-        assert!(matches!(s.get("v"), Some(Value::Tensor(t)) if t.shape() == [2]));
-        let e = src.get(1).unwrap_err().to_string();
-        assert!(e.contains(":2:") && e.contains("invalid JSON"), "{e}");
-    }
-
-    fn typed(on_error: OnError) -> JsonlOptions {
-        let schema = [
-            ("id", "int"),
-            ("score", "float"),
-            ("ok", "bool"),
-            ("name", "str"),
-        ]
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-        let on_error = if on_error == OnError::Skip {
-            "skip"
-        } else {
-            "raise"
-        };
-        JsonlOptions::from_names(&schema, on_error, "strict").unwrap()
-    }
-
-    #[test]
-    fn schema_coerces_and_names_the_field() {
-        let (_d, p) = write(
-            b"{\"id\": \"3\", \"score\": 1, \"ok\": \"true\", \"name\": 42, \"extra\": [1.5]}\n\
-              {\"id\": 4.0}\n\
-              {\"id\": \"four\"}\n",
-        );
-        let src = LinesSource::open_with(&[p], LinesFormat::Jsonl, &typed(OnError::Raise)).unwrap();
-        let s = src.get(0).unwrap();
-        let mut names: Vec<_> = s.names().collect();
-        names.sort_unstable();
-        assert_eq!(names, ["extra", "id", "name", "ok", "score"]);
-        assert_eq!(s.get("id"), Some(&Value::Int(3)));
-        assert_eq!(s.get("score"), Some(&Value::Float(1.0)));
-        assert_eq!(s.get("ok"), Some(&Value::Bool(true)));
-        assert_eq!(s.get("name").and_then(Value::as_str), Some("42"));
-        let s = src.get(1).unwrap();
-        assert_eq!(
-            (s.get("id"), s.get("name")),
-            (Some(&Value::Int(4)), Some(&Value::Null))
-        );
-        let e = src.get(2).unwrap_err();
-        assert!(matches!(e, Error::Data(_)), "{e}");
-        let msg = e.to_string();
-        assert!(
-            msg.contains(":3:") && msg.contains("'id'") && msg.contains("\"four\""),
-            "{msg}"
-        );
-    }
-
-    #[test]
-    fn skip_leaves_out_and_counts_bad_lines() {
-        let (_d, p) =
-            write(b"{\"id\": 1}\n[1, 2]\n{\"id\": \"x\"}\n\n{\"id\": 2}\n{bad\n\xff\xfe\n");
-        let src = LinesSource::open_with(&[p], LinesFormat::Jsonl, &typed(OnError::Skip)).unwrap();
-        assert_eq!((src.len(), src.skipped()), (Some(2), 4));
-        assert_eq!(src.get(1).unwrap().get("id"), Some(&Value::Int(2)));
-        assert_eq!(Source::skipped(&src), 4);
-        let shipped = src.ship().unwrap();
-        assert_eq!(shipped["on_error"], "skip");
-        assert_eq!(shipped["schema"]["id"], "int");
-    }
-}
+mod tests;

@@ -136,6 +136,10 @@ pub fn owner_in<'a>(name: &'a str, prefix: &str) -> Option<&'a str> {
 /// everything in it, symbolic links inside removed, never followed); symbolic links and other
 /// users' entries are left alone.
 pub fn sweep(dir: &Path, owner: impl Fn(&str) -> Option<String>) -> usize {
+    sweep_entries(dir, true, owner)
+}
+
+fn sweep_entries(dir: &Path, dirs_too: bool, owner: impl Fn(&str) -> Option<String>) -> usize {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return 0;
     };
@@ -155,7 +159,7 @@ pub fn sweep(dir: &Path, owner: impl Fn(&str) -> Option<String>) -> usize {
             continue;
         }
         let path = e.path();
-        let gone = if meta.file_type().is_dir() {
+        let gone = if meta.file_type().is_dir() && dirs_too {
             std::fs::remove_dir_all(&path)
         } else if meta.file_type().is_file() {
             std::fs::remove_file(&path)
@@ -171,15 +175,29 @@ pub fn sweep(dir: &Path, owner: impl Fn(&str) -> Option<String>) -> usize {
 
 /// [`sweep`] of `dir` for `kind` (a name for the `owner` rule), at most once per process.
 pub fn sweep_once(dir: &Path, kind: &str, owner: impl Fn(&str) -> Option<String>) -> usize {
+    if first_sweep(dir, kind) {
+        sweep_entries(dir, true, owner)
+    } else {
+        0
+    }
+}
+
+/// [`sweep_once`] that removes plain files only (for a directory such as `/dev/shm` where a
+/// directory of a matching name is none of ours).
+pub fn sweep_files_once(dir: &Path, kind: &str, owner: impl Fn(&str) -> Option<String>) -> usize {
+    if first_sweep(dir, kind) {
+        sweep_entries(dir, false, owner)
+    } else {
+        0
+    }
+}
+
+/// Whether this process has not swept `dir` for `kind` yet (and now counts it as swept).
+fn first_sweep(dir: &Path, kind: &str) -> bool {
     static SWEPT: Mutex<Option<HashSet<(u32, PathBuf, String)>>> = Mutex::new(None);
     let key = (std::process::id(), dir.to_path_buf(), kind.to_string());
-    {
-        let mut swept = SWEPT.lock().unwrap_or_else(|p| p.into_inner());
-        if !swept.get_or_insert_with(HashSet::new).insert(key) {
-            return 0;
-        }
-    }
-    sweep(dir, owner)
+    let mut swept = SWEPT.lock().unwrap_or_else(|p| p.into_inner());
+    swept.get_or_insert_with(HashSet::new).insert(key)
 }
 
 /// Creates `path` for reading and writing with `mode` (less the umask), failing if anything

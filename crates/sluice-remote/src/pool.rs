@@ -196,15 +196,11 @@ impl Backend for ProcessBackend {
         max: usize,
     ) -> Result<Box<dyn Workers>> {
         static POOLS: AtomicU64 = AtomicU64::new(0);
-        let prefix = format!(
-            "sluice-{}-{}-",
-            std::process::id(),
-            POOLS.fetch_add(1, Relaxed)
-        );
         let shm = ShmConfig {
             threshold: self.shm_threshold,
-            ..ShmConfig::new(prefix.clone())
+            ..ShmConfig::for_pool(POOLS.fetch_add(1, Relaxed))
         };
+        let prefix = shm.prefix.clone();
         let stage = RemoteStage::new(&work, Some(shm.with_prefix(format!("{prefix}r"))))?;
         if self.command.is_empty() {
             return Err(Error::invalid("the process backend has no command"));

@@ -4,18 +4,23 @@
 //! the pages never touch a disk) and sends only its name; the reader maps it, unlinks it at
 //! once and copies the buffers out. So a 10 MB tensor costs two memcpys instead of a trip
 //! through a 64 KiB pipe buffer, and a segment lives only while a frame is in flight. Names
-//! carry a per-pool prefix so the pool can sweep segments a crashed peer left behind.
+//! carry a per-pool prefix, `sluice-<pid>-<start>-<random>-<pool>-` ([`ShmConfig::for_pool`]):
+//! the pool sweeps what a crashed worker left under it at shutdown, and the first pool of a
+//! later process removes the segments of pools whose process is dead (a SIGKILLed trainer).
+//! The random part keeps another user from creating a segment's name first; a name that is
+//! taken anyway is skipped for a fresh random one.
 //!
 //! The codec reaches it through its buffer traits: [`ShmSink`] is a
 //! [`BufferSink`] that collects a frame's big buffers, and a received `Segment` hands them back.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use memmap2::{Mmap, MmapMut};
 use serde::{Deserialize, Serialize};
 use sluice_core::codec::{Buffer, BufferSink, Out};
+use sluice_core::scratch;
 
 /// A segment that cannot be written or opened.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -59,6 +64,26 @@ impl ShmConfig {
             threshold: DEFAULT_THRESHOLD,
         }
     }
+    /// The segments of this process's pool number `pool` in the default directory:
+    /// `sluice-<pid>-<start>-<random>-<pool>-`. The first call in a process removes the
+    /// segments there that dead processes left.
+    ///
+    /// ```
+    /// let a = sluice_remote::ShmConfig::for_pool(0);
+    /// assert!(a.prefix.starts_with(&format!("sluice-{}-", std::process::id())));
+    /// assert_ne!(a.prefix, sluice_remote::ShmConfig::for_pool(0).prefix);
+    /// ```
+    pub fn for_pool(pool: u64) -> Self {
+        let dir = default_dir();
+        sweep_dead(&dir);
+        let tag = scratch::tag();
+        let (pid, start) = tag.split_once('.').unwrap_or((&tag, "0"));
+        let prefix = format!("sluice-{pid}-{start}-{}-{pool}-", scratch::random_hex());
+        ShmConfig {
+            dir,
+            ..ShmConfig::new(prefix)
+        }
+    }
     /// The same directory and threshold with another name prefix (one per sender).
     pub fn with_prefix(&self, prefix: impl Into<String>) -> Self {
         ShmConfig {
@@ -77,6 +102,28 @@ impl ShmConfig {
             }
         }
     }
+}
+
+/// The owner tag of a segment name (see [`scratch::owner_in`]): `sluice-<pid>-<start>-<random>-…`,
+/// or `sluice-<pid>-<pool>-…` as older versions named them (judged by pid alone).
+fn segment_owner(name: &str) -> Option<String> {
+    let mut parts = name.strip_prefix("sluice-")?.split('-');
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    let (pid, second, third) = (parts.next()?, parts.next()?, parts.next()?);
+    if !digits(pid) || !digits(second) {
+        return None;
+    }
+    let random = third.len() == 16 && third.bytes().all(|b| b.is_ascii_hexdigit());
+    Some(if random {
+        format!("{pid}.{second}")
+    } else {
+        pid.to_string()
+    })
+}
+
+/// Removes segments in `dir` whose process is dead, once per process.
+fn sweep_dead(dir: &Path) -> usize {
+    scratch::sweep_files_once(dir, "shm", segment_owner)
 }
 
 /// `/dev/shm` where it exists (Linux), else the temporary directory.
@@ -104,21 +151,40 @@ impl ShmWriter {
             next: AtomicU64::new(0),
         }
     }
+    /// Creates a new segment file (mode 0600: segments hold the pipeline's data and
+    /// `/dev/shm` is shared by every user), under a random name when the next one is taken.
+    fn create(&self) -> Result<(String, PathBuf, File), ShmError> {
+        let base = format!("{}{}", self.config.prefix, self.next.fetch_add(1, Relaxed));
+        let mut name = base.clone();
+        for _ in 0..8 {
+            let path = self.config.dir.join(&name);
+            match scratch::create_new_file(&path, 0o600) {
+                Ok(file) => return Ok((name, path, file)),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    name = format!("{base}-{}", scratch::random_hex());
+                }
+                Err(e) => {
+                    return Err(ShmError::Io {
+                        name: path.display().to_string(),
+                        message: e.to_string(),
+                    })
+                }
+            }
+        }
+        Err(ShmError::Io {
+            name: self.config.dir.join(&base).display().to_string(),
+            message: "this name and 8 random ones beside it are taken by other files; \
+                      is another process creating files there?"
+                .into(),
+        })
+    }
     /// Writes `parts` at their offsets into a new segment of `len` bytes; returns its name.
     fn write(&self, len: u64, parts: &[(u64, &[u8])]) -> Result<String, ShmError> {
-        let name = format!("{}{}", self.config.prefix, self.next.fetch_add(1, Relaxed));
-        let path = self.config.dir.join(&name);
+        let (name, path, file) = self.create()?;
         let fail = |e: std::io::Error| ShmError::Io {
             name: path.display().to_string(),
             message: e.to_string(),
         };
-        let mut options = OpenOptions::new();
-        options.read(true).write(true).create_new(true);
-        // Segments hold the pipeline's data: only this user (the pool's own processes) may
-        // read them. `/dev/shm` is shared by every user of the machine.
-        #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        let file = options.open(&path).map_err(fail)?;
         let filled = (|| {
             file.set_len(len)?;
             // SAFETY: the file was just created by us (create_new) and nobody else knows
@@ -271,6 +337,95 @@ mod tests {
                 Err(ShmError::BadName(_))
             ));
         }
+    }
+
+    /// The tag of a child process that has exited and been reaped: `(pid, start)`.
+    fn dead_pid() -> (u32, String) {
+        let mut c = std::process::Command::new("true").spawn().unwrap();
+        let pid = c.id();
+        let start = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| {
+                let rest = s[s.rfind(')')? + 1..].to_string();
+                rest.split_whitespace().nth(19).map(str::to_string)
+            })
+            .unwrap_or_else(|| "1".into());
+        c.wait().unwrap();
+        (pid, start)
+    }
+
+    #[test]
+    fn segments_of_dead_processes_are_swept_and_live_ones_kept() {
+        let d = dir("sweep");
+        let (dead, start) = dead_pid();
+        let me = std::process::id();
+        let my_start = scratch::tag().split_once('.').unwrap().1.to_string();
+        let victim = d.join("victim");
+        std::fs::write(&victim, b"keep").unwrap();
+        let names = [
+            // (name, swept)
+            (format!("sluice-{dead}-{start}-0123456789abcdef-0-q0"), true),
+            (format!("sluice-{dead}-0-rw77-3"), true), // an older version's name
+            (
+                format!("sluice-{me}-{my_start}-0123456789abcdef-0-q1"),
+                false,
+            ),
+            (format!("sluice-{me}-0-q0"), false),
+            // Same pid, another start time: the pid was reused, the owner is dead.
+            (format!("sluice-{me}-1-0123456789abcdef-0-q2"), true),
+            ("sluice-notapid-0-q0".to_string(), false),
+        ];
+        for (n, _) in &names {
+            std::fs::write(d.join(n), b"x").unwrap();
+        }
+        // Links and directories of a dead owner's name are never ours: left alone.
+        let link = format!("sluice-{dead}-0-q9");
+        std::os::unix::fs::symlink(&victim, d.join(&link)).unwrap();
+        std::fs::create_dir(d.join(format!("sluice-{dead}-0-dir"))).unwrap();
+        assert_eq!(sweep_dead(&d), 3);
+        for (n, swept) in &names {
+            assert_eq!(!d.join(n).exists(), *swept, "{n}");
+        }
+        assert!(d.join(&link).symlink_metadata().is_ok());
+        assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
+        assert!(d.join(format!("sluice-{dead}-0-dir")).is_dir());
+        std::fs::write(d.join(&names[0].0), b"x").unwrap();
+        assert_eq!(sweep_dead(&d), 0, "once per process and directory");
+    }
+
+    #[test]
+    fn a_taken_segment_name_is_skipped_for_a_random_one() {
+        let d = dir("squat");
+        let victim = d.join("victim");
+        std::fs::write(&victim, b"precious").unwrap();
+        let w = ShmWriter::new(ShmConfig {
+            dir: d.clone(),
+            prefix: "p-".into(),
+            threshold: 1,
+        });
+        // Names planted in advance: a file and a link to a file the trainer can write.
+        std::fs::write(d.join("p-0"), b"squat").unwrap();
+        std::os::unix::fs::symlink(&victim, d.join("p-1")).unwrap();
+        let data: Arc<[u8]> = Arc::from(&b"abcdefgh"[..]);
+        for _ in 0..2 {
+            let mut sink = ShmSink::new(&w);
+            assert!(sink.store(Buffer::Bytes(&data), &mut Out::default()));
+            let name = sink.finish().unwrap();
+            assert!(name.starts_with("p-") && name.len() > 4, "{name}");
+            assert_eq!(Segment::open(&d, &name).unwrap().bytes(), b"abcdefgh");
+        }
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        assert_eq!(std::fs::read(d.join("p-0")).unwrap(), b"squat");
+    }
+
+    #[test]
+    fn pool_prefixes_carry_the_owner_and_are_unpredictable() {
+        let a = ShmConfig::for_pool(3);
+        let b = ShmConfig::for_pool(3);
+        assert_ne!(a.prefix, b.prefix);
+        let tag = segment_owner(&format!("{}q0", a.prefix)).unwrap();
+        assert_eq!(tag, scratch::tag());
+        assert!(scratch::owner_alive(&tag));
     }
 
     #[test]

@@ -19,7 +19,12 @@ pub enum WireError {
 
 impl From<WireError> for Error {
     fn from(e: WireError) -> Self {
-        Error::Internal(format!("worker protocol: {e}"))
+        match e {
+            // The system's refusal (a full `/dev/shm`, a name another process took), not a
+            // bug: the message names the segment and the reason.
+            WireError::Shm { .. } => Error::Resource(e.to_string()),
+            WireError::Corrupt(_) => Error::Internal(format!("worker protocol: {e}")),
+        }
     }
 }
 
@@ -57,7 +62,11 @@ mod tests {
             name: "/dev/shm/p-1".into(),
             message: "gone".into(),
         };
-        assert!(matches!(WireError::from(io), WireError::Shm { .. }));
+        let shm = WireError::from(io);
+        assert!(matches!(shm, WireError::Shm { .. }));
+        let core = Error::from(shm);
+        assert!(matches!(core, Error::Resource(_)), "{core:?}");
+        assert!(core.to_string().contains("/dev/shm/p-1: gone"), "{core}");
         let core = Error::from(WireError::Corrupt("x".into()));
         assert!(core.to_string().contains("worker protocol"), "{core}");
     }

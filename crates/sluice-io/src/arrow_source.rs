@@ -5,7 +5,8 @@ use std::sync::Arc;
 use arrow_array::RecordBatch;
 use sluice_core::{Error, Result, Sample, Source, SourceRef};
 
-use crate::arrow_conv::{normalize, row_to_sample, supported};
+use crate::arrow_conv::{read_batch, read_fields, row_to_sample, supported};
+use crate::show::show;
 
 /// The rows of record batches that share one schema.
 ///
@@ -26,7 +27,8 @@ pub struct ArrowSource {
 }
 
 impl ArrowSource {
-    /// A source over `batches` (their columns normalized once, up front).
+    /// A source over `batches` (read once, up front: structs flattened, columns normalized;
+    /// see [`read_batch`]).
     pub fn new(batches: Vec<RecordBatch>) -> Result<Self> {
         let schema = batches
             .first()
@@ -35,45 +37,31 @@ impl ArrowSource {
         for f in schema.fields() {
             if !supported(f.data_type()) {
                 return Err(Error::type_error(format!(
-                    "column '{}' has type {}, which sluice cannot read; select other columns",
-                    f.name(),
+                    "column '{}' has type {}, which sluice cannot read; leave it out \
+                     (from_huggingface(ds, columns=[...]), or select the other columns of \
+                     the table)",
+                    show(f.name()),
                     f.data_type()
                 )));
             }
         }
+        let names = read_fields(&schema)?
+            .iter()
+            .map(|f| f.name().as_str().into())
+            .collect();
         let mut starts = vec![0u64];
-        let mut norm = Vec::with_capacity(batches.len());
+        let mut read = Vec::with_capacity(batches.len());
         for b in batches {
             if b.schema().fields() != schema.fields() {
                 return Err(Error::invalid("record batches with different schemas"));
             }
             starts.push(starts.last().copied().unwrap_or(0) + b.num_rows() as u64);
-            let cols = b
-                .columns()
-                .iter()
-                .map(|c| normalize(c.clone()))
-                .collect::<Result<Vec<_>>>()?;
-            let fields: Vec<_> = schema
-                .fields()
-                .iter()
-                .zip(&cols)
-                .map(|(f, c)| f.as_ref().clone().with_data_type(c.data_type().clone()))
-                .collect();
-            norm.push(
-                RecordBatch::try_new(Arc::new(arrow_schema::Schema::new(fields)), cols)
-                    .map_err(|e| Error::Internal(e.to_string()))?,
-            );
+            read.push(read_batch(&b)?);
         }
         Ok(ArrowSource {
-            batches: Arc::new(norm),
+            batches: Arc::new(read),
             starts: Arc::new(starts),
-            names: Arc::new(
-                schema
-                    .fields()
-                    .iter()
-                    .map(|f| f.name().as_str().into())
-                    .collect(),
-            ),
+            names: Arc::new(names),
         })
     }
 }

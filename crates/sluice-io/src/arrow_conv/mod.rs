@@ -4,7 +4,8 @@
 //! Scalars map one to one (integers → `Int`, floats → `Float`, strings → `Str`, binary →
 //! `Bytes`); a list of numbers becomes a 1-d tensor of the matching dtype, other lists
 //! `List`s. Dictionary columns read as their values; dates, times, timestamps and decimals
-//! read as their text form (so nothing is silently reinterpreted).
+//! read as their text form (so nothing is silently reinterpreted); struct columns read as
+//! their fields, `parent.child` ([`read_batch`]).
 
 use std::sync::Arc;
 
@@ -14,24 +15,47 @@ use arrow_array::*;
 use arrow_schema::DataType;
 use sluice_core::{Column, ColumnData, Error, Result, Sample, Tensor, TensorData, Value};
 
+mod flatten;
 mod records;
 mod write;
 
+pub use flatten::{read_batch, read_fields};
 pub use records::Records;
 pub use write::{infer_schema, samples_to_batch};
 
-/// Whether sluice can read a column of this type (after [`normalize`]).
+/// Whether sluice can read a column of this type (after [`read_batch`]): a struct when it
+/// has fields and sluice can read each (it is read as its fields).
 pub fn supported(dt: &DataType) -> bool {
+    match dt {
+        DataType::Struct(fields) => {
+            !fields.is_empty() && fields.iter().all(|f| supported(f.data_type()))
+        }
+        dt => value_supported(dt),
+    }
+}
+
+/// Whether sluice has a value for one of this type (a struct inside a list has none).
+fn value_supported(dt: &DataType) -> bool {
     use DataType as D;
     match dt {
-        D::Dictionary(_, v) => supported(v),
+        D::Dictionary(_, v) => value_supported(v),
         D::List(f) | D::LargeList(f) | D::FixedSizeList(f, _) | D::ListView(f) => {
-            supported(f.data_type())
+            value_supported(f.data_type())
         }
         D::Struct(_) | D::Map(_, _) | D::Union(_, _) | D::RunEndEncoded(_, _) => false,
         _ => true,
     }
 }
+
+/// How [`normalize`] writes temporal values: arrow's defaults, except that an aware timestamp
+/// ends in a numeric offset (`+00:00`) as Python's `isoformat()` writes it, never `Z` (which
+/// `datetime.fromisoformat` reads only from Python 3.11). Named zones ("UTC",
+/// "Europe/Paris") need arrow's `chrono-tz`.
+const TEXT: arrow_cast::CastOptions<'static> = arrow_cast::CastOptions {
+    safe: true,
+    format_options: arrow_cast::display::FormatOptions::new()
+        .with_timestamp_tz_format(Some("%Y-%m-%dT%H:%M:%S%.f%:z")),
+};
 
 /// Casts columns sluice has no direct value for: dictionaries to their values, temporal and
 /// decimal types to text, half floats to `f32`.
@@ -53,7 +77,8 @@ pub fn normalize(array: ArrayRef) -> Result<ArrayRef> {
         | D::Decimal256(_, _) => D::Utf8,
         _ => return Ok(array),
     };
-    let cast = arrow_cast::cast(&array, &target).map_err(|e| Error::data(e.to_string()))?;
+    let cast = arrow_cast::cast_with_options(&array, &target, &TEXT)
+        .map_err(|e| Error::data(e.to_string()))?;
     // A dictionary of temporal values needs a second step.
     normalize(cast)
 }
@@ -426,5 +451,26 @@ mod tests {
         let dates = Date32Array::from(vec![0]);
         let n = normalize(Arc::new(dates)).unwrap();
         assert_eq!(value_at(n.as_ref(), 0).unwrap(), Value::from("1970-01-01"));
+    }
+
+    #[test]
+    fn timestamps_in_a_named_zone_read_as_iso_text_in_that_zone() {
+        // 2024-01-01T00:00:00Z, as pandas and pyarrow store an aware timestamp.
+        let at = 1_704_067_200_000_000i64;
+        for (tz, want) in [
+            (None, "2024-01-01T00:00:00"),
+            (Some("UTC"), "2024-01-01T00:00:00+00:00"),
+            (Some("Europe/Paris"), "2024-01-01T01:00:00+01:00"),
+            (Some("America/New_York"), "2023-12-31T19:00:00-05:00"),
+            (Some("+05:30"), "2024-01-01T05:30:00+05:30"),
+        ] {
+            let a = TimestampMicrosecondArray::from(vec![at]).with_timezone_opt(tz);
+            let n = normalize(Arc::new(a)).unwrap();
+            assert_eq!(
+                value_at(n.as_ref(), 0).unwrap(),
+                Value::from(want),
+                "{tz:?}"
+            );
+        }
     }
 }

@@ -15,7 +15,7 @@ use parquet::file::reader::{ChunkReader, Length};
 use sluice_core::{Error, Result};
 
 use super::cache::lock;
-use crate::arrow_conv::{normalize, supported};
+use crate::arrow_conv::{read_batch, supported};
 use crate::show::show;
 use crate::store::{join, Blob, Fetch};
 use std::collections::HashMap;
@@ -93,6 +93,9 @@ pub(super) struct PqFile {
     /// Cumulative rows at the start of each row group (plus the total at the end).
     pub(super) rg_starts: Vec<u64>,
     mask: ProjectionMask,
+    /// The decoder returns projected roots in file order; `order[i]` is the decoded column
+    /// that is the `i`-th one asked for (`None` when the two orders agree).
+    order: Option<Vec<usize>>,
     /// Leaf columns whose chunks are fetched (those under the projected roots).
     leaves: Vec<usize>,
     /// For objects in a store: column chunks of the row groups a scan reaches next, being
@@ -204,6 +207,23 @@ pub(super) fn open_file(path: &str, columns: Option<&[String]>) -> Result<(PqFil
             })
             .collect::<Result<_>>()?,
     };
+    if let Some(cols) = columns {
+        for (i, c) in cols.iter().enumerate() {
+            if cols[..i].contains(c) {
+                return Err(Error::invalid(format!(
+                    "{path}: column '{}' is named twice in columns=[...]",
+                    show(c)
+                )));
+            }
+        }
+    }
+    let mut file_order = roots.clone();
+    file_order.sort_unstable();
+    let order: Vec<usize> = roots
+        .iter()
+        .map(|r| file_order.partition_point(|x| x < r))
+        .collect();
+    let order = (!order.iter().enumerate().all(|(i, &o)| i == o)).then_some(order);
     for &r in &roots {
         let f = schema.field(r);
         if !supported(f.data_type()) {
@@ -246,6 +266,7 @@ pub(super) fn open_file(path: &str, columns: Option<&[String]>) -> Result<(PqFil
             meta,
             rg_starts,
             mask,
+            order,
             ahead: Mutex::new(Ahead::default()),
             rgs_ahead,
             leaves,
@@ -359,19 +380,12 @@ impl PqFile {
             .ok_or_else(|| pq_err(path, &format!("row group {rg}"), "no rows decoded"))?;
         let batch = arrow_select::concat::concat_batches(&schema, &batches)
             .map_err(|e| pq_err(path, &format!("row group {rg}"), e))?;
-        let columns = batch
-            .columns()
-            .iter()
-            .map(|c| normalize(c.clone()))
-            .collect::<Result<Vec<_>>>()?;
-        let fields: Vec<_> = batch
-            .schema()
-            .fields()
-            .iter()
-            .zip(&columns)
-            .map(|(f, c)| f.as_ref().clone().with_data_type(c.data_type().clone()))
-            .collect();
-        RecordBatch::try_new(Arc::new(arrow_schema::Schema::new(fields)), columns)
-            .map_err(|e| Error::Internal(e.to_string()))
+        let batch = match &self.order {
+            Some(order) => batch
+                .project(order)
+                .map_err(|e| Error::Internal(e.to_string()))?,
+            None => batch,
+        };
+        read_batch(&batch).map_err(|e| pq_err(path, &format!("row group {rg}"), e))
     }
 }

@@ -26,7 +26,7 @@ use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use sluice_core::{Error, Result, Sample, SampleStream, Source, SourceRef};
 
-use crate::arrow_conv::{row_to_sample, rows_to_batch, rows_to_columns};
+use crate::arrow_conv::{read_fields, row_to_sample, rows_to_batch, rows_to_columns};
 use crate::spec::SourceSpec;
 use crate::store::expand;
 pub use cache::CACHED_ROW_GROUPS;
@@ -101,16 +101,17 @@ impl ParquetSource {
             files.push(file);
         }
         let schema = first.ok_or_else(|| Error::invalid("no Parquet files"))?;
+        let names = read_fields(&schema)
+            .map_err(|e| Error::invalid(format!("{}: {e}", paths[0])))?
+            .iter()
+            .map(|f| f.name().as_str().into())
+            .collect();
         Ok(ParquetSource {
             inner: Arc::new(Inner {
                 id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
                 files,
                 file_starts,
-                names: schema
-                    .fields()
-                    .iter()
-                    .map(|f| f.name().as_str().into())
-                    .collect(),
+                names,
                 columns: columns.map(<[String]>::to_vec),
                 ahead: Default::default(),
             }),
@@ -475,6 +476,49 @@ mod tests {
         assert_eq!(src.get(3).unwrap().names().collect::<Vec<_>>(), ["text"]);
         let e = ParquetSource::open(&[p], Some(&["nope".into()])).unwrap_err();
         assert!(e.to_string().contains("no column 'nope'"), "{e}");
+    }
+
+    #[test]
+    fn columns_in_another_order_than_the_file_keep_their_names() {
+        // The decoder returns projected columns in file order; every read path must pair
+        // each value with the name asked for.
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("a.parquet");
+        write_file(&p, 0..30, 8);
+        let p = p.display().to_string();
+        let cols = ["text".to_string(), "id".to_string()];
+        let src = ParquetSource::open(std::slice::from_ref(&p), Some(&cols)).unwrap();
+        assert_eq!(src.fields().unwrap(), ["text", "id"]);
+        let want = |i: i64| {
+            Sample::from_pairs([
+                ("text", Value::from(format!("row {i}"))),
+                ("id", Value::Int(i)),
+            ])
+        };
+        assert_eq!(src.get(9).unwrap(), want(9));
+        let indices = [3u64, 17, 18, 2];
+        for (&i, got) in indices.iter().zip(src.get_many(&indices)) {
+            assert_eq!(got.unwrap(), want(i as i64));
+        }
+        let rows: Vec<Sample> = indices.iter().map(|&i| want(i as i64)).collect();
+        let collated = sluice_core::collate(&rows).unwrap();
+        assert_eq!(src.get_batch(&indices).unwrap(), collated);
+        let columns = src.get_columns(&indices).unwrap();
+        let materialized = Sample::from_pairs(
+            columns
+                .into_iter()
+                .map(|(k, v)| (k, v.materialized().unwrap())),
+        );
+        assert_eq!(materialized, collated);
+        let first = src.scan(1, 4).next().unwrap().unwrap();
+        assert_eq!(
+            first.get("id").unwrap().clone().materialized().unwrap(),
+            super::testing::ids(0..4)
+        );
+        let e = ParquetSource::open(&[p], Some(&["id".into(), "text".into(), "id".into()]))
+            .unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+        assert!(e.to_string().contains("'id' is named twice"), "{e}");
     }
 
     #[test]

@@ -4,6 +4,11 @@
 //! files byte for byte. Each file appears atomically (temporary name + rename locally; a
 //! single completed upload in a store), so readers never see half a file. Memory is bounded by
 //! one row group (Parquet) or one line (JSONL), plus one file for uploads to a store.
+//!
+//! A local temporary is `.part-00000.parquet.tmp-<pid>.<start>-<random>` beside its
+//! destination, created with `O_EXCL|O_NOFOLLOW`: a name planted in advance (a link to a file
+//! the trainer can write) is never written through. One a killed writer left is removed by
+//! the first later write into that directory, once its process is dead.
 
 use std::io::Write;
 
@@ -12,10 +17,10 @@ use bytes::Bytes;
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
-use sluice_core::{with_tensor_data, Error, Result, Sample, Tensor, Value};
+use sluice_core::{scratch, with_tensor_data, Error, Result, Sample, Tensor, Value};
 
 use crate::arrow_conv::{infer_schema, samples_to_batch};
-use crate::store::{is_url, temp_name, write_atomic};
+use crate::store::{is_url, write_atomic};
 
 /// How sinks split their output.
 #[derive(Debug, Clone, Copy)]
@@ -54,8 +59,37 @@ pub fn part_name(dir: &str, n: usize, ext: &str) -> String {
 fn prepare_dir(dir: &str) -> Result<()> {
     if !is_url(dir) {
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        scratch::sweep_files_once(std::path::Path::new(dir), "part-tmp", temp_owner);
     }
     Ok(())
+}
+
+/// The owner tag of a part file's temporary (`.part-….tmp-<tag>[-<random>]`; older versions
+/// wrote `.tmp-<pid>`).
+fn temp_owner(name: &str) -> Option<String> {
+    if !name.starts_with(".part-") {
+        return None;
+    }
+    let (_, rest) = name.rsplit_once(".tmp-")?;
+    scratch::owner_in(rest, "").map(str::to_owned)
+}
+
+/// Creates the hidden temporary of `dest` beside it, under a name no one can plant first.
+fn create_temp(dest: &std::path::Path) -> Result<(std::path::PathBuf, std::fs::File)> {
+    let name = dest
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tag = scratch::tag();
+    loop {
+        let tmp = dest.with_file_name(format!(".{name}.tmp-{tag}-{}", scratch::random_hex()));
+        // The mode a plain create gives: the published file is the user's output.
+        match scratch::create_new_file(&tmp, 0o666) {
+            Ok(f) => return Ok((tmp, f)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(Error::io(tmp.display(), e)),
+        }
+    }
 }
 
 /// Removes `part-NNNNN.ext` files other than the `written` ones, left by an earlier run
@@ -113,8 +147,7 @@ impl Staging {
                 mem: Vec::new(),
             });
         }
-        let tmp = temp_name(std::path::Path::new(dest));
-        let file = std::fs::File::create(&tmp).map_err(|e| Error::io(tmp.display(), e))?;
+        let (tmp, file) = create_temp(std::path::Path::new(dest))?;
         Ok(Staging {
             tmp: Some(tmp),
             file: Some(std::io::BufWriter::with_capacity(1 << 20, file)),
@@ -450,6 +483,74 @@ mod tests {
             write_jsonl_parts(back, &d, &opts).is_err(),
             "parts must not go backwards"
         );
+    }
+
+    /// `(pid, start)` of a child process that has exited and been reaped.
+    fn dead_pid() -> (u32, String) {
+        let mut c = std::process::Command::new("true").spawn().unwrap();
+        let pid = c.id();
+        let start = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| {
+                let rest = s[s.rfind(')')? + 1..].to_string();
+                rest.split_whitespace().nth(19).map(str::to_string)
+            })
+            .unwrap_or_else(|| "1".into());
+        c.wait().unwrap();
+        (pid, start)
+    }
+
+    #[test]
+    fn a_link_planted_at_the_old_temporary_name_is_not_written_through() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().display().to_string();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, b"precious").unwrap();
+        let pid = std::process::id();
+        for n in [".part-00000.parquet", ".part-00000.jsonl"] {
+            let planted = dir.path().join(format!("{n}.tmp-{pid}"));
+            std::os::unix::fs::symlink(&victim, planted).unwrap();
+        }
+        let files = write_parquet(rows(10), &d, &Default::default()).unwrap();
+        write_jsonl(rows(10), &d, &Default::default()).unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        let src = ParquetSource::open(&files, None).unwrap();
+        assert_eq!(src.len(), Some(10));
+        // The planted links are someone else's business: left as they are.
+        assert!(dir
+            .path()
+            .join(format!(".part-00000.parquet.tmp-{pid}"))
+            .symlink_metadata()
+            .is_ok());
+    }
+
+    #[test]
+    fn temporaries_of_killed_writers_go_at_the_next_write_and_live_ones_stay() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().display().to_string();
+        let (dead, start) = dead_pid();
+        let me = scratch::tag();
+        let names = [
+            (format!(".part-00000.parquet.tmp-{dead}"), true), // an older version's name
+            (
+                format!(".part-00001.jsonl.tmp-{dead}.{start}-0123456789abcdef"),
+                true,
+            ),
+            (
+                format!(".part-00002.parquet.tmp-{me}-0123456789abcdef"),
+                false,
+            ),
+            (".part-00003.parquet.tmp-x".to_string(), false),
+            (format!("notes.tmp-{dead}"), false),
+        ];
+        for (n, _) in &names {
+            std::fs::write(dir.path().join(n), b"half").unwrap();
+        }
+        write_jsonl(rows(3), &d, &Default::default()).unwrap();
+        for (n, swept) in &names {
+            assert_eq!(!dir.path().join(n).exists(), *swept, "{n}");
+        }
+        assert!(dir.path().join("part-00000.jsonl").exists());
     }
 
     #[test]

@@ -123,9 +123,14 @@ enum Command {
     },
 }
 
-fn read(path: &str) -> Result<String, sluice::Error> {
-    std::fs::read_to_string(path)
-        .map_err(|e| sluice::Error::invalid(format!("cannot read {path}: {e}")))
+/// `e`, about the content of the file at `path`, naming it.
+fn in_file(path: &str, e: sluice::Error) -> sluice::Error {
+    sluice::Error::invalid(format!("{path}: {e}"))
+}
+
+/// A plan or profile file: a regular file of at most 16 MiB, as pipeline files.
+fn read(path: &str, what: &str) -> Result<String, sluice::Error> {
+    sluice::read_small_file(path, what)
 }
 
 /// Prints `value` as text, or as JSON (`as_json`) with `--json`.
@@ -185,7 +190,11 @@ fn run(cli: Cli) -> Result<(), sluice::Error> {
             }
             let (ds, mut opts) = PipelineSpec::load(&pipeline)?.build()?;
             if let Some(path) = plan {
-                opts.plan = Some(Plan::from_json(&read(&path)?)?.into());
+                opts.plan = Some(
+                    Plan::from_json(&read(&path, "plan file")?)
+                        .map_err(|e| in_file(&path, e))?
+                        .into(),
+                );
             }
             let report = bench(&ds, &opts, epochs, batches, consumer_delay_ms)?;
             if json {
@@ -241,7 +250,8 @@ fn run(cli: Cli) -> Result<(), sluice::Error> {
         } => {
             let (ds, opts) = PipelineSpec::load(&pipeline)?.build()?;
             let prof = match profile {
-                Some(path) => Profile::from_json(&read(&path)?)?,
+                Some(path) => Profile::from_json(&read(&path, "profile file")?)
+                    .map_err(|e| in_file(&path, e))?,
                 None => ds.profile(&ProfileOptions {
                     seed: opts.seed,
                     ..Default::default()
@@ -276,7 +286,11 @@ fn run(cli: Cli) -> Result<(), sluice::Error> {
         } => {
             let (mut ds, mut opts) = PipelineSpec::load(&pipeline)?.build()?;
             if let Some(path) = plan {
-                opts.plan = Some(Plan::from_json(&read(&path)?)?.into());
+                opts.plan = Some(
+                    Plan::from_json(&read(&path, "plan file")?)
+                        .map_err(|e| in_file(&path, e))?
+                        .into(),
+                );
             }
             if let Some(s) = seed {
                 opts.seed = s;

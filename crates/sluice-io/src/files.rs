@@ -94,8 +94,9 @@ pub fn expand_path_list(entries: &[String], extensions: Option<&[&str]>) -> Resu
     Ok(out)
 }
 
-/// What a non-regular, non-directory file is, for messages.
-fn kind_of(t: &std::fs::FileType) -> &'static str {
+/// What a non-regular, non-directory file is, for messages ("a FIFO", "a character device"):
+/// the one wording for every path sluice refuses to open.
+pub fn kind_of(t: &std::fs::FileType) -> &'static str {
     #[cfg(unix)]
     {
         use std::os::unix::fs::FileTypeExt;

@@ -23,9 +23,22 @@ use sluice_relational::{Agg, BlockingOptions};
 
 use crate::dataset::{Dataset, IterOptions};
 
-/// One step in a pipeline file.
+mod file;
+mod keys;
+
+pub use file::read_small_file;
+
+/// One step in a pipeline file. Unknown keys are refused in every kind: a `map`'s keys but
+/// `on_error` go to its op, whose spec refuses what it does not know, and every other kind
+/// is derived with `deny_unknown_fields` (serde cannot check a kind with a flattened field
+/// itself: the flattened op would see its keys as unknown, so `map` is read by hand).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "step", rename_all = "snake_case")]
+#[serde(
+    tag = "step",
+    rename_all = "snake_case",
+    deny_unknown_fields,
+    remote = "Self"
+)]
 pub enum StepSpec {
     Map {
         #[serde(flatten)]
@@ -105,6 +118,33 @@ pub enum StepSpec {
     },
 }
 
+impl Serialize for StepSpec {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        StepSpec::serialize(self, s)
+    }
+}
+
+impl<'de> Deserialize<'de> for StepSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        use serde::de::Error as _;
+        let mut v = serde_json::Value::deserialize(d)?;
+        let is_map = v.get("step").and_then(serde_json::Value::as_str) == Some("map");
+        match v.as_object_mut() {
+            Some(keys) if is_map => {
+                keys.remove("step");
+                let on_error = match keys.remove("on_error") {
+                    Some(e) => OnError::deserialize(e).map_err(D::Error::custom)?,
+                    None => OnError::default(),
+                };
+                let op = OpSpec::from_value(serde_json::Value::Object(std::mem::take(keys)))
+                    .map_err(D::Error::custom)?;
+                Ok(StepSpec::Map { op, on_error })
+            }
+            _ => StepSpec::deserialize(v).map_err(D::Error::custom),
+        }
+    }
+}
+
 /// A value or a list of them (`by = "x"` or `by = ["x", "y"]`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
@@ -171,24 +211,58 @@ pub struct PipelineSpec {
 }
 
 impl PipelineSpec {
-    /// Parses `text` as `format` ("toml" or "json").
+    /// Parses `text` as `format` ("toml" or "json"). An unknown key anywhere (top level,
+    /// `[source]`, a step, an op's arguments, an aggregate) is refused, naming the key, where
+    /// it is (`steps[1] (step = "batch")`), the keys allowed there and the closest one.
     pub fn parse(text: &str, format: &str) -> Result<Self> {
-        match format {
-            "toml" => {
-                toml::from_str(text).map_err(|e| Error::invalid(format!("pipeline file: {e}")))
-            }
-            "json" => serde_json::from_str(text)
-                .map_err(|e| Error::invalid(format!("pipeline file: {e}"))),
-            other => Err(Error::invalid(format!(
-                "unknown pipeline format '{other}' (use .toml or .json)"
-            ))),
-        }
+        Self::parse_named(text, format, None)
     }
-    /// Reads a pipeline file, choosing the format by extension.
+
+    fn parse_named(text: &str, format: &str, path: Option<&str>) -> Result<Self> {
+        // The typed parse first: it is the one that runs for good files, and its error
+        // knows the line. The tree is parsed only to say which part failed.
+        let (failed, line, tree) = match format {
+            "toml" => match toml::from_str::<PipelineSpec>(text) {
+                Ok(spec) => return Ok(spec),
+                Err(e) => {
+                    let line = e
+                        .span()
+                        .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
+                    let tree = toml::from_str::<serde_json::Value>(text).ok();
+                    (e.message().to_string(), line, tree)
+                }
+            },
+            "json" => match serde_json::from_str::<PipelineSpec>(text) {
+                Ok(spec) => return Ok(spec),
+                Err(e) => {
+                    let message = e.to_string();
+                    let message = match message.rsplit_once(" at line ") {
+                        Some((m, _)) => m.to_string(),
+                        None => message,
+                    };
+                    let tree = serde_json::from_str::<serde_json::Value>(text).ok();
+                    (message, Some(e.line()).filter(|l| *l > 0), tree)
+                }
+            },
+            other => {
+                return Err(Error::invalid(format!(
+                    "unknown pipeline format '{other}' (use .toml or .json)"
+                )))
+            }
+        };
+        let reason = tree
+            .as_ref()
+            .and_then(keys::locate)
+            .unwrap_or_else(|| keys::explain(&failed));
+        Err(keys::file_error(path, line, &reason))
+    }
+
+    /// Reads a pipeline file, choosing the format by extension. Only a regular file of at
+    /// most [`file::MAX_FILE_SIZE`] bytes (16 MiB) is read ([`read_small_file`]).
     pub fn load(path: &str) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        let text = read_small_file(path, "pipeline file")?;
         let ext = path.rsplit('.').next().unwrap_or("");
-        PipelineSpec::parse(&text, ext)
+        PipelineSpec::parse_named(&text, ext, Some(path))
     }
     /// The dataset and run options this file describes.
     pub fn build(&self) -> Result<(Dataset, IterOptions)> {
@@ -269,6 +343,81 @@ mod tests {
         assert!(PipelineSpec::parse(bad, "json").is_err());
         let bad = r#"{"source": {"source": "range", "n": 3}, "stepz": []}"#;
         assert!(PipelineSpec::parse(bad, "json").is_err());
+    }
+
+    fn refused(text: &str, format: &str) -> String {
+        let e = PipelineSpec::parse(text, format).unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+        e.to_string()
+    }
+
+    #[test]
+    fn unknown_keys_are_refused_everywhere_naming_step_and_closest_key() {
+        let head = "[source]\nsource = \"range\"\nn = 3\n";
+        // Each was ignored before: a step's typo ran the step with its default.
+        for (step, want) in [
+            (
+                "[[steps]]\nstep = \"batch\"\nsize = 2\ndrop_lst = true\n",
+                "line 4: steps[0] (step = \"batch\"): unknown key 'drop_lst' (allowed: size, \
+                 drop_last); did you mean 'drop_last'?",
+            ),
+            (
+                "[[steps]]\nstep = \"shuffle\"\n[[steps]]\nstep = \"shuffle\"\nsed = 5\n",
+                "steps[1] (step = \"shuffle\"): unknown key 'sed' (allowed: seed, \
+                 reshuffle_each_epoch); did you mean 'seed'?",
+            ),
+            (
+                "[[steps]]\nstep = \"map\"\nop = \"select\"\nfeilds = [\"id\"]\n",
+                "steps[0] (step = \"map\"): select: unknown key 'feilds' (allowed: fields); did \
+                 you mean 'fields'?",
+            ),
+            (
+                "[[steps]]\nstep = \"groupby\"\naggs = [{name = \"n\", func = \"count\", \
+                 feild = \"id\"}]\n",
+                "steps[0] (step = \"groupby\"): unknown key 'feild' (allowed: name, func, \
+                 field); did you mean 'field'?",
+            ),
+            (
+                "[[steps]]\nstep = \"bach\"\nsize = 2\n",
+                "steps[0] (step = \"bach\"): unknown name 'bach'",
+            ),
+        ] {
+            let e = refused(&format!("{head}{step}"), "toml");
+            assert!(e.contains(want), "{e}");
+        }
+        let e = refused("[source]\nsource = \"range\"\nm = 3\n", "toml");
+        assert!(
+            e.contains("[source]: ") && e.contains("unknown key 'm' (allowed: n)"),
+            "{e}"
+        );
+        let e = refused("sed = 1\n[source]\nsource = \"range\"\nn = 3\n", "toml");
+        assert!(
+            e.contains("top level: unknown key 'sed'") && e.contains("did you mean 'seed'?"),
+            "{e}"
+        );
+        let json = r#"{"source": {"source": "range", "n": 3},
+            "steps": [{"step": "batch", "size": 2, "drop_lst": true}]}"#;
+        let e = refused(json, "json");
+        assert!(
+            e.starts_with(
+                "pipeline file, line 2: steps[0] (step = \"batch\"): unknown key 'drop_lst'"
+            ),
+            "{e}"
+        );
+        // Good files still parse, every step kind and a map's on_error included.
+        let good = r#"{"source": {"source": "range", "n": 4}, "steps": [
+            {"step": "map", "op": "noop", "on_error": "skip"}, {"step": "shuffle", "seed": 1},
+            {"step": "batch", "size": 2, "drop_last": true}]}"#;
+        PipelineSpec::parse(good, "json").unwrap().build().unwrap();
+    }
+
+    #[test]
+    fn a_pipeline_file_that_is_not_a_regular_file_is_refused() {
+        let e = PipelineSpec::load("/dev/zero").unwrap_err().to_string();
+        assert!(
+            e.contains("/dev/zero: not a regular file (a character device)"),
+            "{e}"
+        );
     }
 
     #[test]

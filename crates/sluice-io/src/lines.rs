@@ -229,7 +229,7 @@ impl LinesSource {
         off: u64,
         len: u32,
         line_no: u32,
-    ) -> Result<Vec<u8>> {
+    ) -> Result<bytes::Bytes> {
         let changed = || {
             Error::data(format!(
                 "{}:{line_no}: the file changed since it was indexed; open it again",
@@ -256,7 +256,7 @@ impl LinesSource {
         if !starts || !ends || body.contains(&b'\n') {
             return Err(changed());
         }
-        Ok(body.to_vec())
+        Ok(bytes.slice(body_start..body_end))
     }
 
     /// Lines left out as invalid (`on_error = Skip`).

@@ -258,6 +258,29 @@ impl<'a> Flow<'a> {
     }
 }
 
+/// Items per chunk once the executor has measured the stages (`exec::source`'s sizer):
+/// ~[`CHUNK_WORK_NS`] of `work` (CPU seconds per item after the source), no more than
+/// [`CHUNK_BYTES`] of items of `item_bytes`, within the plan's first
+/// ([`PhysicalPlan::first_chunk`]) and largest chunk.
+///
+/// ```
+/// use sluice_core::{lower, LogicalPlan, LowerOptions, RangeSource, SourceNode};
+/// use std::sync::Arc;
+/// let src = Arc::new(LogicalPlan::Source(SourceNode::new(Arc::new(RangeSource::new(9)))));
+/// let plan = lower(&src, &LowerOptions::default()).unwrap();
+/// // 10 µs an item: 100 items carry 1 ms; 2 s an item: one at a time.
+/// assert_eq!(sluice_optimizer::model::steady_chunk(&plan, 10e-6, 100.0), 100.0);
+/// assert_eq!(sluice_optimizer::model::steady_chunk(&plan, 2.0, 100.0), 1.0);
+/// ```
+pub fn steady_chunk(plan: &PhysicalPlan, work: f64, item_bytes: f64) -> f64 {
+    let first = plan.first_chunk() as f64;
+    let max_chunk = (plan.source.max_chunk.max(plan.source.chunk_size).max(1)) as f64;
+    (CHUNK_WORK_NS * 1e-9 / work.max(1e-12))
+        .min(CHUNK_BYTES / item_bytes.max(1.0))
+        .clamp(first, max_chunk)
+        .floor()
+}
+
 /// CPU seconds per source sample of running `order` after the source.
 pub fn chain_cost(profile: &Profile, order: &[u64]) -> f64 {
     let mut flow = Flow::new(profile);
@@ -336,7 +359,6 @@ fn predict_busy(
     let mut item_bytes: f64 = 0.0;
     // Bytes per source sample crossing the link to and from remote workers.
     let mut link_bytes = 0.0;
-    let chunk = plan.source.chunk_size.max(1) as f64;
     let source_ships = plan.source.source.ship().is_some();
     // The source thread: one position per sample plus the hand-off.
     let src_cpu = HANDOFF_S;
@@ -363,6 +385,9 @@ fn predict_busy(
             let mut cpu = if *read { read_cpu } else { 0.0 };
             cpu += ops.iter().map(|o| flow.pass(o.op_id)).sum::<f64>();
             let bytes_out = flow.bytes * flow.items;
+            // The executor grows chunks to ~1 ms of all stages' work; this stage's own share
+            // bounds that from above.
+            let chunk = steady_chunk(plan, cpu, bytes_in.max(bytes_out));
             let p = remote_stage(r, cpu, bytes_in, bytes_out, chunk, st.variant.workers());
             link_bytes += bytes_in + bytes_out;
             gil += p.driver_gil;
@@ -442,10 +467,7 @@ fn predict_busy(
     // sizes them; after a batch, a trip carries at least a batch.
     if !trips.is_empty() {
         let work: f64 = stages[1..].iter().map(|s| s.cpu_per_sample).sum();
-        let max_chunk = plan.source.max_chunk.max(plan.source.chunk_size).max(1) as f64;
-        let chunk = (CHUNK_WORK_NS * 1e-9 / work.max(1e-12))
-            .min(CHUNK_BYTES / item_bytes.max(1.0))
-            .clamp(chunk, max_chunk);
+        let chunk = steady_chunk(plan, work, item_bytes);
         for &(i, rows) in &trips {
             let trip = TRIP_S / chunk.max(rows);
             let s = &mut stages[i];

@@ -384,6 +384,19 @@ mod tests {
     }
 
     #[test]
+    fn by_default_chunks_start_at_one_item_and_costly_ones_stay_there() {
+        let first = crate::LowerOptions::default().chunk_size;
+        assert_eq!(first, 1, "until items are measured, each travels alone");
+        let mut s = ChunkSizer::new(&source(first, 1024));
+        assert_eq!(s.next(&stats_after(0, 0)), 1, "no measurement yet");
+        // A 2 s Python call per item: one item per chunk, so 8 threads start 8 of them.
+        assert_eq!(s.next(&stats_after(4, 2_000_000_000)), 1);
+        // 100 µs items grow to the 10 that carry 1 ms, doubling.
+        let sizes: Vec<u64> = (0..6).map(|_| s.next(&stats_after(50, 100_000))).collect();
+        assert_eq!(sizes, [2, 4, 8, 10, 10, 10]);
+    }
+
+    #[test]
     fn costly_items_and_fixed_sizes_keep_their_chunks() {
         // 2 ms per item: 1 ms of work is already under one item.
         let mut s = ChunkSizer::new(&source(16, 1024));

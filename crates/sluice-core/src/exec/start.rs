@@ -79,6 +79,7 @@ pub(super) fn start(plan: &PhysicalPlan, opts: &ExecOptions) -> Result<Started> 
     let in_rows = opts.row_batches
         && opts.elastic.is_none()
         && crate::plan::rows::read_rows_in_batches(&mut plan);
+    plan.source.chunk_size = plan.first_chunk();
     let plan = &plan;
     let ctl = Arc::new(Control::default());
     // Inline stages run in the consumer; a stage is inline only if all after it are.

@@ -15,7 +15,9 @@ use crate::plan::physical::{ChainOp, PhysicalPlan, SourceStage, Stage, StageKind
 pub struct LowerOptions {
     /// Threads per parallel stage.
     pub num_threads: usize,
-    /// Items per chunk from the source (the first chunks).
+    /// Items per chunk from the source (the first chunks). 1 by default: until the stages
+    /// have measured what an item costs, a chunk of 16 two-second Python calls would hold the
+    /// first output back 32 s; cheap items double their chunks per chunk from there.
     pub chunk_size: usize,
     /// Chunks may grow to this many items when items are cheap (see [`SourceStage`]).
     pub max_chunk: usize,
@@ -43,7 +45,7 @@ impl Default for LowerOptions {
     fn default() -> Self {
         LowerOptions {
             num_threads: 2,
-            chunk_size: 16,
+            chunk_size: 1,
             max_chunk: 1024,
             queue_depth: 4,
             prefetch: 2,

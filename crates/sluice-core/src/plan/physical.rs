@@ -224,7 +224,32 @@ pub struct PhysicalPlan {
     pub stages: Vec<Stage>,
 }
 
+/// Items per chunk a run starts with when chunks adapt and a stage runs on a pool of
+/// processes or Ray actors: each chunk pays a round trip there (~0.1–1 ms), so single-item
+/// chunks would cost more than most items' work. Threads start at one item.
+pub const POOL_FIRST_CHUNK: usize = 16;
+
 impl PhysicalPlan {
+    /// Items in the source's first chunk: its own, or at least [`POOL_FIRST_CHUNK`] when
+    /// chunks adapt (`max_chunk` above it) and a stage runs on a pool.
+    ///
+    /// ```
+    /// use sluice_core::{lower, LogicalPlan, LowerOptions, RangeSource, SourceNode};
+    /// use std::sync::Arc;
+    /// let src = Arc::new(LogicalPlan::Source(SourceNode::new(Arc::new(RangeSource::new(9)))));
+    /// let plan = lower(&src, &LowerOptions::default()).unwrap();
+    /// assert_eq!(plan.first_chunk(), 1); // threads only: one item until costs are measured
+    /// ```
+    pub fn first_chunk(&self) -> usize {
+        let own = self.source.chunk_size.max(1);
+        let pooled = self.stages.iter().any(|s| s.variant.is_pool());
+        if pooled && self.source.max_chunk > own {
+            own.max(POOL_FIRST_CHUNK.min(self.source.max_chunk))
+        } else {
+            own
+        }
+    }
+
     /// The plan as pretty JSON.
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
@@ -268,5 +293,59 @@ impl fmt::Display for PhysicalPlan {
             )?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::logical::{ElemMode, MapNode, OnError, SourceNode};
+    use crate::{lower, Emit, LogicalPlan, LowerOptions, Op, OpContext, OpMeta, RangeSource};
+    use crate::{Result, Sample};
+    use std::sync::Arc;
+
+    #[derive(Debug)]
+    struct Keep;
+    impl Op for Keep {
+        fn name(&self) -> &str {
+            "keep"
+        }
+        fn spec(&self) -> serde_json::Value {
+            serde_json::json!({"op": "keep"})
+        }
+        fn meta(&self) -> OpMeta {
+            OpMeta::opaque(false)
+        }
+        fn apply(&self, s: Sample, _cx: &OpContext) -> Result<Emit> {
+            Ok(Emit::One(s))
+        }
+    }
+
+    fn mapped() -> PhysicalPlan {
+        let src = Arc::new(LogicalPlan::Source(SourceNode::new(Arc::new(
+            RangeSource::new(9),
+        ))));
+        let map = MapNode::try_new(src, Arc::new(Keep), ElemMode::Map, OnError::Raise, None);
+        lower(
+            &Arc::new(LogicalPlan::Map(map.unwrap())),
+            &LowerOptions::default(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn pools_start_with_bigger_chunks_than_threads_unless_the_size_is_fixed() {
+        let mut plan = mapped();
+        assert_eq!(plan.first_chunk(), 1);
+        plan.stages[0].variant = Variant::Pool {
+            backend: "processes".into(),
+            workers: 2,
+        };
+        assert_eq!(plan.first_chunk(), POOL_FIRST_CHUNK);
+        plan.source.max_chunk = 4;
+        assert_eq!(plan.first_chunk(), 4, "never past the largest chunk");
+        plan.source.chunk_size = 3;
+        plan.source.max_chunk = 3;
+        assert_eq!(plan.first_chunk(), 3, "a fixed chunk_size= stays");
     }
 }

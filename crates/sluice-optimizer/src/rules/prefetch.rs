@@ -6,7 +6,7 @@
 use sluice_core::{Result, StageKind};
 
 use super::{Draft, Rule};
-use crate::model::Flow;
+use crate::model::{steady_chunk, Flow};
 
 /// Ready outputs kept at most (more only hides longer consumer stalls at a memory cost).
 pub const MAX_READY: usize = 8;
@@ -20,27 +20,33 @@ impl Rule for Prefetch {
         "prefetch"
     }
     fn apply(&self, d: &mut Draft<'_>) -> Result<()> {
-        let chunk = d.plan.source.chunk_size.max(1) as f64;
         let budget = d.options.memory_budget as f64;
         let n = d.plan.stages.len();
-        // Bytes of one queued unit after each stage.
+        // Bytes per item after each stage (and whether it is a batch), and what chunks the
+        // executor will grow to: queued units are chunks of items until a batch.
         let mut flow = Flow::new(d.profile);
         let mut batch = 1.0;
-        let mut unit = Vec::with_capacity(n);
+        let (mut work, mut largest) = (0.0, flow.bytes);
+        let mut per_item = Vec::with_capacity(n);
         for st in &d.plan.stages {
             match &st.kind {
                 StageKind::Chain { ops, .. } => {
                     for o in ops {
-                        flow.pass(o.op_id);
+                        work += flow.pass(o.op_id);
+                        largest = largest.max(flow.bytes);
                     }
                 }
                 StageKind::Batch { size, .. } => batch = *size as f64,
                 StageKind::Unbatch => batch = 1.0,
                 _ => {}
             }
-            let items = if batch > 1.0 { batch } else { chunk };
-            unit.push((flow.bytes * items).max(1.0));
+            per_item.push((flow.bytes, batch));
         }
+        let chunk = steady_chunk(&d.plan, work, largest);
+        let unit: Vec<f64> = per_item
+            .iter()
+            .map(|&(bytes, batch)| (bytes * if batch > 1.0 { batch } else { chunk }).max(1.0))
+            .collect();
         // Half the budget for inter-stage queues, half for ready outputs.
         let per_queue = budget / 2.0 / n.max(1) as f64;
         for (i, st) in d.plan.stages.iter_mut().enumerate() {

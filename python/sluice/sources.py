@@ -352,19 +352,42 @@ def from_generator(fn: Any, field: str = "item") -> Dataset:
 
 
 @_recipe.source
-def from_huggingface(hf_dataset: Any) -> Dataset:
+def from_huggingface(hf_dataset: Any, columns: Sequence[str] | None = None) -> Dataset:
     """A dataset over a local Hugging Face ``datasets.Dataset`` through its Arrow table
     (memory-mapped, no copy; ``from_arrow``). A dataset with an indices mapping (after
-    ``select``, ``shuffle``, ``train_test_split``) is taken with the mapping applied."""
+    ``select``, ``shuffle``, ``train_test_split``) is taken with the mapping applied.
+    ``columns`` reads only those, in that order (leave out a column sluice cannot read).
+    Struct columns arrive as their fields, as ``Dataset.flatten()`` names them: an
+    ``Image()`` column ``image`` as ``image.bytes`` and ``image.path``
+    (``sluice.image.decode(field="image.bytes")`` decodes it)."""
     table = getattr(getattr(hf_dataset, "data", None), "table", None)
     if table is None or not hasattr(hf_dataset, "with_format"):
         raise TypeError(
             f"from_huggingface needs a datasets.Dataset (not a DatasetDict or "
             f"IterableDataset), got {type(hf_dataset).__name__}"
         )
+    if columns is not None:
+        table = _select(table, columns, "from_huggingface")
     if getattr(hf_dataset, "_indices", None) is not None:
-        table = hf_dataset.with_format("arrow")[:]
+        sub = hf_dataset if columns is None else hf_dataset.select_columns(list(columns))
+        table = sub.with_format("arrow")[:]
+        if columns is not None:
+            table = table.select(list(columns))
     return from_arrow(table)
+
+
+def _select(table: Any, columns: Sequence[str], fn: str) -> Any:
+    """``table``'s ``columns``, in that order; a missing or repeated name is a ValueError."""
+    if isinstance(columns, str):
+        raise TypeError(f"{fn}: columns must be a list of names, not a string")
+    columns = list(columns)
+    names = list(table.column_names)
+    for i, c in enumerate(columns):
+        if c not in names:
+            raise ValueError(f"{fn}: no column {c!r} (columns: {', '.join(names)})")
+        if c in columns[:i]:
+            raise ValueError(f"{fn}: column {c!r} is named twice in columns=[...]")
+    return table.select(columns)
 
 
 def read_pipeline(path: Any) -> Dataset:

@@ -338,8 +338,12 @@ pub fn py_to_value(obj: &Bound<'_, PyAny>) -> sluice::Result<Value> {
             .map(Value::List);
     }
     // What numpy can view as an array (torch CPU tensors, jax arrays, PIL images): as
-    // numpy sees it. A 0-d result (a numpy scalar) falls through to `.item()` below.
-    if obj.hasattr("__array__").unwrap_or(false) {
+    // numpy sees it. A 0-d result (a numpy scalar) falls through to `.item()` below. Pillow
+    // (since 10) exposes only `__array_interface__`, not `__array__`.
+    let array_like = ["__array__", "__array_interface__", "__array_struct__"]
+        .iter()
+        .any(|a| obj.hasattr(*a).unwrap_or(false));
+    if array_like {
         let arr = obj
             .py()
             .import("numpy")

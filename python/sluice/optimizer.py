@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import stat
 from typing import Any, Optional
 
 from . import _native
@@ -92,6 +93,36 @@ class OptimizerOptions:
         return json.dumps(dataclasses.asdict(self))
 
 
+# As sluice::read_small_file (pipeline files): far above a real plan or profile.
+_MAX_FILE_SIZE = 16 << 20
+
+_KINDS = [
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+]
+
+
+def _read_small_file(path: str, what: str) -> str:
+    """The text of ``path``, refusing what is not a regular file (reading ``/dev/zero`` never
+    ends; opening a FIFO with no writer blocks forever) or is over 16 MiB."""
+    mode = os.stat(path).st_mode  # does not open, so cannot block
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(f"{path}: is a directory, not a {what}")
+    if not stat.S_ISREG(mode):
+        kind = next((k for test, k in _KINDS if test(mode)), "a special file")
+        raise OSError(f"{path}: not a regular file ({kind}); a {what} must be one")
+    with open(path, "rb") as f:
+        data = f.read(_MAX_FILE_SIZE + 1)
+    if len(data) > _MAX_FILE_SIZE:
+        raise ValueError(f"{path}: over the {_MAX_FILE_SIZE >> 20} MiB a {what} may be; is it the right file?")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: a {what} must be UTF-8 text ({e})") from e
+
+
 class _JsonDoc:
     """A JSON document with save/load and a readable ``str``."""
 
@@ -110,10 +141,15 @@ class _JsonDoc:
 
     @classmethod
     def load(cls, path: "str | os.PathLike[str]") -> Any:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-        doc = cls(text)
-        str(doc)  # validates (version, shape) with a clear error now rather than at use
+        """Reads a file ``save`` wrote; a damaged or foreign file raises ``ValueError``
+        naming it, as the pipeline-file reader does for a special or oversized one."""
+        name = os.fspath(path)
+        text = _read_small_file(name, f"{cls.__name__.lower()} file")
+        try:
+            doc = cls(text)
+            str(doc)  # validates (version, shape) with a clear error now rather than at use
+        except Exception as e:  # whatever the parser found wrong, it is the file's content
+            raise ValueError(f"{name}: not a valid {cls.__name__} file ({e})") from e
         return doc
 
     def __getitem__(self, key: str) -> Any:

@@ -206,6 +206,8 @@ def test_struct_columns_arrive_as_their_fields(tmp_path):
         # A null struct: each of its fields is None.
         assert rows[1]["image.bytes"] is None and rows[1]["image.path"] is None
         assert rows[2]["image.path"] is None
+        assert list(ds) == rows and list(ds.iter(fuse_ops=False)) == rows
+        assert sorted(ds.shuffle(seed=1), key=lambda r: r["label"]) == rows
         decoded = ds.filter(lambda s: s["image.bytes"] is not None).map(img.decode(field="image.bytes"))
         pix = [s["image"][0, 0].tolist() for s in decoded]
         assert pix == [[255, 0, 0], [0, 0, 255]]

@@ -116,7 +116,8 @@ def _read_small_file(path: str, what: str) -> str:
     with open(path, "rb") as f:
         data = f.read(_MAX_FILE_SIZE + 1)
     if len(data) > _MAX_FILE_SIZE:
-        raise ValueError(f"{path}: over the {_MAX_FILE_SIZE >> 20} MiB a {what} may be; is it the right file?")
+        limit = _MAX_FILE_SIZE >> 20
+        raise ValueError(f"{path}: over the {limit} MiB a {what} may be; is it the right file?")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:

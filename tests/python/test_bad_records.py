@@ -45,7 +45,8 @@ def test_jsonl_integers_beyond_int64_raise_naming_file_line_and_value(tmp_path):
         p = tmp_path / f"{field}.jsonl"
         p.write_text(f'{{"id": 1}}\n{{"{field}": {value}}}\n')
         literal = str(BIG) if field == "id" else str(BIGGER)
-        with pytest.raises(sluice.SluiceError, match=rf"{field}\.jsonl:2: field '{field}': integer {literal} is outside the int64 range"):
+        want = rf"{field}\.jsonl:2: field '{field}': integer {literal} is outside the int64 range"
+        with pytest.raises(sluice.SluiceError, match=want):
             list(sluice.read_jsonl(p))
 
 
@@ -89,7 +90,8 @@ def test_csv_closed_and_literal_quotes_still_read(tmp_path):
 def test_csv_header_repeating_a_name_raises_naming_file_and_column(tmp_path, on_error):
     p = tmp_path / "dup.csv"
     p.write_text("id,id\n1,2\n")  # was [{"id": 2}]: a column silently dropped
-    with pytest.raises(ValueError, match=r"dup\.csv:1: the header names column 'id' twice \(columns 1 and 2\)"):
+    want = r"dup\.csv:1: the header names column 'id' twice \(columns 1 and 2\)"
+    with pytest.raises(ValueError, match=want):
         sluice.read_csv(p, on_error=on_error)
 
 
@@ -121,9 +123,16 @@ _HEAD = '[source]\nsource = "range"\nn = 4\n'
 @pytest.mark.parametrize(
     "steps, want",
     [
-        ('[[steps]]\nstep = "batch"\nsize = 2\ndrop_lst = true\n', r"steps\[0\] \(step = \"batch\"\): unknown key 'drop_lst' \(allowed: size, drop_last\); did you mean 'drop_last'\?"),
+        (
+            '[[steps]]\nstep = "batch"\nsize = 2\ndrop_lst = true\n',
+            r"steps\[0\] \(step = \"batch\"\): unknown key 'drop_lst' \(allowed: size, drop_last\); "
+            r"did you mean 'drop_last'\?",
+        ),
         ('[[steps]]\nstep = "shuffle"\nsed = 5\n', r"unknown key 'sed' .*did you mean 'seed'\?"),
-        ('[[steps]]\nstep = "map"\nop = "select"\nfeilds = ["id"]\n', r"select: unknown key 'feilds'.*did you mean 'fields'\?"),
+        (
+            '[[steps]]\nstep = "map"\nop = "select"\nfeilds = ["id"]\n',
+            r"select: unknown key 'feilds'.*did you mean 'fields'\?",
+        ),
     ],
 )
 def test_read_pipeline_refuses_unknown_keys_in_steps(tmp_path, steps, want):

@@ -94,3 +94,27 @@ fn main_from_returns_the_exit_status() {
         1
     );
 }
+
+#[test]
+fn files_that_are_not_regular_or_are_damaged_are_refused_naming_them() {
+    // Read until memory ran out before; now refused without being opened.
+    let (ok, _, err) = sluice(&["run", "/dev/zero"]);
+    assert!(
+        !ok && err.contains("/dev/zero: not a regular file (a character device)"),
+        "{err}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let plan = dir.path().join("plan.json");
+    std::fs::write(&plan, "{\"stages\": [").unwrap();
+    let plan = plan.display().to_string();
+    let (ok, _, err) = sluice(&["run", "examples/pipeline.toml", "--plan", &plan]);
+    assert!(!ok && err.contains(&format!("{plan}: ")), "{err}");
+    let typo = dir.path().join("p.toml");
+    std::fs::write(
+        &typo,
+        "[source]\nsource = \"range\"\nn = 4\n[[steps]]\nstep = \"batch\"\nsize = 2\ndrop_lst = true\n",
+    )
+    .unwrap();
+    let (ok, _, err) = sluice(&["run", &typo.display().to_string()]);
+    assert!(!ok && err.contains("did you mean 'drop_last'?"), "{err}");
+}

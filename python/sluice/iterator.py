@@ -87,11 +87,22 @@ class Iterator:
         if live:
             from .metrics import Live
 
+            # The endpoint's threads hold the iterator weakly: one dropped without close()
+            # stops its endpoint and connections when collected, not at exit.
+            ref = weakref.ref(self)
+
+            def snapshot() -> Stats:
+                it = ref()
+                if it is None:
+                    raise RuntimeError("the iteration is gone")
+                return it.stats()
+
             try:
-                self._live = Live(self.stats, **live)
+                self._live = Live(snapshot, **live)
             except BaseException:  # e.g. the port is taken: stop the pipeline just started
                 native.close()
                 raise
+            weakref.finalize(self, self._live.close_soon)
         _LIVE.add(native)
 
     @property

@@ -4,6 +4,11 @@
 ``it.stats_address``), and ``ds.iter(on_stats=fn, stats_interval=10)`` calls ``fn(stats)``
 every 10 seconds from a background thread. Both stop when the iteration ends or is closed.
 
+Any local process can connect to the endpoint, so it is bounded: at most ``_MAX_CONNECTIONS``
+connections are served at once (more are closed on accept) and one idle for
+``_IDLE_TIMEOUT`` seconds is dropped, so idle connections cannot use up the training
+process's file descriptors or threads; closing the iteration closes its connections too.
+
 >>> import sluice, urllib.request
 >>> it = sluice.range(100).batch(10).iter(stats_port=0)
 >>> _ = next(it)
@@ -16,14 +21,74 @@ True
 
 from __future__ import annotations
 
+import errno
 import http.server
 import logging
+import socket
 import threading
 from typing import Any, Callable
 
 from .stats import Stats
 
 log = logging.getLogger("sluice")
+
+# Seconds a connection may send nothing before it is dropped (tests lower it), and the
+# connections served at once: a scraper needs one, a few dashboards a handful.
+_IDLE_TIMEOUT = 5.0
+_MAX_CONNECTIONS = 16
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    """A threading HTTP server with a cap on live connections whose ``stop`` also ends
+    the handler threads (``shutdown`` alone only stops accepting)."""
+
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], handler: type, max_connections: int):
+        self._lock = threading.Lock()
+        self._conns: dict[socket.socket, threading.Thread | None] = {}
+        self._max = max_connections
+        super().__init__(address, handler)
+
+    def verify_request(self, request: Any, client_address: Any) -> bool:
+        # Refused here, a connection is closed at once (``shutdown_request``).
+        with self._lock:
+            if len(self._conns) >= self._max:
+                return False
+            self._conns[request] = None
+            return True
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        t = threading.Thread(target=self.process_request_thread, args=(request, client_address),
+                             name="sluice-metrics-conn", daemon=True)
+        with self._lock:
+            self._conns[request] = t
+        t.start()
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            with self._lock:
+                self._conns.pop(request, None)
+
+    def connections(self) -> int:
+        with self._lock:
+            return len(self._conns)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self.shutdown()
+        self.server_close()
+        with self._lock:
+            conns = list(self._conns.items())
+        for sock, _ in conns:
+            try:  # wakes a handler blocked reading: it sees the end and returns
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        for _, t in conns:
+            if t is not None and t is not threading.current_thread():
+                t.join(timeout)
 
 
 def _label(value: str) -> str:
@@ -75,7 +140,8 @@ class Live:
                  interval: float):
         self._snapshot = snapshot
         self._stop = threading.Event()
-        self._server: http.server.ThreadingHTTPServer | None = None
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
         self.address: tuple[str, int] | None = None
         if port is not None:
             self._serve(port)
@@ -86,6 +152,9 @@ class Live:
         live = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
+            # The socket timeout: a connection idle this long is dropped.
+            timeout = _IDLE_TIMEOUT
+
             def do_GET(self) -> None:  # noqa: N802 - http.server's name
                 if self.path.split("?")[0] not in ("/", "/metrics"):
                     self.send_error(404)
@@ -101,11 +170,16 @@ class Live:
                 pass
 
         # Loopback only: the figures are for this machine's exporter or dashboard.
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
-        self._server.daemon_threads = True
+        try:
+            self._server = _Server(("127.0.0.1", port), Handler, _MAX_CONNECTIONS)
+        except OSError as e:
+            why = "is in use" if e.errno == errno.EADDRINUSE else f"cannot be served ({e.strerror or e})"
+            raise OSError(e.errno, f"stats_port {port}: 127.0.0.1:{port} {why}; pass another port, "
+                                   f"or stats_port=0 for a free one") from e
         self.address = self._server.server_address[:2]  # type: ignore[assignment]
-        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.2},
-                         name="sluice-metrics", daemon=True).start()
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.2},
+                                        name="sluice-metrics", daemon=True)
+        self._thread.start()
 
     def _report(self, on_stats: Callable[[Stats], Any], interval: float) -> None:
         while not self._stop.wait(interval):
@@ -114,9 +188,23 @@ class Live:
             except Exception:  # a dashboard's bug must not stop training
                 log.exception("sluice: on_stats callback failed")
 
+    def connections(self) -> int:
+        """Connections the endpoint holds open now (0 once closed)."""
+        return 0 if self._server is None else self._server.connections()
+
+    def close_soon(self) -> None:
+        """``close`` on a thread of its own: safe from a garbage collection that runs on one
+        of the endpoint's threads (``close`` waits for them)."""
+        if self._server is None and self._stop.is_set():
+            return
+        threading.Thread(target=self.close, name="sluice-metrics-close", daemon=True).start()
+
     def close(self) -> None:
+        """Stops the callback, the endpoint and every connection's thread."""
         self._stop.set()
         server, self._server = self._server, None
         if server is not None:
-            server.shutdown()
-            server.server_close()
+            server.stop()
+        thread, self._thread = self._thread, None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(5.0)

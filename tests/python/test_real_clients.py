@@ -271,5 +271,8 @@ def test_huggingface_image_dataset():
     assert set(ds.take(1)[0]) == {"image.bytes", "image.path", "label"}
     decoded = ds.map(img.decode(field="image.bytes")).take(4)
     assert [int(s["image"][0, 0, 0]) for s in decoded] == [0, 50, 100, 150]
+    # Through from_source, HF decodes the column itself: PIL images, read as arrays.
+    item = sluice.from_source(hf).take(2)[1]
+    assert item["image"].shape == (2, 3, 3) and int(item["image"][0, 0, 0]) == 50
     labels = sluice.from_huggingface(hf.select([3, 0]), columns=["label"]).take(2)
     assert labels == [{"label": 1}, {"label": 0}]

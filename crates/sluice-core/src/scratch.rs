@@ -5,10 +5,12 @@
 //!   both levels mode 0700 and checked to be real directories owned by this user (a squatted
 //!   `sluice-<uid>` is not used: a fresh `sluice-<uid>-<random>` is made instead). It is removed
 //!   when the process exits normally; what a killed process left is removed by the next one.
-//! - **Owner tags**, [`tag`]: `<pid>.<start>` (the start time in clock ticks since boot, from
-//!   `/proc`), put into every name a sweep may later judge. A tag's owner is dead when
-//!   `kill(pid, 0)` says ESRCH, or when a live process with that pid started at another time
-//!   (the pid was reused). Tags of older versions, a bare `<pid>`, are judged by pid alone.
+//! - **Owner tags**, [`tag`]: `<pid>.<start>.<ns>` (the start time in clock ticks since boot
+//!   and the pid namespace, from `/proc`), put into every name a sweep may later judge. A
+//!   tag's owner is dead when `kill(pid, 0)` says ESRCH, or when a live process with that pid
+//!   started at another time (the pid was reused). A tag from another pid namespace (a
+//!   container sharing `/dev/shm` or `/tmp`) is never judged dead: its pid means nothing here.
+//!   Tags of older versions, a bare `<pid>`, are judged by pid alone.
 //! - **Sweeps**, [`sweep_once`]: a directory's entries whose owner is dead are removed, at most
 //!   once per process per directory and kind; only plain files and directories owned by this
 //!   user, never through a symbolic link.
@@ -34,17 +36,36 @@ use std::sync::{Mutex, Once};
 
 use crate::error::{Error, Result};
 
-/// This process's owner tag, `<pid>.<start>` (`<pid>.0` where `/proc` cannot tell the start).
+/// This process's owner tag, `<pid>.<start>.<ns>` (0 for what `/proc` cannot tell).
 ///
 /// Computed per call so that a forked child never names its files with its parent's tag.
 ///
 /// ```
 /// let t = sluice_core::scratch::tag();
 /// assert!(t.starts_with(&format!("{}.", std::process::id())));
+/// assert_eq!(t.split('.').count(), 3);
 /// ```
 pub fn tag() -> String {
     let pid = std::process::id();
-    format!("{pid}.{}", start_time(pid).unwrap_or(0))
+    format!(
+        "{pid}.{}.{}",
+        start_time(pid).unwrap_or(0),
+        pid_namespace().unwrap_or(0)
+    )
+}
+
+/// The inode number of this process's pid namespace (`/proc/self/ns/pid` reads
+/// `pid:[4026531836]`); a process never changes its own.
+fn pid_namespace() -> Option<u64> {
+    static NS: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    *NS.get_or_init(|| {
+        let link = std::fs::read_link("/proc/self/ns/pid").ok()?;
+        link.to_str()?
+            .strip_prefix("pid:[")?
+            .strip_suffix(']')?
+            .parse()
+            .ok()
+    })
 }
 
 /// 16 hex digits from the kernel's random source (the clock and a counter if it fails): the
@@ -77,8 +98,8 @@ fn start_time(pid: u32) -> Option<u64> {
     rest.split_whitespace().nth(19)?.parse().ok()
 }
 
-/// Whether the owner of `tag` (`<pid>.<start>` or a bare `<pid>`) may still be running.
-/// Anything that is not a tag counts as alive, so it is never removed.
+/// Whether the owner of `tag` (`<pid>.<start>.<ns>`, `<pid>.<start>` or a bare `<pid>`) may
+/// still be running. Anything that is not a tag counts as alive, so it is never removed.
 ///
 /// ```
 /// use sluice_core::scratch::{owner_alive, tag};
@@ -86,20 +107,28 @@ fn start_time(pid: u32) -> Option<u64> {
 /// assert!(owner_alive("not-a-tag"));
 /// ```
 pub fn owner_alive(tag: &str) -> bool {
-    let (pid, start) = match tag.split_once('.') {
-        Some((p, s)) => (p, Some(s)),
-        None => (tag, None),
-    };
-    let Ok(pid) = pid.parse::<u32>() else {
+    let mut parts = tag.split('.');
+    let Some(Ok(pid)) = parts.next().map(str::parse::<u32>) else {
         return true;
     };
-    let start = match start.map(str::parse::<u64>) {
+    let mut number = || parts.next().map(str::parse::<u64>);
+    let start = match number() {
         None => None,
         Some(Ok(s)) => Some(s),
         Some(Err(_)) => return true,
     };
-    if pid == 0 || pid > i32::MAX as u32 {
+    let ns = match number() {
+        None => None,
+        Some(Ok(n)) => Some(n),
+        Some(Err(_)) => return true,
+    };
+    if pid == 0 || pid > i32::MAX as u32 || parts.next().is_some() {
         return true;
+    }
+    if let (Some(theirs), Some(ours)) = (ns, pid_namespace()) {
+        if theirs != 0 && theirs != ours {
+            return true;
+        }
     }
     // SAFETY: signal 0 only checks that the process exists; nothing is sent.
     let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
@@ -115,20 +144,20 @@ pub fn owner_alive(tag: &str) -> bool {
 }
 
 /// The owner tag in `name` after `prefix`: the text up to the next `-` (or the end), if it
-/// looks like a tag (`<digits>` or `<digits>.<digits>`).
+/// looks like a tag (one to three dot-separated numbers).
 ///
 /// ```
 /// use sluice_core::scratch::owner_in;
 /// assert_eq!(owner_in("sluice-spill-12.345-ab", "sluice-spill-"), Some("12.345"));
 /// assert_eq!(owner_in("sluice-spill-12-0", "sluice-spill-"), Some("12"));
+/// assert_eq!(owner_in("12.34.56-x", ""), Some("12.34.56"));
 /// assert_eq!(owner_in("sluice-shm-x", "sluice-"), None);
 /// ```
 pub fn owner_in<'a>(name: &'a str, prefix: &str) -> Option<&'a str> {
     let rest = name.strip_prefix(prefix)?;
     let tag = rest.split('-').next()?;
-    let (pid, start) = tag.split_once('.').unwrap_or((tag, "0"));
     let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    (digits(pid) && digits(start)).then_some(tag)
+    (tag.split('.').count() <= 3 && tag.split('.').all(digits)).then_some(tag)
 }
 
 /// Removes the entries of `dir` whose name `owner` maps to the tag of a dead process (see
@@ -390,7 +419,13 @@ mod tests {
             "same pid, other start: reused"
         );
         assert!(!owner_alive(&dead_tag()));
-        for junk in ["", "x", "1.x", "0", "99999999999"] {
+        let ns = pid_namespace().unwrap();
+        assert!(!owner_alive(&format!("{}.{ns}", dead_tag())));
+        assert!(
+            owner_alive(&format!("{}.{}", dead_tag(), ns + 1)),
+            "another pid namespace: its pids mean nothing here, kept"
+        );
+        for junk in ["", "x", "1.x", "0", "99999999999", "1.2.3.4", "1.2.x"] {
             assert!(owner_alive(junk), "{junk:?} is not a tag: kept");
         }
     }

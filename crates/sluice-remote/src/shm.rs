@@ -4,7 +4,7 @@
 //! the pages never touch a disk) and sends only its name; the reader maps it, unlinks it at
 //! once and copies the buffers out. So a 10 MB tensor costs two memcpys instead of a trip
 //! through a 64 KiB pipe buffer, and a segment lives only while a frame is in flight. Names
-//! carry a per-pool prefix, `sluice-<pid>-<start>-<random>-<pool>-` ([`ShmConfig::for_pool`]):
+//! carry a per-pool prefix, `sluice-<pid>-<start>.<ns>-<random>-<pool>-` ([`ShmConfig::for_pool`]):
 //! the pool sweeps what a crashed worker left under it at shutdown, and the first pool of a
 //! later process removes the segments of pools whose process is dead (a SIGKILLed trainer).
 //! The random part keeps another user from creating a segment's name first; a name that is
@@ -65,7 +65,8 @@ impl ShmConfig {
         }
     }
     /// The segments of this process's pool number `pool` in the default directory:
-    /// `sluice-<pid>-<start>-<random>-<pool>-`. The first call in a process removes the
+    /// `sluice-<pid>-<start>.<ns>-<random>-<pool>-` (the process's [`scratch::tag`] split after
+    /// the pid, so the name still starts `sluice-<pid>-`). The first call in a process removes the
     /// segments there that dead processes left.
     ///
     /// ```
@@ -77,8 +78,8 @@ impl ShmConfig {
         let dir = default_dir();
         sweep_dead(&dir);
         let tag = scratch::tag();
-        let (pid, start) = tag.split_once('.').unwrap_or((&tag, "0"));
-        let prefix = format!("sluice-{pid}-{start}-{}-{pool}-", scratch::random_hex());
+        let (pid, rest) = tag.split_once('.').unwrap_or((&tag, "0"));
+        let prefix = format!("sluice-{pid}-{rest}-{}-{pool}-", scratch::random_hex());
         ShmConfig {
             dir,
             ..ShmConfig::new(prefix)
@@ -104,21 +105,22 @@ impl ShmConfig {
     }
 }
 
-/// The owner tag of a segment name (see [`scratch::owner_in`]): `sluice-<pid>-<start>-<random>-…`,
-/// or `sluice-<pid>-<pool>-…` as older versions named them (judged by pid alone).
+/// The owner tag of a segment name (see [`scratch::owner_in`]): `<pid>.<start>.<ns>` of
+/// `sluice-<pid>-<start>.<ns>-<random>-…`, or the pid of `sluice-<pid>-<pool>-…` as older
+/// versions named them (judged by pid alone).
 fn segment_owner(name: &str) -> Option<String> {
     let mut parts = name.strip_prefix("sluice-")?.split('-');
     let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
     let (pid, second, third) = (parts.next()?, parts.next()?, parts.next()?);
-    if !digits(pid) || !digits(second) {
+    if !digits(pid) || !second.split('.').all(digits) {
         return None;
     }
     let random = third.len() == 16 && third.bytes().all(|b| b.is_ascii_hexdigit());
-    Some(if random {
-        format!("{pid}.{second}")
-    } else {
-        pid.to_string()
-    })
+    match (random, second.contains('.')) {
+        (true, _) => Some(format!("{pid}.{second}")),
+        (false, false) => Some(pid.to_string()),
+        (false, true) => None,
+    }
 }
 
 /// Removes segments in `dir` whose process is dead, once per process.
@@ -374,6 +376,11 @@ mod tests {
             // Same pid, another start time: the pid was reused, the owner is dead.
             (format!("sluice-{me}-1-0123456789abcdef-0-q2"), true),
             ("sluice-notapid-0-q0".to_string(), false),
+            // Another pid namespace (a container sharing /dev/shm): never judged.
+            (
+                format!("sluice-{dead}-{start}.1-0123456789abcdef-0-q3"),
+                false,
+            ),
         ];
         for (n, _) in &names {
             std::fs::write(d.join(n), b"x").unwrap();

@@ -87,6 +87,11 @@ pub enum Error {
         message: String,
         source: ExternalError,
     },
+    /// The system refused a resource the run needs: a thread, memory or a file descriptor
+    /// past a limit (`ulimit -u`/`-v`/`-n`, a cgroup), or a name another process holds
+    /// (Python: `SluiceError`, a `RuntimeError`). Not a bug: the message says what to change.
+    #[error("{0}")]
+    Resource(String),
     /// A bug in sluice.
     #[error("internal error (a sluice bug, please report): {0}")]
     Internal(String),
@@ -114,6 +119,22 @@ impl Error {
             path: path.to_string(),
             message: err.to_string(),
         }
+    }
+    /// A thread for `what` that the system would not start (`err`, usually "Resource
+    /// temporarily unavailable"): a [`Error::Resource`] saying which limit to look at.
+    ///
+    /// ```
+    /// use sluice_core::Error;
+    /// let e = Error::no_thread("stage 'map'", std::io::Error::from_raw_os_error(11));
+    /// assert!(e.to_string().contains("ulimit -u"), "{e}");
+    /// assert!(matches!(e, Error::Resource(_)));
+    /// ```
+    pub fn no_thread(what: impl fmt::Display, err: std::io::Error) -> Self {
+        Error::Resource(format!(
+            "cannot start a thread for {what}: {err}; the system's limit on threads or memory \
+             is reached (ulimit -u, ulimit -v, a cgroup's pids.max): use fewer threads \
+             (num_threads=, processes=) or raise the limit"
+        ))
     }
     /// The innermost error, below any [`Error::InSample`] wrappers.
     pub fn root(&self) -> &Error {

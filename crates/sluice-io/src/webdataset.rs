@@ -421,7 +421,7 @@ impl Source for WebDatasetSource {
                     }
                 }
             })
-            .map_err(|e| Error::Internal(format!("cannot start a reader thread: {e}")))?;
+            .map_err(|e| Error::no_thread("a WebDataset reader", e))?;
         Ok(Box::new(ShardStream { rx }))
     }
     fn clone_arc(&self) -> SourceRef {

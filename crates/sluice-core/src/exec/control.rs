@@ -2,10 +2,11 @@
 //! them to exit (also after the execution is gone, through [`Threads`]).
 
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::thread;
 use std::time::Duration;
 
+use super::backend::Workers;
 use crate::error::{Error, Result};
 
 thread_local! {
@@ -21,17 +22,46 @@ pub fn cancelled() -> bool {
     CURRENT.with(|c| c.borrow().as_ref().is_some_and(|c| c.cancelled()))
 }
 
-/// Shared control block: the cancel flag and a count of live threads (to wait for exit).
-#[derive(Debug, Default)]
+/// Shared control block: the cancel flag, the pools to tell when it is set, and a count of
+/// live threads (to wait for exit).
+#[derive(Default)]
 pub(super) struct Control {
     pub(super) cancel: AtomicBool,
+    pools: Mutex<Vec<Weak<dyn Workers>>>,
     live: Mutex<usize>,
     exited: Condvar,
+}
+
+impl std::fmt::Debug for Control {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Control")
+            .field("cancel", &self.cancel)
+            .field("live", &self.live)
+            .finish()
+    }
 }
 
 impl Control {
     pub(super) fn cancelled(&self) -> bool {
         self.cancel.load(Relaxed)
+    }
+    /// Sets the cancel flag and tells the pools ([`Workers::cancel`]); does not wait.
+    pub(super) fn stop(&self) {
+        self.cancel.store(true, Relaxed);
+        let pools = std::mem::take(&mut *self.pools.lock().unwrap_or_else(|p| p.into_inner()));
+        for pool in pools.iter().filter_map(Weak::upgrade) {
+            pool.cancel();
+        }
+    }
+    /// `pool` is told when the run stops (held weakly: the stage's threads own it).
+    pub(super) fn watch(&self, pool: &Arc<dyn Workers>) {
+        let mut pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
+        pools.push(Arc::downgrade(pool));
+        if self.cancelled() {
+            // Stopped while the stage started: nobody else will tell it.
+            drop(pools);
+            pool.cancel();
+        }
     }
     pub(super) fn spawn(
         self: &Arc<Self>,
@@ -40,7 +70,7 @@ impl Control {
     ) -> Result<()> {
         *self.live.lock().unwrap_or_else(|p| p.into_inner()) += 1;
         let ctl = self.clone();
-        let spawned = thread::Builder::new().name(name).spawn(move || {
+        let spawned = thread::Builder::new().name(name.clone()).spawn(move || {
             CURRENT.with(|c| *c.borrow_mut() = Some(ctl.clone()));
             struct Exit(Arc<Control>);
             impl Drop for Exit {
@@ -55,7 +85,7 @@ impl Control {
         });
         spawned.map(|_| ()).map_err(|e| {
             *self.live.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
-            Error::Internal(format!("cannot spawn thread: {e}"))
+            Error::no_thread(format_args!("'{name}'"), e)
         })
     }
     /// Waits until every thread has exited; false on timeout.

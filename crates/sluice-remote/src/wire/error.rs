@@ -85,6 +85,10 @@ pub(crate) fn encode_error(out: &mut Out, e: &Error, codec: Option<&dyn External
             out.u8(9);
             out.str(m);
         }
+        Error::Resource(m) => {
+            out.u8(11);
+            out.str(m);
+        }
         // Variants added later travel as internal errors with their message.
         #[allow(unreachable_patterns)]
         other => {
@@ -145,6 +149,7 @@ pub(crate) fn decode_error(
         }
         8 => Error::Cancelled,
         9 => Error::Internal(inp.str()?.into()),
+        11 => Error::Resource(inp.str()?.into()),
         t => return corrupt(format!("bad error tag {t}")),
     })
 }

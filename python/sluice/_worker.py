@@ -80,8 +80,12 @@ def main() -> None:
     import signal
 
     _die_with_parent()
-    # Ctrl-C is the parent's to handle: it stops the pool.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Workers run in their own process group, so a Ctrl-C in the terminal reaches only the
+    # parent, which stops the pool. A SIGINT aimed at this process (a function calling
+    # `signal.raise_signal(SIGINT)`, `kill -INT <pid>`) interrupts the running function as it
+    # would on a thread, and the run stops with `KeyboardInterrupt` in the consumer. Set
+    # explicitly: a parent started with SIGINT ignored (a background job) passes that on.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     # The protocol owns the original stdin/stdout; user code that prints writes to stderr
     # and reads nothing.
     proto_in, proto_out = os.dup(0), os.dup(1)

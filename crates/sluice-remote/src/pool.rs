@@ -215,6 +215,7 @@ impl Backend for ProcessBackend {
             idle_rx,
             children: Mutex::new(Vec::with_capacity(max)),
             stopped: AtomicBool::new(false),
+            cancelled: AtomicBool::new(false),
             spawned: AtomicUsize::new(0),
             max,
             command: self.command.clone(),
@@ -254,6 +255,8 @@ struct ProcessWorkers {
     idle_rx: Receiver<Proc>,
     children: Mutex<Vec<Child>>,
     stopped: AtomicBool,
+    /// The run was stopped and busy workers killed ([`Workers::cancel`]).
+    cancelled: AtomicBool,
     /// Workers started so far, and how many may be (the controller grows the pool).
     spawned: AtomicUsize,
     max: usize,
@@ -305,7 +308,7 @@ impl ProcessWorkers {
         if let Ok(p) = self.idle_rx.try_recv() {
             return Ok(p);
         }
-        if !self.stopped.load(Relaxed) {
+        if !self.stopped.load(Relaxed) && !self.cancelled.load(Relaxed) {
             if let Ok(index) = self
                 .spawned
                 .fetch_update(Relaxed, Relaxed, |n| (n < self.max).then_some(n + 1))
@@ -358,7 +361,7 @@ impl ProcessWorkers {
 
     /// The error for a worker whose pipe broke: how it ended, naming the stage.
     fn died(&self, p: &Proc, io: io::Error) -> Error {
-        if self.stopped.load(Relaxed) {
+        if self.stopped.load(Relaxed) || self.cancelled.load(Relaxed) {
             return Error::Cancelled;
         }
         let mut how = format!("its pipe failed ({io})");
@@ -392,12 +395,28 @@ impl Workers for ProcessWorkers {
     }
 
     fn run(&self, chunk: Chunk) -> Result<Chunk> {
+        if self.cancelled.load(Relaxed) {
+            return Err(Error::Cancelled);
+        }
         // Encode before taking a worker, so encoding overlaps other workers' computing.
         let frame = self.stage.request(chunk, Some(&self.writer))?;
         let mut p = self.take_worker()?;
         let res = self.exchange(&mut p, &frame);
         let _ = self.idle_tx.send(p);
         res
+    }
+
+    fn cancel(&self) {
+        // Busy workers run their whole chunk otherwise (a slow function's 16 calls kept an
+        // exit waiting ~10 s): they go now, and the threads waiting on their replies read
+        // the end of their pipes as a cancelled run. `shutdown` reaps them.
+        self.cancelled.store(true, Relaxed);
+        let mut children = self.children.lock().unwrap_or_else(|p| p.into_inner());
+        for c in children.iter_mut() {
+            if matches!(c.try_wait(), Ok(None)) {
+                let _ = c.kill();
+            }
+        }
     }
 
     fn shutdown(&self) {

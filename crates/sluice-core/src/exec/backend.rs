@@ -147,6 +147,12 @@ pub trait Workers: Send + Sync {
     }
     /// Stops the workers (called once when the stage ends; must not block for long).
     fn shutdown(&self) {}
+    /// Gives up the chunks in flight, without waiting: the run was stopped (closed, dropped,
+    /// failed or interrupted) and nobody wants their outputs. Threads need nothing here
+    /// (ops check [`crate::exec::cancelled`] between samples); a pool whose workers cannot
+    /// see that flag (processes) stops them, else a slow function's whole chunk ran on.
+    /// [`Workers::shutdown`] still follows.
+    fn cancel(&self) {}
 }
 
 /// A kind of worker pool a stage can run on (threads, processes, Ray actors, ...).

@@ -332,7 +332,7 @@ impl Execution {
 
     /// Ends the iteration: no more outputs after those already ready.
     fn stop(&mut self) {
-        self.ctl.cancel.store(true, Relaxed);
+        self.ctl.stop();
         self.input = None;
         self.finished = true;
     }

@@ -152,6 +152,7 @@ pub(super) fn spawn_parallel(
             self.0.shutdown();
         }
     }
+    ctl.watch(&pool);
     let stop = Arc::new(Stop(pool));
     for w in 0..threads {
         let (work_rx, stop, ctl2, stats, active) = (

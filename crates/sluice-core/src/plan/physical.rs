@@ -224,14 +224,15 @@ pub struct PhysicalPlan {
     pub stages: Vec<Stage>,
 }
 
-/// Items per chunk a run starts with when chunks adapt and a stage runs on a pool of
-/// processes or Ray actors: each chunk pays a round trip there (~0.1–1 ms), so single-item
-/// chunks would cost more than most items' work. Threads start at one item.
+/// Items per chunk a run starts with when chunks adapt and a stage runs on Ray actors: each
+/// chunk pays a round trip of a millisecond or more there, which the chunk sizer would count
+/// as the items' cost and never grow past one item. Threads and processes (a round trip of
+/// ~0.1 ms) start at one item, so a slow function's first output is not held back.
 pub const POOL_FIRST_CHUNK: usize = 16;
 
 impl PhysicalPlan {
     /// Items in the source's first chunk: its own, or at least [`POOL_FIRST_CHUNK`] when
-    /// chunks adapt (`max_chunk` above it) and a stage runs on a pool.
+    /// chunks adapt (`max_chunk` above it) and a stage runs on Ray.
     ///
     /// ```
     /// use sluice_core::{lower, LogicalPlan, LowerOptions, RangeSource, SourceNode};
@@ -242,7 +243,9 @@ impl PhysicalPlan {
     /// ```
     pub fn first_chunk(&self) -> usize {
         let own = self.source.chunk_size.max(1);
-        let pooled = self.stages.iter().any(|s| s.variant.is_pool());
+        let pooled = self.stages.iter().any(
+            |s| matches!(&s.variant, Variant::Pool { backend, .. } if backend == crate::exec::backend::RAY),
+        );
         if pooled && self.source.max_chunk > own {
             own.max(POOL_FIRST_CHUNK.min(self.source.max_chunk))
         } else {
@@ -334,11 +337,16 @@ mod tests {
     }
 
     #[test]
-    fn pools_start_with_bigger_chunks_than_threads_unless_the_size_is_fixed() {
+    fn ray_starts_with_bigger_chunks_than_threads_and_processes_unless_the_size_is_fixed() {
         let mut plan = mapped();
         assert_eq!(plan.first_chunk(), 1);
         plan.stages[0].variant = Variant::Pool {
             backend: "processes".into(),
+            workers: 2,
+        };
+        assert_eq!(plan.first_chunk(), 1, "a process's round trip is cheap");
+        plan.stages[0].variant = Variant::Pool {
+            backend: crate::exec::backend::RAY.into(),
             workers: 2,
         };
         assert_eq!(plan.first_chunk(), POOL_FIRST_CHUNK);

@@ -63,7 +63,12 @@ class _Server(http.server.ThreadingHTTPServer):
                              name="sluice-metrics-conn", daemon=True)
         with self._lock:
             self._conns[request] = t
-        t.start()
+        try:
+            t.start()
+        except BaseException:  # no thread: the slot is given back, the connection closed
+            with self._lock:
+                self._conns.pop(request, None)
+            raise
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
@@ -179,7 +184,12 @@ class Live:
         self.address = self._server.server_address[:2]  # type: ignore[assignment]
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.2},
                                         name="sluice-metrics", daemon=True)
-        self._thread.start()
+        try:
+            self._thread.start()
+        except BaseException:  # no thread (a limit): ``stop`` would wait for a loop never run
+            self._server.server_close()
+            self._server = self._thread = None
+            raise
 
     def _report(self, on_stats: Callable[[Stats], Any], interval: float) -> None:
         while not self._stop.wait(interval):

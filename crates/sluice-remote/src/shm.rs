@@ -329,6 +329,7 @@ mod tests {
         assert!(matches!(Segment::open(&d, &name), Err(ShmError::Io { .. })));
         // No buffer taken: no segment.
         assert_eq!(ShmSink::new(&w).finish().unwrap(), "");
+        let _ = std::fs::remove_dir_all(d);
     }
 
     #[test]
@@ -398,6 +399,7 @@ mod tests {
         assert!(d.join(format!("sluice-{dead}-0-dir")).is_dir());
         std::fs::write(d.join(&names[0].0), b"x").unwrap();
         assert_eq!(sweep_dead(&d), 0, "once per process and directory");
+        let _ = std::fs::remove_dir_all(d);
     }
 
     #[test]
@@ -423,6 +425,7 @@ mod tests {
         }
         assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
         assert_eq!(std::fs::read(d.join("p-0")).unwrap(), b"squat");
+        let _ = std::fs::remove_dir_all(d);
     }
 
     #[test]
@@ -457,5 +460,6 @@ mod tests {
         let seg = Segment::open(&d, &name).unwrap();
         assert_eq!(seg.bytes(), b"12345678");
         assert!(!d.join(&name).exists(), "unlinked once mapped");
+        let _ = std::fs::remove_dir_all(d);
     }
 }

@@ -306,6 +306,8 @@ pub fn dir() -> Result<PathBuf> {
     }
     let base = std::env::temp_dir();
     let fail = |e: io::Error| Error::io(base.display(), e);
+    // A `$TMPDIR` that does not exist yet is made, as spilling always did.
+    std::fs::create_dir_all(&base).map_err(fail)?;
     // Another process's exit may remove an empty parent between our mkdirs: try again.
     let mut tries = 0;
     let (parent, own) = loop {

@@ -75,7 +75,7 @@ fn temp_owner(name: &str) -> Option<String> {
 }
 
 /// Creates the hidden temporary of `dest` beside it, under a name no one can plant first.
-fn create_temp(dest: &std::path::Path) -> Result<(std::path::PathBuf, std::fs::File)> {
+pub(crate) fn create_temp(dest: &std::path::Path) -> Result<(std::path::PathBuf, std::fs::File)> {
     let name = dest
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())

@@ -560,19 +560,20 @@ pub fn write_atomic(dest: &str, data: Bytes) -> Result<()> {
             .map_err(|e| store_error(dest, e))?;
         return Ok(());
     }
+    // Written through an exclusively created temporary: a link planted at a predictable
+    // name would have the write go wherever it points.
     let dest_path = std::path::Path::new(dest);
-    let tmp = temp_name(dest_path);
-    std::fs::write(&tmp, &data).map_err(|e| Error::io(tmp.display(), e))?;
-    std::fs::rename(&tmp, dest_path).map_err(|e| Error::io(dest, e))
-}
-
-/// The hidden temporary name a local file is written under before its rename.
-pub fn temp_name(dest: &std::path::Path) -> std::path::PathBuf {
-    let name = dest
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    dest.with_file_name(format!(".{name}.tmp-{}", std::process::id()))
+    let (tmp, mut file) = crate::sink::create_temp(dest_path)?;
+    let written =
+        std::io::Write::write_all(&mut file, &data).map_err(|e| Error::io(tmp.display(), e));
+    drop(file);
+    if let Err(e) =
+        written.and_then(|()| std::fs::rename(&tmp, dest_path).map_err(|e| Error::io(dest, e)))
+    {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -27,6 +27,9 @@ class Iterator:
     @property
     def count(self) -> int: ...
     @property
+    def running(self) -> bool:
+        """Whether the run still holds its threads (not exhausted, closed or failed)."""
+    @property
     def epoch(self) -> int:
         """The iteration's epoch (``iter(epoch=...)``, or a loaded checkpoint's)."""
     def close(self) -> None: ...

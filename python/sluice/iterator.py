@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import logging
 import sys
 import time
 import weakref
@@ -20,6 +21,22 @@ if TYPE_CHECKING:
 
 # Native iterators still running (a ``for`` loop may hold one after its wrapper is gone).
 _LIVE: "weakref.WeakSet[_native.Iterator]" = weakref.WeakSet()
+
+# Runs at once in one process past which each new one logs a warning (at 16, 32, 64, ...):
+# every run holds its threads and prefetched outputs until it ends, is closed or dropped,
+# and iterators kept by reference (a list, a notebook's output history) add up unseen.
+_MANY_RUNNING = 16
+
+log = logging.getLogger("sluice")
+
+
+def _warn_if_many_running() -> None:
+    running = sum(1 for it in list(_LIVE) if it.running)
+    if running >= _MANY_RUNNING and running & (running - 1) == 0:
+        log.warning(
+            "%d sluice iterators are running at once in this process; each holds its threads and "
+            "prefetched outputs until it is exhausted, closed (it.close(), `with ds.iter() as it:`) "
+            "or no longer referenced", running)
 
 
 @atexit.register
@@ -104,6 +121,7 @@ class Iterator:
                 raise
             weakref.finalize(self, self._live.close_soon)
         _LIVE.add(native)
+        _warn_if_many_running()
 
     @property
     def plan(self) -> "Plan | None":

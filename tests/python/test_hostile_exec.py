@@ -121,3 +121,25 @@ def test_a_script_ending_while_workers_run_a_long_call_exits(opts):
     r = run_py(code, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.split() == ["first", "0"]
+
+
+def test_many_iterators_left_running_are_named_in_a_warning(sluice_log):
+    # Each running iterator holds its threads (~7 for a trivial pipeline) and prefetched
+    # outputs until it ends, is closed or dropped; kept ones add up unseen, so the 16th (and
+    # 32nd, ...) running at once logs a warning.
+    ds = sluice.range(10**6).map(lambda s: s)
+    its = []
+    try:
+        for _ in range(15):
+            its.append(ds.iter(num_threads=1))
+            next(its[-1])
+        with sluice_log("16 sluice iterators are running at once"):
+            its.append(ds.iter(num_threads=1))
+        assert all(it._native.running for it in its)
+    finally:
+        for it in its:
+            it.close()
+    assert not any(it._native.running for it in its)
+    done = sluice.range(3).iter()
+    assert [s["id"] for s in done] == [0, 1, 2]
+    assert not done._native.running, "an exhausted run holds nothing"

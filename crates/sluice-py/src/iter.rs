@@ -342,6 +342,17 @@ impl PyIter {
         self.count.load(Relaxed)
     }
 
+    /// Whether the run still holds its threads (not exhausted, closed or failed); never
+    /// waits (a call in progress counts as running).
+    #[getter]
+    fn running(&self) -> bool {
+        match self.inner.try_lock() {
+            Ok(inner) => inner.exec.is_some(),
+            Err(TryLockError::WouldBlock) => true,
+            Err(TryLockError::Poisoned(p)) => p.into_inner().exec.is_some(),
+        }
+    }
+
     /// The iteration's epoch (the one `iter(epoch=...)` started, or a loaded checkpoint's).
     #[getter]
     fn epoch(&self) -> u64 {

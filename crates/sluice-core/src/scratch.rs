@@ -98,6 +98,19 @@ fn start_time(pid: u32) -> Option<u64> {
     rest.split_whitespace().nth(19)?.parse().ok()
 }
 
+/// `(pid, start time)` of a child process that has exited and been reaped: the parts of a
+/// dead owner's tag, for the sweep tests here and in the crates that sweep.
+#[doc(hidden)]
+pub fn dead_process() -> (u32, String) {
+    let mut child = std::process::Command::new("true")
+        .spawn()
+        .expect("cannot start `true`");
+    let pid = child.id();
+    let start = start_time(pid).map_or_else(|| "1".into(), |t| t.to_string());
+    let _ = child.wait();
+    (pid, start)
+}
+
 /// Whether the owner of `tag` (`<pid>.<start>.<ns>`, `<pid>.<start>` or a bare `<pid>`) may
 /// still be running. Anything that is not a tag counts as alive, so it is never removed.
 ///
@@ -403,10 +416,7 @@ mod tests {
 
     /// The tag of a child process that has exited and been reaped.
     fn dead_tag() -> String {
-        let mut child = std::process::Command::new("true").spawn().unwrap();
-        let pid = child.id();
-        let start = start_time(pid).unwrap_or(0);
-        child.wait().unwrap();
+        let (pid, start) = dead_process();
         format!("{pid}.{start}")
     }
 

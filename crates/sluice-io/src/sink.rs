@@ -485,21 +485,6 @@ mod tests {
         );
     }
 
-    /// `(pid, start)` of a child process that has exited and been reaped.
-    fn dead_pid() -> (u32, String) {
-        let mut c = std::process::Command::new("true").spawn().unwrap();
-        let pid = c.id();
-        let start = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .ok()
-            .and_then(|s| {
-                let rest = s[s.rfind(')')? + 1..].to_string();
-                rest.split_whitespace().nth(19).map(str::to_string)
-            })
-            .unwrap_or_else(|| "1".into());
-        c.wait().unwrap();
-        (pid, start)
-    }
-
     #[test]
     fn a_link_planted_at_the_old_temporary_name_is_not_written_through() {
         let dir = tempfile::tempdir().unwrap();
@@ -528,7 +513,7 @@ mod tests {
     fn temporaries_of_killed_writers_go_at_the_next_write_and_live_ones_stay() {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path().display().to_string();
-        let (dead, start) = dead_pid();
+        let (dead, start) = sluice_core::scratch::dead_process();
         let me = scratch::tag();
         let names = [
             (format!(".part-00000.parquet.tmp-{dead}"), true), // an older version's name

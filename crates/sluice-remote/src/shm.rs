@@ -342,25 +342,10 @@ mod tests {
         }
     }
 
-    /// The tag of a child process that has exited and been reaped: `(pid, start)`.
-    fn dead_pid() -> (u32, String) {
-        let mut c = std::process::Command::new("true").spawn().unwrap();
-        let pid = c.id();
-        let start = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .ok()
-            .and_then(|s| {
-                let rest = s[s.rfind(')')? + 1..].to_string();
-                rest.split_whitespace().nth(19).map(str::to_string)
-            })
-            .unwrap_or_else(|| "1".into());
-        c.wait().unwrap();
-        (pid, start)
-    }
-
     #[test]
     fn segments_of_dead_processes_are_swept_and_live_ones_kept() {
         let d = dir("sweep");
-        let (dead, start) = dead_pid();
+        let (dead, start) = sluice_core::scratch::dead_process();
         let me = std::process::id();
         let my_start = scratch::tag().split_once('.').unwrap().1.to_string();
         let victim = d.join("victim");

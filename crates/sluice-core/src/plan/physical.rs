@@ -302,43 +302,22 @@ impl fmt::Display for PhysicalPlan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::logical::{ElemMode, MapNode, OnError, SourceNode};
-    use crate::{lower, Emit, LogicalPlan, LowerOptions, Op, OpContext, OpMeta, RangeSource};
-    use crate::{Result, Sample};
+    use crate::plan::logical::{BatchNode, SourceNode};
+    use crate::{lower, LogicalPlan, LowerOptions, RangeSource};
     use std::sync::Arc;
 
-    #[derive(Debug)]
-    struct Keep;
-    impl Op for Keep {
-        fn name(&self) -> &str {
-            "keep"
-        }
-        fn spec(&self) -> serde_json::Value {
-            serde_json::json!({"op": "keep"})
-        }
-        fn meta(&self) -> OpMeta {
-            OpMeta::opaque(false)
-        }
-        fn apply(&self, s: Sample, _cx: &OpContext) -> Result<Emit> {
-            Ok(Emit::One(s))
-        }
-    }
-
-    fn mapped() -> PhysicalPlan {
+    /// `range(9).batch(3)`: one stage to place.
+    fn batched() -> PhysicalPlan {
         let src = Arc::new(LogicalPlan::Source(SourceNode::new(Arc::new(
             RangeSource::new(9),
         ))));
-        let map = MapNode::try_new(src, Arc::new(Keep), ElemMode::Map, OnError::Raise, None);
-        lower(
-            &Arc::new(LogicalPlan::Map(map.unwrap())),
-            &LowerOptions::default(),
-        )
-        .unwrap()
+        let batch = LogicalPlan::Batch(BatchNode::try_new(src, 3, false).unwrap());
+        lower(&Arc::new(batch), &LowerOptions::default()).unwrap()
     }
 
     #[test]
     fn ray_starts_with_bigger_chunks_than_threads_and_processes_unless_the_size_is_fixed() {
-        let mut plan = mapped();
+        let mut plan = batched();
         assert_eq!(plan.first_chunk(), 1);
         plan.stages[0].variant = Variant::Pool {
             backend: "processes".into(),

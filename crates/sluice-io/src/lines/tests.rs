@@ -7,11 +7,9 @@ fn write(content: &[u8]) -> (tempfile::TempDir, String) {
     (dir, p.display().to_string())
 }
 
-#[test]
-fn text_lines_skip_blank_and_strip_cr() {
-    let (_d, p) = write(b"a\r\n\n  \nb\nlast");
-    let src = LinesSource::open(&[p], LinesFormat::Text, Utf8Errors::Strict).unwrap();
-    let lines: Vec<String> = (0..src.len().unwrap())
+/// The `text` of the first `n` lines.
+fn texts(src: &LinesSource, n: u64) -> Vec<String> {
+    (0..n)
         .map(|i| {
             src.get(i)
                 .unwrap()
@@ -21,8 +19,14 @@ fn text_lines_skip_blank_and_strip_cr() {
                 .unwrap()
                 .to_string()
         })
-        .collect();
-    assert_eq!(lines, ["a", "b", "last"]);
+        .collect()
+}
+
+#[test]
+fn text_lines_skip_blank_and_strip_cr() {
+    let (_d, p) = write(b"a\r\n\n  \nb\nlast");
+    let src = LinesSource::open(&[p], LinesFormat::Text, Utf8Errors::Strict).unwrap();
+    assert_eq!(texts(&src, src.len().unwrap()), ["a", "b", "last"]);
 }
 
 #[test]
@@ -220,16 +224,5 @@ fn a_file_edited_after_indexing_raises_when_read() {
 fn crlf_and_last_lines_without_a_break_pass_the_boundary_check() {
     let (_d, p) = write(b"a\r\nb\n\nc\r");
     let src = LinesSource::open(&[p], LinesFormat::Text, Utf8Errors::Strict).unwrap();
-    let got: Vec<_> = (0..3)
-        .map(|i| {
-            src.get(i)
-                .unwrap()
-                .get("text")
-                .unwrap()
-                .as_str()
-                .unwrap()
-                .to_string()
-        })
-        .collect();
-    assert_eq!(got, ["a", "b", "c"]);
+    assert_eq!(texts(&src, 3), ["a", "b", "c"]);
 }

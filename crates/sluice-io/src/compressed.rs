@@ -296,6 +296,12 @@ impl Input {
         self.blob.name()
     }
 
+    /// Whether the local file changed since it was opened ([`Blob::changed`]; a
+    /// decompressed copy never does).
+    pub fn changed(&self) -> bool {
+        self.spill.is_none() && self.blob.changed()
+    }
+
     /// Size in bytes of the (decompressed) content; for a compressed file, known once the
     /// scan has read it to the end.
     pub fn size(&self) -> Result<u64> {

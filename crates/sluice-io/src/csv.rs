@@ -233,15 +233,14 @@ fn record_ok(rec: &csv::ByteRecord, types: &[Option<CsvType>]) -> bool {
     })
 }
 
-/// `e`, a failed read of `input`, as `changed()` when the file is no longer the size it was
-/// indexed at (a read past its new end fails).
-pub(crate) fn if_changed(input: &Input, size: u64, e: Error, changed: impl Fn() -> Error) -> Error {
-    if input.is_decompressed() || crate::store::is_url(input.name()) {
-        return e;
-    }
-    match std::fs::metadata(input.name()) {
-        Ok(m) if m.len() != size => changed(),
-        _ => e,
+/// `e`, a failed read of `input`, as `changed()` (which names the record) when the file's
+/// size or modification time are no longer those it was indexed at: a read past its new
+/// end fails, and so does the read that notices the change.
+pub(crate) fn if_changed(input: &Input, e: Error, changed: impl Fn() -> Error) -> Error {
+    if input.changed() {
+        changed()
+    } else {
+        e
     }
 }
 
@@ -501,7 +500,7 @@ impl Source for CsvSource {
         };
         let bytes = blob
             .read_at(from, (end - from) as usize)
-            .map_err(|e| if_changed(blob, ix.sizes[fi as usize], e, changed))?;
+            .map_err(|e| if_changed(blob, e, changed))?;
         if start > 0 && !matches!(bytes[0], b'\n' | b'\r') {
             return Err(changed());
         }

@@ -240,7 +240,7 @@ impl LinesSource {
         let end = (off + u64::from(len) + 2).min(size);
         let bytes = blob
             .read_at(from, (end - from) as usize)
-            .map_err(|e| crate::csv::if_changed(blob, size, e, changed))?;
+            .map_err(|e| crate::csv::if_changed(blob, e, changed))?;
         let body_start = (off - from) as usize;
         let body_end = body_start + len as usize;
         if bytes.len() < body_end {

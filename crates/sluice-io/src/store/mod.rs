@@ -235,6 +235,26 @@ pub struct Blob {
     name: String,
     size: u64,
     inner: Inner,
+    /// A local file's modification time when opened: reads check it has not changed.
+    modified: Option<std::time::SystemTime>,
+    /// When that was last checked ([`coarse_ms`]).
+    checked_ms: std::sync::atomic::AtomicU64,
+    /// A check found it changed: every later read fails too (a reader that retries a failed
+    /// read-ahead must not get the new bytes between two checks).
+    stale: std::sync::atomic::AtomicBool,
+}
+
+/// How often a local file is checked for changes while it is read: a `stat` per read would
+/// cost as much as reading a text line; every 50 ms costs nothing measurable.
+const CHECK_EVERY_MS: u64 = 50;
+
+/// Milliseconds since the first call (a monotonic clock).
+fn coarse_ms() -> u64 {
+    static START: OnceLock<std::time::Instant> = OnceLock::new();
+    START
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_millis() as u64
 }
 
 impl Blob {
@@ -242,11 +262,14 @@ impl Blob {
     pub fn open(entry: &str) -> Result<Blob> {
         if !is_url(entry) {
             let file = File::open(entry).map_err(|e| Error::io(entry, e))?;
-            let size = file.metadata().map_err(|e| Error::io(entry, e))?.len();
+            let meta = file.metadata().map_err(|e| Error::io(entry, e))?;
             return Ok(Blob {
                 name: entry.to_string(),
-                size,
+                size: meta.len(),
                 inner: Inner::Local(file),
+                modified: meta.modified().ok(),
+                checked_ms: coarse_ms().into(),
+                stale: false.into(),
             });
         }
         let (store, path) = store_for(entry)?;
@@ -260,6 +283,9 @@ impl Blob {
                 path,
                 copy: OnceLock::new(),
             },
+            modified: None,
+            checked_ms: 0.into(),
+            stale: false.into(),
         })
     }
 
@@ -294,6 +320,9 @@ impl Blob {
             Inner::Local(file) => Some(file),
             Inner::Remote { copy, .. } => copy.get(),
         };
+        if let Inner::Local(file) = &self.inner {
+            self.check_unchanged(file)?;
+        }
         match (local, &self.inner) {
             (Some(file), _) => ranges
                 .iter()
@@ -309,6 +338,45 @@ impl Blob {
             }
             (None, Inner::Local(_)) => Err(Error::Internal("a local blob without its file".into())),
         }
+    }
+
+    /// Refuses a local file whose size or modification time changed since it was opened
+    /// (checked every [`CHECK_EVERY_MS`]): an index or footer read at open no longer
+    /// describes it, and an edit that keeps every record boundary would otherwise give
+    /// other data silently.
+    fn check_unchanged(&self, file: &File) -> Result<()> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let now = coarse_ms();
+        let due = now.saturating_sub(self.checked_ms.load(Relaxed)) >= CHECK_EVERY_MS;
+        if due {
+            self.checked_ms.store(now, Relaxed);
+            if Self::differs(file, self.size, self.modified) {
+                self.stale.store(true, Relaxed);
+            }
+        }
+        if self.stale.load(Relaxed) {
+            return Err(Error::data(format!(
+                "{}: the file changed since it was opened (its size or modification time); \
+                 open it again",
+                self.name
+            )));
+        }
+        Ok(())
+    }
+
+    /// Whether a local file's size or modification time differ from when it was opened,
+    /// asked now (false for objects in a store). Readers ask it when a read fails, to say
+    /// the file changed rather than how the read failed.
+    pub fn changed(&self) -> bool {
+        match &self.inner {
+            Inner::Local(file) => Self::differs(file, self.size, self.modified),
+            Inner::Remote { .. } => false,
+        }
+    }
+
+    fn differs(file: &File, size: u64, modified: Option<std::time::SystemTime>) -> bool {
+        file.metadata()
+            .map_or(true, |m| m.len() != size || m.modified().ok() != modified)
     }
 
     /// Starts fetching `ranges` in the background, for objects in a store (`None` for local
@@ -617,6 +685,30 @@ mod tests {
         let mut all = Vec::new();
         blob.reader().unwrap().read_to_end(&mut all).unwrap();
         assert_eq!(all, b"0123456789");
+    }
+
+    #[test]
+    fn a_local_file_changed_after_it_was_opened_is_refused_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f.txt");
+        std::fs::write(&p, b"aaaa\nbbbb\n").unwrap();
+        let blob = Blob::open(&p.display().to_string()).unwrap();
+        assert_eq!(&blob.read_at(5, 4).unwrap()[..], b"bbbb");
+        // The same length, other bytes: every record boundary stays where the index put it.
+        std::fs::write(&p, b"aaaa\ncccc\n").unwrap();
+        let later = std::time::SystemTime::now() + std::time::Duration::from_secs(5);
+        std::fs::File::options()
+            .write(true)
+            .open(&p)
+            .unwrap()
+            .set_modified(later)
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(CHECK_EVERY_MS + 10));
+        let e = blob.read_at(5, 4).unwrap_err().to_string();
+        assert!(
+            e.contains("f.txt: the file changed since it was opened"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -709,6 +709,9 @@ mod tests {
             e.contains("f.txt: the file changed since it was opened"),
             "{e}"
         );
+        assert!(blob.changed());
+        // At once again, before the next check is due: a retried read gets no new bytes.
+        assert!(blob.read_at(0, 4).is_err());
     }
 
     #[test]

@@ -7,8 +7,9 @@ reference pipeline.
 
 Cases: an identity Python function over `range(300,000)` with per-sample outputs at
 `num_threads=0` and `1`, the same `→ batch(256)` at `num_threads=0`, and Parquet rows as
-dicts (the benchmark corpus, `formats.parquet_corpus`), and `cv`: the CV reference pipeline
-(float32 output, 2 threads) over the 2,000 benchmark photos. Each run repeats its pass for
+dicts (the benchmark corpus, `formats.parquet_corpus`), `cv`: the CV reference pipeline
+(float32 output, 2 threads) over the 2,000 benchmark photos, and `text`: `read_text` of a
+500,000-line file it writes to `$TMPDIR` once (2 threads, one record read per line). Each run repeats its pass for
 `--seconds`; medians over rounds of samples per second. Build both sides with the same
 profile first (`make build`, or `MATURIN_PROFILE=release make build`); another commit's
 release build: `benchmarks/build_at.sh COMMIT DIR`, then `--a DIR/python`.
@@ -38,6 +39,15 @@ def one_pass(case):
         from peers import sluice_native as N
         ds = N._cv(sluice, Path.home() / ".cache" / "sluice-bench", 2000, 0)
         return sum(len(b["label"]) for b in ds.iter(seed=0, num_threads=2, progress=False))
+    if case == "text":
+        import os
+        path = os.path.join(os.environ.get("TMPDIR", "/tmp"), "sluice-ab-lines.txt")
+        if not os.path.exists(path):
+            with open(path + ".part", "w") as f:
+                for i in range(500_000):
+                    f.write(f"line {i} of a text corpus, some words to read and hand over\n")
+            os.replace(path + ".part", path)
+        return sum(1 for _ in sluice.read_text(path).iter(num_threads=2, progress=False))
     if case == "rows":
         from formats import parquet_corpus
         ds = sluice.read_parquet(str(parquet_corpus()), columns=["text"])
@@ -54,7 +64,7 @@ while time.perf_counter() - t0 < float(sys.argv[3]):
 print(n / (time.perf_counter() - t0))
 '''
 
-CASES = ["udf-0t", "udf-1t", "udf-batched-0t", "rows", "cv"]
+CASES = ["udf-0t", "udf-1t", "udf-batched-0t", "rows", "cv", "text"]
 
 
 def main() -> None:

@@ -432,3 +432,17 @@ def test_tokenizer_objects_travel_to_actors(cluster):
     local = list(ds.iter(chunk_size=4))
     same(local, list(ds.iter(chunk_size=4, context=ctx())))
     assert local[0]["input_ids"][0].tolist() == tok.encode("a b 0 b").ids == [1, 2, 0, 2]
+
+
+def test_a_function_before_sort_runs_on_the_actors(cluster):
+    # Was: the input of sort() ran on threads of the training process under a Ray context.
+    import os
+
+    def pid_of(s):  # defined here: pickled by value, the actors cannot import this module
+        import os
+
+        return {"id": s["id"], "pid": os.getpid()}
+
+    rows = list(sluice.range(60).map(pid_of).sort("id").iter(context=ctx(), chunk_size=4))
+    assert [r["id"] for r in rows] == list(range(60))
+    assert os.getpid() not in {r["pid"] for r in rows}

@@ -243,3 +243,33 @@ def test_spill_files_live_with_the_dataset(tmp_path):
     del ds
     gc.collect()
     assert list(tmp_path.iterdir()) == []
+
+
+def _with_pid(s):
+    import os
+
+    return {"id": s["id"], "pid": os.getpid()}
+
+
+@pytest.mark.parametrize(
+    "blocking",
+    [
+        lambda ds: ds.sort("id", descending=True),
+        lambda ds: ds.groupby("id").aggregate(agg.max("pid", name="pid")),
+        lambda ds: ds.repartition(3),
+    ],
+    ids=["sort", "groupby", "repartition"],
+)
+def test_a_function_before_a_blocking_step_runs_where_the_run_puts_it(blocking):
+    # Was: the input of sort()/groupby()/repartition() ran on threads of the training process
+    # whatever the run asked, so processes=N (and a Ray context, test_ray.py) were ignored there.
+    import os
+
+    # A blocking step's result is kept by its dataset for later runs: one dataset per run.
+    threaded = list(blocking(sluice.range(120).map(_with_pid)).iter(num_threads=2))
+    assert {s["pid"] for s in threaded} == {os.getpid()}
+    pooled = list(blocking(sluice.range(120).map(_with_pid)).iter(processes=2))
+    pids = {s["pid"] for s in pooled}
+    assert os.getpid() not in pids and 1 <= len(pids) <= 2, pids
+    strip = lambda rows: [{k: v for k, v in r.items() if k != "pid"} for r in rows]  # noqa: E731
+    assert strip(pooled) == strip(threaded), "placement never changes the data"

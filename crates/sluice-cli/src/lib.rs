@@ -8,7 +8,7 @@ use std::ffi::OsString;
 use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use sluice::{Next, OptimizerOptions, PipelineSpec, Plan, Profile, ProfileOptions};
 
 /// sluice — a fast, reproducible ML input pipeline engine.
@@ -23,10 +23,6 @@ use sluice::{Next, OptimizerOptions, PipelineSpec, Plan, Profile, ProfileOptions
 ///   [[steps]]
 ///   step = "batch"
 ///   size = 64
-///
-/// Sources: range, read_files, read_images, read_text, read_jsonl.
-/// Steps: map (op = noop|select|drop|rename|...), batch, shuffle, shuffle_buffer, shard,
-/// repeat, prefetch, take.
 #[derive(Parser)]
 #[command(name = "sluice", version, verbatim_doc_comment)]
 struct Cli {
@@ -156,7 +152,11 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
-    let cli = match Cli::try_parse_from(args) {
+    let parsed = Cli::command()
+        .after_help(vocabulary())
+        .try_get_matches_from(args)
+        .and_then(|m| Cli::from_arg_matches(&m));
+    let cli = match parsed {
         Ok(cli) => cli,
         Err(e) => {
             // Help and version go to stdout with status 0, usage errors to stderr with 2.
@@ -171,6 +171,18 @@ where
             1
         }
     }
+}
+
+/// The help's list of every source, step and op a pipeline file may name, from the spec
+/// enums themselves (a list written here by hand fell behind them).
+fn vocabulary() -> String {
+    let (sources, steps, ops) = sluice::spec_vocabulary();
+    format!(
+        "Sources (source = ...): {}\nSteps (step = ...): {}\nOps of a map step (op = ...): {}",
+        sources.join(", "),
+        steps.join(", "),
+        ops.join(", ")
+    )
 }
 
 fn run(cli: Cli) -> Result<(), sluice::Error> {

@@ -118,3 +118,21 @@ fn files_that_are_not_regular_or_are_damaged_are_refused_naming_them() {
     let (ok, _, err) = sluice(&["run", &typo.display().to_string()]);
     assert!(!ok && err.contains("did you mean 'drop_last'?"), "{err}");
 }
+
+/// The help lists every source, step and op a pipeline file may name (it listed 5 of 9
+/// sources and 8 of 12 steps by hand).
+#[test]
+fn help_lists_every_source_step_and_op() {
+    let (ok, out, err) = sluice(&["--help"]);
+    assert!(ok, "{err}");
+    let (sources, steps, ops) = sluice::spec_vocabulary();
+    assert_eq!(sources.len(), 9, "{sources:?}");
+    assert_eq!(steps.len(), 12, "{steps:?}");
+    for name in sources.iter().chain(&steps).chain(&ops) {
+        assert!(out.contains(name.as_str()), "{name} missing from:\n{out}");
+    }
+    assert!(
+        out.contains("read_tfrecord") && out.contains("repartition"),
+        "{out}"
+    );
+}

@@ -307,6 +307,9 @@ impl Source for CachedSource {
     fn prepare(&self, num_threads: usize) -> Result<()> {
         self.inner.prepare(num_threads)
     }
+    fn prepare_with(&self, num_threads: usize, run: &crate::source::InputRunner<'_>) -> Result<()> {
+        self.inner.prepare_with(num_threads, run)
+    }
     fn will_need(&self, indices: &[u64]) {
         // Only what the cache does not hold yet is read from the source (the first epoch).
         let missing: Vec<u64> = match self.store.samples.read() {

@@ -217,7 +217,7 @@ impl MixSource {
         }
         let mut lens = Vec::with_capacity(children.len());
         let mut orders = Vec::with_capacity(children.len());
-        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let cores = crate::cores::cores();
         for (i, c) in children.iter().enumerate() {
             // A blocking child (sort, groupby) runs here; its errors are the ones to report.
             c.source.prepare(cores)?;

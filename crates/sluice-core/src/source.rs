@@ -10,6 +10,11 @@ use crate::sample::Sample;
 /// An iterator over a streaming source's samples.
 pub type SampleStream = Box<dyn Iterator<Item = Result<Sample>> + Send>;
 
+/// Starts the iteration of an input pipeline a source reads whole ([`Source::prepare_with`]):
+/// the logical plan, its seed and threads per parallel stage.
+pub type InputRunner<'a> =
+    dyn Fn(&Arc<crate::LogicalPlan>, u64, usize) -> Result<crate::Execution> + 'a;
+
 /// A source of samples.
 ///
 /// ```
@@ -115,6 +120,14 @@ pub trait Source: Send + Sync + fmt::Debug {
     fn prepare(&self, num_threads: usize) -> Result<()> {
         let _ = num_threads;
         Ok(())
+    }
+    /// [`Source::prepare`], running the pipeline the source reads whole (a sort's input)
+    /// through `run` rather than on threads of its own: the caller plans and starts it as it
+    /// does the run that asked (its processes, Ray actors, thread count), with the seed and
+    /// thread count the source gives. Sources without such an input keep the default.
+    fn prepare_with(&self, num_threads: usize, run: &InputRunner<'_>) -> Result<()> {
+        let _ = run;
+        self.prepare(num_threads)
     }
     /// Samples left out when the source was opened (malformed records under
     /// `on_error="skip"`); `stats()` reports them as the source stage's skips.

@@ -65,6 +65,33 @@ impl Family {
 }
 
 impl OpSpec {
+    /// Every built-in op's name (`select`, `image.resize`, ...), read from the families' spec
+    /// enums: what serde says an unknown name of each family should have been.
+    ///
+    /// ```
+    /// let names = sluice_ops::OpSpec::names();
+    /// assert!(names.iter().any(|n| n == "select") && names.iter().any(|n| n == "text.tokenize"));
+    /// ```
+    pub fn names() -> Vec<String> {
+        let families = [
+            ("", Family::Generic),
+            ("image.", Family::Image),
+            ("audio.", Family::Audio),
+            ("text.", Family::Text),
+        ];
+        let mut names = Vec::new();
+        for (prefix, family) in families {
+            let mut probe = Map::new();
+            probe.insert("op".into(), Value::String(format!("{prefix}\u{1}")));
+            if let Err(e) = family.parse(&probe) {
+                let msg = e.to_string();
+                let listed = msg.split_once("expected").map_or("", |(_, l)| l);
+                names.extend(listed.split('`').skip(1).step_by(2).map(String::from));
+            }
+        }
+        names
+    }
+
     /// Parses an op's JSON form (`{"op": "image.resize", "size": 224}`).
     ///
     /// A bad spec is an [`Error::Type`] (an argument of the wrong type) or an

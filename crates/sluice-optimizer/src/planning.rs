@@ -69,7 +69,7 @@ impl Default for PlanOptions {
 impl PlanOptions {
     /// Threads per parallel stage: `num_threads`, or the number of cores (at least one).
     pub fn threads(&self) -> usize {
-        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let cores = sluice_core::cores::cores();
         self.num_threads.unwrap_or(cores).max(1)
     }
 
@@ -184,7 +184,7 @@ pub fn offload_plan(
         cpu_per_sample: 0.0,
     };
     let optimizer = plan.map_or_else(OptimizerOptions::default, |p| p.options.clone());
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cpus = sluice_core::cores::cores();
     let mut out = Plan::describe(
         &phys,
         plan.and_then(|p| p.cache.clone()),

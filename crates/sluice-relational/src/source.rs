@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use sluice_core::{
-    lower, Error, ExecOptions, Execution, LogicalPlan, LowerOptions, Result, Sample, Source,
-    SourceRef,
+    lower, Error, ExecOptions, Execution, InputRunner, LogicalPlan, LowerOptions, Result, Sample,
+    Source, SourceRef,
 };
 
 use crate::aggregate::{aggregate, AggregateSpec};
@@ -186,35 +186,45 @@ impl BlockingSource {
         &self.inner.op
     }
 
-    /// The result, computing it now if needed (with `num_threads` for the input pipeline).
-    fn done(&self, num_threads: Option<usize>) -> Result<Arc<Done>> {
+    /// The result, computing it now if needed (with `num_threads` for the input pipeline,
+    /// started by `run` when given: see [`Source::prepare_with`]).
+    fn done(&self, num_threads: Option<usize>, run: Option<&InputRunner<'_>>) -> Result<Arc<Done>> {
         // Held while computing: concurrent readers wait for the one result.
         let mut slot = self.inner.done.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(d) = &*slot {
             return Ok(d.clone());
         }
-        let done = Arc::new(self.run(num_threads)?);
+        let done = Arc::new(self.run(num_threads, run)?);
         *slot = Some(done.clone());
         Ok(done)
     }
 
-    fn run(&self, num_threads: Option<usize>) -> Result<Done> {
+    fn run(&self, num_threads: Option<usize>, run: Option<&InputRunner<'_>>) -> Result<Done> {
         let started = Instant::now();
         let o = &self.inner.opts;
-        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-        let lower_opts = LowerOptions {
-            num_threads: num_threads.or(o.num_threads).unwrap_or(cores).max(1),
-            seed: o.seed,
-            ..LowerOptions::default()
+        let threads = num_threads
+            .or(o.num_threads)
+            .unwrap_or_else(sluice_core::cores::cores)
+            .max(1);
+        let input = match run {
+            Some(run) => run(&self.inner.input, o.seed, threads)?,
+            // Asked outside a run's planning (`len`, `get`): its own threads.
+            None => {
+                let lower_opts = LowerOptions {
+                    num_threads: threads,
+                    seed: o.seed,
+                    ..LowerOptions::default()
+                };
+                let plan = lower(&self.inner.input, &lower_opts)?;
+                Execution::start(
+                    &plan,
+                    ExecOptions {
+                        seed: o.seed,
+                        ..ExecOptions::default()
+                    },
+                )?
+            }
         };
-        let plan = lower(&self.inner.input, &lower_opts)?;
-        let input = Execution::start(
-            &plan,
-            ExecOptions {
-                seed: o.seed,
-                ..ExecOptions::default()
-            },
-        )?;
         let mut spill = Spill::new(self.inner.op.name(), o.memory_budget, o.spill_dir.clone());
         let (rows, partitions) = match &self.inner.op {
             BlockingOp::Sort(spec) => (sort(input, spec, &mut spill)?, None),
@@ -255,7 +265,7 @@ impl Source for BlockingSource {
     }
     fn len(&self) -> Option<u64> {
         // A failure surfaces from `prepare` (which planning calls first) or `get`.
-        self.done(None).ok().map(|d| d.rows.len())
+        self.done(None, None).ok().map(|d| d.rows.len())
     }
     fn planned_len(&self) -> Option<u64> {
         let slot = self.inner.done.lock().unwrap_or_else(|p| p.into_inner());
@@ -280,13 +290,16 @@ impl Source for BlockingSource {
         self.inner.fields.clone()
     }
     fn get(&self, index: u64) -> Result<Sample> {
-        self.done(None)?.rows.get(index)
+        self.done(None, None)?.rows.get(index)
     }
     fn prepare(&self, num_threads: usize) -> Result<()> {
-        self.done(Some(num_threads)).map(|_| ())
+        self.done(Some(num_threads), None).map(|_| ())
+    }
+    fn prepare_with(&self, num_threads: usize, run: &InputRunner<'_>) -> Result<()> {
+        self.done(Some(num_threads), Some(run)).map(|_| ())
     }
     fn partitions(&self) -> Option<Vec<u64>> {
-        self.done(None).ok()?.partitions.clone()
+        self.done(None, None).ok()?.partitions.clone()
     }
     fn report(&self) -> Option<serde_json::Value> {
         self.spill_report()

@@ -312,6 +312,7 @@ impl Dataset {
     /// plan applied to it, with the placement `opts.context` forces (see
     /// [`sluice_optimizer::planning`]).
     pub fn physical_plan(&self, opts: &IterOptions) -> Result<PhysicalPlan> {
+        self.prepare_source(opts)?;
         sluice_optimizer::physical_plan(
             &self.plan,
             &opts.plan_options(),
@@ -319,6 +320,31 @@ impl Dataset {
             &opts.context,
         )
     }
+    /// Runs what a blocking source (sort, groupby, repartition; a cache over one) reads whole
+    /// before this run is planned, planned and placed as this run is: its processes, Ray
+    /// context and thread count, with the source's own seed. (Lowering asked the source
+    /// itself, which ran its input on threads of the training process whatever the run
+    /// asked: a Python function before `sort()` ignored `processes=N`.) The results are the
+    /// same either way: outputs never depend on placement.
+    fn prepare_source(&self, opts: &IterOptions) -> Result<()> {
+        let source = self.plan.chain()[0].source().clone();
+        let run = |input: &Arc<LogicalPlan>, seed: u64, threads: usize| {
+            let sub = IterOptions {
+                seed,
+                epoch: 0,
+                num_threads: Some(threads),
+                plan: None,
+                columns: false,
+                objects: false,
+                row_batches: false,
+                time_ops: false,
+                ..opts.clone()
+            };
+            Dataset::from_plan(input.clone()).iter(&sub)
+        };
+        source.prepare_with(opts.plan_options().threads(), &run)
+    }
+
     /// Starts an iteration.
     pub fn iter(&self, opts: &IterOptions) -> Result<Execution> {
         self.iter_from(opts, None)

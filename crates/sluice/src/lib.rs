@@ -39,5 +39,5 @@ pub use sluice_optimizer::{
 pub use sluice_relational::{
     Agg, AggFn, AggregateSpec, BlockingOptions, SortSpec, SpillReport, DEFAULT_MEMORY_BUDGET,
 };
-pub use spec::{read_small_file, PipelineSpec, StepSpec};
+pub use spec::{read_small_file, spec_vocabulary, PipelineSpec, StepSpec};
 pub use state::{elastic_state, node_name, Elastic, FunctionCode, IterState, NodeState};

@@ -115,7 +115,7 @@ impl Dataset {
             default: iter.plan_options().unfused_lowering(self.plan())?,
             profile: profile.clone(),
             options: options.clone(),
-            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            cpus: sluice_core::cores::cores(),
             pools: iter.backends.names(),
         };
         let out = optimize_physical(&input)?;
@@ -148,7 +148,7 @@ impl Dataset {
         // have them all.
         let default = PlanOptions::default().unfused_lowering(self.plan())?;
         let phys = plan.apply(&default)?;
-        let cpus = options.cpus(std::thread::available_parallelism().map_or(1, |n| n.get()));
+        let cpus = options.cpus(sluice_core::cores::cores());
         let cache = plan.cache.as_ref();
         let remote = RemoteModel::from_options(options);
         Ok(predict_with(&phys, profile, cpus, cache, remote.as_ref()))

@@ -28,6 +28,23 @@ mod keys;
 
 pub use file::read_small_file;
 
+/// The names a pipeline file may give: sources (`source = ...`), steps (`step = ...`) and the
+/// ops of a `map` step (`op = ...`), each read from its spec enum. The CLI's help lists them.
+///
+/// ```
+/// let (sources, steps, ops) = sluice::spec_vocabulary();
+/// assert!(sources.iter().any(|s| s == "read_parquet"));
+/// assert!(steps.iter().any(|s| s == "shuffle_buffer"));
+/// assert!(ops.iter().any(|s| s == "image.random_resized_crop"));
+/// ```
+pub fn spec_vocabulary() -> (Vec<String>, Vec<String>, Vec<String>) {
+    (
+        keys::variant_names::<SourceSpec>("source"),
+        keys::variant_names::<StepSpec>("step"),
+        OpSpec::names(),
+    )
+}
+
 /// One step in a pipeline file. Unknown keys are refused in every kind: a `map`'s keys but
 /// `on_error` go to its op, whose spec refuses what it does not know, and every other kind
 /// is derived with `deny_unknown_fields` (serde cannot check a kind with a flattened field

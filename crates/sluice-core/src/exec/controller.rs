@@ -34,7 +34,7 @@ impl Default for ControllerOptions {
     fn default() -> Self {
         ControllerOptions {
             interval: Duration::from_millis(250),
-            max_workers: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            max_workers: crate::cores::cores(),
             target: None,
             patience: 2,
             cooldown: 2,

@@ -79,7 +79,7 @@ impl Machine {
     /// This machine.
     pub fn here() -> Self {
         Machine {
-            cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            cores: sluice_core::cores::cores(),
         }
     }
 }

@@ -47,6 +47,20 @@ pub(super) fn locate(v: &Value) -> Option<String> {
     None
 }
 
+/// The names serde accepts for the tag `tag` of `T` (its variants), read from the message an
+/// unknown name gets: derived from the enum, so a list printed from it cannot fall behind.
+pub(super) fn variant_names<T: serde::de::DeserializeOwned>(tag: &str) -> Vec<String> {
+    let probe = serde_json::json!({ tag: "\u{1}" });
+    match serde_json::from_value::<T>(probe) {
+        Ok(_) => Vec::new(),
+        Err(e) => e
+            .to_string()
+            .split_once("expected")
+            .map(|(_, list)| backticked(list))
+            .unwrap_or_default(),
+    }
+}
+
 /// serde's (or an op's) message with an unknown key or variant spelled out: the allowed
 /// names and the closest one.
 pub(super) fn explain(msg: &str) -> String {

@@ -39,6 +39,9 @@ class Iterator:
     def __enter__(self) -> Iterator: ...
     def __exit__(self, a: Any, b: Any, c: Any) -> None: ...
 
+def read_small_file(path: str, what: str) -> str:
+    """The text of ``path``, a ``what``: only a regular file of at most 16 MiB, UTF-8 (OSError
+    for a FIFO or a device, ValueError for a larger or non-UTF-8 file)."""
 def elastic_state_json(states: list[str]) -> str: ...
 def cli_main(argv: list[str]) -> int:
     """Runs the ``sluice`` command line (crates/sluice-cli) on ``argv`` (program name first)

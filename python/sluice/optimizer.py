@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import stat
 from typing import Any, Optional
 
 from . import _native
@@ -93,37 +92,6 @@ class OptimizerOptions:
         return json.dumps(dataclasses.asdict(self))
 
 
-# As sluice::read_small_file (pipeline files): far above a real plan or profile.
-_MAX_FILE_SIZE = 16 << 20
-
-_KINDS = [
-    (stat.S_ISFIFO, "a FIFO"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISSOCK, "a socket"),
-]
-
-
-def _read_small_file(path: str, what: str) -> str:
-    """The text of ``path``, refusing what is not a regular file (reading ``/dev/zero`` never
-    ends; opening a FIFO with no writer blocks forever) or is over 16 MiB."""
-    mode = os.stat(path).st_mode  # does not open, so cannot block
-    if stat.S_ISDIR(mode):
-        raise IsADirectoryError(f"{path}: is a directory, not a {what}")
-    if not stat.S_ISREG(mode):
-        kind = next((k for test, k in _KINDS if test(mode)), "a special file")
-        raise OSError(f"{path}: not a regular file ({kind}); a {what} must be one")
-    with open(path, "rb") as f:
-        data = f.read(_MAX_FILE_SIZE + 1)
-    if len(data) > _MAX_FILE_SIZE:
-        limit = _MAX_FILE_SIZE >> 20
-        raise ValueError(f"{path}: over the {limit} MiB a {what} may be; is it the right file?")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{path}: a {what} must be UTF-8 text ({e})") from e
-
-
 class _JsonDoc:
     """A JSON document with save/load and a readable ``str``."""
 
@@ -145,7 +113,7 @@ class _JsonDoc:
         """Reads a file ``save`` wrote; a damaged or foreign file raises ``ValueError``
         naming it, as the pipeline-file reader does for a special or oversized one."""
         name = os.fspath(path)
-        text = _read_small_file(name, f"{cls.__name__.lower()} file")
+        text = _native.read_small_file(name, f"{cls.__name__.lower()} file")
         try:
             doc = cls(text)
             str(doc)  # validates (version, shape) with a clear error now rather than at use

@@ -46,6 +46,13 @@ fn load_pipeline(py: Python<'_>, path: &str) -> PyResult<(PyDataset, u64, Option
     Ok((PyDataset { ds }, opts.seed, opts.num_threads))
 }
 
+/// The text of a small file the user names (a plan, a profile), read as pipeline files are
+/// ([`sluice::read_small_file`]: regular files of at most 16 MiB, UTF-8).
+#[pyfunction]
+fn read_small_file(py: Python<'_>, path: &str, what: &str) -> PyResult<String> {
+    py.detach(|| sluice::read_small_file(path, what)).py()
+}
+
 /// The dataset of a spec JSON ([`SourceSpec`], as `Dataset.source_spec` gives it), and its
 /// records left out at open.
 #[pyfunction]
@@ -192,6 +199,7 @@ fn read_tfrecord(
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(open_source, m)?)?;
     m.add_function(wrap_pyfunction!(load_pipeline, m)?)?;
+    m.add_function(wrap_pyfunction!(read_small_file, m)?)?;
     m.add_function(wrap_pyfunction!(configure_storage, m)?)?;
     m.add_function(wrap_pyfunction!(read_files, m)?)?;
     m.add_function(wrap_pyfunction!(read_images, m)?)?;

@@ -49,7 +49,7 @@ pub fn read_small_file(path: &str, what: &str) -> Result<String> {
         return Err(too_big(path, what, bytes.len() as u64));
     }
     String::from_utf8(bytes).map_err(|e| {
-        Error::data(format!(
+        Error::invalid(format!(
             "{path}: a {what} must be UTF-8 text ({})",
             e.utf8_error()
         ))

@@ -300,7 +300,7 @@ impl LinesSource {
                 "{path}:{line_no}: expected a JSON object per line"
             )));
         };
-        let big = if bigint::may_hold(text.as_bytes()) {
+        let big = if map.values().any(bigint::may_hold) {
             bigint::find(text)
         } else {
             Vec::new()
@@ -333,8 +333,8 @@ impl LinesSource {
                 s.set(k, value);
                 continue;
             }
-            let value = match self.schema.iter().find(|(name, _)| **name == *k) {
-                Some((_, ty)) => coerce(v, *ty).map_err(|m| {
+            let value = match ty {
+                Some(ty) => coerce(v, ty).map_err(|m| {
                     Error::data(format!("{path}:{line_no}: field '{}': {m}", show(&k)))
                 })?,
                 None => json_to_value(v).map_err(|e| {

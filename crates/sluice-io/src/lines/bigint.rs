@@ -5,8 +5,8 @@
 //! `18446744073709551615`, it would arrive as `1.8446744073709552e19`. A sample's integers
 //! are int64, so such a literal is refused (or, under a schema, read as the type asked for:
 //! `"str"` keeps its digits). The parsed value no longer says what the literal was, so the
-//! line's text is scanned for it — only when it holds a run of 19 or more digits, the
-//! shortest a literal outside int64 can be.
+//! line's text is scanned for it — only when the parsed line holds a number that may have
+//! been one (a u64 above `i64::MAX`, a float of magnitude 2^63 or more).
 
 /// A literal outside int64 found in a line: the top-level field it is in, the literal as
 /// written, and whether it is the field's whole value (not inside an array).
@@ -17,17 +17,22 @@ pub(super) struct BigInt<'a> {
     pub whole: bool,
 }
 
-/// Whether `text` has a run of 19 or more ASCII digits: without one it holds no integer
-/// literal outside int64.
-pub(super) fn may_hold(text: &[u8]) -> bool {
-    let mut run = 0;
-    for &b in text {
-        run = if b.is_ascii_digit() { run + 1 } else { 0 };
-        if run >= 19 {
-            return true;
+/// Whether the parsed line holds a number that may have been written as an integer outside
+/// int64: serde_json reads one as a u64 above `i64::MAX` or as a float of magnitude 2^63 or
+/// more. Only then is the line's text scanned ([`find`]), so ordinary lines pay nothing per
+/// byte.
+pub(super) fn may_hold(v: &serde_json::Value) -> bool {
+    match v {
+        serde_json::Value::Number(n) => {
+            n.as_i64().is_none()
+                && (n.is_u64()
+                    || n.as_f64()
+                        .is_some_and(|f| f.abs() >= 9.223_372_036_854_776e18))
         }
+        serde_json::Value::Array(items) => items.iter().any(may_hold),
+        serde_json::Value::Object(map) => map.values().any(may_hold),
+        _ => false,
     }
-    false
 }
 
 /// Every integer literal outside int64 in `text`, a line already parsed as one JSON object
@@ -88,7 +93,7 @@ mod tests {
     #[test]
     fn finds_literals_outside_int64_and_their_field() {
         let line = r#"{"a": 18446744073709551615, "s": "12345678901234567890", "b\u00e9": [1, 1208925819614629174706177], "f": 1.8446744073709552e19, "g": 12345678901234567890.5, "min": -9223372036854775808, "low": -9223372036854775809}"#;
-        assert!(may_hold(line.as_bytes()));
+        assert!(may_hold(&serde_json::from_str(line).unwrap()));
         let got = find(line);
         let got: Vec<_> = got
             .iter()
@@ -102,7 +107,8 @@ mod tests {
                 ("low", "-9223372036854775809", true)
             ]
         );
-        assert!(!may_hold(br#"{"a": 9223372036854775, "x": [1.5, 2]}"#));
+        let small = r#"{"a": 9223372036854775807, "x": [1.5, -2], "s": "18446744073709551615"}"#;
+        assert!(!may_hold(&serde_json::from_str(small).unwrap()));
         // Escaped quotes do not end a string early.
         assert!(find(r#"{"s": "x\"18446744073709551615", "t": 1}"#).is_empty());
     }

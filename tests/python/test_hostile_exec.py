@@ -37,15 +37,6 @@ def test_a_slow_function_hands_on_its_first_output_before_the_rest_of_a_chunk(th
     assert got == list(range(40))
 
 
-def test_chunks_still_grow_for_cheap_samples():
-    # Starting at one sample must not leave cheap pipelines at one sample per hand-off.
-    ds = sluice.range(200_000).map(sluice.ops.noop())
-    it = ds.iter(num_threads=2)
-    n = sum(1 for _ in it)
-    assert n == 200_000
-    assert "chunk=1..1024" in ds.explain()
-
-
 SIGINT_IN_UDF = """
 import signal, sluice
 def f(s):

@@ -10,12 +10,35 @@ use std::sync::Arc;
 use sluice::*;
 use sluice_optimizer::{OptimizerOptions, ProfileOptions};
 
-/// An op flagged as Python code (GIL-bound), as a UDF is.
+/// An op flagged as Python code (GIL-bound), as a UDF is; like a UDF it has a form that
+/// leaves its results as the consumer's objects (named with " as objects" here, so the plan
+/// shows the swap).
 #[derive(Debug)]
 struct Py(&'static str);
 impl Op for Py {
     fn name(&self) -> &str {
         self.0
+    }
+    fn keeping_objects(&self) -> Option<OpRef> {
+        Some(Arc::new(Kept(self.0)))
+    }
+    fn spec(&self) -> serde_json::Value {
+        serde_json::json!({"op": self.0})
+    }
+    fn meta(&self) -> OpMeta {
+        OpMeta::opaque(true)
+    }
+    fn apply(&self, s: Sample, _: &OpContext) -> Result<Emit> {
+        Ok(Emit::One(s))
+    }
+}
+
+/// [`Py`] leaving its results as objects.
+#[derive(Debug)]
+struct Kept(&'static str);
+impl Op for Kept {
+    fn name(&self) -> &str {
+        "kept"
     }
     fn spec(&self) -> serde_json::Value {
         serde_json::json!({"op": self.0})
@@ -91,7 +114,40 @@ fn pipelines() -> Vec<(&'static str, Dataset)> {
         let ds = map(map(ds, Arc::new(Py("py_a"))), noop());
         map(ds, Arc::new(Py("py_b"))).batch(5, true).unwrap()
     };
-    vec![("mixed", mixed), ("images", images), ("stuck", stuck)]
+    // Ops that write straight into the batch's slots.
+    let tensors = {
+        let ds = Dataset::read_images(&[photos()], LabelMode::ParentDir).unwrap();
+        let ds = map(ds, op(r#"{"op":"image.decode"}"#));
+        let ds = map(ds, op(r#"{"op":"image.resize","size":[8,8]}"#));
+        let ds = map(
+            ds,
+            op(r#"{"op":"image.normalize","mean":[0.5,0.5,0.5],"std":[0.2,0.2,0.2]}"#),
+        );
+        ds.batch(4, false).unwrap()
+    };
+    // A columnar read and nothing else: rows in bulk for a consumer that takes them.
+    let rows = {
+        let dir = std::env::temp_dir().join(format!("sluice-planning-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let dir = dir.to_string_lossy().into_owned();
+        Dataset::range(20)
+            .write_parquet(&dir, &SinkOptions::default(), &IterOptions::default())
+            .unwrap();
+        Dataset::read_parquet(&[dir], None)
+            .unwrap()
+            .shuffle(Some(2))
+            .unwrap()
+    };
+    // A Python function last: its results can stay the consumer's objects.
+    let udf_last = map(map(Dataset::range(10), noop()), Arc::new(Py("udf")));
+    vec![
+        ("udf_last", udf_last),
+        ("mixed", mixed),
+        ("images", images),
+        ("stuck", stuck),
+        ("tensors", tensors),
+        ("rows", rows),
+    ]
 }
 
 /// A plan from the optimizer with fixed measurements (no clock): every op 100 µs per
@@ -126,6 +182,30 @@ fn plan_for(ds: &Dataset) -> Arc<Plan> {
         ..Default::default()
     };
     Arc::new(ds.optimize(&prof, &options, &iter).unwrap())
+}
+
+/// The consumers a plan is made for: a Rust loop over samples, the Python iterator (objects,
+/// columns, rows in bulk), and a run that times its ops.
+fn consumers() -> Vec<(&'static str, exec::ExecOptions)> {
+    vec![
+        ("samples", Default::default()),
+        (
+            "python",
+            exec::ExecOptions {
+                objects: true,
+                columns: true,
+                row_batches: true,
+                ..Default::default()
+            },
+        ),
+        (
+            "timed",
+            exec::ExecOptions {
+                time_ops: true,
+                ..Default::default()
+            },
+        ),
+    ]
 }
 
 fn printed() -> String {
@@ -196,8 +276,15 @@ fn printed() -> String {
             ),
         ];
         for (how, opts) in runs {
-            let phys = ds.physical_plan(&opts).unwrap();
-            writeln!(out, "## {name} / {how}\n{phys}").unwrap();
+            for (consumer, facts) in consumers() {
+                let phys = ds.physical_plan(&opts).unwrap();
+                let facts = exec::ExecOptions {
+                    row_batches: facts.row_batches && opts.fuse_ops,
+                    ..facts
+                };
+                let (phys, _) = exec::executed_plan(&phys, &facts);
+                writeln!(out, "## {name} / {how} / {consumer}\n{phys}").unwrap();
+            }
         }
         let explicit = ds.offload_plan(&base, exec::backend::RAY, 3).unwrap();
         writeln!(out, "## {name} / ray decisions").unwrap();

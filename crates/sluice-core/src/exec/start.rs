@@ -63,8 +63,8 @@ pub(super) struct Started {
     pub(super) stats: Arc<PipelineStats>,
 }
 
-/// Starts the threads of `plan`.
-pub(super) fn start(plan: &PhysicalPlan, opts: &ExecOptions) -> Result<Started> {
+/// The plan a run of `plan` with `opts` executes, and whether it reads rows in bulk.
+pub fn executed_plan(plan: &PhysicalPlan, opts: &ExecOptions) -> (PhysicalPlan, bool) {
     // The rewrites a run makes to the plan it is given, each where it applies.
     let mut plan = plan.clone();
     if opts.objects {
@@ -80,6 +80,12 @@ pub(super) fn start(plan: &PhysicalPlan, opts: &ExecOptions) -> Result<Started> 
         && opts.elastic.is_none()
         && crate::plan::rows::read_rows_in_batches(&mut plan);
     plan.source.chunk_size = plan.first_chunk();
+    (plan, in_rows)
+}
+
+/// Starts the threads of `plan`.
+pub(super) fn start(plan: &PhysicalPlan, opts: &ExecOptions) -> Result<Started> {
+    let (plan, in_rows) = executed_plan(plan, opts);
     let plan = &plan;
     let ctl = Arc::new(Control::default());
     // Inline stages run in the consumer; a stage is inline only if all after it are.

@@ -488,6 +488,40 @@ impl LogicalPlan {
             LogicalPlan::Pack(n) => Some(&n.input),
         }
     }
+    /// This node reading from `input` instead, all else (op id, fields, arguments) kept as
+    /// built: for rewrites that put a step below it that changes neither the fields nor
+    /// random access (a shard), so the checks the node passed still hold. A source has no
+    /// input and comes back as it is.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use sluice_core::*;
+    /// let src = Arc::new(LogicalPlan::Source(SourceNode::new(Arc::new(RangeSource::new(8)))));
+    /// let batch = LogicalPlan::Batch(BatchNode::try_new(src.clone(), 2, false)?);
+    /// let shard = Arc::new(LogicalPlan::Shard(ShardNode::try_new(src, 0, 2, true)?));
+    /// let moved = batch.with_input(shard);
+    /// assert_eq!(moved.describe(), "batch(2, drop_last=false)");
+    /// assert_eq!(moved.input().unwrap().describe(), "shard(0, 2, equal=true)");
+    /// # Ok::<(), sluice_core::Error>(())
+    /// ```
+    pub fn with_input(&self, input: Arc<LogicalPlan>) -> LogicalPlan {
+        let mut out = self.clone();
+        match &mut out {
+            LogicalPlan::Source(_) => {}
+            LogicalPlan::Map(n) => n.input = input,
+            LogicalPlan::MapBatches(n) => n.input = input,
+            LogicalPlan::Batch(n) => n.input = input,
+            LogicalPlan::Shuffle(n) => n.input = input,
+            LogicalPlan::ShuffleBuffer(n) => n.input = input,
+            LogicalPlan::Shard(n) => n.input = input,
+            LogicalPlan::Repeat(n) => n.input = input,
+            LogicalPlan::Prefetch(n) => n.input = input,
+            LogicalPlan::Take(n) => n.input = input,
+            LogicalPlan::Cache(n) => n.input = input,
+            LogicalPlan::Pack(n) => n.input = input,
+        }
+        out
+    }
     /// Number of nodes below this one (the source has depth 0).
     pub fn depth(&self) -> u64 {
         self.input().map_or(0, |i| i.depth() + 1)

@@ -1,6 +1,7 @@
 //! Logical plans (what the user wrote), physical plans (how it runs) and the lowering between.
 
 pub mod fuse;
+pub mod insert_shard;
 pub mod length;
 pub mod logical;
 pub mod lower;

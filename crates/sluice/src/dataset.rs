@@ -276,6 +276,36 @@ impl Dataset {
             spec,
         )?)))
     }
+    /// Where [`Dataset::with_shards`] puts its shards: after the source (a sort, groupby or
+    /// repartition is one) and the steps that keep positions; whether a `shard` is among
+    /// them; and the size of a batch right after, for dealing whole batches.
+    ///
+    /// ```
+    /// # use sluice::{Dataset, SplitPoint};
+    /// let ds = Dataset::range(10).shuffle(None)?.shard(0, 2, true)?.batch(4, false)?;
+    /// assert_eq!(ds.split_point(), SplitPoint { at: 3, sharded: true, block: Some(4) });
+    /// # Ok::<(), sluice::Error>(())
+    /// ```
+    pub fn split_point(&self) -> crate::SplitPoint {
+        sluice_core::plan::insert_shard::split_point(&self.plan)
+    }
+    /// This pipeline with a `shard` for each of `shards` (a rank's, then a DataLoader
+    /// worker's within it) at its [`Dataset::split_point`], where the pipeline still has
+    /// random access: the steps after it (filters, batches) run on the shard alone, so the
+    /// parts are disjoint and, with `equal`, of one length.
+    ///
+    /// ```
+    /// # use sluice::{Dataset, ShardSpec, Length};
+    /// let ds = Dataset::range(10).shuffle(Some(3))?.batch(2, false)?;
+    /// let part = ds.with_shards(&[ShardSpec::try_new(1, 2, true)?])?;
+    /// assert_eq!(part.length(), Length::Known(3)); // 5 samples: batches of 2, 2, 1
+    /// # Ok::<(), sluice::Error>(())
+    /// ```
+    pub fn with_shards(&self, shards: &[ShardSpec]) -> Result<Dataset> {
+        Ok(Dataset::from_plan(
+            sluice_core::plan::insert_shard::insert_shards(&self.plan, shards)?,
+        ))
+    }
     /// Repeats for `epochs` (`None`: forever).
     pub fn repeat(&self, epochs: Option<u64>) -> Result<Self> {
         Ok(Dataset::wrap(LogicalPlan::Repeat(RepeatNode::try_new(

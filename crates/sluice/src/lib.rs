@@ -22,6 +22,7 @@ mod state;
 pub use dataset::{Dataset, IterOptions};
 pub use relational::GroupedDataset;
 pub use sluice_core::mix::StopPolicy;
+pub use sluice_core::plan::insert_shard::SplitPoint;
 pub use sluice_core::*;
 pub use sluice_io::store::configure_storage;
 pub use sluice_io::{

@@ -5,6 +5,8 @@
 //! - [`stage`]: a stage's portable form (ops via [`sluice_core::Op::ship`], the source via
 //!   [`sluice_core::Source::ship`]) — [`RemoteStage`] on the main side, [`StageRunner`] in a
 //!   worker.
+//! - [`actor_pool`]: the `ray` backend's scheduling ([`ActorPool`]: actors and local workers,
+//!   retries, replacement, AutoPlacement), generic over the runtime that hosts the actors.
 //! - [`pool`]: the `processes` backend ([`ProcessBackend`]); which stages run on it is the
 //!   optimizer's placement rule (`sluice_optimizer::rules::placement`, forced by
 //!   `processes=N`).
@@ -12,11 +14,13 @@
 //! No Python here: Python UDFs ship and load through hooks the bindings provide
 //! ([`stage::OpLoader`], [`wire::ExternalCodec`]).
 
+pub mod actor_pool;
 pub mod pool;
 pub mod shm;
 pub mod stage;
 pub mod wire;
 
+pub use actor_pool::{ActorPool, ActorPoolOptions, ActorRuntime, ActorWorkers};
 pub use pool::ProcessBackend;
 pub use shm::{ShmConfig, ShmWriter};
 pub use stage::{RemoteStage, StagePackage, StageRunner};

@@ -41,6 +41,7 @@ pub use exec::{Cursor, ExecOptions, Execution, Item, Next};
 pub use name::Name;
 pub use op::{Emit, Op, OpContext, OpKind, OpMeta, OpRef, SlotWriter};
 pub use order::{IndexOrder, Permutation, Position, ShardSpec};
+pub use plan::facts::{Consumer, RunContext, RunFacts};
 pub use plan::length::Length;
 pub use plan::logical::{
     BatchNode, CacheNode, ElemMode, LogicalPlan, MapBatchesNode, MapNode, OnError, PackNode,
@@ -48,7 +49,7 @@ pub use plan::logical::{
     TakeNode,
 };
 pub use plan::lower::{lower, LowerOptions};
-pub use plan::physical::{ChainOp, PhysicalPlan, SourceStage, Stage, StageKind, Variant};
+pub use plan::physical::{ChainOp, Delivery, PhysicalPlan, SourceStage, Stage, StageKind, Variant};
 pub use rng::{mix64, SampleRng};
 pub use sample::Sample;
 pub use source::{InputRunner, ItemsSource, RangeSource, SampleStream, Source, SourceRef};

@@ -7,8 +7,10 @@
 //! - [`rules`] rewrite the plan (reorder, caching, placement, fusion, parallelism, offload,
 //!   prefetch), each in its own module with its tests; [`driver`] runs them and checks invariants.
 //! - [`Plan`] is the result as a readable file that a run can load.
-//! - [`planning`] is the one path from a pipeline to the physical plan a run uses: lower,
-//!   apply a plan, fuse, and the placement a run forces ([`RunContext`]).
+//! - [`planner`] is the one path from a pipeline to the physical plan a run executes: the
+//!   pure lowering, then a literal list of rules (apply a saved plan, the placement a run
+//!   forces ([`RunContext`]), fusion, and the rewrites a consumer calls for), the plan's
+//!   invariants checked after each.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -35,7 +37,7 @@ pub mod driver;
 pub mod model;
 pub mod options;
 pub mod plan;
-pub mod planning;
+pub mod planner;
 pub mod profile;
 pub mod rules;
 #[cfg(test)]
@@ -45,5 +47,5 @@ pub use driver::{optimize_physical, OptimizeInput, Optimized};
 pub use model::{predict, predict_with, RemoteModel};
 pub use options::{OptimizerOptions, TransferCosts};
 pub use plan::{CachePoint, Plan, PlanStage, Prediction, StagePrediction};
-pub use planning::{physical_plan, PlanOptions, RunContext};
+pub use planner::{physical_plan, RunContext};
 pub use profile::{profile, Machine, OpProfile, Profile, ProfileOptions};

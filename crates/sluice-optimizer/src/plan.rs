@@ -189,6 +189,7 @@ impl Plan {
         let mut plan = PhysicalPlan {
             source: default.source.clone(),
             stages: Vec::new(),
+            delivery: default.delivery,
         };
         plan.source.chunk_size = self.chunk_size.max(1);
         plan.source.max_chunk = plan.source.max_chunk.max(plan.source.chunk_size);

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use sluice_core::*;
 use sluice_io::{FilesSource, JsonlOptions, LabelMode, LinesFormat, LinesSource, Utf8Errors};
-use sluice_optimizer::{PlanOptions, RunContext};
+use sluice_optimizer::RunContext;
 
 /// An immutable pipeline; every step returns a new `Dataset`.
 ///
@@ -85,13 +85,22 @@ impl Default for IterOptions {
 }
 
 impl IterOptions {
-    /// The settings the physical plan depends on.
-    pub fn plan_options(&self) -> PlanOptions {
-        PlanOptions {
+    /// The facts of this run the planner plans from (`elastic`: it finishes an epoch that
+    /// ranks of another world size began).
+    pub fn facts(&self, elastic: bool) -> RunFacts {
+        RunFacts {
             seed: self.seed,
             num_threads: self.num_threads,
             chunk_size: self.chunk_size,
             fuse_ops: self.fuse_ops,
+            context: self.context.clone(),
+            consumer: Consumer {
+                objects: self.objects,
+                columns: self.columns,
+                rows: self.row_batches,
+            },
+            timed: self.time_ops,
+            elastic,
         }
     }
 }
@@ -338,27 +347,32 @@ impl Dataset {
     pub fn plan(&self) -> &Arc<LogicalPlan> {
         &self.plan
     }
-    /// The physical plan the run will use: the default lowering, or the given optimizer
-    /// plan applied to it, with the placement `opts.context` forces (see
-    /// [`sluice_optimizer::planning`]).
+    /// The physical plan the run will execute (see [`sluice_optimizer::planner`]): the
+    /// default lowering, or the given optimizer plan applied to it, with the placement
+    /// `opts.context` forces and the rewrites its consumer calls for.
     pub fn physical_plan(&self, opts: &IterOptions) -> Result<PhysicalPlan> {
-        self.prepare_source(opts)?;
+        self.planned(opts, false)
+    }
+
+    fn planned(&self, opts: &IterOptions, elastic: bool) -> Result<PhysicalPlan> {
         sluice_optimizer::physical_plan(
             &self.plan,
-            &opts.plan_options(),
+            &opts.facts(elastic),
             opts.plan.as_deref(),
-            &opts.context,
+            Some(&Dataset::input_runner(opts)),
         )
     }
-    /// Runs what a blocking source (sort, groupby, repartition; a cache over one) reads whole
-    /// before this run is planned, planned and placed as this run is: its processes, Ray
-    /// context and thread count, with the source's own seed. (Lowering asked the source
-    /// itself, which ran its input on threads of the training process whatever the run
-    /// asked: a Python function before `sort()` ignored `processes=N`.) The results are the
-    /// same either way: outputs never depend on placement.
-    fn prepare_source(&self, opts: &IterOptions) -> Result<()> {
-        let source = self.plan.chain()[0].source().clone();
-        let run = |input: &Arc<LogicalPlan>, seed: u64, threads: usize| {
+
+    /// How the planner runs what a blocking source (sort, groupby, repartition; a cache over
+    /// one) reads whole before this run is planned: planned and placed as this run is — its
+    /// processes, Ray context and thread count — with the source's own seed. (Lowering once
+    /// asked the source itself, which ran its input on threads of the training process
+    /// whatever the run asked: a Python function before `sort()` ignored `processes=N`.)
+    /// The results are the same either way: outputs never depend on placement.
+    fn input_runner(
+        opts: &IterOptions,
+    ) -> impl Fn(&Arc<LogicalPlan>, u64, usize) -> Result<Execution> + '_ {
+        move |input: &Arc<LogicalPlan>, seed: u64, threads: usize| {
             let sub = IterOptions {
                 seed,
                 epoch: 0,
@@ -371,8 +385,7 @@ impl Dataset {
                 ..opts.clone()
             };
             Dataset::from_plan(input.clone()).iter(&sub)
-        };
-        source.prepare_with(opts.plan_options().threads(), &run)
+        }
     }
 
     /// Starts an iteration.
@@ -381,11 +394,11 @@ impl Dataset {
     }
 
     /// A fingerprint of the pipeline, so a checkpoint or a plan is never loaded into another
-    /// pipeline ([`sluice_optimizer::planning::fingerprint`]). A Python function counts by
+    /// pipeline ([`sluice_optimizer::planner::fingerprint`]). A Python function counts by
     /// its name here, its code in the checkpoint's [`crate::state::FunctionCode`]s.
     pub fn fingerprint(&self) -> String {
         self.fingerprint
-            .get_or_init(|| sluice_optimizer::planning::fingerprint(&self.plan))
+            .get_or_init(|| sluice_optimizer::planner::fingerprint(&self.plan))
             .clone()
     }
 
@@ -463,7 +476,7 @@ impl Dataset {
             }
         };
         let epoch = state.map_or(opts.epoch, |st| st.epoch);
-        let plan = self.physical_plan(opts)?;
+        let plan = self.planned(opts, elastic_state.is_some())?;
         let elastic = match &elastic_state {
             None => None,
             Some(e) => {
@@ -497,11 +510,6 @@ impl Dataset {
                 epoch,
                 resume,
                 elastic,
-                columns: opts.columns,
-                objects: opts.objects,
-                // Reading rows a batch at a time is a fusion of the read with the output.
-                row_batches: opts.row_batches && opts.fuse_ops,
-                time_ops: opts.time_ops,
                 backends: opts.backends.clone(),
                 controller: opts.plan.as_ref().filter(|p| p.controller).map(|p| {
                     sluice_core::exec::controller::ControllerOptions {

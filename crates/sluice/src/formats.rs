@@ -119,7 +119,7 @@ impl Dataset {
             // pool and hands out slices of them), skips the executor altogether.
             if let [only] = self.plan().chain().as_slice() {
                 if let LogicalPlan::Source(n) = &**only {
-                    let threads = opts.plan_options().threads();
+                    let threads = opts.facts(false).threads();
                     if let Some(scan) = n.source.scan_columns(threads, rows) {
                         return Records::from_batches(scan);
                     }

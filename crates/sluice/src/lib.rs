@@ -34,9 +34,7 @@ pub use sluice_io::{
     SourceSpec, TfrecordOptions, Utf8Errors, WdsOptions, DEFAULT_MAX_MEMBER_SIZE,
 };
 pub use sluice_ops::OpSpec;
-pub use sluice_optimizer::{
-    OptimizerOptions, Plan, PlanOptions, Profile, ProfileOptions, RunContext,
-};
+pub use sluice_optimizer::{OptimizerOptions, Plan, Profile, ProfileOptions};
 pub use sluice_relational::{
     Agg, AggFn, AggregateSpec, BlockingOptions, SortSpec, SpillReport, DEFAULT_MEMORY_BUDGET,
 };

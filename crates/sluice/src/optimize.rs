@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use sluice_core::{CacheNode, LogicalPlan, PipelineStats, Result};
 use sluice_optimizer::{
-    optimize_physical, predict_with, OptimizeInput, OptimizerOptions, Plan, PlanOptions,
-    Prediction, Profile, ProfileOptions, RemoteModel,
+    optimize_physical, predict_with, OptimizeInput, OptimizerOptions, Plan, Prediction, Profile,
+    ProfileOptions, RemoteModel,
 };
 
 use crate::dataset::{Dataset, IterOptions};
@@ -112,7 +112,7 @@ impl Dataset {
         // Plans name ops by id and are applied to an unfused lowering (ops fuse after).
         let input = OptimizeInput {
             logical: self.plan().clone(),
-            default: iter.plan_options().unfused_lowering(self.plan())?,
+            default: sluice_optimizer::planner::unfused_lowering(self.plan(), &iter.facts(false))?,
             profile: profile.clone(),
             options: options.clone(),
             cpus: sluice_core::cores::cores(),
@@ -146,7 +146,8 @@ impl Dataset {
     ) -> Result<Prediction> {
         // Plans name the unfused ops (as `optimize` makes them); a fused lowering would not
         // have them all.
-        let default = PlanOptions::default().unfused_lowering(self.plan())?;
+        let default =
+            sluice_optimizer::planner::unfused_lowering(self.plan(), &Default::default())?;
         let phys = plan.apply(&default)?;
         let cpus = options.cpus(sluice_core::cores::cores());
         let cache = plan.cache.as_ref();
@@ -170,9 +171,9 @@ impl Dataset {
     /// # Ok::<(), sluice::Error>(())
     /// ```
     pub fn offload_plan(&self, opts: &IterOptions, backend: &str, workers: usize) -> Result<Plan> {
-        sluice_optimizer::planning::offload_plan(
+        sluice_optimizer::planner::offload_plan(
             self.plan(),
-            &opts.plan_options(),
+            &opts.facts(false),
             opts.plan.as_deref(),
             backend,
             workers,

@@ -39,7 +39,7 @@ pub use item::{Chunk, Item, Partial, RowAt, RowsAt};
 use ordering::{Input, Recv};
 pub use resume::{Cursor, Outer, Restart, ResumePoint, Skip};
 pub use source::{CHUNK_BYTES, CHUNK_WORK_NS};
-pub use start::{executed_plan, ExecOptions};
+pub use start::ExecOptions;
 use start::Started;
 pub use threads::WORKER_NICE;
 

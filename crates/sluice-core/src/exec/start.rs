@@ -37,21 +37,6 @@ pub struct ExecOptions {
     pub backends: Backends,
     /// Tune the workers of parallel stages at run time.
     pub controller: Option<controller::ControllerOptions>,
-    /// The consumer takes [`crate::Column`]s in batches (the Python bindings and Arrow export
-    /// do): a final batch that reads a columnar source then hands over the source's arrays.
-    pub columns: bool,
-    /// The consumer takes [`crate::Object`]s (the Python bindings do): the ops at the end of
-    /// the plan whose results nothing reads leave them as objects
-    /// ([`crate::plan::objects::keep_objects`]).
-    pub objects: bool,
-    /// The consumer takes rows in bulk (the Python bindings do): a pipeline that only reads
-    /// a columnar source hands over its rows as [`super::Next::Rows`], a batch of the source's
-    /// columns at a time ([`crate::plan::rows::read_rows_in_batches`]), instead of a sample
-    /// per row.
-    pub row_batches: bool,
-    /// Time each op and the source read as the run goes, for the optimizer to plan from
-    /// ([`crate::stats::ops`]; `iter(optimize=True)` times its first run).
-    pub time_ops: bool,
 }
 
 /// What starting a run makes: the consumer's input, the stages that run inline in the
@@ -63,30 +48,18 @@ pub(super) struct Started {
     pub(super) stats: Arc<PipelineStats>,
 }
 
-/// The plan a run of `plan` with `opts` executes, and whether it reads rows in bulk.
-pub fn executed_plan(plan: &PhysicalPlan, opts: &ExecOptions) -> (PhysicalPlan, bool) {
-    // The rewrites a run makes to the plan it is given, each where it applies.
-    let mut plan = plan.clone();
-    if opts.objects {
-        crate::plan::objects::keep_objects(&mut plan);
-    }
-    // A timed run measures each op in its chain.
-    if !opts.time_ops {
-        crate::plan::slots::write_into_batches(&mut plan);
-    }
-    // An elastic resume drops the rows other ranks delivered in a stage that takes rows one
-    // by one: the plain read.
-    let in_rows = opts.row_batches
-        && opts.elastic.is_none()
-        && crate::plan::rows::read_rows_in_batches(&mut plan);
-    plan.source.chunk_size = plan.first_chunk();
-    (plan, in_rows)
-}
-
-/// Starts the threads of `plan`.
+/// Starts the threads of `plan`. It runs exactly `plan`: every rewrite a consumer or a
+/// timed run calls for was the planner's (`sluice_optimizer::planner`), and what it decided
+/// for the consumer is the plan's [`crate::Delivery`].
 pub(super) fn start(plan: &PhysicalPlan, opts: &ExecOptions) -> Result<Started> {
-    let (plan, in_rows) = executed_plan(plan, opts);
-    let plan = &plan;
+    let delivery = plan.delivery;
+    if delivery.rows && opts.elastic.is_some() {
+        return Err(Error::Internal(
+            "a plan reading rows in bulk cannot finish an elastic epoch (the planner plans \
+             the plain read for it)"
+                .into(),
+        ));
+    }
     let ctl = Arc::new(Control::default());
     // Inline stages run in the consumer; a stage is inline only if all after it are.
     let first_inline = plan
@@ -95,6 +68,82 @@ pub(super) fn start(plan: &PhysicalPlan, opts: &ExecOptions) -> Result<Started> 
         .rposition(|s| s.variant != Variant::Inline)
         .map_or(0, |i| i + 1);
     let inline_source = first_inline == 0 && plan.source.order.is_some();
+    let stats = new_stats(plan, first_inline, inline_source);
+    let mut resumes = match &opts.resume {
+        Some(rp) => rp.stage_resumes(plan)?,
+        None => vec![StageResume::default(); plan.stages.len()],
+    };
+    let (source_stage, start, keys) = source_start(plan, opts, &mut resumes)?;
+    let mut input = match OrderedItems::new(&source_stage, start).filter(|_| inline_source) {
+        Some(items) => Input::Inline {
+            items: Box::new(items),
+            stats: stats.clone(),
+        },
+        None => Input::Direct(spawn_source(
+            &source_stage,
+            start,
+            opts.seed,
+            keys.first_epoch,
+            &ctl,
+            &stats,
+        )?),
+    };
+    let mut tail = Vec::new();
+    let mut tuned: Vec<(usize, Arc<AtomicUsize>)> = Vec::new();
+    for (i, st) in plan.stages.iter().enumerate() {
+        let slot = i + 1;
+        let skip = resumes[i].drop.clone();
+        let following = &plan.stages[i + 1..];
+        let t = make_transform(
+            &st.kind,
+            &plan.source.source,
+            keys,
+            stats.clone(),
+            slot,
+            resumes[i].clone(),
+            Following {
+                resequence: following.iter().any(|s| drops(&s.kind)),
+                columns: delivery.rows
+                    || delivery.columns && crate::plan::objects::columns_pass(following),
+                rows: delivery.rows,
+            },
+        );
+        if i >= first_inline {
+            tail.push((slot, t));
+            continue;
+        }
+        // Under the controller, a one-thread chain stage runs on the parallel path too, so
+        // it can be given more workers.
+        let tunable = opts.controller.is_some() && matches!(st.variant, Variant::Threads { .. });
+        input = match (&st.kind, &st.variant) {
+            (StageKind::Chain { read, ops }, v) if v.workers() > 1 || v.is_pool() || tunable => {
+                let work = StageWork {
+                    read: read.then(|| plan.source.source.clone()),
+                    ops: ops.clone(),
+                    seed: opts.seed,
+                    skip,
+                    slot,
+                    stats: stats.clone(),
+                };
+                let par = start_workers(st, work, opts, &mut tuned)?;
+                spawn_parallel(par.0, par.1, input, &ctl, &stats)?
+            }
+            _ => spawn_sequential(t, st.queue_depth, input, &ctl, &stats, slot)?,
+        };
+    }
+    if let (Some(c), false) = (&opts.controller, tuned.is_empty()) {
+        spawn_controller(c.clone(), tuned, &ctl, &stats)?;
+    }
+    Ok(Started {
+        input,
+        tail,
+        ctl,
+        stats,
+    })
+}
+
+/// The run's statistics, one entry for the source and one per stage.
+fn new_stats(plan: &PhysicalPlan, first_inline: usize, inline_source: bool) -> Arc<PipelineStats> {
     let mut infos = vec![StageInfo {
         name: format!("source: {}", plan.source.source.name()),
         threads: 1,
@@ -111,17 +160,23 @@ pub(super) fn start(plan: &PhysicalPlan, opts: &ExecOptions) -> Result<Started> 
         });
     }
     let stats = Arc::new(PipelineStats::new(infos));
-    if opts.time_ops {
+    if plan.delivery.timed {
         stats.time_ops();
     }
     let source = &plan.source.source;
     stats.watch_source(source);
     stats.set_source_report(source.report());
+    stats
+}
 
-    let mut resumes = match &opts.resume {
-        Some(rp) => rp.stage_resumes(plan)?,
-        None => vec![StageResume::default(); plan.stages.len()],
-    };
+/// Where the source starts: its stage with this run's first epoch (and elastic split), the
+/// cursor it resumes after, and the run's keys. An elastic resume also tells the last stage
+/// that drops delivered outputs which positions other ranks delivered.
+fn source_start(
+    plan: &PhysicalPlan,
+    opts: &ExecOptions,
+    resumes: &mut [StageResume],
+) -> Result<(crate::plan::physical::SourceStage, Option<Cursor>, RunKeys)> {
     let mut source_stage = plan.source.clone();
     let epochs = match &source_stage.order {
         Some(order) => order.epochs,
@@ -176,96 +231,46 @@ pub(super) fn start(plan: &PhysicalPlan, opts: &ExecOptions) -> Result<Started> 
             ..rp.cursor
         });
     }
-    let mut input = match OrderedItems::new(&source_stage, start).filter(|_| inline_source) {
-        Some(items) => Input::Inline {
-            items: Box::new(items),
-            stats: stats.clone(),
-        },
-        None => Input::Direct(spawn_source(
-            &source_stage,
-            start,
-            opts.seed,
-            keys.first_epoch,
-            &ctl,
-            &stats,
-        )?),
+    Ok((source_stage, start, keys))
+}
+
+/// The workers of a parallel chain stage, on its backend. Under the controller, threads up
+/// to its maximum exist but only `active` of them take work (registered in `tuned`); pools
+/// start the planned workers and grow on demand.
+fn start_workers(
+    st: &crate::plan::physical::Stage,
+    work: StageWork,
+    opts: &ExecOptions,
+    tuned: &mut Vec<(usize, Arc<AtomicUsize>)>,
+) -> Result<(Arc<dyn Workers>, Parallel)> {
+    let v = &st.variant;
+    let slot = work.slot;
+    let backend = match v {
+        Variant::Pool { backend, .. } => opts.backends.get(backend)?,
+        _ => Arc::new(ThreadBackend),
     };
-    let mut tail = Vec::new();
-    let mut tuned: Vec<(usize, Arc<AtomicUsize>)> = Vec::new();
-    for (i, st) in plan.stages.iter().enumerate() {
-        let slot = i + 1;
-        let skip = resumes[i].drop.clone();
-        let t = make_transform(
-            &st.kind,
-            &plan.source.source,
-            keys,
-            stats.clone(),
-            slot,
-            resumes[i].clone(),
-            Following {
-                resequence: plan.stages[i + 1..].iter().any(|s| drops(&s.kind)),
-                columns: in_rows
-                    || opts.columns && crate::plan::objects::columns_pass(&plan.stages[i + 1..]),
-                rows: in_rows,
-            },
-        );
-        if i >= first_inline {
-            tail.push((slot, t));
-            continue;
+    let stats = work.stats.clone();
+    let (workers, threads, active): (Arc<dyn Workers>, _, _) = match &opts.controller {
+        Some(c) => {
+            let planned = v.workers();
+            let max = planned.max(c.max_workers);
+            let w = backend.start_scalable(work, planned, max)?;
+            let active = Arc::new(AtomicUsize::new(planned));
+            stats.counters(slot).active.store(planned as u64, Relaxed);
+            tuned.push((slot, active.clone()));
+            (w.into(), max, Some(active))
         }
-        // Under the controller, a one-thread chain stage runs on the parallel path too, so
-        // it can be given more workers.
-        let tunable = opts.controller.is_some() && matches!(st.variant, Variant::Threads { .. });
-        input = match (&st.kind, &st.variant) {
-            (StageKind::Chain { read, ops }, v) if v.workers() > 1 || v.is_pool() || tunable => {
-                let backend = match v {
-                    Variant::Pool { backend, .. } => opts.backends.get(backend)?,
-                    _ => Arc::new(ThreadBackend),
-                };
-                let work = StageWork {
-                    read: read.then(|| plan.source.source.clone()),
-                    ops: ops.clone(),
-                    seed: opts.seed,
-                    skip,
-                    slot,
-                    stats: stats.clone(),
-                };
-                // Under the controller, threads up to its maximum exist but only `active`
-                // of them take work; pools start the planned workers and grow on demand.
-                let (workers, threads, active): (Arc<dyn Workers>, _, _) = match &opts.controller {
-                    Some(c) => {
-                        let planned = v.workers();
-                        let max = planned.max(c.max_workers);
-                        let w = backend.start_scalable(work, planned, max)?;
-                        let active = Arc::new(AtomicUsize::new(planned));
-                        stats.counters(slot).active.store(planned as u64, Relaxed);
-                        tuned.push((slot, active.clone()));
-                        (w.into(), max, Some(active))
-                    }
-                    None => {
-                        let w: Arc<dyn Workers> = backend.start(work, v.workers())?.into();
-                        let n = w.parallelism().max(1);
-                        (w, n, None)
-                    }
-                };
-                let par = Parallel {
-                    threads,
-                    active,
-                    depth: st.queue_depth,
-                    slot,
-                };
-                spawn_parallel(workers, par, input, &ctl, &stats)?
-            }
-            _ => spawn_sequential(t, st.queue_depth, input, &ctl, &stats, slot)?,
-        };
-    }
-    if let (Some(c), false) = (&opts.controller, tuned.is_empty()) {
-        spawn_controller(c.clone(), tuned, &ctl, &stats)?;
-    }
-    Ok(Started {
-        input,
-        tail,
-        ctl,
-        stats,
-    })
+        None => {
+            let w: Arc<dyn Workers> = backend.start(work, v.workers())?.into();
+            let n = w.parallelism().max(1);
+            (w, n, None)
+        }
+    };
+    let par = Parallel {
+        threads,
+        active,
+        depth: st.queue_depth,
+        slot,
+    };
+    Ok((workers, par))
 }

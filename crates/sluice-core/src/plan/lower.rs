@@ -77,10 +77,10 @@ pub fn lower(plan: &Arc<LogicalPlan>, opts: &LowerOptions) -> Result<PhysicalPla
         )));
     }
     let nodes = plan.chain();
+    // Pure: it plans, never runs. A blocking source (sort, groupby, repartition) has run its
+    // input before, as the planner placed it (`Source::prepare_with`); one that has not
+    // runs it when its length is first asked for.
     let mut source = nodes[0].source().clone();
-    // Blocking sources (sort, groupby, repartition) run their input now, so their errors
-    // surface when the iteration starts and their length is known below.
-    source.prepare(opts.num_threads)?;
 
     // 1. Fold index-level steps into the source order.
     let mut order = source
@@ -362,6 +362,7 @@ pub fn lower(plan: &Arc<LogicalPlan>, opts: &LowerOptions) -> Result<PhysicalPla
             queue_depth: opts.queue_depth,
         },
         stages,
+        delivery: Default::default(),
     })
 }
 

@@ -138,6 +138,7 @@ mod tests {
                 queue_depth: 1,
             },
             stages,
+            delivery: Default::default(),
         }
     }
 

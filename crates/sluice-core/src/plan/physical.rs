@@ -222,6 +222,30 @@ impl Serialize for SourceStage {
 pub struct PhysicalPlan {
     pub source: SourceStage,
     pub stages: Vec<Stage>,
+    /// What the planner decided for the run's consumer and measurements.
+    #[serde(skip_serializing_if = "Delivery::is_plain")]
+    pub delivery: Delivery,
+}
+
+/// How a plan hands its outputs over and whether it measures itself: decided by the planner
+/// from the run's facts ([`crate::plan::facts::RunFacts`]), read by the executor, which
+/// never reads the run's options for them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Delivery {
+    /// Batches that read a columnar source hand over the source's arrays
+    /// ([`crate::Column`]s) when what follows takes them.
+    pub columns: bool,
+    /// The plan's one stage reads rows in bulk ([`crate::plan::rows::read_rows_in_batches`]):
+    /// the consumer gets [`crate::exec::Next::Rows`].
+    pub rows: bool,
+    /// Each op and the source read are timed as the run goes ([`crate::stats::ops`]).
+    pub timed: bool,
+}
+
+impl Delivery {
+    fn is_plain(&self) -> bool {
+        *self == Delivery::default()
+    }
 }
 
 /// Items per chunk a run starts with when chunks adapt and a stage runs on Ray actors: each

@@ -51,6 +51,8 @@ pub fn read_rows_in_batches(plan: &mut PhysicalPlan) -> bool {
         stage.variant = Variant::Threads { threads: 1 };
     }
     stage.queue_depth = ROW_BATCHES_AHEAD;
+    plan.delivery.rows = true;
+    plan.delivery.columns = true;
     true
 }
 
@@ -115,12 +117,13 @@ mod tests {
         plan: &PhysicalPlan,
         resume: Option<ResumePoint>,
     ) -> (Vec<i64>, Vec<Cursor>, Option<String>) {
+        let mut bulk = plan.clone();
+        assert!(read_rows_in_batches(&mut bulk));
         let opts = ExecOptions {
-            row_batches: true,
             resume,
             ..Default::default()
         };
-        let mut exec = Execution::start(plan, opts).unwrap();
+        let mut exec = Execution::start(&bulk, opts).unwrap();
         let (mut ids, mut at) = (vec![], vec![]);
         loop {
             match exec.next_timeout(std::time::Duration::from_secs(10)) {
@@ -203,14 +206,9 @@ mod tests {
         let err = err.expect("the bad row's error");
         assert!(err.contains("a bad row") && err.contains("1100"), "{err}");
         // What a failed conversion of a row in a batch names.
-        let mut exec = Execution::start(
-            &p,
-            ExecOptions {
-                row_batches: true,
-                ..Default::default()
-            },
-        )
-        .unwrap();
+        let mut bulk = p.clone();
+        read_rows_in_batches(&mut bulk);
+        let mut exec = Execution::start(&bulk, ExecOptions::default()).unwrap();
         assert!(matches!(
             exec.next_timeout(std::time::Duration::from_secs(10)),
             Next::Rows(_, 1024)

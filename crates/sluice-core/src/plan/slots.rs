@@ -214,6 +214,7 @@ mod tests {
                 stage(StageKind::Chain { read: true, ops }, variant),
                 stage(batch, Variant::Threads { threads: 1 }),
             ],
+            delivery: Default::default(),
         }
     }
 

@@ -31,8 +31,9 @@ impl Profile {
     /// use sluice_core::*;
     /// use sluice_optimizer::Profile;
     /// let src = Arc::new(LogicalPlan::Source(SourceNode::new(Arc::new(RangeSource::new(100)))));
-    /// let plan = lower(&src, &LowerOptions::default())?;
-    /// let mut exec = Execution::start(&plan, ExecOptions { time_ops: true, ..Default::default() })?;
+    /// let timed = RunFacts { timed: true, ..Default::default() };
+    /// let plan = sluice_optimizer::physical_plan(&src, &timed, None, None)?;
+    /// let mut exec = Execution::start(&plan, ExecOptions::default())?;
     /// assert_eq!(exec.by_ref().count(), 100);
     /// let stats = exec.stats_handle();
     /// let times = stats.op_times().unwrap().steps();
@@ -98,23 +99,17 @@ fn filled(mut p: OpProfile, t: &StepTime, scale: f64) -> OpProfile {
 mod tests {
     use super::*;
     use crate::testing::{busy_op, keep_even, pipeline};
-    use sluice_core::{lower, ExecOptions, Execution, LowerOptions, OpKind};
+    use sluice_core::{ExecOptions, Execution, OpKind};
 
     /// Runs `plan` to the end with its steps timed, on `threads` threads.
     fn timed_run(plan: &Arc<LogicalPlan>, threads: usize) -> BTreeMap<Option<u64>, StepTime> {
-        let lowered = lower(
-            plan,
-            &LowerOptions {
-                num_threads: threads,
-                ..Default::default()
-            },
-        )
-        .unwrap();
-        let opts = ExecOptions {
-            time_ops: true,
+        let facts = sluice_core::RunFacts {
+            num_threads: Some(threads),
+            timed: true,
             ..Default::default()
         };
-        let mut exec = Execution::start(&lowered, opts).unwrap();
+        let timed = crate::physical_plan(plan, &facts, None, None).unwrap();
+        let mut exec = Execution::start(&timed, ExecOptions::default()).unwrap();
         for out in exec.by_ref() {
             out.unwrap();
         }

@@ -5,9 +5,9 @@
 //! ops at the end of a plan whose results nothing reads are swapped for forms that leave
 //! their results unconverted ([`crate::Op::keeping_objects`]). A `map` with a Python
 //! function then hands its dict to the loop as the function returned it: no conversion
-//! into a sample and back into a new dict per output. The swap runs when a run starts, on
-//! the plan it is given (default lowering or an optimizer's), and changes no stage
-//! boundary, so checkpoints and statistics see the same plan either way.
+//! into a sample and back into a new dict per output. The swap is the planner's "objects"
+//! rule (`sluice_optimizer::planner`), run on the default lowering or an optimizer's plan
+//! for a consumer that takes objects, and changes no stage boundary, so checkpoints and statistics see the same plan either way.
 //!
 //! Columns: a batch that reads a columnar source keeps the source's arrays
 //! ([`crate::Column`]) when what follows it takes them ([`columns_pass`]).

@@ -6,8 +6,8 @@
 //! it again (on the CV reference pipeline that copy and its fresh pages were a tenth of the
 //! CPU; docs/BENCHMARKS.md).
 //!
-//! The swap runs when a run starts, on the plan it is given (default lowering or an
-//! optimizer's), like [`crate::plan::objects::keep_objects`]. It changes no stage boundary,
+//! The swap is the planner's "slots" rule (`sluice_optimizer::planner`), run on the default
+//! lowering or an optimizer's plan, like [`crate::plan::objects::keep_objects`]. It changes no stage boundary,
 //! so checkpoints see the same plan either way, and a run that times its ops keeps them in
 //! their chain, where each op's cost is measured.
 //!

@@ -8,6 +8,7 @@ use zune_core::options::DecoderOptions as ZuneOptions;
 use zune_jpeg::errors::DecodeErrors;
 use zune_jpeg::JpegDecoder;
 
+use super::markers::{has_eoi_after, starts_with_soi, Marker, Markers, Sof, WalkError};
 use super::{check_pixels, guarded, DecodeOptions, Mode};
 use crate::convert::{adobe_cmyk_to_rgb_buf, gray_to_rgb_buf, rgb_to_l_buf, ycck_to_rgb_buf};
 use crate::error::{ImageError, Result};
@@ -63,122 +64,51 @@ pub(crate) fn parse_header(data: &[u8]) -> Result<JpegHeader> {
     if data.is_empty() {
         return Err(ImageError::Empty);
     }
-    if data.len() < 4 || data[0] != 0xFF || data[1] != 0xD8 {
+    if data.len() < 4 || !starts_with_soi(data) {
         return corrupt("not a JPEG (no SOI marker)");
     }
-    let mut pos = 2usize;
+    let mut markers = Markers::after_soi(data);
     let mut sof: Option<JpegHeader> = None;
     let mut adobe: Option<u8> = None;
     let mut orientation: Option<u8> = None;
     loop {
-        // Skip anything up to the next 0xFF (libjpeg tolerates such junk
-        // with a warning), then fill bytes.
-        while pos < data.len() && data[pos] != 0xFF {
-            pos += 1;
-        }
-        while pos < data.len() && data[pos] == 0xFF {
-            pos += 1;
-        }
-        let Some(&marker) = data.get(pos) else {
-            return truncated("stream ends before the first scan");
+        let seg = match markers.next_marker() {
+            Ok(Marker::Segment(seg)) => seg,
+            Ok(Marker::Standalone(0xD8)) => {
+                return corrupt("second SOI marker before the first scan")
+            }
+            Ok(Marker::Standalone(0xD9)) => return corrupt("EOI marker before the first scan"),
+            Ok(Marker::Standalone(_)) => continue,
+            Err(WalkError::End) => return truncated("stream ends before the first scan"),
+            Err(WalkError::NoLength(_)) => return truncated("stream ends inside a marker length"),
+            Err(WalkError::BadLength(marker, len)) => {
+                return corrupt(format!("marker 0x{marker:02X} has length {len}"))
+            }
+            Err(WalkError::PastEnd(marker)) => {
+                return truncated(format!("stream ends inside marker 0x{marker:02X}"))
+            }
         };
-        pos += 1;
-        match marker {
-            // Standalone markers without a length.
-            0x01 | 0xD0..=0xD7 => continue,
-            0xD8 => return corrupt("second SOI marker before the first scan"),
-            0xD9 => return corrupt("EOI marker before the first scan"),
-            _ => {}
-        }
-        let Some(len_bytes) = data.get(pos..pos + 2) else {
-            return truncated("stream ends inside a marker length");
-        };
-        let len = usize::from(u16::from_be_bytes([len_bytes[0], len_bytes[1]]));
-        if len < 2 {
-            return corrupt(format!("marker 0x{marker:02X} has length {len}"));
-        }
-        let Some(seg) = data.get(pos + 2..pos + len) else {
-            return truncated(format!("stream ends inside marker 0x{marker:02X}"));
-        };
+        let (marker, payload) = (seg.marker, seg.payload);
         match marker {
             0xC0..=0xCF if !matches!(marker, 0xC4 | 0xC8 | 0xCC) => {
                 if sof.is_some() {
                     return corrupt("more than one SOF marker");
                 }
-                match marker {
-                    0xC0..=0xC2 => {}
-                    0xC3 | 0xC7 | 0xCB | 0xCF => {
-                        return Err(ImageError::Unsupported("lossless JPEG".into()))
-                    }
-                    0xC9..=0xCB | 0xCD..=0xCF => {
-                        return Err(ImageError::Unsupported("arithmetic-coded JPEG".into()))
-                    }
-                    _ => {
-                        return Err(ImageError::Unsupported(format!(
-                            "hierarchical JPEG (SOF 0x{marker:02X})"
-                        )))
-                    }
-                }
-                if seg.len() < 6 {
-                    return corrupt("SOF segment too short");
-                }
-                let precision = seg[0];
-                let height = u16::from_be_bytes([seg[1], seg[2]]);
-                let width = u16::from_be_bytes([seg[3], seg[4]]);
-                let components = seg[5];
-                if precision != 8 {
-                    return Err(ImageError::Unsupported(format!(
-                        "{precision}-bit JPEG samples"
-                    )));
-                }
-                if !matches!(components, 1 | 3 | 4) {
-                    return Err(ImageError::Unsupported(format!(
-                        "JPEG with {components} components"
-                    )));
-                }
-                if seg.len() < 6 + 3 * usize::from(components) {
-                    return corrupt("SOF segment too short for its components");
-                }
-                let mut max_v = 1;
-                for c in 0..usize::from(components) {
-                    let s = seg[6 + 3 * c + 1];
-                    let (hs, vs) = (s >> 4, s & 15);
-                    if !(1..=4).contains(&hs) || !(1..=4).contains(&vs) {
-                        return corrupt(format!("bad sampling factors {hs}x{vs}"));
-                    }
-                    max_v = max_v.max(u16::from(vs));
-                }
-                if height == 0 {
-                    // Height defined later by a DNL marker: legal but rare,
-                    // and neither decoder supports it.
-                    return Err(ImageError::Unsupported("JPEG height set by DNL".into()));
-                }
-                if width == 0 {
-                    return corrupt("SOF declares width 0");
-                }
-                sof = Some(JpegHeader {
-                    height,
-                    width,
-                    components,
-                    adobe_transform: None,
-                    orientation: 1,
-                    progressive: marker == 0xC2,
-                    height_at: pos + 3,
-                    mcu_rows: 8 * max_v,
-                });
+                sof = Some(read_sof(marker, payload, seg.at)?);
             }
-            0xE1 if orientation.is_none() && seg.starts_with(b"Exif\0\0") => {
+            0xE1 if orientation.is_none() && payload.starts_with(b"Exif\0\0") => {
                 // Pillow reads the first EXIF APP1 only.
-                orientation = Some(exif_orientation(&seg[6..]));
+                orientation = Some(exif_orientation(&payload[6..]));
             }
-            0xEE if seg.len() >= 12 && seg.starts_with(b"Adobe") => {
-                adobe = Some(seg[11]);
+            0xEE if payload.len() >= 12 && payload.starts_with(b"Adobe") => {
+                adobe = Some(payload[11]);
             }
             0xDA => {
                 let Some(mut h) = sof else {
                     return corrupt("scan before any SOF marker");
                 };
-                if !has_eoi_after(data, pos) {
+                // From the SOS's length field on, as the search has always started.
+                if !has_eoi_after(data, seg.at - 2) {
                     return truncated("no EOI marker after the scans (file cut short?)");
                 }
                 h.adobe_transform = adobe;
@@ -187,17 +117,66 @@ pub(crate) fn parse_header(data: &[u8]) -> Result<JpegHeader> {
             }
             _ => {}
         }
-        pos += len;
     }
 }
 
-/// True if an EOI (FF D9) follows `from`. Entropy-coded data stuffs every
-/// 0xFF with 0x00, so FF D9 cannot occur inside a scan; searching backwards
-/// finds it at once in normal files (it is the last marker, perhaps
-/// followed by padding).
-fn has_eoi_after(data: &[u8], from: usize) -> bool {
-    let tail = &data[from.min(data.len())..];
-    tail.windows(2).rev().any(|w| w == [0xFF, 0xD9])
+/// The header an SOF segment (`marker`, payload at offset `at`) describes, refusing the
+/// coding processes, precisions and component counts the decoders handle badly.
+fn read_sof(marker: u8, payload: &[u8], at: usize) -> Result<JpegHeader> {
+    match marker {
+        0xC0..=0xC2 => {}
+        0xC3 | 0xC7 | 0xCB | 0xCF => return Err(ImageError::Unsupported("lossless JPEG".into())),
+        0xC9..=0xCB | 0xCD..=0xCF => {
+            return Err(ImageError::Unsupported("arithmetic-coded JPEG".into()))
+        }
+        _ => {
+            return Err(ImageError::Unsupported(format!(
+                "hierarchical JPEG (SOF 0x{marker:02X})"
+            )))
+        }
+    }
+    let Some(sof) = Sof::read(payload) else {
+        return corrupt("SOF segment too short");
+    };
+    let (precision, components) = (sof.precision, sof.count);
+    if precision != 8 {
+        return Err(ImageError::Unsupported(format!(
+            "{precision}-bit JPEG samples"
+        )));
+    }
+    if !matches!(components, 1 | 3 | 4) {
+        return Err(ImageError::Unsupported(format!(
+            "JPEG with {components} components"
+        )));
+    }
+    let Some(specs) = sof.components(payload) else {
+        return corrupt("SOF segment too short for its components");
+    };
+    let mut max_v = 1;
+    for c in specs {
+        if !(1..=4).contains(&c.h) || !(1..=4).contains(&c.v) {
+            return corrupt(format!("bad sampling factors {}x{}", c.h, c.v));
+        }
+        max_v = max_v.max(u16::from(c.v));
+    }
+    if sof.height == 0 {
+        // Height defined later by a DNL marker: legal but rare, and neither decoder
+        // supports it.
+        return Err(ImageError::Unsupported("JPEG height set by DNL".into()));
+    }
+    if sof.width == 0 {
+        return corrupt("SOF declares width 0");
+    }
+    Ok(JpegHeader {
+        height: sof.height,
+        width: sof.width,
+        components,
+        adobe_transform: None,
+        orientation: 1,
+        progressive: marker == 0xC2,
+        height_at: at + 1,
+        mcu_rows: 8 * max_v,
+    })
 }
 
 /// Returns `(height, width)` of a JPEG as it will be after EXIF orientation
@@ -625,6 +604,41 @@ mod tests {
             parse_header(&minimal(&sof9)),
             Err(ImageError::Unsupported(_))
         ));
+    }
+
+    /// The walk's failures keep the errors callers (and users) have always seen.
+    #[test]
+    fn header_walk_errors() {
+        let t = |m: &str| Err(ImageError::Truncated(m.into()));
+        let c = |m: &str| Err(ImageError::Corrupt(m.into()));
+        let cases: [(&[u8], Result<JpegHeader>); 8] = [
+            (b"\xff\xd9\xff\xd8", c("not a JPEG (no SOI marker)")),
+            (b"\xff\xd8\xff", c("not a JPEG (no SOI marker)")),
+            (
+                b"\xff\xd8\xff\xe0\x00",
+                t("stream ends inside a marker length"),
+            ),
+            (b"\xff\xd8\xff\xe0\x00\x01", c("marker 0xE0 has length 1")),
+            (
+                b"\xff\xd8\xff\xe0\x00\x09\x01",
+                t("stream ends inside marker 0xE0"),
+            ),
+            (
+                b"\xff\xd8\xff\xff\x01\xff\xd3\xff\xff",
+                t("stream ends before the first scan"),
+            ),
+            (
+                b"\xff\xd8\xff\xd8\x00\x02",
+                c("second SOI marker before the first scan"),
+            ),
+            (
+                b"\xff\xd8\xff\xd9\x00\x02",
+                c("EOI marker before the first scan"),
+            ),
+        ];
+        for (data, want) in cases {
+            assert_eq!(parse_header(data), want, "{data:x?}");
+        }
     }
 
     #[test]

@@ -5,6 +5,7 @@ mod crop;
 #[cfg(not(feature = "turbojpeg"))]
 mod dct;
 mod jpeg;
+mod markers;
 mod other;
 mod png;
 

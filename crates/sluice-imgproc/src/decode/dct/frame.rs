@@ -2,6 +2,7 @@
 
 use super::corrupt;
 use super::huffman::Huffman;
+use crate::decode::markers::{Marker, Markers, Sof, WalkError};
 use crate::error::Result;
 
 #[derive(Clone)]
@@ -48,50 +49,42 @@ pub(super) fn parse(data: &[u8]) -> Result<Option<Frame>> {
         adobe: None,
         scan: 0,
     };
-    let mut pos = 2;
+    let mut markers = Markers::after_soi(data);
     loop {
-        while data.get(pos).is_some_and(|&b| b != 0xFF) {
-            pos += 1;
-        }
-        while data.get(pos) == Some(&0xFF) {
-            pos += 1;
-        }
-        let Some(&marker) = data.get(pos) else {
-            return corrupt("no scan");
+        let seg = match markers.next_marker() {
+            Ok(Marker::Segment(seg)) => seg,
+            // SOI/EOI before the scan never get here: the header walk refuses them first.
+            Ok(Marker::Standalone(0xD8 | 0xD9)) => return corrupt("no scan"),
+            Ok(Marker::Standalone(_)) => continue,
+            Err(WalkError::End) => return corrupt("no scan"),
+            Err(WalkError::NoLength(_) | WalkError::PastEnd(_)) => {
+                return corrupt("truncated marker")
+            }
+            Err(WalkError::BadLength(..)) => return corrupt("bad marker length"),
         };
-        pos += 1;
-        if matches!(marker, 0x01 | 0xD0..=0xD7) {
-            continue;
-        }
-        let len = be16(data, pos)?;
-        if len < 2 {
-            return corrupt("bad marker length");
-        }
-        let Some(seg) = data.get(pos + 2..pos + len) else {
-            return corrupt("truncated marker");
-        };
+        let (marker, end, seg) = (seg.marker, seg.end(), seg.payload);
         match marker {
             0xC0 | 0xC1 => {
-                if seg.len() < 6 || seg[0] != 8 {
+                let Some(sof) = Sof::read(seg).filter(|s| s.precision == 8) else {
                     return Ok(None);
-                }
-                f.height = be16(seg, 1)?;
-                f.width = be16(seg, 3)?;
-                let n = usize::from(seg[5]);
-                if !(n == 1 || n == 3) || seg.len() < 6 + 3 * n {
+                };
+                f.height = usize::from(sof.height);
+                f.width = usize::from(sof.width);
+                let specs = match sof.count {
+                    1 | 3 => sof.components(seg),
+                    _ => None,
+                };
+                let Some(specs) = specs else {
                     return Ok(None);
-                }
-                for c in 0..n {
-                    let s = &seg[6 + 3 * c..9 + 3 * c];
-                    f.comps.push(Component {
-                        id: s[0],
-                        h: usize::from(s[1] >> 4),
-                        v: usize::from(s[1] & 15),
-                        tq: usize::from(s[2] & 3),
-                        td: 0,
-                        ta: 0,
-                    });
-                }
+                };
+                f.comps.extend(specs.map(|c| Component {
+                    id: c.id,
+                    h: usize::from(c.h),
+                    v: usize::from(c.v),
+                    tq: usize::from(c.tq & 3),
+                    td: 0,
+                    ta: 0,
+                }));
             }
             // Progressive, lossless, arithmetic, hierarchical: not here.
             0xC2 | 0xC3 | 0xC5..=0xC7 | 0xC9..=0xCB | 0xCD..=0xCF => return Ok(None),
@@ -160,11 +153,10 @@ pub(super) fn parse(data: &[u8]) -> Result<Option<Frame>> {
                     c.td = usize::from(tables >> 4);
                     c.ta = usize::from(tables & 15);
                 }
-                f.scan = pos + len;
+                f.scan = end;
                 return Ok(Some(f));
             }
             _ => {}
         }
-        pos += len;
     }
 }

@@ -51,6 +51,10 @@ enum Command {
         /// Run this optimizer plan (from `sluice plan --optimize --out`).
         #[arg(long)]
         plan: Option<String>,
+        /// Time the ops as the run goes and print the plan made from those times (what
+        /// `iter(optimize=True)` runs from its second pass).
+        #[arg(long)]
+        optimize: bool,
     },
     /// Print the physical plan (stages, variants, queue depths) without running it; with
     /// --optimize, profile the pipeline (or load --profile) and print the optimized plan.
@@ -96,6 +100,10 @@ enum Command {
         /// Run this optimizer plan.
         #[arg(long)]
         plan: Option<String>,
+        /// Profile, plan and run in one step (`iter(optimize=True)`): the first epoch runs
+        /// the default plan and times its ops, later epochs run the plan made from them.
+        #[arg(long)]
+        optimize: bool,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
@@ -193,6 +201,7 @@ fn run(cli: Cli) -> Result<(), sluice::Error> {
             batches,
             consumer_delay_ms,
             plan,
+            optimize,
             json,
         } => {
             if epochs == 0 || batches == Some(0) || consumer_delay_ms < 0.0 {
@@ -208,7 +217,13 @@ fn run(cli: Cli) -> Result<(), sluice::Error> {
                         .into(),
                 );
             }
-            let report = bench(&ds, &opts, epochs, batches, consumer_delay_ms)?;
+            if optimize {
+                opts.optimize = Some(Default::default());
+            }
+            let mut report = bench(&ds, &opts, epochs, batches, consumer_delay_ms)?;
+            if let (Some(plan), Some(r)) = (ds.auto_plan(&opts)?, report.as_object_mut()) {
+                r.insert("plan".into(), serde_json::json!(plan.to_string()));
+            }
             if json {
                 println!(
                     "{}",
@@ -295,8 +310,12 @@ fn run(cli: Cli) -> Result<(), sluice::Error> {
             threads,
             json,
             plan,
+            optimize,
         } => {
             let (mut ds, mut opts) = PipelineSpec::load(&pipeline)?.build()?;
+            if optimize {
+                opts.optimize = Some(Default::default());
+            }
             if let Some(path) = plan {
                 opts.plan = Some(
                     Plan::from_json(&read(&path, "plan file")?)
@@ -349,6 +368,14 @@ fn run(cli: Cli) -> Result<(), sluice::Error> {
             show(json, &report, || {
                 serde_json::to_string_pretty(&report).unwrap_or_default()
             });
+            if optimize {
+                match ds.auto_plan(&opts)? {
+                    Some(plan) => eprintln!("plan made from this run's step times:\n{plan}"),
+                    None => eprintln!(
+                        "no plan: the run ended before it had timed 1% of an epoch (16-100 samples)"
+                    ),
+                }
+            }
             Ok(())
         }
     }

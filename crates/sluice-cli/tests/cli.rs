@@ -136,3 +136,33 @@ fn help_lists_every_source_step_and_op() {
         "{out}"
     );
 }
+
+/// `--optimize` is `iter(optimize=True)` from the command line: the first pass is timed and
+/// the plan made from its step times is what later passes run.
+#[test]
+fn optimize_times_the_first_pass_and_plans_from_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("p.toml");
+    std::fs::write(
+        &file,
+        "[source]\nsource = \"range\"\nn = 2000\n[[steps]]\nstep = \"map\"\nop = \"noop\"\n\
+         [[steps]]\nstep = \"batch\"\nsize = 10\n",
+    )
+    .unwrap();
+    let file = file.display().to_string();
+    let (ok, _, err) = sluice(&["run", &file, "--optimize"]);
+    assert!(ok, "{err}");
+    assert!(
+        err.contains("plan made from this run's step times"),
+        "{err}"
+    );
+    assert!(err.contains("predicted"), "{err}");
+    let (ok, out, err) = sluice(&["bench", &file, "--epochs", "2", "--optimize", "--json"]);
+    assert!(ok, "{err}");
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(report["batches"], 400);
+    assert!(
+        report["plan"].as_str().unwrap().contains("predicted"),
+        "{report}"
+    );
+}

@@ -21,6 +21,8 @@ pub struct Dataset {
     /// [`Dataset::fingerprint`], computed once: every `state_dict()` and load checks it, and a
     /// pipeline may print large specs (a tokenizer's JSON is megabytes).
     fingerprint: Arc<std::sync::OnceLock<String>>,
+    /// The plans `iter` with `optimize` made (see [`crate::auto`]), shared by clones.
+    auto: Arc<crate::auto::AutoPlans>,
 }
 
 pub use crate::state::IterState;
@@ -54,15 +56,17 @@ pub struct IterOptions {
     /// within ~35 dB PSNR of the unfused run). Default on; off gives the unfused ops' exact
     /// output. Plans with `exact` never fuse.
     pub fuse_ops: bool,
-    /// The consumer takes [`sluice_core::Column`]s in batches ([`ExecOptions::columns`]).
+    /// The consumer takes [`sluice_core::Column`]s in batches ([`sluice_core::Consumer::columns`]).
     pub columns: bool,
-    /// The consumer takes [`sluice_core::Object`]s ([`ExecOptions::objects`]).
+    /// The consumer takes [`sluice_core::Object`]s ([`sluice_core::Consumer::objects`]).
     pub objects: bool,
-    /// The consumer takes rows of a columnar read in bulk ([`ExecOptions::row_batches`]).
+    /// The consumer takes rows of a columnar read in bulk ([`sluice_core::Consumer::rows`]).
     pub row_batches: bool,
-    /// Time each op as the run goes ([`ExecOptions::time_ops`]), for
-    /// [`Dataset::run_profile`] to make a profile from.
+    /// Time each op as the run goes, for [`Dataset::run_profile`] to make a profile from.
     pub time_ops: bool,
+    /// Profile, plan and run in one step with these optimizer options when no `plan` is
+    /// given (see [`crate::auto`]; [`Dataset::auto_plan`] says which plan a run executes).
+    pub optimize: Option<sluice_optimizer::OptimizerOptions>,
 }
 
 impl Default for IterOptions {
@@ -80,6 +84,7 @@ impl Default for IterOptions {
             objects: false,
             row_batches: false,
             time_ops: false,
+            optimize: None,
         }
     }
 }
@@ -110,7 +115,11 @@ impl Dataset {
         Dataset {
             plan,
             fingerprint: Default::default(),
+            auto: Default::default(),
         }
+    }
+    pub(crate) fn auto_plans(&self) -> &crate::auto::AutoPlans {
+        &self.auto
     }
     fn wrap(plan: LogicalPlan) -> Self {
         Dataset::from_plan(Arc::new(plan))
@@ -442,6 +451,8 @@ impl Dataset {
         state: Option<&IterState>,
         strict: bool,
     ) -> Result<Execution> {
+        let auto = self.auto_run(opts)?;
+        let opts = &auto.opts;
         let mut elastic_state = None;
         let resume = match state {
             None => None,
@@ -503,7 +514,7 @@ impl Dataset {
                 elastic.as_ref(),
             )?;
         }
-        Execution::start(
+        let exec = Execution::start(
             &plan,
             ExecOptions {
                 seed: opts.seed,
@@ -519,7 +530,11 @@ impl Dataset {
                     }
                 }),
             },
-        )
+        )?;
+        if let Some(key) = auto.timing {
+            self.auto_timing(key, exec.stats_handle());
+        }
+        Ok(exec)
     }
 }
 

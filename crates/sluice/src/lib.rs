@@ -10,6 +10,7 @@
 //! ```
 
 pub mod alloc;
+mod auto;
 mod dataset;
 mod formats;
 mod inspect;

@@ -32,7 +32,7 @@ pub struct Item {
     pub path: Option<Arc<str>>,
     pub sample: Sample,
     /// A batch of rows read together for a consumer that takes them one by one
-    /// ([`super::ExecOptions::row_batches`]): where each row stands. `None` for anything else.
+    /// ([`crate::Delivery::rows`]): where each row stands. `None` for anything else.
     pub rows_at: Option<Box<RowsAt>>,
 }
 

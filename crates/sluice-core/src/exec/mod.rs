@@ -54,7 +54,7 @@ pub enum Next {
     /// The next output (a sample, or a batch as a sample of stacked fields).
     Item(Sample),
     /// The next `n` outputs, rows read together for a consumer that takes rows in bulk
-    /// ([`ExecOptions::row_batches`]): a sample of columns holding them in order. Each row
+    /// ([`crate::Delivery::rows`]): a sample of columns holding them in order. Each row
     /// counts as delivered (for [`Execution::position`]) once [`Execution::deliver_rows`] has
     /// been told.
     Rows(Sample, usize),
@@ -159,7 +159,7 @@ impl Execution {
                 Next::Item(s) => return Some(Ok(s)),
                 Next::Rows(..) => {
                     return Some(Err(Error::invalid(
-                        "rows in bulk (ExecOptions::row_batches) are taken with next_timeout",
+                        "rows in bulk (Delivery::rows) are taken with next_timeout",
                     )))
                 }
                 Next::Err(e) => return Some(Err(e)),

@@ -180,7 +180,7 @@ pub struct PipelineStats {
     series: Series,
     /// The error that ended the run, as the consumer received it.
     error: OnceLock<String>,
-    /// Each step's cost, when the run times its ops ([`crate::ExecOptions::time_ops`]).
+    /// Each step's cost, when the run times its ops ([`crate::Delivery::timed`]).
     op_times: OnceLock<ops::OpTimes>,
 }
 
@@ -294,7 +294,7 @@ impl PipelineStats {
             rss_bytes: series::process_rss_bytes(),
         }
     }
-    /// Times each step from now on ([`crate::ExecOptions::time_ops`]).
+    /// Times each step from now on ([`crate::Delivery::timed`]).
     pub fn time_ops(&self) {
         let _ = self.op_times.set(ops::OpTimes::default());
     }

@@ -1,4 +1,4 @@
-//! Each step's cost measured while a run goes ([`crate::ExecOptions::time_ops`]): a chain
+//! Each step's cost measured while a run goes ([`crate::Delivery::timed`]): a chain
 //! times a chunk through its steps (`ChunkTimer`: the monotonic clock around each op, the
 //! thread's CPU clock once at each end of the chunk) and a streaming source's reader times
 //! each chunk it reads, until the chain's first step has seen [`TIMED_ITEMS`] items. The

@@ -88,14 +88,7 @@ def decode(
     fails the sample (or is skipped with ``map(..., on_error="skip")``). ``max_samples``
     bounds the resampled output (see the module's notes on sizes).
     """
-    return _op(
-        "decode",
-        field=field,
-        out=out,
-        sample_rate=sample_rate,
-        mono=mono,
-        max_samples=max_samples,
-    )
+    return _op("decode", field=field, out=out, sample_rate=sample_rate, mono=mono, max_samples=max_samples)
 
 
 def resample(rate: int, *, field: str = "audio", out: Optional[str] = None, max_samples: Optional[int] = None) -> Op:
@@ -103,13 +96,7 @@ def resample(rate: int, *, field: str = "audio", out: Optional[str] = None, max_
     ``sample_rate``. Output length is ``ceil(n * rate / sr)``, aligned with the input
     (band-limited FFT resampler; a no-op when the rates are equal). ``out`` defaults to
     ``field``."""
-    return _op(
-        "resample",
-        rate=rate,
-        field=field,
-        out=out,
-        max_samples=max_samples,
-    )
+    return _op("resample", rate=rate, field=field, out=out, max_samples=max_samples)
 
 
 def spectrogram(
@@ -132,18 +119,8 @@ def spectrogram(
     ``get_window``). ``center=True`` pads ``n_fft // 2`` zeros on both sides, so
     ``frames = 1 + n // hop_length``. Multi-channel audio ``[c, n]`` gives ``[c, freq, time]``.
     """
-    return _op(
-        "spectrogram",
-        n_fft=n_fft,
-        hop_length=hop_length,
-        win_length=win_length,
-        window=window,
-        power=power,
-        center=center,
-        field=field,
-        out=out,
-        max_samples=max_samples,
-    )
+    return _op("spectrogram", n_fft=n_fft, hop_length=hop_length, win_length=win_length, window=window,
+               power=power, center=center, field=field, out=out, max_samples=max_samples)
 
 
 def time_stretch(
@@ -159,14 +136,7 @@ def time_stretch(
     ``np.abs(librosa.phase_vocoder(X, rate=rate)) ** power`` (the output power depends only on
     the interpolated magnitudes, so no phase is needed). ``power`` must be the one the
     spectrogram was computed with."""
-    return _op(
-        "time_stretch",
-        rate=rate,
-        power=power,
-        field=field,
-        out=out,
-        max_samples=max_samples,
-    )
+    return _op("time_stretch", rate=rate, power=power, field=field, out=out, max_samples=max_samples)
 
 
 def time_mask(max_width: int, *, fill: float = 0.0, field: str = "spec", out: Optional[str] = None) -> Op:
@@ -174,25 +144,13 @@ def time_mask(max_width: int, *, fill: float = 0.0, field: str = "spec", out: Op
     ``floor(u1 * max_width)`` consecutive frames (at most the number of frames) starting at
     ``floor(u2 * (frames - width))`` to ``fill`` in every bin. Random per (seed, epoch,
     sample); apply before :func:`log` with ``fill=0``."""
-    return _op(
-        "time_mask",
-        max_width=max_width,
-        fill=fill,
-        field=field,
-        out=out,
-    )
+    return _op("time_mask", max_width=max_width, fill=fill, field=field, out=out)
 
 
 def freq_mask(max_width: int, *, fill: float = 0.0, field: str = "spec", out: Optional[str] = None) -> Op:
     """SpecAugment frequency masking (``torchaudio.transforms.FrequencyMasking(max_width)``):
     sets up to ``max_width`` consecutive frequency bins to ``fill`` (see :func:`time_mask`)."""
-    return _op(
-        "freq_mask",
-        max_width=max_width,
-        fill=fill,
-        field=field,
-        out=out,
-    )
+    return _op("freq_mask", max_width=max_width, fill=fill, field=field, out=out)
 
 
 def mel(
@@ -216,40 +174,13 @@ def mel(
     ``2 * (freq - 1)`` (pass it for odd FFT sizes); ``fmax`` to ``sample_rate / 2``.
     ``out`` defaults to ``field``.
     """
-    return _op(
-        "mel",
-        n_mels=n_mels,
-        sample_rate=sample_rate,
-        n_fft=n_fft,
-        fmin=fmin,
-        fmax=fmax,
-        htk=htk,
-        norm=norm,
-        field=field,
-        out=out,
-        max_samples=max_samples,
-    )
+    return _op("mel", n_mels=n_mels, sample_rate=sample_rate, n_fft=n_fft, fmin=fmin, fmax=fmax, htk=htk,
+               norm=norm, field=field, out=out, max_samples=max_samples)
 
 
 def log(eps: float = 1e-6, *, field: str = "spec", out: Optional[str] = None) -> Op:
     """Natural log ``ln(x + eps)`` (no clipping), the usual ASR feature compression."""
-    return _op(
-        "log",
-        eps=eps,
-        field=field,
-        out=out,
-    )
-
-
-def _db(name: str, ref: Union[float, str], amin: float, top_db: Optional[float], field: str, out: Optional[str]) -> Op:
-    return _op(
-        name,
-        ref=ref,
-        amin=amin,
-        top_db=top_db,
-        field=field,
-        out=out,
-    )
+    return _op("log", eps=eps, field=field, out=out)
 
 
 def power_to_db(
@@ -262,7 +193,7 @@ def power_to_db(
 ) -> Op:
     """``librosa.power_to_db``: ``10 * log10(max(amin, x) / ref)``, floored at ``max - top_db``
     (``top_db=None``: no floor). ``ref="max"`` makes the loudest bin 0 dB."""
-    return _db("power_to_db", ref, amin, top_db, field, out)
+    return _op("power_to_db", ref=ref, amin=amin, top_db=top_db, field=field, out=out)
 
 
 def amplitude_to_db(
@@ -275,4 +206,4 @@ def amplitude_to_db(
 ) -> Op:
     """``librosa.amplitude_to_db``: ``20 * log10(max(amin, |x|) / ref)``, floored at
     ``max - top_db``; use on ``power=1`` spectrograms."""
-    return _db("amplitude_to_db", ref, amin, top_db, field, out)
+    return _op("amplitude_to_db", ref=ref, amin=amin, top_db=top_db, field=field, out=out)

@@ -7,23 +7,79 @@ use std::sync::Mutex;
 use sluice_audioproc as ap;
 use sluice_core::{Error, OpKind, OpMeta, Result, Sample, Shape, Tensor, TensorData, Value};
 
-use super::{kernel_err, AudioSpec, SAMPLE_RATE_FIELD};
-use crate::limits::{check, product};
+use super::{AudioSpec, SAMPLE_RATE_FIELD};
+use crate::limits::{check, product, refuse};
 
-// ---------------------------------------------------------------------------------------------
-// Shared plumbing
-
-/// What every audio op stores: its spec (for `spec()`) and API name.
+/// What every audio op stores: its spec (for `spec()`), API name and fields.
 #[derive(Debug)]
 pub(super) struct Base {
     pub(super) spec: AudioSpec,
     pub(super) name: &'static str,
+    /// The field the op reads.
+    pub(super) field: String,
+    /// The field it writes (`out`, else `field`).
+    pub(super) out: String,
 }
 
 impl Base {
+    pub(super) fn new(spec: &AudioSpec) -> Self {
+        let (field, out) = spec.io();
+        Base {
+            name: spec.name(),
+            field: field.to_string(),
+            out: out.to_string(),
+            spec: spec.clone(),
+        }
+    }
+
     pub(super) fn spec_json(&self) -> serde_json::Value {
         serde_json::to_value(&self.spec).unwrap_or_default()
     }
+}
+
+/// An op's `build` handed another op's spec: a bug in [`super::build`]'s dispatch.
+pub(super) fn wrong_spec(base: &Base) -> Error {
+    Error::Internal(format!(
+        "audio.{}: built from a spec of another op",
+        base.name
+    ))
+}
+
+// Argument checks. Their messages leave out the op: `super::build` prefixes it.
+
+pub(super) fn check_field(what: &str, name: &str) -> Result<()> {
+    if name.is_empty() {
+        return Err(Error::invalid(format!(
+            "{what} must be a non-empty field name"
+        )));
+    }
+    Ok(())
+}
+
+pub(super) fn check_rate(what: &str, rate: u32) -> Result<()> {
+    if rate == 0 {
+        return Err(Error::invalid(format!(
+            "{what} must be a positive sample rate in Hz, got 0"
+        )));
+    }
+    Ok(())
+}
+
+/// Refuses a target rate above `max_samples`: one second of audio would already exceed it.
+pub(super) fn check_target_rate(op: &str, what: &str, rate: u32, max_samples: u64) -> Result<()> {
+    if u64::from(rate) > max_samples {
+        return Err(refuse(
+            &format!("audio.{op}"),
+            &format!("{what}={rate} makes {rate} samples per second of audio"),
+            "max_samples",
+            max_samples,
+        ));
+    }
+    Ok(())
+}
+
+pub(super) fn kernel_err(e: ap::AudioError) -> Error {
+    Error::data(e.to_string())
 }
 
 /// Idle planned kernels with scratch state, keyed by their parameters. A call takes one out

@@ -94,7 +94,7 @@ class Iterator:
         self._owner: Dataset | None = None
         self._plan: "Plan | None" = None
         # The first ``iter(optimize=True)`` run: makes the plan from its step times.
-        self._planning: "Callable[[], Plan | None] | None" = None
+        self._planning: "Callable[[], str | None] | None" = None
         # Off unless asked for: a bar interleaves with the training script's own log lines.
         self._bar = _progress_bar(total) if progress else None
         # Read by the live-metrics threads without the iterator's lock (a scrape never waits
@@ -131,7 +131,11 @@ class Iterator:
         which later ``optimize=True`` iterations run — None until the run has timed 1% of an
         epoch (16–100 samples)."""
         if self._plan is None and self._planning is not None:
-            self._plan = self._planning()
+            made = self._planning()
+            if made is not None:
+                from .optimizer import Plan
+
+                self._plan = Plan(made)
         return self._plan
 
     @plan.setter

@@ -36,6 +36,9 @@ pub struct PyIter {
     closing: AtomicBool,
     /// The thread holding `inner` ([`thread_key`]; 0: none).
     owner: AtomicUsize,
+    /// The dataset and options it runs, for [`PyIter::plan`] (outside `inner`, which a
+    /// waiting `__next__` holds).
+    planning: (Dataset, IterOptions),
 }
 
 /// Rows of a batch read together made into dicts at a time: few enough to stay in cache
@@ -147,7 +150,9 @@ impl PyIter {
     pub fn new(exec: Execution, ds: Dataset, opts: IterOptions) -> Self {
         let stats = exec.stats_handle();
         let epoch = AtomicU64::new(exec.epoch());
+        let planning = (ds.clone(), opts.clone());
         PyIter {
+            planning,
             inner: Mutex::new(Inner {
                 exec: Some(exec),
                 stopping: None,
@@ -330,6 +335,14 @@ impl PyIter {
     }
 
     /// A handle on this iteration's statistics that outlives the iterator.
+    /// The optimizer plan this run executes (JSON): the one given, or with `optimize` the
+    /// one made from the first such run's step times (None until it has timed enough).
+    fn plan(&self, py: Python<'_>) -> PyResult<Option<String>> {
+        let (ds, opts) = &self.planning;
+        let plan = crate::errors::interruptible(py, || ds.auto_plan(opts))?.py()?;
+        Ok(plan.map(|p| p.to_json()))
+    }
+
     fn stats_handle(&self, py: Python<'_>) -> PyResult<PyStats> {
         Ok(PyStats {
             stats: self.lock(py)?.stats.clone(),

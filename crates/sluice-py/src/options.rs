@@ -79,6 +79,7 @@ impl RunArgs<'_> {
             objects: false,
             row_batches: false,
             time_ops: false,
+            optimize: None,
         })
     }
 }

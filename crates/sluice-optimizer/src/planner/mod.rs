@@ -141,10 +141,11 @@ pub const RULES: &[Rule] = &[
         },
     },
     // Ops that make a batch's float32 slot from one field write straight into the batch,
-    // unless the run times its ops (each is measured in its chain).
+    // unless the run times its ops (each is measured in its chain). Such an op moves past
+    // the ops after it that leave its field as it is (`slots::write_into_batches` checks).
     Rule {
         name: "slots",
-        reorders: false,
+        reorders: true,
         merges: false,
         apply: |p| {
             if !p.facts.timed {

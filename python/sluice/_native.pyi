@@ -134,6 +134,46 @@ class ChainWorker:
     def run(self, chunk: bytes) -> bytes: ...
     def run_split(self, chunk: bytes, threshold: int = 32768) -> tuple[bytes, list[Any]]: ...
 
+# The `ray` backend's pool (crates/sluice-py/src/ray_pool.rs over sluice_remote::actor_pool).
+class ActorPool:
+    """One stage's pool on Ray actors (and local workers): every scheduling decision in Rust,
+    Ray's calls through ``shim`` (``sluice.ray_backend.RayShim``). Made by a Ray context's
+    ``_pool`` (the ``ray_factory``); the run starts it (``started``) and shuts it down."""
+
+    def __init__(
+        self,
+        shim: Any,
+        workers: int,
+        label: str,
+        *,
+        in_flight_per_actor: int = 2,
+        local_workers: int = 0,
+        max_retries: int = 3,
+        actor_start_timeout_s: float = 60.0,
+        actor_cpus: float = 1.0,
+        autoscale: bool = False,
+        autoscale_window_s: float = 2.0,
+        min_actors: int = 1,
+        max_actors: int | None = None,
+        max_local_workers: int | None = None,
+        local_cpu_price: float = 0.0,
+        remote_cpu_price: float = ...,
+        target_throughput: float | None = None,
+        slack: float = 0.05,
+    ) -> None: ...
+    @property
+    def label(self) -> str: ...
+    @property
+    def started(self) -> bool: ...
+    @property
+    def parallelism(self) -> int: ...
+    def report(self) -> dict[str, Any]:
+        """``stage``, ``chunks``, ``samples``, ``retries``, ``retry_causes``, ``sent_bytes``,
+        ``received_bytes``, ``slots`` (per worker), ``placement``, ``decisions``, ``events``."""
+    def actor_handles(self) -> list[Any]:
+        """The live actors' Ray handles."""
+    def shutdown(self) -> None: ...
+
 def _serve_worker(fd_in: int, fd_out: int) -> None:
     """The loop of ``python -m sluice._worker``: init frame, then request/reply frames."""
 

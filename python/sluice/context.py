@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 from . import _native
 from .placement import DEFAULT_REMOTE_CPU_PRICE
-from .ray_backend import RayPool, import_ray
+from .ray_backend import import_ray, ray_pool
 
 
 class Context:
@@ -136,7 +136,7 @@ class Context:
         self.remote_cpus = remote_cpus
         self.runtime_env = runtime_env
         self.init_kwargs = dict(init_kwargs or {})
-        self._pools: list[RayPool] = []
+        self._pools: list[Any] = []  # sluice._native.ActorPool
 
     @property
     def remote(self) -> bool:
@@ -257,16 +257,17 @@ class Context:
         cpus = float(ray.cluster_resources().get("CPU", 1.0))
         return max(1, int(cpus // self.actor_cpus) if self.actor_cpus else int(cpus))
 
-    def _pool(self, init: str, workers: int, label: str) -> RayPool:
-        # Called by the native "ray" backend when a stage starts.
-        pool = RayPool(self, init, workers, label)
+    def _pool(self, init: str, workers: int, label: str) -> Any:
+        # Called by the native "ray" backend when a stage starts; it then starts the pool.
+        pool = ray_pool(self, init, workers, label)
         self._pools.append(pool)
         del self._pools[:-16]  # the recent runs' pools, for stats(); old ones are shut down
         return pool
 
-    def pools(self) -> list[RayPool]:
-        """The Ray pools of this context's recent stages (the running ones last)."""
-        return list(self._pools)
+    def pools(self) -> list[Any]:
+        """The Ray pools (``sluice._native.ActorPool``: ``report()``, ``actor_handles()``) of
+        this context's recent stages that started (the running ones last)."""
+        return [p for p in self._pools if p.started]
 
     def starter(self, native_ds: Any) -> Callable[..., Any]:
         """How ``Dataset.iter`` starts ``native_ds`` in this context: the native ``iter``,
@@ -295,9 +296,10 @@ class Context:
 
     def add_stats(self, data: dict, text: str) -> tuple[dict, str]:
         """Adds the Ray pools' figures (chunks per actor, retries, placement decisions)."""
-        if not self._pools:
+        pools = self.pools()
+        if not pools:
             return data, text
-        reports = [p.report() for p in self._pools]
+        reports = [p.report() for p in pools]
         data = {**data, "remote": reports}
         lines = [text, "", "ray:"]
         for r in reports:

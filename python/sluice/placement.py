@@ -4,7 +4,7 @@ A stage served by local workers (engines in the training process) and remote wor
 actors) at once is re-balanced from measurements: after every window the pool reports the
 stage's throughput, and :class:`AutoPlacement` answers with at most one change — one local
 worker or one remote actor more or fewer — and the reason. It never touches Ray or threads
-(``RayPool`` in ``sluice.ray_backend`` applies the decisions), so it is tested with fake
+(the Ray pool, ``sluice_remote::actor_pool``, applies the decisions), so it is tested with fake
 measurements (``tests/python/test_placement.py``). The state machine is the engine's
 (``sluice_core::exec::autoplacement``, in Rust); this module names it.
 

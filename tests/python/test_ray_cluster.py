@@ -169,7 +169,7 @@ def test_node_killed_with_replies_in_its_object_store_loses_and_duplicates_nothi
     call. To make that certain rather than a race, this thread keeps the GIL (a long switch
     interval, a busy loop without system calls) while the actors finish their chunks, so the
     pool's threads cannot start fetching them, and kills the node's raylet meanwhile."""
-    # A chunk of 8 takes 0.8 s: longer than RayPool's 0.5 s wait steps.
+    # A chunk of 8 takes 0.8 s: longer than the pool's 0.5 s wait steps.
     ds = _pipeline(delay=0.1, n=96)
     expected = [_digest(b) for b in ds.iter(seed=2, epoch=0, chunk_size=8, num_threads=8)]
     ctx = _ctx(actor_start_timeout_s=30)

@@ -43,6 +43,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     mix::register(m)?;
     relational::register(m)?;
     placement::register(m)?;
+    remote::register(m)?;
     m.add("SluiceError", m.py().get_type::<errors::SluiceError>())?;
     m.add("PipelineError", m.py().get_type::<errors::PipelineError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

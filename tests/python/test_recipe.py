@@ -113,6 +113,59 @@ def test_split_shards_before_filters_and_batches():
     assert union == [i for i in range(30) if i % 3 != 0]
 
 
+def _plan_steps(ds):
+    return [line.strip().removeprefix("-> ").split("(")[0] for line in ds._native.logical_plan().splitlines()]
+
+
+def test_split_shards_before_a_map_that_may_skip():
+    def odd_fails(s):
+        if s["id"] % 2:
+            raise ValueError("odd")
+        return s
+
+    ds = sluice.range(40).shuffle(seed=2).map(lambda s: s).map(odd_fails, on_error="skip").batch(3)
+    parts = ds.split(2)
+    # The shard goes after the 1:1 map, before the one that may drop samples.
+    assert _plan_steps(parts[0])[1:] == ["shuffle", "map", "shard", "map", "batch"]
+    got = [flat(p.iter(seed=1)) for p in parts]
+    union = sorted(x for g in got for x in g)
+    assert union == list(range(0, 40, 2))
+
+
+def test_split_shards_after_the_last_sort():
+    rows = [{"k": (7 * i) % 13, "i": i} for i in range(27)]  # 26 after the first filter: even
+    ds = (
+        sluice.from_items(rows)
+        .filter(lambda s: s["i"] != 5)
+        .sort("k")
+        .shuffle(seed=1)
+        .filter(lambda s: s["k"] != 3)
+        .batch(4)
+    )
+    parts = ds.split(2)
+    # After the sort (a new source: its input filter is not in the top chain), the shuffle.
+    assert _plan_steps(parts[1])[1:] == ["shuffle", "shard", "filter", "batch"]
+    got = [flat(p, "i") for p in parts]
+    assert not set(got[0]) & set(got[1])
+    assert sorted(got[0] + got[1]) == sorted(r["i"] for r in rows if r["i"] != 5 and r["k"] != 3)
+
+
+def test_split_part_pickles_and_takes_the_original_checkpoint():
+    ds = sluice.range(30).shuffle(seed=4).map(lambda s, rng: {**s, "r": float(rng.random())}).batch(4)
+    part = ds.split(3)[1]
+    copy = pickle.loads(pickle.dumps(part))
+    assert copy._native.logical_plan() == part._native.logical_plan()
+    it = part.iter(seed=2, epoch=0)
+    head = [next(it), next(it)]
+    state = it.state_dict()
+    rest = list(it)
+    it2 = copy.iter(seed=2, epoch=0)
+    it2.load_state_dict(state)
+    same(list(it2), rest)
+    # Same draws and order as the original part from the start, too.
+    same(list(copy.iter(seed=2, epoch=0)), head + rest)
+
+
 def test_file_sources_pickle_as_their_spec(tmp_path):
     (tmp_path / "a.txt").write_text("one\ntwo\n")
     ds = sluice.read_text(str(tmp_path)).map(lambda s: {"n": len(s["text"])})

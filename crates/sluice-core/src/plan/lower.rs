@@ -9,6 +9,7 @@ use crate::error::{Error, Result};
 use crate::order::IndexOrder;
 use crate::plan::logical::{ElemMode, LogicalPlan, OnError};
 use crate::plan::physical::{ChainOp, PhysicalPlan, SourceStage, Stage, StageKind, Variant};
+use crate::source::SourceRef;
 
 /// Knobs of the default lowering.
 #[derive(Debug, Clone)]
@@ -68,7 +69,9 @@ fn shuffle_seed(own: Option<u64>, opts: &LowerOptions) -> u64 {
     own.unwrap_or(opts.seed)
 }
 
-/// Lowers `plan` with the default rules.
+/// Lowers `plan` with the default rules: the index-level steps folded into the source's
+/// order, then a stage per step, then the plan-wide defaults (inline stages, prefetch,
+/// fusion).
 pub fn lower(plan: &Arc<LogicalPlan>, opts: &LowerOptions) -> Result<PhysicalPlan> {
     if opts.num_threads == 0 || opts.num_threads > MAX_THREADS {
         return Err(Error::invalid(format!(
@@ -80,9 +83,57 @@ pub fn lower(plan: &Arc<LogicalPlan>, opts: &LowerOptions) -> Result<PhysicalPla
     // Pure: it plans, never runs. A blocking source (sort, groupby, repartition) has run its
     // input before, as the planner placed it (`Source::prepare_with`); one that has not
     // runs it when its length is first asked for.
-    let mut source = nodes[0].source().clone();
+    let folded = fold_index_steps(&nodes, nodes[0].source().clone(), opts)?;
+    let mut b = Stages {
+        stages: Vec::new(),
+        needs_read: folded.order.is_some(),
+        source: folded.source,
+        per_epoch: folded.repeat_after_batch,
+        opts,
+    };
+    for node in &nodes {
+        b.push(node)?;
+    }
+    let Stages {
+        mut stages,
+        needs_read,
+        source,
+        ..
+    } = b;
+    if needs_read {
+        stages.push(new_stage(opts, read_only(), threads(opts)));
+    }
+    finish(&mut stages, &nodes, opts);
+    Ok(PhysicalPlan {
+        source: SourceStage {
+            source,
+            order: folded.order,
+            stream_epochs: folded.stream_epochs,
+            chunk_size: opts.chunk_size,
+            max_chunk: opts.max_chunk.max(opts.chunk_size),
+            queue_depth: opts.queue_depth,
+        },
+        stages,
+        delivery: Default::default(),
+    })
+}
 
-    // 1. Fold index-level steps into the source order.
+/// The source (a stream sharded by files) and the order of its positions, with the
+/// index-level steps (shuffle, shard, repeat) folded in.
+struct Folded {
+    source: SourceRef,
+    order: Option<IndexOrder>,
+    stream_epochs: Option<u64>,
+    /// A `repeat` after a batch: batches restart every epoch.
+    repeat_after_batch: bool,
+}
+
+/// Folds the index-level steps of `nodes` into the source's order.
+fn fold_index_steps(
+    nodes: &[Arc<LogicalPlan>],
+    mut source: SourceRef,
+    opts: &LowerOptions,
+) -> Result<Folded> {
     let mut order = source
         .len()
         .filter(|_| source.random_access())
@@ -99,7 +150,7 @@ pub fn lower(plan: &Arc<LogicalPlan>, opts: &LowerOptions) -> Result<PhysicalPla
     let mut stream_epochs = Some(1);
     let mut repeat_after_batch = false;
     let mut seen_batch = false;
-    for node in &nodes {
+    for node in nodes {
         match &**node {
             LogicalPlan::Shuffle(n) => {
                 let o = order
@@ -154,27 +205,94 @@ pub fn lower(plan: &Arc<LogicalPlan>, opts: &LowerOptions) -> Result<PhysicalPla
         }
     }
 
-    // 2. Stages.
-    let threads = || Variant::Threads {
+    Ok(Folded {
+        source,
+        order,
+        stream_epochs,
+        repeat_after_batch,
+    })
+}
+
+/// A chain that only reads the source.
+fn read_only() -> StageKind {
+    StageKind::Chain {
+        read: true,
+        ops: vec![],
+    }
+}
+
+fn threads(opts: &LowerOptions) -> Variant {
+    Variant::Threads {
         threads: opts.num_threads,
-    };
-    let mut stages: Vec<Stage> = Vec::new();
-    let stage = |kind, variant: Variant| Stage {
+    }
+}
+
+fn one_thread() -> Variant {
+    Variant::Threads { threads: 1 }
+}
+
+fn new_stage(opts: &LowerOptions, kind: StageKind, variant: Variant) -> Stage {
+    Stage {
         queue_depth: match kind {
             StageKind::Chain { .. } => opts.queue_depth.max(variant.min_depth()),
             _ => opts.queue_depth,
         },
         kind,
         variant,
-    };
-    // Random-access sources are read by the first chain, in parallel.
-    let mut needs_read = order.is_some();
-    let push_op = |stages: &mut Vec<Stage>, op: ChainOp, needs_read: &mut bool| {
+    }
+}
+
+/// The stages made so far, a step at a time.
+struct Stages<'a> {
+    stages: Vec<Stage>,
+    /// A random-access source not read yet: the first chain reads it, in parallel.
+    needs_read: bool,
+    /// The source, which a `cache` step replaces by a cached one.
+    source: SourceRef,
+    /// Batches restart every epoch (a `repeat` after them).
+    per_epoch: bool,
+    opts: &'a LowerOptions,
+}
+
+impl Stages<'_> {
+    fn add(&mut self, kind: StageKind, variant: Variant) {
+        self.stages.push(new_stage(self.opts, kind, variant));
+    }
+
+    fn push(&mut self, node: &LogicalPlan) -> Result<()> {
+        if let LogicalPlan::Map(n) = node {
+            self.push_op(ChainOp {
+                op: n.op.clone(),
+                mode: n.mode,
+                on_error: n.on_error,
+                op_id: n.op_id,
+            });
+            return Ok(());
+        }
+        // A batch straight after a columnar source reads it column by column (a fusion:
+        // plans the optimizer makes or applies, lowered unfused, keep the read in its own
+        // stage).
+        let batch_reads = self.needs_read
+            && self.opts.fuse_ops
+            && matches!(node, LogicalPlan::Batch(_) | LogicalPlan::MapBatches(_))
+            && self.source.columnar();
+        if self.needs_read && !matches!(node, LogicalPlan::Source(_)) && is_stage(node) {
+            if !batch_reads {
+                self.add(read_only(), threads(self.opts));
+            }
+            self.needs_read = false;
+        }
+        self.push_step(node, batch_reads)
+    }
+
+    /// Adds an op to the last chain, or a new chain where GIL-bound Python ops meet
+    /// GIL-free Rust ops.
+    fn push_op(&mut self, op: ChainOp) {
         let python = op.op.meta().python;
         if let Some(Stage {
             kind: StageKind::Chain { ops, .. },
             ..
-        }) = stages.last_mut()
+        }) = self.stages.last_mut()
         {
             let last_python = ops.last().map(|o| o.op.meta().python);
             if last_python.is_none() || last_python == Some(python) {
@@ -184,148 +302,98 @@ pub fn lower(plan: &Arc<LogicalPlan>, opts: &LowerOptions) -> Result<PhysicalPla
         }
         // Reading needs no GIL: it gets its own stage so the thread holding the GIL spends
         // it on Python only.
-        if python && *needs_read {
-            stages.push(stage(
-                StageKind::Chain {
-                    read: std::mem::take(needs_read),
-                    ops: vec![],
-                },
-                threads(),
-            ));
+        if python && self.needs_read {
+            self.needs_read = false;
+            self.add(read_only(), threads(self.opts));
         }
-        stages.push(stage(
+        let read = std::mem::take(&mut self.needs_read);
+        self.add(
             StageKind::Chain {
-                read: std::mem::take(needs_read),
+                read,
                 ops: vec![op],
             },
-            threads(),
-        ));
-    };
-    for node in &nodes {
-        match &**node {
-            LogicalPlan::Map(n) => push_op(
-                &mut stages,
-                ChainOp {
+            threads(self.opts),
+        );
+    }
+
+    /// The stage(s) of a step other than a `map`.
+    fn push_step(&mut self, node: &LogicalPlan, batch_reads: bool) -> Result<()> {
+        match node {
+            LogicalPlan::Batch(n) => self.add(
+                StageKind::Batch {
+                    size: n.size,
+                    drop_last: n.drop_last,
+                    per_epoch: self.per_epoch,
+                    pad: n.pad.clone(),
+                    read: batch_reads,
+                    ragged: n.ragged,
+                    slots: Vec::new(),
+                },
+                one_thread(),
+            ),
+            LogicalPlan::MapBatches(n) => {
+                let batch = StageKind::Batch {
+                    size: n.batch_size,
+                    drop_last: false,
+                    per_epoch: true,
+                    pad: Vec::new(),
+                    read: batch_reads,
+                    ragged: true,
+                    slots: Vec::new(),
+                };
+                self.add(batch, one_thread());
+                let ops = vec![ChainOp {
                     op: n.op.clone(),
-                    mode: n.mode,
-                    on_error: n.on_error,
+                    mode: ElemMode::Map,
+                    on_error: OnError::Raise,
+                    op_id: n.op_id,
+                }];
+                self.add(StageKind::Chain { read: false, ops }, threads(self.opts));
+                self.add(StageKind::Unbatch, one_thread());
+            }
+            LogicalPlan::ShuffleBuffer(n) => self.add(
+                StageKind::ShuffleBuffer {
+                    size: n.size,
+                    seed: shuffle_seed(n.seed, self.opts),
                     op_id: n.op_id,
                 },
-                &mut needs_read,
+                one_thread(),
             ),
-            other => {
-                // A batch straight after a columnar source reads it column by column (a
-                // fusion: plans the optimizer makes or applies, lowered unfused, keep the
-                // read in its own stage).
-                let batch_reads = needs_read
-                    && opts.fuse_ops
-                    && matches!(other, LogicalPlan::Batch(_) | LogicalPlan::MapBatches(_))
-                    && source.columnar();
-                if needs_read && !matches!(other, LogicalPlan::Source(_)) && is_stage(other) {
-                    if !batch_reads {
-                        stages.push(stage(
-                            StageKind::Chain {
-                                read: true,
-                                ops: vec![],
-                            },
-                            threads(),
-                        ));
-                    }
-                    needs_read = false;
-                }
-                match other {
-                    LogicalPlan::Batch(n) => stages.push(stage(
-                        StageKind::Batch {
-                            size: n.size,
-                            drop_last: n.drop_last,
-                            per_epoch: repeat_after_batch,
-                            pad: n.pad.clone(),
-                            read: batch_reads,
-                            ragged: n.ragged,
-                            slots: Vec::new(),
-                        },
-                        Variant::Threads { threads: 1 },
-                    )),
-                    LogicalPlan::MapBatches(n) => {
-                        stages.push(stage(
-                            StageKind::Batch {
-                                size: n.batch_size,
-                                drop_last: false,
-                                per_epoch: true,
-                                pad: Vec::new(),
-                                read: batch_reads,
-                                ragged: true,
-                                slots: Vec::new(),
-                            },
-                            Variant::Threads { threads: 1 },
-                        ));
-                        stages.push(stage(
-                            StageKind::Chain {
-                                read: false,
-                                ops: vec![ChainOp {
-                                    op: n.op.clone(),
-                                    mode: ElemMode::Map,
-                                    on_error: OnError::Raise,
-                                    op_id: n.op_id,
-                                }],
-                            },
-                            threads(),
-                        ));
-                        stages.push(stage(StageKind::Unbatch, Variant::Threads { threads: 1 }));
-                    }
-                    LogicalPlan::ShuffleBuffer(n) => stages.push(stage(
-                        StageKind::ShuffleBuffer {
-                            size: n.size,
-                            seed: shuffle_seed(n.seed, opts),
-                            op_id: n.op_id,
-                        },
-                        Variant::Threads { threads: 1 },
-                    )),
-                    LogicalPlan::Cache(n) => {
-                        // Everything so far is maps over the source (checked when the node
-                        // was built): they move into the cached source.
-                        let ops: Vec<ChainOp> = stages
-                            .drain(..)
-                            .flat_map(|s| match s.kind {
-                                StageKind::Chain { ops, .. } => ops,
-                                _ => vec![],
-                            })
-                            .collect();
-                        source = Arc::new(crate::cache::CachedSource::new(
-                            source.clone(),
-                            ops,
-                            n.budget,
-                            n.disk_budget,
-                        )?);
-                        needs_read = true;
-                    }
-                    LogicalPlan::Take(n) => stages.push(stage(
-                        StageKind::Take { n: n.n },
-                        Variant::Threads { threads: 1 },
-                    )),
-                    LogicalPlan::Pack(n) => stages.push(stage(
-                        StageKind::Pack(n.spec.clone()),
-                        Variant::Threads { threads: 1 },
-                    )),
-                    LogicalPlan::Prefetch(n) => {
-                        if let Some(last) = stages.last_mut() {
-                            last.queue_depth = n.depth;
-                        }
-                    }
-                    _ => {}
+            LogicalPlan::Cache(n) => {
+                // Everything so far is maps over the source (checked when the node was
+                // built): they move into the cached source.
+                let ops: Vec<ChainOp> = self
+                    .stages
+                    .drain(..)
+                    .flat_map(|s| match s.kind {
+                        StageKind::Chain { ops, .. } => ops,
+                        _ => vec![],
+                    })
+                    .collect();
+                self.source = Arc::new(crate::cache::CachedSource::new(
+                    self.source.clone(),
+                    ops,
+                    n.budget,
+                    n.disk_budget,
+                )?);
+                self.needs_read = true;
+            }
+            LogicalPlan::Take(n) => self.add(StageKind::Take { n: n.n }, one_thread()),
+            LogicalPlan::Pack(n) => self.add(StageKind::Pack(n.spec.clone()), one_thread()),
+            LogicalPlan::Prefetch(n) => {
+                if let Some(last) = self.stages.last_mut() {
+                    last.queue_depth = n.depth;
                 }
             }
+            _ => {}
         }
+        Ok(())
     }
-    if needs_read {
-        stages.push(stage(
-            StageKind::Chain {
-                read: true,
-                ops: vec![],
-            },
-            threads(),
-        ));
-    }
+}
+
+/// The plan-wide defaults once every step has its stage: a final `take` inline, every stage
+/// in the consumer when asked, the prefetch depth of a final batch, op fusion.
+fn finish(stages: &mut [Stage], nodes: &[Arc<LogicalPlan>], opts: &LowerOptions) {
     // Python stages run on a background thread like the rest, not inline in the consumer:
     // a training step releases the GIL while the accelerator works, and that is when a
     // background thread prepares the next batch. With chunks sized to the work (see
@@ -340,7 +408,7 @@ pub fn lower(plan: &Arc<LogicalPlan>, opts: &LowerOptions) -> Result<PhysicalPla
         .iter()
         .any(|n| matches!(**n, LogicalPlan::Prefetch(_)));
     if opts.in_consumer {
-        for s in &mut stages {
+        for s in stages.iter_mut() {
             s.variant = Variant::Inline;
         }
     }
@@ -350,20 +418,8 @@ pub fn lower(plan: &Arc<LogicalPlan>, opts: &LowerOptions) -> Result<PhysicalPla
         }
     }
     if opts.fuse_ops {
-        crate::plan::fuse::fuse_ops(&mut stages);
+        crate::plan::fuse::fuse_ops(stages);
     }
-    Ok(PhysicalPlan {
-        source: SourceStage {
-            source,
-            order,
-            stream_epochs,
-            chunk_size: opts.chunk_size,
-            max_chunk: opts.max_chunk.max(opts.chunk_size),
-            queue_depth: opts.queue_depth,
-        },
-        stages,
-        delivery: Default::default(),
-    })
 }
 
 fn is_stage(node: &LogicalPlan) -> bool {

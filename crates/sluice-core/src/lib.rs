@@ -1,4 +1,5 @@
-//! sluice core: the data model, logical and physical plans, and the executor.
+//! sluice core: logical and physical plans and the executor, on the data model of
+//! `sluice-model` (re-exported whole: `sluice_core::Sample` is `sluice_model::Sample`).
 //!
 //! A pipeline is built as a [`LogicalPlan`] (what the user wrote), lowered to a
 //! [`PhysicalPlan`] (stages, variants, queue depths) and run by an [`Execution`].
@@ -14,26 +15,20 @@
 //! # Ok::<(), sluice_core::Error>(())
 //! ```
 
+pub use sluice_model::{
+    clock, codec, cores, error, interrupt, name, order, rng, sample, scratch, value,
+};
+pub use sluice_model::{field_names, with_tensor_data};
+
 pub mod cache;
-pub mod clock;
-pub mod codec;
 pub mod collate;
-pub mod cores;
-pub mod error;
 pub mod exec;
-pub mod interrupt;
 pub mod mix;
-pub mod name;
 pub mod op;
-pub mod order;
 pub mod plan;
 pub mod recycle;
-pub mod rng;
-pub mod sample;
-pub mod scratch;
 pub mod source;
 pub mod stats;
-pub mod value;
 
 pub use collate::{collate, uncollate};
 pub use error::{Error, ExternalError, Result, SampleRef};

@@ -10,7 +10,7 @@ use crate::rng::{combine, mix64};
 /// next even power of two, with cycle-walking to stay inside `0..n`.
 ///
 /// ```
-/// use sluice_core::Permutation;
+/// use sluice_model::Permutation;
 /// let p = Permutation::new(10, 7);
 /// let mut seen: Vec<u64> = (0..10).map(|i| p.apply(i)).collect();
 /// seen.sort();
@@ -61,7 +61,7 @@ impl Permutation {
 /// delivers in turn are the ones a single process makes.
 ///
 /// ```
-/// use sluice_core::order::ShardSpec;
+/// use sluice_model::order::ShardSpec;
 /// let s = ShardSpec::try_new(1, 2, false).unwrap().with_block(3).unwrap();
 /// // blocks [0,1,2] [3,4,5] [6,7,8] [9]: rank 1 gets the second and the fourth
 /// assert_eq!(s.len(10), 4);
@@ -189,7 +189,7 @@ pub const ENDLESS_PASS_EPOCHS: u64 = 1 << 32;
 /// permutation or augmentation draws, and iteration 0 is the data epochs a pipeline always had.
 ///
 /// ```
-/// use sluice_core::order::first_epoch;
+/// use sluice_model::order::first_epoch;
 /// assert_eq!(first_epoch(3, Some(1)).unwrap(), 3);
 /// assert_eq!(first_epoch(3, Some(2)).unwrap(), 6);
 /// assert!(first_epoch(u64::MAX, Some(2)).is_err());

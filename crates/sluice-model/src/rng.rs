@@ -25,7 +25,7 @@ pub fn combine(key: u64, word: u64) -> u64 {
 /// A small deterministic generator for one (seed, epoch, index, op) coordinate.
 ///
 /// ```
-/// use sluice_core::SampleRng;
+/// use sluice_model::SampleRng;
 /// let mut a = SampleRng::new(42, 0, 7, 3);
 /// let mut b = SampleRng::new(42, 0, 7, 3);
 /// assert_eq!(a.next_u64(), b.next_u64());

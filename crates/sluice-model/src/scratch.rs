@@ -19,11 +19,11 @@
 //!   file the trainer can write) makes creation fail instead of writing through it.
 //!
 //! ```
-//! let d = sluice_core::scratch::dir()?;
-//! let f = d.join(format!("example-{}", sluice_core::scratch::random_hex()));
-//! sluice_core::scratch::create_new_file(&f, 0o600).unwrap();
+//! let d = sluice_model::scratch::dir()?;
+//! let f = d.join(format!("example-{}", sluice_model::scratch::random_hex()));
+//! sluice_model::scratch::create_new_file(&f, 0o600).unwrap();
 //! assert!(f.exists());
-//! # Ok::<(), sluice_core::Error>(())
+//! # Ok::<(), sluice_model::Error>(())
 //! ```
 
 use std::collections::HashSet;
@@ -41,7 +41,7 @@ use crate::error::{Error, Result};
 /// Computed per call so that a forked child never names its files with its parent's tag.
 ///
 /// ```
-/// let t = sluice_core::scratch::tag();
+/// let t = sluice_model::scratch::tag();
 /// assert!(t.starts_with(&format!("{}.", std::process::id())));
 /// assert_eq!(t.split('.').count(), 3);
 /// ```
@@ -72,7 +72,7 @@ fn pid_namespace() -> Option<u64> {
 /// unpredictable part of a name another user must not guess.
 ///
 /// ```
-/// assert_ne!(sluice_core::scratch::random_hex(), sluice_core::scratch::random_hex());
+/// assert_ne!(sluice_model::scratch::random_hex(), sluice_model::scratch::random_hex());
 /// ```
 pub fn random_hex() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -115,7 +115,7 @@ pub fn dead_process() -> (u32, String) {
 /// still be running. Anything that is not a tag counts as alive, so it is never removed.
 ///
 /// ```
-/// use sluice_core::scratch::{owner_alive, tag};
+/// use sluice_model::scratch::{owner_alive, tag};
 /// assert!(owner_alive(&tag()));
 /// assert!(owner_alive("not-a-tag"));
 /// ```
@@ -160,7 +160,7 @@ pub fn owner_alive(tag: &str) -> bool {
 /// looks like a tag (one to three dot-separated numbers).
 ///
 /// ```
-/// use sluice_core::scratch::owner_in;
+/// use sluice_model::scratch::owner_in;
 /// assert_eq!(owner_in("sluice-spill-12.345-ab", "sluice-spill-"), Some("12.345"));
 /// assert_eq!(owner_in("sluice-spill-12-0", "sluice-spill-"), Some("12"));
 /// assert_eq!(owner_in("12.34.56-x", ""), Some("12.34.56"));

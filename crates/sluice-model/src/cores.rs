@@ -6,7 +6,7 @@
 /// would over-subscribe a machine that is smaller than guessed.
 ///
 /// ```
-/// assert!(sluice_core::cores::cores() >= 1);
+/// assert!(sluice_model::cores::cores() >= 1);
 /// ```
 pub fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())

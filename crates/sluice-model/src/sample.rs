@@ -22,7 +22,7 @@ field_names!(OBJECT = "object");
 /// An ordered map of named fields.
 ///
 /// ```
-/// use sluice_core::{Sample, Value};
+/// use sluice_model::{Sample, Value};
 /// let mut s = Sample::new();
 /// s.set("id", Value::Int(3));
 /// assert_eq!(s.get("id"), Some(&Value::Int(3)));

@@ -35,7 +35,7 @@ impl fmt::Display for SampleRef {
 /// Every error sluice reports.
 ///
 /// ```
-/// use sluice_core::Error;
+/// use sluice_model::Error;
 /// let e = Error::invalid("batch size must be > 0, got 0");
 /// assert!(e.to_string().contains("batch size"));
 /// ```
@@ -124,7 +124,7 @@ impl Error {
     /// temporarily unavailable"): a [`Error::Resource`] saying which limit to look at.
     ///
     /// ```
-    /// use sluice_core::Error;
+    /// use sluice_model::Error;
     /// let e = Error::no_thread("stage 'map'", std::io::Error::from_raw_os_error(11));
     /// assert!(e.to_string().contains("ulimit -u"), "{e}");
     /// assert!(matches!(e, Error::Resource(_)));

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 /// A field name: interned text, or shared text once the interned set is full.
 ///
 /// ```
-/// use sluice_core::Name;
+/// use sluice_model::Name;
 /// let a = Name::new("image");
 /// let b = Name::from(String::from("image"));
 /// assert_eq!(a, b);

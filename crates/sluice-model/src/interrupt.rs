@@ -3,7 +3,7 @@
 //! end with [`Error::Cancelled`](crate::Error::Cancelled); the caller raises the interrupt.
 //!
 //! ```
-//! use sluice_core::interrupt;
+//! use sluice_model::interrupt;
 //! assert!(!interrupt::requested());
 //! interrupt::request();
 //! assert!(interrupt::requested());

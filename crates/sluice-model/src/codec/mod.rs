@@ -15,7 +15,7 @@
 //! give a [`CodecError`], never a panic or a huge allocation.
 //!
 //! ```
-//! use sluice_core::{codec, Sample, Value};
+//! use sluice_model::{codec, Sample, Value};
 //! let s = Sample::from_pairs([("k", Value::from("a")), ("x", Value::Float(0.5))]);
 //! let mut rec = Vec::new();
 //! codec::encode_sample(&s, &mut rec);

@@ -169,7 +169,7 @@ pub type Shape = SmallVec<[usize; 4]>;
 /// An n-dimensional array: dtype + shape + a shared, copy-on-write buffer (row-major).
 ///
 /// ```
-/// use sluice_core::{Tensor, TensorData};
+/// use sluice_model::{Tensor, TensorData};
 /// let t = Tensor::new(vec![2, 2], TensorData::U8(vec![1, 2, 3, 4])).unwrap();
 /// assert_eq!(t.shape(), &[2, 2]);
 /// ```
@@ -253,7 +253,7 @@ pub enum Value {
 /// sample made by [`crate::Sample::from_object`].
 ///
 /// ```
-/// use sluice_core::{Object, Sample};
+/// use sluice_model::{Object, Sample};
 /// let s = Sample::from_object(Object::new(String::from("a Python dict, say")));
 /// let o = s.into_object().unwrap();
 /// assert_eq!(o.downcast::<String>().unwrap().as_str(), "a Python dict, say");

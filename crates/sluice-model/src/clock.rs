@@ -6,9 +6,9 @@ use std::time::Duration;
 /// CPU time consumed by the calling thread so far.
 ///
 /// ```
-/// let t0 = sluice_core::clock::thread_cpu();
+/// let t0 = sluice_model::clock::thread_cpu();
 /// let x: u64 = (0..1_000_000u64).map(std::hint::black_box).sum();
-/// assert!(x > 0 && sluice_core::clock::thread_cpu() >= t0);
+/// assert!(x > 0 && sluice_model::clock::thread_cpu() >= t0);
 /// ```
 pub fn thread_cpu() -> Duration {
     let mut ts = libc::timespec {

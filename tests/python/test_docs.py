@@ -72,3 +72,30 @@ def test_readme_your_own_data_example_runs():
     section = text.split("## Your own data", 1)[1].split("\n## ", 1)[0]
     (code,) = re.findall(r"```python\n(.*?)```", section, flags=re.S)
     exec(compile(code, "README 'Your own data'", "exec"), {})
+
+
+def test_the_architecture_crate_map_is_the_workspace_s():
+    """docs/ARCHITECTURE.md's crate map lists each crate's sluice dependencies as Cargo.toml
+    says (`cargo metadata`, normal dependencies)."""
+    import json
+    import shutil
+    import subprocess
+
+    if shutil.which("cargo") is None:
+        pytest.skip("cargo is not on PATH")
+    text = (ROOT / "docs/ARCHITECTURE.md").read_text()
+    block = re.search(r"```crate-deps\n(.*?)```", text, flags=re.S).group(1)
+    documented = {}
+    for line in block.strip().splitlines():
+        name, _, deps = line.partition(":")
+        documented[name.strip()] = sorted(d.strip() for d in deps.split(",") if d.strip())
+    meta = json.loads(subprocess.run(
+        ["cargo", "metadata", "--no-deps", "--format-version", "1", "--offline"],
+        cwd=ROOT, capture_output=True, text=True, check=True, timeout=120,
+    ).stdout)
+    ours = {p["name"] for p in meta["packages"]}
+    actual = {
+        p["name"]: sorted(d["name"] for d in p["dependencies"] if d["name"] in ours and d["kind"] is None)
+        for p in meta["packages"]
+    }
+    assert documented == actual

@@ -296,6 +296,9 @@ impl Source for CachedSource {
     fn name(&self) -> &str {
         self.inner.name()
     }
+    fn input(&self) -> Option<Arc<crate::LogicalPlan>> {
+        self.inner.input()
+    }
     fn spec(&self) -> serde_json::Value {
         let ops: Vec<serde_json::Value> = self.ops.iter().map(|o| o.op.spec()).collect();
         serde_json::json!({"cache": {"source": self.inner.spec(), "ops": ops,

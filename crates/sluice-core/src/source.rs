@@ -125,6 +125,10 @@ pub trait Source: Send + Sync + fmt::Debug {
     /// through `run` rather than on threads of its own: the caller plans and starts it as it
     /// does the run that asked (its processes, Ray actors, thread count), with the seed and
     /// thread count the source gives. Sources without such an input keep the default.
+    /// The pipeline this source reads whole before serving samples (a sort's input), if any.
+    fn input(&self) -> Option<Arc<crate::LogicalPlan>> {
+        None
+    }
     fn prepare_with(&self, num_threads: usize, run: &InputRunner<'_>) -> Result<()> {
         let _ = run;
         self.prepare(num_threads)

@@ -295,6 +295,9 @@ impl Source for BlockingSource {
     fn prepare(&self, num_threads: usize) -> Result<()> {
         self.done(Some(num_threads), None).map(|_| ())
     }
+    fn input(&self) -> Option<Arc<LogicalPlan>> {
+        Some(self.inner.input.clone())
+    }
     fn prepare_with(&self, num_threads: usize, run: &InputRunner<'_>) -> Result<()> {
         self.done(Some(num_threads), Some(run)).map(|_| ())
     }

@@ -56,9 +56,15 @@ fn keeps_positions(node: &LogicalPlan) -> bool {
 pub fn split_point(plan: &Arc<LogicalPlan>) -> SplitPoint {
     let chain = plan.chain();
     let at = 1 + chain[1..].iter().take_while(|n| keeps_positions(n)).count();
+    // A shard before a blocking step (a sort of one rank's shard) counts too: sharding
+    // again after it would leave each rank a part of its part.
     let sharded = chain[..at]
         .iter()
-        .any(|n| matches!(**n, LogicalPlan::Shard(_)));
+        .any(|n| matches!(**n, LogicalPlan::Shard(_)))
+        || chain[0]
+            .source()
+            .input()
+            .is_some_and(|i| sharded_anywhere(&i));
     let block = match chain.get(at).map(|n| &**n) {
         Some(LogicalPlan::Batch(b)) => Some(b.size as u64),
         _ => None,
@@ -81,6 +87,15 @@ pub fn split_point(plan: &Arc<LogicalPlan>) -> SplitPoint {
 /// assert_eq!(part.describe(), "batch(2, drop_last=false)");
 /// # Ok::<(), sluice_core::Error>(())
 /// ```
+fn sharded_anywhere(plan: &Arc<LogicalPlan>) -> bool {
+    let chain = plan.chain();
+    chain.iter().any(|n| matches!(**n, LogicalPlan::Shard(_)))
+        || chain[0]
+            .source()
+            .input()
+            .is_some_and(|i| sharded_anywhere(&i))
+}
+
 pub fn insert_shards(plan: &Arc<LogicalPlan>, shards: &[ShardSpec]) -> Result<Arc<LogicalPlan>> {
     if shards.is_empty() {
         return Ok(plan.clone());

@@ -27,7 +27,17 @@ const PROFILE_SECONDS: f64 = 5.0;
 /// The plans `optimize` made for one dataset (shared by its clones), by (options, seed).
 #[derive(Debug, Default)]
 pub(crate) struct AutoPlans {
-    plans: Mutex<HashMap<(String, u64), Auto>>,
+    plans: Mutex<HashMap<Key, Auto>>,
+}
+
+/// The optimizer options (as JSON) and the seed a plan is made for.
+type Key = (String, u64);
+
+fn key(options: &OptimizerOptions, opts: &IterOptions) -> Key {
+    (
+        serde_json::to_string(options).unwrap_or_default(),
+        opts.seed,
+    )
 }
 
 #[derive(Debug)]
@@ -37,11 +47,20 @@ enum Auto {
     Planned(Arc<Plan>),
 }
 
+/// What is kept for a key, as far as it goes now.
+enum Kept {
+    Plan(Arc<Plan>),
+    /// A run timed its ops, too few yet to plan from.
+    TooFew,
+    /// Nothing ran with these options and seed.
+    Nothing,
+}
+
 /// What a run with `optimize` set does: run this plan, or time its ops (the first run).
 pub(crate) struct AutoRun {
     pub opts: IterOptions,
     /// The run times its ops for the plan: register its statistics when it starts.
-    pub timing: Option<(String, u64)>,
+    pub timing: Option<Key>,
 }
 
 fn profile_options(seed: u64) -> ProfileOptions {
@@ -53,71 +72,52 @@ fn profile_options(seed: u64) -> ProfileOptions {
     }
 }
 
+impl AutoPlans {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Auto>> {
+        self.plans.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
 impl Dataset {
     /// The options `opts` resolve to when `opts.optimize` is set and no plan is given: the
     /// plan made for these options and seed, or a run timing its ops for one.
     pub(crate) fn auto_run(&self, opts: &IterOptions) -> Result<AutoRun> {
-        let (Some(options), None) = (&opts.optimize, &opts.plan) else {
-            return Ok(AutoRun {
-                opts: opts.clone(),
-                timing: None,
-            });
+        let run = |plan: Option<Arc<Plan>>, timing: Option<Key>| AutoRun {
+            opts: IterOptions {
+                plan: plan.or_else(|| opts.plan.clone()),
+                time_ops: opts.time_ops || timing.is_some(),
+                ..opts.clone()
+            },
+            timing,
         };
-        let planned = |plan: Arc<Plan>| IterOptions {
-            plan: Some(plan),
-            ..opts.clone()
+        let (Some(options), None) = (&opts.optimize, &opts.plan) else {
+            return Ok(run(None, None));
         };
         if matches!(opts.context, RunContext::Remote { .. }) {
             // Planned for this cluster's CPUs and prices: not kept.
-            let plan = Arc::new(self.profiled_plan(options, opts)?);
-            return Ok(AutoRun {
-                opts: planned(plan),
-                timing: None,
-            });
+            return Ok(run(
+                Some(Arc::new(self.profiled_plan(options, opts)?)),
+                None,
+            ));
         }
-        let key = (
-            serde_json::to_string(options).unwrap_or_default(),
-            opts.seed,
-        );
-        let mut plans = self
-            .auto_plans()
-            .plans
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        let plan = match plans.get(&key) {
-            Some(Auto::Planned(plan)) => plan.clone(),
-            Some(Auto::Timing(stats)) => match self.plan_from_run(stats, options, opts)? {
-                Some(plan) => plan,
-                None => Arc::new(self.profiled_plan(options, opts)?),
-            },
-            None if matches!(opts.context, RunContext::Processes { .. }) => {
-                Arc::new(self.profiled_plan(options, opts)?)
+        let key = key(options, opts);
+        let mut plans = self.auto_plans().lock();
+        let plan = match self.kept(&mut plans, &key, options, opts)? {
+            Kept::Plan(plan) => return Ok(run(Some(plan), None)),
+            Kept::Nothing if !matches!(opts.context, RunContext::Processes { .. }) => {
+                return Ok(run(None, Some(key)));
             }
-            None => {
-                return Ok(AutoRun {
-                    opts: IterOptions {
-                        time_ops: true,
-                        ..opts.clone()
-                    },
-                    timing: Some(key),
-                })
-            }
+            // Too short a timed run, or stages in other processes, whose ops this process
+            // cannot time: a profile first.
+            Kept::TooFew | Kept::Nothing => Arc::new(self.profiled_plan(options, opts)?),
         };
         plans.insert(key, Auto::Planned(plan.clone()));
-        Ok(AutoRun {
-            opts: planned(plan),
-            timing: None,
-        })
+        Ok(run(Some(plan), None))
     }
 
     /// Keeps the statistics of the run timing its ops for `key`'s plan.
-    pub(crate) fn auto_timing(&self, key: (String, u64), stats: Arc<PipelineStats>) {
-        let mut plans = self
-            .auto_plans()
-            .plans
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        plans.insert(key, Auto::Timing(stats));
+    pub(crate) fn auto_timing(&self, key: Key, stats: Arc<PipelineStats>) {
+        self.auto_plans().lock().insert(key, Auto::Timing(stats));
     }
 
     /// The optimizer plan a run with `opts` executes: `opts.plan`, or with `opts.optimize`
@@ -137,24 +137,31 @@ impl Dataset {
         let (Some(options), None) = (&opts.optimize, &opts.plan) else {
             return Ok(opts.plan.clone());
         };
-        let key = (
-            serde_json::to_string(options).unwrap_or_default(),
-            opts.seed,
-        );
-        let mut plans = self
-            .auto_plans()
-            .plans
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        let plan = match plans.get(&key) {
-            Some(Auto::Planned(plan)) => return Ok(Some(plan.clone())),
-            Some(Auto::Timing(stats)) => self.plan_from_run(stats, options, opts)?,
-            None => None,
-        };
-        if let Some(plan) = &plan {
-            plans.insert(key, Auto::Planned(plan.clone()));
+        let key = key(options, opts);
+        match self.kept(&mut self.auto_plans().lock(), &key, options, opts)? {
+            Kept::Plan(plan) => Ok(Some(plan)),
+            Kept::TooFew | Kept::Nothing => Ok(None),
         }
-        Ok(plan)
+    }
+
+    /// The plan kept for `key`, made now from its timed run if that has timed enough.
+    fn kept(
+        &self,
+        plans: &mut HashMap<Key, Auto>,
+        key: &Key,
+        options: &OptimizerOptions,
+        opts: &IterOptions,
+    ) -> Result<Kept> {
+        let plan = match plans.get(key) {
+            Some(Auto::Planned(plan)) => return Ok(Kept::Plan(plan.clone())),
+            Some(Auto::Timing(stats)) => match self.plan_from_run(stats, options, opts)? {
+                Some(plan) => plan,
+                None => return Ok(Kept::TooFew),
+            },
+            None => return Ok(Kept::Nothing),
+        };
+        plans.insert(key.clone(), Auto::Planned(plan.clone()));
+        Ok(Kept::Plan(plan))
     }
 
     /// The plan from a timed run's step times, once it has timed enough samples.

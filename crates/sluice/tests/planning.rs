@@ -13,8 +13,8 @@ use sluice::*;
 use sluice_optimizer::{OptimizerOptions, ProfileOptions};
 
 /// An op flagged as Python code (GIL-bound), as a UDF is; like a UDF it has a form that
-/// leaves its results as the consumer's objects (named with " as objects" here, so the plan
-/// shows the swap).
+/// leaves its results as the consumer's objects (named "kept" here, so the plan shows the
+/// swap).
 #[derive(Debug)]
 struct Py(&'static str);
 impl Op for Py {
@@ -22,25 +22,7 @@ impl Op for Py {
         self.0
     }
     fn keeping_objects(&self) -> Option<OpRef> {
-        Some(Arc::new(Kept(self.0)))
-    }
-    fn spec(&self) -> serde_json::Value {
-        serde_json::json!({"op": self.0})
-    }
-    fn meta(&self) -> OpMeta {
-        OpMeta::opaque(true)
-    }
-    fn apply(&self, s: Sample, _: &OpContext) -> Result<Emit> {
-        Ok(Emit::One(s))
-    }
-}
-
-/// [`Py`] leaving its results as objects.
-#[derive(Debug)]
-struct Kept(&'static str);
-impl Op for Kept {
-    fn name(&self) -> &str {
-        "kept"
+        (self.0 != "kept").then(|| Arc::new(Py("kept")) as OpRef)
     }
     fn spec(&self) -> serde_json::Value {
         serde_json::json!({"op": self.0})

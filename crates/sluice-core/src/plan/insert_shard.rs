@@ -118,24 +118,9 @@ mod tests {
     use super::*;
     use crate::plan::logical::*;
     use crate::source::{RangeSource, Source, SourceRef};
-    use crate::{Emit, Op, OpContext, OpMeta, Sample};
+    use crate::Sample;
 
-    #[derive(Debug)]
-    struct Keep;
-    impl Op for Keep {
-        fn name(&self) -> &str {
-            "keep"
-        }
-        fn spec(&self) -> serde_json::Value {
-            serde_json::json!({"op": "keep"})
-        }
-        fn meta(&self) -> OpMeta {
-            OpMeta::opaque(false)
-        }
-        fn apply(&self, s: Sample, _cx: &OpContext) -> Result<Emit> {
-            Ok(Emit::One(s))
-        }
-    }
+    use crate::plan::test_ops::Keep;
 
     /// Stands in for a blocking step's source (sluice-relational's): a random-access source
     /// whose input is a plan of its own.

@@ -140,24 +140,8 @@ mod tests {
     use super::*;
     use crate::plan::logical::*;
     use crate::source::{RangeSource, SourceRef};
-    use crate::{Emit, Op, OpContext, OpMeta, Result, Sample};
 
-    #[derive(Debug)]
-    struct Keep;
-    impl Op for Keep {
-        fn name(&self) -> &str {
-            "keep"
-        }
-        fn spec(&self) -> serde_json::Value {
-            serde_json::json!({"op": "keep"})
-        }
-        fn meta(&self) -> OpMeta {
-            OpMeta::opaque(false)
-        }
-        fn apply(&self, s: Sample, _cx: &OpContext) -> Result<Emit> {
-            Ok(Emit::One(s))
-        }
-    }
+    use crate::plan::test_ops::Keep;
 
     type Node = Arc<LogicalPlan>;
 

@@ -10,3 +10,5 @@ pub mod objects;
 pub mod physical;
 pub mod rows;
 pub mod slots;
+#[cfg(test)]
+pub(crate) mod test_ops;

@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+pub mod endpoint;
 pub mod ops;
+pub mod prometheus;
 pub mod series;
 
 use series::{Point, Series, StagePoint};

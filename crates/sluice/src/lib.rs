@@ -17,6 +17,7 @@ mod inspect;
 mod mixing;
 mod optimize;
 mod relational;
+pub mod report;
 mod spec;
 mod state;
 

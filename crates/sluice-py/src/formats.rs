@@ -1,6 +1,7 @@
 //! Bindings of the data-at-rest API: Arrow import and export (the Arrow C stream interface, as
 //! PyCapsules) and the Parquet / JSONL sinks (the readers are in `sources`).
-//! Translation only; every long call runs with the GIL released.
+//! Translation only; every long call runs with the GIL released, checking for Ctrl-C
+//! ([`crate::gil::released`]).
 
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
@@ -10,6 +11,7 @@ use sluice::{Dataset, Error, SinkOptions};
 
 use crate::dataset::PyDataset;
 use crate::errors::IntoPy;
+use crate::gil::released;
 use crate::options::RunArgs;
 
 const STREAM: &std::ffi::CStr = c"arrow_array_stream";
@@ -18,7 +20,7 @@ fn py_ds(
     py: Python<'_>,
     f: impl FnOnce() -> sluice::Result<Dataset> + Send,
 ) -> PyResult<PyDataset> {
-    py.detach(f).py().map(|ds| PyDataset { ds })
+    released(py, f)?.py().map(|ds| PyDataset { ds })
 }
 
 /// A dataset over the batches of an Arrow C stream capsule (`obj.__arrow_c_stream__()`).
@@ -59,7 +61,7 @@ fn write_parquet(
         ..Default::default()
     }
     .options(py)?;
-    py.detach(|| ds.ds.write_parquet(&dir, &sink, &opts)).py()
+    released(py, || ds.ds.write_parquet(&dir, &sink, &opts))?.py()
 }
 
 #[pyfunction]
@@ -82,17 +84,30 @@ fn write_jsonl(
         ..Default::default()
     }
     .options(py)?;
-    py.detach(|| ds.ds.write_jsonl(&dir, &sink, &opts)).py()
+    released(py, || ds.ds.write_jsonl(&dir, &sink, &opts))?.py()
 }
 
-/// Pulls each batch with the GIL released: the consumer (pyarrow) may hold it while Python
-/// UDFs in the pipeline need it.
+/// Pulls each batch with the GIL released (the consumer, pyarrow, may hold it while Python
+/// UDFs in the pipeline need it), checking for Ctrl-C while the pipeline makes it. A Ctrl-C
+/// stops the run and ends the stream with an error naming the `KeyboardInterrupt`: the Arrow
+/// C stream interface carries only a message, so the consumer raises its own exception type
+/// (pyarrow: `ArrowInvalid`). (The first batch is made by `to_arrow_stream`, which raises the
+/// `KeyboardInterrupt` itself.)
 struct Detached<R>(R);
 
 impl<R: RecordBatchReader + Send> Iterator for Detached<R> {
     type Item = <R as Iterator>::Item;
     fn next(&mut self) -> Option<Self::Item> {
-        Python::attach(|py| py.detach(|| self.0.next()))
+        Python::attach(|py| match released(py, || self.0.next()) {
+            Ok(next) => next,
+            Err(e) => {
+                let ty = e.get_type(py).name().map(|n| n.to_string());
+                let why = format!("interrupted ({})", ty.unwrap_or_default());
+                Some(Err(sluice::arrow_schema::ArrowError::ExternalError(
+                    why.into(),
+                )))
+            }
+        })
     }
 }
 
@@ -118,7 +133,7 @@ fn to_arrow_stream<'py>(
         ..Default::default()
     }
     .options(py)?;
-    let batches = py.detach(|| ds.ds.arrow_batches(batch_rows, &opts)).py()?;
+    let batches = released(py, || ds.ds.arrow_batches(batch_rows, &opts))?.py()?;
     let stream = FFI_ArrowArrayStream::new(Box::new(Detached(batches)));
     PyCapsule::new_with_value(py, stream, STREAM)
 }

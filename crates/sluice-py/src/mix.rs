@@ -18,9 +18,10 @@ fn mix(
     let stop: StopPolicy = stop.parse().py()?;
     let children: Vec<Dataset> = datasets.iter().map(|d| d.ds.clone()).collect();
     // Mixing reads the inputs' lengths: a blocking input (sort, groupby) runs then.
-    let ds = py
-        .detach(|| Dataset::mix(&children, weights.as_deref(), seed, stop))
-        .py()?;
+    let ds = crate::gil::released(py, || {
+        Dataset::mix(&children, weights.as_deref(), seed, stop)
+    })?
+    .py()?;
     Ok(PyDataset { ds })
 }
 

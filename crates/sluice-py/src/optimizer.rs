@@ -41,7 +41,7 @@ fn profile(
         epoch_share,
     };
     // Python UDFs take the GIL per call; the rest runs without it.
-    let p = crate::errors::interruptible(py, || ds.ds.profile(&opts))?.py()?;
+    let p = crate::gil::released(py, || ds.ds.profile(&opts))?.py()?;
     Ok(p.to_json())
 }
 
@@ -88,9 +88,8 @@ fn optimize(
         ..Default::default()
     }
     .options(py)?;
-    let plan = py
-        .detach(|| ds.ds.optimize(&profile, &options, &iter))
-        .py()?;
+    // The planner does not look at the interrupt request: a Ctrl-C is raised when it ends.
+    let plan = crate::gil::released(py, || ds.ds.optimize(&profile, &options, &iter))?.py()?;
     Ok(plan.to_json())
 }
 
@@ -106,9 +105,7 @@ fn predict(
     let profile = Profile::from_json(profile_json).py()?;
     let plan = Plan::from_json(plan_json).py()?;
     let options = parse_options(options_json)?;
-    let p = py
-        .detach(|| ds.ds.predict(&profile, &plan, &options))
-        .py()?;
+    let p = crate::gil::released(py, || ds.ds.predict(&profile, &plan, &options))?.py()?;
     serde_json::to_string(&p).map_err(|e| PyValueError::new_err(e.to_string()))
 }
 
@@ -131,7 +128,9 @@ fn offload_plan(
         ..Default::default()
     }
     .options(py)?;
-    Ok(ds.ds.offload_plan(&opts, RAY, actors).py()?.to_json())
+    // Lowering may read a blocking source's length, which runs its input.
+    let plan = crate::gil::released(py, || ds.ds.offload_plan(&opts, RAY, actors))?.py()?;
+    Ok(plan.to_json())
 }
 
 #[pyfunction]

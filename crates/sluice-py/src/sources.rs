@@ -1,6 +1,7 @@
 //! Bindings of the sources that can be reopened: each `read_*` builds its [`SourceSpec`] and
 //! opens it through [`Dataset::open`] (the one path pipeline files, workers and unpickled
-//! datasets take too), with the GIL released. `open_source` / `Dataset.source_spec` carry
+//! datasets take too), with the GIL released ([`crate::gil::released`]: listing and
+//! opening files, maybe remote, can take long). `open_source` / `Dataset.source_spec` carry
 //! a source as its spec JSON (what a dataset pickles as).
 
 use std::collections::BTreeMap;
@@ -13,7 +14,7 @@ use crate::errors::IntoPy;
 
 /// Opens `spec`; returns the dataset and the records left out at open (`on_error="skip"`).
 fn open(py: Python<'_>, spec: SourceSpec) -> PyResult<(PyDataset, u64)> {
-    let ds = py.detach(|| Dataset::open(&spec)).py()?;
+    let ds = crate::gil::released(py, || Dataset::open(&spec))?.py()?;
     let skipped = ds.plan().source().skipped();
     Ok((PyDataset { ds }, skipped))
 }
@@ -40,9 +41,10 @@ fn configure_storage(prefix: &str, options: BTreeMap<String, String>) -> PyResul
 /// `seed` and `num_threads`.
 #[pyfunction]
 fn load_pipeline(py: Python<'_>, path: &str) -> PyResult<(PyDataset, u64, Option<usize>)> {
-    let (ds, opts) = py
-        .detach(|| sluice::PipelineSpec::load(path).and_then(|p| p.build()))
-        .py()?;
+    let (ds, opts) = crate::gil::released(py, || {
+        sluice::PipelineSpec::load(path).and_then(|p| p.build())
+    })?
+    .py()?;
     Ok((PyDataset { ds }, opts.seed, opts.num_threads))
 }
 
@@ -50,7 +52,7 @@ fn load_pipeline(py: Python<'_>, path: &str) -> PyResult<(PyDataset, u64, Option
 /// ([`sluice::read_small_file`]: regular files of at most 16 MiB, UTF-8).
 #[pyfunction]
 fn read_small_file(py: Python<'_>, path: &str, what: &str) -> PyResult<String> {
-    py.detach(|| sluice::read_small_file(path, what)).py()
+    crate::gil::released(py, || sluice::read_small_file(path, what))?.py()
 }
 
 /// The dataset of a spec JSON ([`SourceSpec`], as `Dataset.source_spec` gives it), and its

@@ -147,7 +147,7 @@ impl Op for PyUdf {
     /// The function pickled with cloudpickle (so lambdas and closures travel too), for a
     /// worker process or a Ray actor to rebuild the op.
     fn ship(&self) -> Result<serde_json::Value> {
-        let pickled: String = Python::attach(|py| {
+        let pickled: String = crate::gil::attach(|py| {
             py.import("sluice._worker")?
                 .call_method1("dumps", (self.func.bind(py),))?
                 .extract()
@@ -169,10 +169,10 @@ impl Op for PyUdf {
         }))
     }
     fn apply(&self, s: Sample, cx: &OpContext) -> Result<Emit> {
-        Python::attach(|py| self.call(py, s, cx, &mut None))
+        crate::gil::attach(|py| self.call(py, s, cx, &mut None))
     }
     fn apply_many(&self, inputs: Vec<(Sample, OpContext)>) -> Vec<Result<Emit>> {
-        Python::attach(|py| {
+        crate::gil::attach(|py| {
             let mut interrupted = false;
             let mut args = None;
             inputs

@@ -74,10 +74,10 @@ impl Source for MapSource {
         Some(self.len)
     }
     fn get(&self, index: u64) -> Result<Sample> {
-        Python::attach(|py| self.read(py, index))
+        crate::gil::attach(|py| self.read(py, index))
     }
     fn get_many(&self, indices: &[u64]) -> Vec<Result<Sample>> {
-        Python::attach(|py| {
+        crate::gil::attach(|py| {
             indices
                 .iter()
                 .map(|&i| {
@@ -141,7 +141,7 @@ impl Iterator for GenStream {
         let index = self.next;
         self.next += 1;
         let what = || format!("from_generator({}) item {index}", self.fn_name);
-        let out = Python::attach(|py| {
+        let out = crate::gil::attach(|py| {
             let item = self.it.bind(py).clone().next()?;
             Some(
                 item.map_err(|e| user_error(e, what))
@@ -178,7 +178,7 @@ impl Source for GeneratorSource {
     }
     /// `fn()` again: its iterator is the epoch's stream (the seed is not the generator's).
     fn stream_epoch(&self, _seed: u64, epoch: u64) -> Result<SampleStream> {
-        let it = Python::attach(|py| -> Result<Py<PyIterator>> {
+        let it = crate::gil::attach(|py| -> Result<Py<PyIterator>> {
             let what = || format!("from_generator({}): fn()", self.fn_name);
             let out = self
                 .func

@@ -2,6 +2,13 @@
 //! worker loop of `python -m sluice._worker`, and the `processes` backend registration.
 //! Translation only: the protocol, the pool and the stage rebuild live in `sluice-remote`;
 //! here are the Python pieces they need (unpickling UDFs, carrying exceptions).
+//!
+//! The entry points release the GIL with a plain `py.detach`, not [`crate::gil::released`]:
+//! they run the stage's Python functions on the calling thread on purpose, so a SIGINT aimed
+//! at a pool worker interrupts the function itself (see `sluice._worker`) and the run stops
+//! with that `KeyboardInterrupt` in the consumer; run on a helper thread, it would reach the
+//! waiting thread instead, which cannot stop a stage runner. A call runs one chunk, and the
+//! loop ends with its input: stopping a worker is its parent's job.
 
 use std::os::fd::FromRawFd;
 use std::sync::Arc;

@@ -108,6 +108,24 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Run a pipeline and write one self-contained HTML page about the run.
+    ///
+    /// The page shows the pipeline diagram, every stage's figures and plots over time, CPU
+    /// and memory, the batch-delay histogram, skips and the error that ended the run. A
+    /// failed run still gets its page (exit status 1).
+    Report {
+        /// Pipeline file (.toml or .json).
+        pipeline: String,
+        /// Where to write the page.
+        #[arg(short, long, default_value = "report.html")]
+        out: String,
+        /// Stop after this many outputs (default: the whole run).
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+        batches: Option<u64>,
+        /// Run this optimizer plan; the page compares its predictions with the run.
+        #[arg(long)]
+        plan: Option<String>,
+    },
     /// Profile a pipeline op by op: CPU time per sample, bytes in/out, selectivity.
     Profile {
         /// Pipeline file (.toml or .json).
@@ -245,6 +263,12 @@ fn run(cli: Cli) -> Result<(), sluice::Error> {
             }
             Ok(())
         }
+        Command::Report {
+            pipeline,
+            out,
+            batches,
+            plan,
+        } => report(&pipeline, &out, batches, plan.as_deref()),
         Command::Profile {
             pipeline,
             samples,
@@ -378,6 +402,58 @@ fn run(cli: Cli) -> Result<(), sluice::Error> {
             }
             Ok(())
         }
+    }
+}
+
+/// `sluice report`: runs the pipeline (up to `batches` outputs) as `run` does, then writes
+/// the page to `out` and prints its path. The page is written whether or not the run failed;
+/// a failure is then the command's error.
+fn report(
+    pipeline: &str,
+    out: &str,
+    batches: Option<u64>,
+    plan: Option<&str>,
+) -> Result<(), sluice::Error> {
+    let (ds, mut opts) = PipelineSpec::load(pipeline)?.build()?;
+    let mut plan_json = None;
+    if let Some(path) = plan {
+        let text = read(path, "plan file")?;
+        let plan = Plan::from_json(&text).map_err(|e| in_file(path, e))?;
+        plan_json = serde_json::to_value(&plan).ok();
+        opts.plan = Some(plan.into());
+    }
+    let mut exec = ds.iter(&opts)?;
+    let (mut outputs, mut failed) = (0u64, None);
+    while batches.is_none_or(|n| outputs < n) {
+        match exec.next_timeout(Duration::from_millis(200)) {
+            Next::Item(_) => outputs += 1,
+            Next::Rows(_, n) => outputs += n as u64,
+            Next::Err(e) => {
+                failed = Some(e);
+                break;
+            }
+            Next::Timeout => {}
+            Next::End => break,
+        }
+    }
+    exec.close(Duration::from_secs(5));
+    let stats = serde_json::to_value(exec.stats())
+        .map_err(|e| sluice::Error::invalid(format!("the run's statistics: {e}")))?;
+    let html = sluice::report::render_report(
+        &stats,
+        &ds.plan().to_string(),
+        plan_json.as_ref(),
+        sluice::report::DEFAULT_TITLE,
+    );
+    sluice::report::write_report(out, &html)
+        .map_err(|e| sluice::Error::invalid(format!("cannot write {out}: {e}")))?;
+    println!("{out}");
+    match failed {
+        Some(e) => {
+            eprintln!("the run failed; {out} shows where");
+            Err(e)
+        }
+        None => Ok(()),
     }
 }
 

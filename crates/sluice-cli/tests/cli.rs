@@ -166,3 +166,59 @@ fn optimize_times_the_first_pass_and_plans_from_it() {
         "{report}"
     );
 }
+
+/// `sluice report` runs a pipeline file and writes its page; a failed run still gets one,
+/// naming the op, and the exit status says it failed.
+#[test]
+fn report_writes_the_page_of_a_run_and_of_a_failed_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let page = dir.path().join("pipeline.html");
+    let page_s = page.display().to_string();
+    let (ok, out, err) = sluice(&[
+        "report",
+        "examples/pipeline.toml",
+        "-o",
+        &page_s,
+        "--batches",
+        "3",
+    ]);
+    assert!(ok, "{err}");
+    assert_eq!(out.trim(), page_s);
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.starts_with("<!doctype html>") && html.contains("select"));
+    assert!(html.matches(r#"<svg class="plot""#).count() >= 8, "{html}");
+    assert!(
+        html.contains("&quot;outputs&quot;: 3"),
+        "three batches, then the page"
+    );
+    assert!(!html.contains("http://") && !html.contains("https://"));
+
+    let notes = dir.path().join("notes.txt");
+    std::fs::write(&notes, "not an image").unwrap();
+    let bad = dir.path().join("bad.json");
+    std::fs::write(
+        &bad,
+        serde_json::json!({
+            "source": {"source": "read_files", "paths": [notes.display().to_string()]},
+            "steps": [{"step": "map", "op": "image.decode"}, {"step": "batch", "size": 1}],
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let failed_page = dir.path().join("bad.html");
+    let (ok, _, err) = sluice(&[
+        "report",
+        &bad.display().to_string(),
+        "-o",
+        &failed_page.display().to_string(),
+    ]);
+    assert!(!ok && err.contains("the run failed"), "{err}");
+    let html = std::fs::read_to_string(&failed_page).unwrap();
+    assert!(
+        html.contains(r#"id="error""#) && html.contains("decode"),
+        "{html}"
+    );
+
+    let (ok, _, err) = sluice(&["report", "examples/pipeline.toml", "--batches", "0"]);
+    assert!(!ok && err.contains("--batches"), "{err}");
+}

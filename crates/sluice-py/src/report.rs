@@ -4,7 +4,8 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 fn parse(what: &str, json: &str) -> PyResult<serde_json::Value> {
-    serde_json::from_str(json).map_err(|e| PyValueError::new_err(format!("render_report: {what} is not JSON: {e}")))
+    serde_json::from_str(json)
+        .map_err(|e| PyValueError::new_err(format!("render_report: {what} is not JSON: {e}")))
 }
 
 /// The report page of one run from its statistics (`Stats.to_dict()` as JSON), the logical
@@ -19,5 +20,10 @@ pub fn render_report(
 ) -> PyResult<String> {
     let stats = parse("the statistics", stats_json)?;
     let plan = plan_json.map(|p| parse("the plan", p)).transpose()?;
-    Ok(sluice::report::render_report(&stats, logical_plan, plan.as_ref(), title))
+    Ok(sluice::report::render_report(
+        &stats,
+        logical_plan,
+        plan.as_ref(),
+        title,
+    ))
 }

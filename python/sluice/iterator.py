@@ -97,15 +97,15 @@ class Iterator:
         self._planning: "Callable[[], str | None] | None" = None
         # Off unless asked for: a bar interleaves with the training script's own log lines.
         self._bar = _progress_bar(total) if progress else None
-        # Read by the live-metrics threads without the iterator's lock (a scrape never waits
-        # for a batch); a checkpoint load replaces it.
+        # Read by the live metrics without the iterator's lock (a scrape never waits for a
+        # batch); a checkpoint load replaces it.
         self._stats_handle = native.stats_handle()
         self._live = None
         if live:
             from .metrics import Live
 
-            # The endpoint's threads hold the iterator weakly: one dropped without close()
-            # stops its endpoint and connections when collected, not at exit.
+            # The callback's thread holds the iterator weakly: one dropped without close()
+            # stops its callback, endpoint and connections when collected, not at exit.
             ref = weakref.ref(self)
 
             def snapshot() -> Stats:
@@ -115,11 +115,11 @@ class Iterator:
                 return it.stats()
 
             try:
-                self._live = Live(snapshot, **live)
+                self._live = Live(self._stats_handle, snapshot, **live)
             except BaseException:  # e.g. the port is taken: stop the pipeline just started
                 native.close()
                 raise
-            weakref.finalize(self, self._live.close_soon)
+            weakref.finalize(self, self._live.close)
         _LIVE.add(native)
         _warn_if_many_running()
 
@@ -211,6 +211,8 @@ class Iterator:
             raise TypeError(f"state must be a dict, got {type(state).__name__}")
         self._native.load_state_dict_json(json.dumps(state), bool(strict))
         self._stats_handle = self._native.stats_handle()
+        if self._live is not None:
+            self._live.follow(self._stats_handle)
         if self._owner is not None:
             self._owner._last_stats = self._stats_handle
             # The loop is in the checkpoint's epoch now: the next plain loop is the one after.

@@ -90,6 +90,20 @@ def test_prometheus_endpoint_serves_the_live_figures_on_loopback_and_stops_with_
         scrape((host, port))
 
 
+def test_the_endpoint_follows_a_loaded_checkpoint_and_the_text_is_there_without_it():
+    from sluice import metrics
+
+    with sluice.range(100).batch(10).iter(stats_port=0) as it:
+        for _ in range(3):
+            next(it)
+        assert "sluice_consumer_outputs_total 3" in scrape(it.stats_address)[1].splitlines()
+        state = it.state_dict()
+        it.load_state_dict(state)  # a new run from the checkpoint: its figures are served
+        next(it)
+        assert "sluice_consumer_outputs_total 1" in scrape(it.stats_address)[1].splitlines()
+        assert "sluice_consumer_outputs_total 1" in metrics.prometheus_text(it).splitlines()
+
+
 def test_a_taken_port_is_an_error_and_leaves_nothing_running():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

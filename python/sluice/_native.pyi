@@ -34,6 +34,9 @@ class Iterator:
         """The iteration's epoch (``iter(epoch=...)``, or a loaded checkpoint's)."""
     def close(self) -> None: ...
     def stats_handle(self) -> Stats: ...
+    def plan(self) -> str | None:
+        """The optimizer plan this run executes (JSON): the one given, or with
+        ``optimize_json`` the one made from the first such run's step times (None before)."""
     def state_dict_json(self) -> str: ...
     def load_state_dict_json(self, state: str, strict: bool = True) -> None: ...
     def __enter__(self) -> Iterator: ...
@@ -49,10 +52,27 @@ def cli_main(argv: list[str]) -> int:
 def join_stopped() -> bool:
     """Waits (up to 10 s) for the workers of runs an error or Ctrl-C ended while they were in
     a call; called at interpreter exit. False if some were still running."""
+def render_report(stats_json: str, logical_plan: str, plan_json: str | None = None,
+                  title: str = "sluice pipeline report") -> str:
+    """The HTML report page (``sluice::report``) of one run's statistics (``Stats.to_dict()``
+    as JSON), the logical plan's text and the optimizer plan's JSON; ValueError for bad JSON."""
 
 class Stats:
     def stats_json(self) -> str: ...
     def stats_text(self) -> str: ...
+
+# The live-metrics endpoint (crates/sluice-py/src/metrics.rs, sluice-core's stats::endpoint).
+class MetricsServer:
+    """Serves ``stats`` in the Prometheus text format on 127.0.0.1:``port`` (0: a free one)
+    until closed; raises ``OSError`` naming the port when it cannot be served."""
+    def __init__(self, stats: Stats, port: int, max_connections: int = 16, idle_timeout_s: float = 5.0) -> None: ...
+    @property
+    def address(self) -> tuple[str, int]: ...
+    def connections(self) -> int: ...
+    def follow(self, stats: Stats) -> None: ...
+    def close(self) -> None: ...
+
+def prometheus_text(stats: Stats) -> str: ...
 
 class Dataset:
     @staticmethod
@@ -79,6 +99,11 @@ class Dataset:
     def shuffle(self, seed: int | None = None, reshuffle_each_epoch: bool = True) -> Dataset: ...
     def shuffle_buffer(self, size: int, seed: int | None = None) -> Dataset: ...
     def shard(self, rank: int, world_size: int, equal: bool, block: int = 1) -> Dataset: ...
+    def split_point(self) -> tuple[int, bool, int | None]:
+        """(steps before the place a shard keeps random access, whether a shard is among
+        them, the size of a batch right after it)."""
+    def with_shards(self, shards: list[tuple[int, int, bool, int]]) -> Dataset:
+        """A ``shard(rank, world_size, equal, block)`` for each tuple, at ``split_point()``."""
     def repeat(self, epochs: int | None = None) -> Dataset: ...
     def prefetch(self, n: int) -> Dataset: ...
     def limit(self, n: int) -> Dataset: ...
@@ -115,12 +140,14 @@ class Dataset:
         actors: int | None = None,
         epoch: int = 0,
         time_ops: bool = False,
+        optimize_json: str | None = None,
     ) -> Iterator:
         """Starts a run at ``epoch`` (crates/sluice-py/src/options.rs). ``processes``: every Python stage
         on that many worker processes. ``ray_factory`` (a Ray context's ``_pool``) makes the
         ``ray`` backend's pools; ``actors``: every element-wise stage that can travel runs on
         that many actors per stage, unless the plan placed its stages (``enable_offload``).
-        ``time_ops``: time each op as the run goes, for ``run_profile``."""
+        ``time_ops``: time each op as the run goes, for ``run_profile``. ``optimize_json``:
+        ``OptimizerOptions`` for ``optimize=True`` (its plan: ``Iterator.plan()``)."""
 
 # Stages in other processes (crates/sluice-py/src/worker.rs, crates/sluice-remote).
 class ChainWorker:

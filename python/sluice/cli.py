@@ -2,7 +2,8 @@
 run in this process through the extension, so the wheel carries one implementation of the CLI
 and no second binary. ``sluice --help`` lists the commands (run, plan, profile, bench);
 ``sluice report pipeline.toml -o report.html`` runs a pipeline file and writes its HTML report
-(``sluice.report``) — that one is Python's, the page is drawn there."""
+(drawn in Rust, ``sluice.report``); it stays here, not in the Rust command, for its
+``--optimize`` (``iter(optimize=True)``'s plan in the report)."""
 
 from __future__ import annotations
 

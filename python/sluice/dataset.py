@@ -72,11 +72,6 @@ class Dataset(FormatsMixin, InspectMixin, FrameworksMixin):  # write_*/to_arrow;
         self._last_stats: "_native.Stats | None" = None
         self._last_context: "Context | None" = None
         self._last_plan: "Plan | None" = None
-        # Plans ``iter(optimize=...)`` made, by (options, seed): planned once per dataset from
-        # the step times of its first such run (``_timed``: that run's statistics), which runs
-        # the default plan.
-        self._plans: "dict[tuple[str, int], Plan]" = {}
-        self._timed: "dict[tuple[str, int], tuple[_native.Stats, OptimizerOptions]]" = {}
 
     # Transformations -------------------------------------------------------------------
     @_recipe.step
@@ -460,16 +455,16 @@ class Dataset(FormatsMixin, InspectMixin, FrameworksMixin):  # write_*/to_arrow;
             epoch = _int("epoch", epoch, 0)
             if epoch >= 2**64:
                 raise ValueError(f"epoch must be < 2**64, got {epoch}")
-        timing = None
+        options = None
         if optimize and plan is None:
-            from .optimizer import OptimizerOptions, iter_plan, plan_from_run
+            from .optimizer import OptimizerOptions
 
             options = optimize if isinstance(optimize, OptimizerOptions) else OptimizerOptions()
-            if not isinstance(optimize, OptimizerOptions) and context is not None and context.remote:
-                options = dataclasses.replace(options, enable_offload=True)
-            plan = iter_plan(self, options, seed, context, processes)
-            if plan is None:  # this run is the one timed: the default plan
-                timing = (options.to_json(), seed)
+            if context is not None and context.remote:
+                if not isinstance(optimize, OptimizerOptions):
+                    options = dataclasses.replace(options, enable_offload=True)
+                if options.enable_offload and options.remote_cpus is None:
+                    options = context.optimizer_options(options)
         start = self._native.iter if context is None else context.starter(self._native)
         native = start(
             _int("seed", seed, 0),
@@ -478,18 +473,17 @@ class Dataset(FormatsMixin, InspectMixin, FrameworksMixin):  # write_*/to_arrow;
             plan.to_json() if plan is not None else None,
             **({} if processes is None else {"processes": _int("processes", processes, 1)}),
             **({} if fuse_ops else {"fuse_ops": False}),
-            **({} if timing is None else {"time_ops": True}),
+            **({} if options is None else {"optimize_json": options.to_json()}),
             epoch=self._next_epoch if epoch is None else epoch,
         )
         if epoch is None:
             self._next_epoch += 1
         it = Iterator(native, progress, self._total() if progress else None, live)
         it.plan = plan
-        if timing is not None:
-            self._timed[timing] = (native.stats_handle(), options)
-            it._planning = lambda: plan_from_run(self, timing)
+        if options is not None:  # the plan optimize made (or will make from this run)
+            it._planning = native.plan
         it._context = context
-        self._last_stats, self._last_context, self._last_plan = native.stats_handle(), context, plan
+        self._last_stats, self._last_context, self._last_plan = native.stats_handle(), context, it.plan
         it._owner = self
         return it
 
@@ -512,7 +506,32 @@ class Dataset(FormatsMixin, InspectMixin, FrameworksMixin):  # write_*/to_arrow;
         >>> [sorted(i for b in p for i in b["id"].tolist()) for p in parts]
         [[2, 3, 4, 7, 8], [0, 1, 5, 6, 9]]
         """
-        return _recipe.split(self, _int("n", n, 1), bool(equal))
+        n, equal = _int("n", n, 1), bool(equal)
+        return [self._with_shards([{"rank": rank, "world_size": n, "equal": equal}]) for rank in range(n)]
+
+    @_recipe.step
+    def _with_shards(self, shards: "list[dict]") -> "Dataset":
+        """This pipeline with ``shard(**kw)`` for each of ``shards`` (a rank's, then a
+        DataLoader worker's within it) where it still has random access — after the last
+        sort/groupby/repartition and the steps that keep positions (the engine's
+        ``split_point``). A recorded step, so a part pickles and its copy, rebuilt the same
+        way, has the same fingerprint: a checkpoint of one loads into the other.
+
+        >>> import sluice
+        >>> part = sluice.range(6).batch(2)._with_shards([{"rank": 1, "world_size": 2}])
+        >>> [b["id"].tolist() for b in part]
+        [[1, 3], [5]]
+        """
+        native = [
+            (
+                _int("rank", kw["rank"], 0),
+                _int("world_size", kw["world_size"], 1),
+                bool(kw.get("equal", True)),
+                _int("block", kw.get("block", 1), 1),
+            )
+            for kw in shards
+        ]
+        return Dataset(self._native.with_shards(native))
 
     def __reduce__(self) -> tuple:
         # Pickles the recipe (source call + steps), never native objects: see _recipe.

@@ -30,8 +30,6 @@ import numpy as np
 import torch
 import torch.utils.data as tud
 
-from . import _recipe
-
 # Slots of the shared epoch record (a multiprocessing array every worker process sees).
 _STARTS, _BASE, _EXPLICIT = 0, 1, 2
 
@@ -123,16 +121,11 @@ class TorchDataset(tud.IterableDataset):
             self._rank_world = _dist_rank_world() or self._rank_world
         return self._rank_world or (0, 1)
 
-    def _layout(self) -> "tuple[list, int, bool, int]":
-        """(recipe steps, split point, whether the user sharded already, block size)."""
-        steps, cut = _recipe.split_layout(self._ds, "to_torch rebuilds it per rank and DataLoader worker")
-        sharded = any(s.call == "shard" for s in steps[:cut])
-        after = steps[cut] if cut < len(steps) else None
+    def _layout(self) -> "tuple[bool, int]":
+        """(whether the user sharded already where the shards go, block size)."""
+        _, sharded, block = self._ds._native.split_point()
         # Whole batches to each worker when the batch directly follows the random-access part.
-        block = 1
-        if after is not None and after.call == "batch":
-            block = after.args[0] if after.args else after.kwargs.get("size", 1)
-        return steps, cut, sharded, block
+        return sharded, block or 1
 
     def _part(self, worker: int, workers: int) -> Any:
         rank, world = self._ranks()
@@ -142,7 +135,7 @@ class TorchDataset(tud.IterableDataset):
             if world == 1 and workers == 1:
                 self._parts[key] = self._ds
                 return self._ds
-            steps, cut, sharded, block = self._layout()
+            sharded, block = self._layout()
             if world > 1:
                 if sharded:
                     raise ValueError(
@@ -153,7 +146,7 @@ class TorchDataset(tud.IterableDataset):
                 shards.append({"rank": rank, "world_size": world, "equal": self._equal})
             if workers > 1:
                 shards.append({"rank": worker, "world_size": workers, "equal": False, "block": block})
-            self._parts[key] = _recipe.with_shards(steps, cut, shards)
+            self._parts[key] = self._ds._with_shards(shards)
         return self._parts[key]
 
     def __len__(self) -> int:
@@ -163,8 +156,7 @@ class TorchDataset(tud.IterableDataset):
         rank, world = self._ranks()
         if world == 1:
             return len(self._ds)
-        steps, cut, _, _ = self._layout()
-        return len(_recipe.with_shards(steps, cut, [{"rank": rank, "world_size": world, "equal": self._equal}]))
+        return len(self._ds._with_shards([{"rank": rank, "world_size": world, "equal": self._equal}]))
 
     def __iter__(self) -> "TorchEpoch":
         info = tud.get_worker_info()

@@ -179,3 +179,12 @@ def test_file_sources_pickle_as_their_spec(tmp_path):
     items = sluice.from_items([{"x": 1}])
     assert items._native.source_spec() is None
     assert list(pickle.loads(pickle.dumps(items))) == [{"x": 1}]
+
+
+def test_a_shard_before_a_sort_counts_as_the_pipeline_s_own():
+    """to_torch shards by rank only when the pipeline has not: a shard() before a sort is
+    one (sharding again after the sort would give each rank a quarter)."""
+    ds = sluice.range(8).shard(0, 2).sort("id")
+    with pytest.raises(ValueError, match="already has a shard"):
+        list(ds.to_torch(rank=1, world_size=2))
+    assert sorted(s["id"] for s in ds) == [0, 2, 4, 6]

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use pyo3::exceptions::PyTypeError;
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 use sluice::{Dataset, ElemMode, IterOptions, Length, OnError, OpRef, OpSpec};
@@ -177,6 +177,23 @@ impl PyDataset {
     fn shard(&self, rank: u64, world_size: u64, equal: bool, block: u64) -> PyResult<PyDataset> {
         wrap(self.ds.shard_in_blocks(rank, world_size, equal, block))
     }
+    /// (steps before the place a shard can go, whether a shard is among them, the size of a
+    /// batch right after it): [`Dataset::split_point`].
+    fn split_point(&self) -> (usize, bool, Option<u64>) {
+        let p = self.ds.split_point();
+        (p.at, p.sharded, p.block)
+    }
+    /// [`Dataset::with_shards`], each shard as (rank, world_size, equal, block).
+    fn with_shards(&self, shards: Vec<(u64, u64, bool, u64)>) -> PyResult<PyDataset> {
+        let specs = shards
+            .into_iter()
+            .map(|(rank, world_size, equal, block)| {
+                sluice::ShardSpec::try_new(rank, world_size, equal)?.with_block(block)
+            })
+            .collect::<sluice::Result<Vec<_>>>()
+            .py()?;
+        wrap(self.ds.with_shards(&specs))
+    }
     #[pyo3(signature = (epochs=None))]
     fn repeat(&self, epochs: Option<u64>) -> PyResult<PyDataset> {
         wrap(self.ds.repeat(epochs))
@@ -206,9 +223,10 @@ impl PyDataset {
             ds: self.ds.take(n),
         }
     }
-    fn source_len(&self, py: Python<'_>) -> Option<u64> {
-        // A blocking source (sort, groupby) runs its input here, maybe Python code.
-        crate::errors::interruptible(py, || self.ds.plan().source().len()).unwrap_or(None)
+    fn source_len(&self, py: Python<'_>) -> PyResult<Option<u64>> {
+        // A blocking source (sort, groupby) runs its input here, maybe Python code; a Ctrl-C
+        // during it is raised, not taken for "no length".
+        crate::gil::released(py, || self.ds.plan().source().len())
     }
     /// `len(ds)`: the number of outputs the plan knows; a `TypeError` saying why it does
     /// not (a filter, a stream, a repeat forever) otherwise.
@@ -235,7 +253,7 @@ impl PyDataset {
             ..Default::default()
         }
         .options(py)?;
-        crate::errors::interruptible(py, || self.ds.count(&opts))?.py()
+        crate::gil::released(py, || self.ds.count(&opts))?.py()
     }
     /// The field names the plan knows (`None` after a Python function).
     fn field_names(&self) -> Option<Vec<String>> {
@@ -273,15 +291,16 @@ impl PyDataset {
             actors,
         }
         .options(py)?;
-        crate::errors::interruptible(py, || self.ds.physical_plan(&opts))?
+        crate::gil::released(py, || self.ds.physical_plan(&opts))?
             .map(|p| p.to_string())
             .py()
     }
     /// Starts a run at `epoch` (the Python layer resolves `epoch=None` to the dataset's next
     /// epoch). With a Ray context, `ray_factory` makes the `ray` backend's pools and
     /// `actors` says how many per stage (see [`RunArgs`]). `time_ops`: time each op as the
-    /// run goes, for `run_profile`.
-    #[pyo3(signature = (seed=0, num_threads=None, chunk_size=None, plan_json=None, processes=None, fuse_ops=true, ray_factory=None, actors=None, epoch=0, time_ops=false))]
+    /// run goes, for `run_profile`. `optimize_json`: `OptimizerOptions` for `optimize=True`
+    /// (the facade's auto module; the iterator's `plan()` says which plan it runs).
+    #[pyo3(signature = (seed=0, num_threads=None, chunk_size=None, plan_json=None, processes=None, fuse_ops=true, ray_factory=None, actors=None, epoch=0, time_ops=false, optimize_json=None))]
     #[allow(clippy::too_many_arguments)]
     fn iter(
         &self,
@@ -296,8 +315,14 @@ impl PyDataset {
         actors: Option<usize>,
         epoch: u64,
         time_ops: bool,
+        optimize_json: Option<&str>,
     ) -> PyResult<PyIter> {
+        let optimize = optimize_json
+            .map(serde_json::from_str::<sluice::OptimizerOptions>)
+            .transpose()
+            .map_err(|e| PyValueError::new_err(format!("optimizer options: {e}")))?;
         let opts = IterOptions {
+            optimize,
             columns: true,
             objects: true,
             row_batches: true,
@@ -315,7 +340,7 @@ impl PyDataset {
             }
             .options(py)?
         };
-        let exec = crate::errors::interruptible(py, || self.ds.iter(&opts))?.py()?;
+        let exec = crate::gil::released(py, || self.ds.iter(&opts))?.py()?;
         Ok(PyIter::new(exec, self.ds.clone(), opts))
     }
 }

@@ -111,36 +111,3 @@ impl<T> IntoPy<T> for sluice::Result<T> {
         self.map_err(to_py)
     }
 }
-
-/// Runs `f` with the GIL released, checking for Ctrl-C every 50 ms: on one, asks the engine to
-/// stop (a blocking sort or groupby running its input checks for it), waits for `f` to give
-/// up, and raises the `KeyboardInterrupt`. For calls that may run for long before the first
-/// output: starting an iteration, planning, a dataset's length.
-pub fn interruptible<T: Send>(py: Python<'_>, f: impl FnOnce() -> T + Send) -> PyResult<T> {
-    std::thread::scope(|scope| {
-        let (tx, rx) = crossbeam_channel::bounded(1);
-        let worker = scope.spawn(move || {
-            let _ = tx.send(f());
-        });
-        loop {
-            match py.detach(|| rx.recv_timeout(std::time::Duration::from_millis(50))) {
-                Ok(out) => return Ok(out),
-                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
-                    // `f` panicked: surface it as a bug report, not a crash.
-                    let _ = worker.join();
-                    return Err(SluiceError::new_err(
-                        "internal error (a sluice bug, please report): a call panicked",
-                    ));
-                }
-                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
-                    if let Err(e) = py.check_signals() {
-                        sluice::interrupt::request();
-                        let _ = py.detach(|| rx.recv());
-                        sluice::interrupt::clear();
-                        return Err(e);
-                    }
-                }
-            }
-        }
-    })
-}

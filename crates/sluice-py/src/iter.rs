@@ -1,4 +1,9 @@
 //! The iterator: waits for outputs with the GIL released, checking for Ctrl-C in between.
+//! `__next__` does that wait itself, in 50 ms slices, rather than through
+//! [`crate::gil::released`]: it runs once per output, where a thread start per call would
+//! cost more than the wait; starting a run (`Dataset.iter`, `load_state_dict`) and planning
+//! go through `released`. Closing waits with a plain release: it is bounded by its timeout
+//! and must run to its end.
 //!
 //! Its state sits behind a mutex, so threads sharing one iterator take turns: each
 //! `__next__` gets its own output. The uncontended lock replaces pyo3's borrow flag (the
@@ -195,6 +200,8 @@ impl PyIter {
                              function at num_threads=0)",
                         ));
                     }
+                    // Plain release: the holder is a `__next__` (one output) or a bounded
+                    // close, and a lock wait cannot be cancelled from a helper thread.
                     py.detach(|| drop(self.inner.lock()));
                     continue;
                 }
@@ -301,6 +308,7 @@ impl PyIter {
             // Outputs already computed need no wait: skip releasing and retaking the GIL.
             let next = match exec.try_ready() {
                 Some(next) => next,
+                // One slice of the wait, then the signal check below (see the module docs).
                 None => py.detach(|| exec.next_timeout(POLL)),
             };
             match next {
@@ -339,7 +347,7 @@ impl PyIter {
     /// one made from the first such run's step times (None until it has timed enough).
     fn plan(&self, py: Python<'_>) -> PyResult<Option<String>> {
         let (ds, opts) = &self.planning;
-        let plan = crate::errors::interruptible(py, || ds.auto_plan(opts))?.py()?;
+        let plan = crate::gil::released(py, || ds.auto_plan(opts))?.py()?;
         Ok(plan.map(|p| p.to_json()))
     }
 
@@ -404,8 +412,8 @@ impl PyIter {
         let mut inner = self.lock(py)?;
         let exec = {
             let (ds, opts) = (&inner.ds, &inner.opts);
-            py.detach(|| ds.iter_resume(opts, Some(&state), strict))
-                .py()?
+            // Resuming replays the run up to the checkpoint (a blocking sort reads its input).
+            crate::gil::released(py, || ds.iter_resume(opts, Some(&state), strict))?.py()?
         };
         inner.close(py, true);
         self.closing.store(false, Relaxed);
@@ -432,8 +440,10 @@ impl PyIter {
 }
 
 /// Waits (with the GIL released, up to 10 s in all) for the workers of runs that an error or
-/// Ctrl-C ended while they were in a call: they finish that call and exit. Called at
-/// interpreter exit.
+/// Ctrl-C ended while they were in a call: they finish that call and exit. That covers runs
+/// a call such as `write_parquet` or `count` made and a Ctrl-C stopped
+/// ([`crate::gil::released`]), whose threads the bindings never hold: their Python calls
+/// are waited for. Called at interpreter exit.
 /// A second Ctrl-C stops the wait.
 #[pyfunction]
 pub fn join_stopped(py: Python<'_>) -> PyResult<bool> {
@@ -447,7 +457,7 @@ pub fn join_stopped(py: Python<'_>) -> PyResult<bool> {
             }
         }
     }
-    Ok(true)
+    crate::gil::wait_for_calls(py, deadline)
 }
 
 /// Merges every rank's checkpoint (JSON texts) into one elastic checkpoint (JSON text).
@@ -493,6 +503,10 @@ impl PyStats {
     /// The run's statistics.
     pub(crate) fn pipeline(&self) -> &PipelineStats {
         &self.stats
+    }
+    /// The run's statistics, shared with the threads of its metrics endpoint.
+    pub(crate) fn shared(&self) -> Arc<PipelineStats> {
+        self.stats.clone()
     }
 }
 

@@ -1,19 +1,23 @@
 //! `sluice._native`: the Python bindings. Translation only — every method forwards to the
-//! Rust API; conversions live in `convert`, error mapping in `errors`.
+//! Rust API; conversions live in `convert`, error mapping in `errors`, releasing the GIL
+//! (with Ctrl-C checks) in `gil`.
 
 mod cli;
 mod convert;
 mod dataset;
 mod errors;
 mod formats;
+mod gil;
 mod iter;
 mod log;
+mod metrics;
 mod mix;
 mod optimizer;
 mod options;
 mod placement;
 mod relational;
 mod remote;
+mod report;
 mod rows;
 mod sources;
 mod udf;
@@ -35,12 +39,14 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(iter::elastic_state_json, m)?)?;
     m.add_function(wrap_pyfunction!(iter::join_stopped, m)?)?;
     m.add_function(wrap_pyfunction!(cli::cli_main, m)?)?;
+    m.add_function(wrap_pyfunction!(report::render_report, m)?)?;
     worker::register(m)?;
     formats::register(m)?;
     sources::register(m)?;
     user_source::register(m)?;
     optimizer::register(m)?;
     mix::register(m)?;
+    metrics::register(m)?;
     relational::register(m)?;
     placement::register(m)?;
     remote::register(m)?;

@@ -125,6 +125,10 @@ enum Command {
         /// Run this optimizer plan; the page compares its predictions with the run.
         #[arg(long)]
         plan: Option<String>,
+        /// Time the ops as the run goes (`iter(optimize=True)`); the page shows the plan made
+        /// from those times.
+        #[arg(long, conflicts_with = "plan")]
+        optimize: bool,
     },
     /// Profile a pipeline op by op: CPU time per sample, bytes in/out, selectivity.
     Profile {
@@ -268,7 +272,8 @@ fn run(cli: Cli) -> Result<(), sluice::Error> {
             out,
             batches,
             plan,
-        } => report(&pipeline, &out, batches, plan.as_deref()),
+            optimize,
+        } => report(&pipeline, &out, batches, plan.as_deref(), optimize),
         Command::Profile {
             pipeline,
             samples,
@@ -413,8 +418,12 @@ fn report(
     out: &str,
     batches: Option<u64>,
     plan: Option<&str>,
+    optimize: bool,
 ) -> Result<(), sluice::Error> {
     let (ds, mut opts) = PipelineSpec::load(pipeline)?.build()?;
+    if optimize {
+        opts.optimize = Some(Default::default());
+    }
     let mut plan_json = None;
     if let Some(path) = plan {
         let text = read(path, "plan file")?;
@@ -437,6 +446,11 @@ fn report(
         }
     }
     exec.close(Duration::from_secs(5));
+    if optimize {
+        plan_json = ds
+            .auto_plan(&opts)?
+            .and_then(|p| serde_json::to_value(&*p).ok());
+    }
     let stats = serde_json::to_value(exec.stats())
         .map_err(|e| sluice::Error::invalid(format!("the run's statistics: {e}")))?;
     let html = sluice::report::render_report(

@@ -165,6 +165,12 @@ fn optimize_times_the_first_pass_and_plans_from_it() {
         report["plan"].as_str().unwrap().contains("predicted"),
         "{report}"
     );
+    // The report of an --optimize run shows the plan made from it.
+    let page = dir.path().join("r.html").display().to_string();
+    let (ok, _, err) = sluice(&["report", &file, "-o", &page, "--optimize"]);
+    assert!(ok, "{err}");
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.contains("predicted capacity"), "no plan in the page");
 }
 
 /// `sluice report` runs a pipeline file and writes its page; a failed run still gets one,

@@ -25,7 +25,22 @@ pub use dataset::{Dataset, IterOptions};
 pub use relational::GroupedDataset;
 pub use sluice_core::mix::StopPolicy;
 pub use sluice_core::plan::insert_shard::SplitPoint;
-pub use sluice_core::*;
+// The engine's types a user of the Rust API meets: samples and values, errors, the ops and
+// sources one implements, the plans `physical_plan` shows, a run and its statistics. The
+// engine's internals (lowering, codec, orders, scratch files) stay behind `sluice_core`.
+pub use sluice_core::{
+    collate, uncollate, ChainOp, Column, ColumnData, Consumer, ConsumerReport, Cursor, DType,
+    Delivery, ElemMode, Emit, Error, ExecOptions, Execution, ExternalError, Item, ItemsSource,
+    Length, LogicalPlan, Name, Next, Object, OnError, Op, OpContext, OpKind, OpMeta, OpRef,
+    Owned, PackSpec, PhysicalPlan, PipelineStats, RangeSource, Result, RunContext, RunFacts,
+    Sample, SampleRef, SampleStream, Shape, ShardSpec, SlotWriter, Source, SourceRef,
+    SourceStage, Stage, StageKind, StageReport, StatsReport, Tensor, TensorData, Value,
+    Variant,
+};
+// What the bindings and tools build on: the executor's backends and controls, statistics and
+// their endpoint, the engine's interrupt flag, recycled batch buffers, the field-name and
+// tensor-data macros.
+pub use sluice_core::{exec, field_names, interrupt, recycle, stats, with_tensor_data};
 pub use sluice_io::store::configure_storage;
 pub use sluice_io::{
     arrow_array, arrow_conv::value_at as arrow_value_at, arrow_conv::ArrowColumn,

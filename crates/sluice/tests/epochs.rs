@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use sluice::*;
+use sluice_core::{order, IndexOrder};
 
 mod common;
 use common::{Noise, Stream};

@@ -31,11 +31,10 @@ pub use sluice_core::plan::insert_shard::SplitPoint;
 pub use sluice_core::{
     collate, uncollate, ChainOp, Column, ColumnData, Consumer, ConsumerReport, Cursor, DType,
     Delivery, ElemMode, Emit, Error, ExecOptions, Execution, ExternalError, Item, ItemsSource,
-    Length, LogicalPlan, Name, Next, Object, OnError, Op, OpContext, OpKind, OpMeta, OpRef,
-    Owned, PackSpec, PhysicalPlan, PipelineStats, RangeSource, Result, RunContext, RunFacts,
-    Sample, SampleRef, SampleStream, Shape, ShardSpec, SlotWriter, Source, SourceRef,
-    SourceStage, Stage, StageKind, StageReport, StatsReport, Tensor, TensorData, Value,
-    Variant,
+    Length, LogicalPlan, Name, Next, Object, OnError, Op, OpContext, OpKind, OpMeta, OpRef, Owned,
+    PackSpec, PhysicalPlan, PipelineStats, RangeSource, Result, RunContext, RunFacts, Sample,
+    SampleRef, SampleStream, Shape, ShardSpec, SlotWriter, Source, SourceRef, SourceStage, Stage,
+    StageKind, StageReport, StatsReport, Tensor, TensorData, Value, Variant,
 };
 // What the bindings and tools build on: the executor's backends and controls, statistics and
 // their endpoint, the engine's interrupt flag, recycled batch buffers, the field-name and

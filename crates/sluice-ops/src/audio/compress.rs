@@ -4,7 +4,7 @@
 use sluice_audioproc as ap;
 use sluice_core::{Emit, Error, Op, OpContext, OpKind, OpMeta, Result, Sample};
 
-use super::plumbing::{check_field, kernel_err, meta, put, take_f32, wrong_spec, Base};
+use super::plumbing::{kernel_err, meta, put, take_f32, wrong_spec, Base};
 use super::{AudioSpec, DbReference};
 
 #[derive(Debug, Clone, Copy)]
@@ -31,8 +31,7 @@ impl Compress {
                         "eps must be finite and >= 0, got {eps}"
                     )));
                 }
-                check_field("field", &base.field)?;
-                check_field("out", &base.out)?;
+                base.check_fields()?;
                 Compression::Log(*eps)
             }
             AudioSpec::PowerToDb {
@@ -47,8 +46,7 @@ impl Compress {
                 top_db,
                 ..
             } => {
-                check_field("field", &base.field)?;
-                check_field("out", &base.out)?;
+                base.check_fields()?;
                 let reference = db_reference(reference)?;
                 if !(amin.is_finite() && *amin > 0.0) {
                     return Err(Error::invalid(format!(

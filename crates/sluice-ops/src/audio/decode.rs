@@ -5,8 +5,8 @@ use sluice_audioproc as ap;
 use sluice_core::{Emit, Error, Op, OpContext, OpKind, OpMeta, Result, Sample, Value};
 
 use super::plumbing::{
-    check_field, check_rate, check_target_rate, ext_hint, kernel_err, meta, put, resample_with,
-    wrong_spec, Base, ResamplerPool,
+    check_rate, check_target_rate, ext_hint, kernel_err, meta, put, resample_with, wrong_spec,
+    Base, ResamplerPool,
 };
 use super::{AudioSpec, SAMPLE_RATE_FIELD};
 
@@ -32,8 +32,7 @@ impl Decode {
         else {
             return Err(wrong_spec(&base));
         };
-        check_field("field", &base.field)?;
-        check_field("out", &base.out)?;
+        base.check_fields()?;
         if let Some(r) = sample_rate {
             check_rate("sample_rate", r)?;
             check_target_rate(base.name, "sample_rate", r, max_samples)?;

@@ -4,7 +4,7 @@
 use sluice_audioproc as ap;
 use sluice_core::{Emit, Error, Op, OpContext, OpKind, OpMeta, Result, Sample};
 
-use super::plumbing::{check_field, meta, put, spec_dims, take_f32, wrong_spec, Base};
+use super::plumbing::{meta, put, spec_dims, take_f32, wrong_spec, Base};
 use super::AudioSpec;
 
 #[derive(Debug)]
@@ -33,8 +33,7 @@ impl Mask {
         if !fill.is_finite() {
             return Err(Error::invalid(format!("fill must be finite, got {fill}")));
         }
-        check_field("field", &base.field)?;
-        check_field("out", &base.out)?;
+        base.check_fields()?;
         let time = matches!(base.spec, AudioSpec::TimeMask { .. });
         Ok(Mask {
             base,

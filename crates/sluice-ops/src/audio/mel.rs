@@ -7,8 +7,8 @@ use sluice_audioproc as ap;
 use sluice_core::{Emit, Error, Op, OpContext, OpKind, OpMeta, Result, Sample};
 
 use super::plumbing::{
-    check_field, check_output, check_rate, kernel_err, lock, meta, per_spectrogram, put, read_rate,
-    spec_dims, take_f32, wrong_spec, Base, POOL_MAX_KEYS,
+    check_output, check_rate, kernel_err, lock, meta, per_spectrogram, put, read_rate, spec_dims,
+    take_f32, wrong_spec, Base, POOL_MAX_KEYS,
 };
 use super::{AudioSpec, SAMPLE_RATE_FIELD};
 use crate::limits::{product, refuse};
@@ -43,8 +43,7 @@ impl Mel {
         else {
             return Err(wrong_spec(&base));
         };
-        check_field("field", &base.field)?;
-        check_field("out", &base.out)?;
+        base.check_fields()?;
         if n_mels == 0 {
             return Err(Error::invalid("n_mels must be > 0"));
         }

@@ -47,7 +47,15 @@ pub(super) fn wrong_spec(base: &Base) -> Error {
 
 // Argument checks. Their messages leave out the op: `super::build` prefixes it.
 
-pub(super) fn check_field(what: &str, name: &str) -> Result<()> {
+impl Base {
+    /// Both field names are non-empty.
+    pub(super) fn check_fields(&self) -> Result<()> {
+        check_field("field", &self.field)?;
+        check_field("out", &self.out)
+    }
+}
+
+fn check_field(what: &str, name: &str) -> Result<()> {
     if name.is_empty() {
         return Err(Error::invalid(format!(
             "{what} must be a non-empty field name"

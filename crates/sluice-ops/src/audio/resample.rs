@@ -3,8 +3,8 @@
 use sluice_core::{Emit, Error, Op, OpContext, OpKind, OpMeta, Result, Sample, Value};
 
 use super::plumbing::{
-    audio_channels, check_field, check_rate, check_target_rate, meta, put, read_rate,
-    resample_with, take_f32, wrong_spec, Base, ResamplerPool,
+    audio_channels, check_rate, check_target_rate, meta, put, read_rate, resample_with, take_f32,
+    wrong_spec, Base, ResamplerPool,
 };
 use super::{AudioSpec, SAMPLE_RATE_FIELD};
 
@@ -29,8 +29,7 @@ impl Resample {
             rate.ok_or_else(|| Error::invalid("rate (target sample rate in Hz) is required"))?;
         check_rate("rate", rate)?;
         check_target_rate(base.name, "rate", rate, max_samples)?;
-        check_field("field", &base.field)?;
-        check_field("out", &base.out)?;
+        base.check_fields()?;
         Ok(Resample {
             base,
             rate,

@@ -4,8 +4,7 @@ use sluice_audioproc as ap;
 use sluice_core::{Emit, Error, Op, OpContext, OpKind, OpMeta, Result, Sample};
 
 use super::plumbing::{
-    audio_channels, check_field, check_output, kernel_err, meta, put, with_f32, wrong_spec, Base,
-    Pool,
+    audio_channels, check_output, kernel_err, meta, put, with_f32, wrong_spec, Base, Pool,
 };
 use super::AudioSpec;
 use crate::limits::{refuse, MAX_N_FFT};
@@ -39,8 +38,7 @@ impl Spectrogram {
         else {
             return Err(wrong_spec(&base));
         };
-        check_field("field", &base.field)?;
-        check_field("out", &base.out)?;
+        base.check_fields()?;
         if !(power.is_finite() && power > 0.0) {
             return Err(Error::invalid(format!(
                 "power must be finite and > 0, got {power}"

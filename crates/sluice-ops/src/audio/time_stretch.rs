@@ -4,8 +4,7 @@ use sluice_audioproc as ap;
 use sluice_core::{Emit, Error, Op, OpContext, OpKind, OpMeta, Result, Sample};
 
 use super::plumbing::{
-    check_field, check_output, kernel_err, meta, per_spectrogram, put, spec_dims, take_f32,
-    wrong_spec, Base,
+    check_output, kernel_err, meta, per_spectrogram, put, spec_dims, take_f32, wrong_spec, Base,
 };
 use super::AudioSpec;
 use crate::limits::refuse;
@@ -41,8 +40,7 @@ impl TimeStretch {
                 "power must be finite and > 0, got {power}"
             )));
         }
-        check_field("field", &base.field)?;
-        check_field("out", &base.out)?;
+        base.check_fields()?;
         // One frame becomes ceil(1 / rate) frames.
         let per_frame = (1.0 / rate).ceil();
         if per_frame > max_samples as f64 {

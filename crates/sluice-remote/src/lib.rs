@@ -7,6 +7,8 @@
 //!   worker.
 //! - [`actor_pool`]: the `ray` backend's scheduling ([`ActorPool`]: actors and local workers,
 //!   retries, replacement, AutoPlacement), generic over the runtime that hosts the actors.
+//! - [`fair`]: weighted fair queueing of many jobs' chunks on shared workers (the shared
+//!   service's queue, `docs/design/SERVICE.md`).
 //! - [`pool`]: the `processes` backend ([`ProcessBackend`]); which stages run on it is the
 //!   optimizer's placement rule (`sluice_optimizer::rules::placement`, forced by
 //!   `processes=N`).
@@ -15,6 +17,7 @@
 //! ([`stage::OpLoader`], [`wire::ExternalCodec`]).
 
 pub mod actor_pool;
+pub mod fair;
 pub mod pool;
 pub mod shm;
 pub mod stage;

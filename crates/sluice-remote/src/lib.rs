@@ -9,6 +9,8 @@
 //!   retries, replacement, AutoPlacement), generic over the runtime that hosts the actors.
 //! - [`fair`]: weighted fair queueing of many jobs' chunks on shared workers (the shared
 //!   service's queue, `docs/design/SERVICE.md`).
+//! - [`window`]: the shared stream's window of replies (jobs of a sweep compute each chunk
+//!   once and read it at their own pace).
 //! - [`pool`]: the `processes` backend ([`ProcessBackend`]); which stages run on it is the
 //!   optimizer's placement rule (`sluice_optimizer::rules::placement`, forced by
 //!   `processes=N`).
@@ -21,6 +23,7 @@ pub mod fair;
 pub mod pool;
 pub mod shm;
 pub mod stage;
+pub mod window;
 pub mod wire;
 
 pub use actor_pool::{ActorPool, ActorPoolOptions, ActorRuntime, ActorWorkers};

@@ -76,7 +76,16 @@ fn photos() -> String {
 
 /// The pipelines: Rust and Python ops mixed, stateful steps between them, fusable ops, an
 /// op that cannot travel.
-fn pipelines() -> Vec<(&'static str, Dataset)> {
+/// A folder of this test's own, removed when dropped (also when the test fails).
+struct Scratch(std::path::PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn pipelines(scratch: &Scratch) -> Vec<(&'static str, Dataset)> {
     let noop = || op(r#"{"op":"noop"}"#);
     let mixed = {
         let ds = Dataset::range(100).shuffle(Some(1)).unwrap();
@@ -111,9 +120,7 @@ fn pipelines() -> Vec<(&'static str, Dataset)> {
     };
     // A columnar read and nothing else: rows in bulk for a consumer that takes them.
     let rows = {
-        let dir = std::env::temp_dir().join(format!("sluice-planning-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let dir = dir.to_string_lossy().into_owned();
+        let dir = scratch.0.join("rows").to_string_lossy().into_owned();
         Dataset::range(20)
             .write_parquet(&dir, &SinkOptions::default(), &IterOptions::default())
             .unwrap();
@@ -194,7 +201,10 @@ fn consumers(opts: &IterOptions) -> Vec<(&'static str, IterOptions)> {
 
 fn printed() -> String {
     let mut out = String::new();
-    for (name, ds) in pipelines() {
+    let scratch =
+        Scratch(std::env::temp_dir().join(format!("sluice-planning-{}", std::process::id())));
+    let _ = std::fs::remove_dir_all(&scratch.0);
+    for (name, ds) in pipelines(&scratch) {
         let base = IterOptions {
             seed: 3,
             num_threads: Some(2),

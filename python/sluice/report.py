@@ -36,8 +36,5 @@ def render(data: dict, logical_plan: str, plan: dict | None = None, title: str =
 def write(path: Any, data: dict, logical_plan: str, plan: dict | None) -> str:
     """Writes the page to ``path`` (atomically) and returns the path."""
     path = os.fspath(path)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(render(data, logical_plan, plan))
-    os.replace(tmp, path)
+    _native.write_report(path, render(data, logical_plan, plan))
     return path

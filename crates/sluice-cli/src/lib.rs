@@ -53,7 +53,7 @@ enum Command {
         plan: Option<String>,
         /// Time the ops as the run goes and print the plan made from those times (what
         /// `iter(optimize=True)` runs from its second pass).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "plan")]
         optimize: bool,
     },
     /// Print the physical plan (stages, variants, queue depths) without running it; with
@@ -102,7 +102,7 @@ enum Command {
         plan: Option<String>,
         /// Profile, plan and run in one step (`iter(optimize=True)`): the first epoch runs
         /// the default plan and times its ops, later epochs run the plan made from them.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "plan")]
         optimize: bool,
         /// Print the report as JSON.
         #[arg(long)]
@@ -459,8 +459,7 @@ fn report(
         plan_json.as_ref(),
         sluice::report::DEFAULT_TITLE,
     );
-    sluice::report::write_report(out, &html)
-        .map_err(|e| sluice::Error::invalid(format!("cannot write {out}: {e}")))?;
+    sluice::report::write_report(out, &html)?;
     println!("{out}");
     match failed {
         Some(e) => {

@@ -40,6 +40,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(iter::join_stopped, m)?)?;
     m.add_function(wrap_pyfunction!(cli::cli_main, m)?)?;
     m.add_function(wrap_pyfunction!(report::render_report, m)?)?;
+    m.add_function(wrap_pyfunction!(report::write_report, m)?)?;
     worker::register(m)?;
     formats::register(m)?;
     sources::register(m)?;

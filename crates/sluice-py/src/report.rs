@@ -3,6 +3,8 @@
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
+use crate::errors::IntoPy;
+
 fn parse(what: &str, json: &str) -> PyResult<serde_json::Value> {
     serde_json::from_str(json)
         .map_err(|e| PyValueError::new_err(format!("render_report: {what} is not JSON: {e}")))
@@ -26,4 +28,10 @@ pub fn render_report(
         plan.as_ref(),
         title,
     ))
+}
+
+/// Writes a page atomically (`sluice::report::write_report`).
+#[pyfunction]
+pub fn write_report(py: Python<'_>, path: &str, html: &str) -> PyResult<()> {
+    crate::gil::released(py, || sluice::report::write_report(path, html))?.py()
 }

@@ -145,8 +145,14 @@ fn number(value: Value) -> String {
 }
 
 /// `repr(v)` of a Python float: the shortest digits that read back as `v`, positional
-/// (with at least one decimal) for exponents -5 < e < 16, else `d.ddde±XX`.
-fn python_repr(v: f64) -> String {
+/// (with at least one decimal) for exponents -5 < e < 16, else `d.ddde±XX` — how the
+/// Prometheus text and the HTML report print numbers, as the Python ones did.
+///
+/// ```
+/// use sluice_core::stats::prometheus::python_repr;
+/// assert_eq!((python_repr(3.0), python_repr(1e-5)), ("3.0".to_string(), "1e-05".to_string()));
+/// ```
+pub fn python_repr(v: f64) -> String {
     if v.is_nan() {
         return "nan".into();
     }

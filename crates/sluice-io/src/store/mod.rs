@@ -621,7 +621,8 @@ async fn list_concurrently(
 /// Writes `data` to `dest` (a local path or a URL) atomically: local files go to a hidden
 /// temporary name beside `dest` and are renamed; object stores make an object visible only
 /// when its upload completes.
-pub fn write_atomic(dest: &str, data: Bytes) -> Result<()> {
+pub fn write_atomic(dest: &str, data: impl Into<Bytes>) -> Result<()> {
+    let data = data.into();
     if is_url(dest) {
         let (store, path) = store_for(dest)?;
         block_on(store.put(&ObjPath::from(path), PutPayload::from_bytes(data)))?

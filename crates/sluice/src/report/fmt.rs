@@ -94,45 +94,9 @@ pub(crate) fn commas(s: &str) -> String {
     out
 }
 
-/// Python's `repr(x)` of a float: the shortest digits that read back as `x`, fixed from
-/// 1e-4 to below 1e16 (always with a fraction: `3.0`), else exponent form (`1e-05`).
+/// Python's `repr(x)` of a float (the Prometheus text prints numbers the same way).
 pub(crate) fn float_repr(x: f64) -> String {
-    if x.is_nan() {
-        return "nan".into();
-    }
-    if x.is_infinite() {
-        return if x > 0.0 { "inf" } else { "-inf" }.into();
-    }
-    if x == 0.0 {
-        return if x.is_sign_negative() { "-0.0" } else { "0.0" }.into();
-    }
-    // `{:e}` gives the shortest round-trip digits, as `repr` does.
-    let sci = format!("{x:e}");
-    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
-    let exp: i32 = exp.parse().unwrap_or(0);
-    let sign = if x < 0.0 { "-" } else { "" };
-    let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
-    if (-4..16).contains(&exp) {
-        let point = exp + 1;
-        if point <= 0 {
-            format!("{sign}0.{}{digits}", "0".repeat((-point) as usize))
-        } else {
-            let point = point as usize;
-            if digits.len() <= point {
-                format!("{sign}{digits}{}.0", "0".repeat(point - digits.len()))
-            } else {
-                format!("{sign}{}.{}", &digits[..point], &digits[point..])
-            }
-        }
-    } else {
-        let rest = &digits[1..];
-        let frac = if rest.is_empty() {
-            String::new()
-        } else {
-            format!(".{rest}")
-        };
-        format!("{sign}{}{frac}{}", &digits[..1], exponent(exp))
-    }
+    sluice_core::stats::prometheus::python_repr(x)
 }
 
 /// Python's `str()` of a JSON value as `json.loads` gives it (`None`, `True`, `3`, `0.5`).

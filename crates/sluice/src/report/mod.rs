@@ -31,9 +31,6 @@ mod fmt;
 mod page;
 mod svg;
 
-use std::io::Write;
-use std::path::Path;
-
 use serde_json::Value;
 
 /// The page's title when the caller has none of its own.
@@ -61,27 +58,21 @@ pub fn render_report(
     page::render(stats, logical_plan, plan, title, cpu_count())
 }
 
-/// Writes `html` to `path` atomically (a temporary file beside it, then a rename), so a
-/// reader never sees half a page and a failed write leaves the old one.
+/// Writes `html` to `path` (a local path or a bucket URL) atomically, through
+/// [`sluice_io::store::write_atomic`]: a reader never sees half a page, a failed write
+/// leaves the old one, and the temporary is created exclusively (a link planted beside the
+/// page is not written through).
 ///
 /// ```
 /// let path = std::env::temp_dir().join(format!("sluice-doc-report-{}.html", std::process::id()));
-/// sluice::report::write_report(&path, "<!doctype html>").unwrap();
-/// assert_eq!(std::fs::read_to_string(&path).unwrap(), "<!doctype html>");
-/// # std::fs::remove_file(&path).unwrap();
+/// let path = path.to_str().unwrap();
+/// sluice::report::write_report(path, "<!doctype html>")?;
+/// assert_eq!(std::fs::read_to_string(path).unwrap(), "<!doctype html>");
+/// # std::fs::remove_file(path).unwrap();
+/// # Ok::<(), sluice::Error>(())
 /// ```
-pub fn write_report(path: impl AsRef<Path>, html: &str) -> std::io::Result<()> {
-    let path = path.as_ref();
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(format!(".tmp-{}", std::process::id()));
-    let tmp = std::path::PathBuf::from(tmp);
-    let written = std::fs::File::create(&tmp)
-        .and_then(|mut f| f.write_all(html.as_bytes()))
-        .and_then(|()| std::fs::rename(&tmp, path));
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    written
+pub fn write_report(path: &str, html: &str) -> sluice_core::Result<()> {
+    sluice_io::store::write_atomic(path, html.to_owned())
 }
 
 /// The machine's online CPUs, as Python's `os.cpu_count()` counts them (the Python report

@@ -49,6 +49,10 @@ impl<R: ActorRuntime> Workers for ActorWorkers<R> {
         let s = &self.pool.shared;
         let clock = &s.opts.clock;
         let items = chunk.len();
+        // The samples are copied only when a retry may need them again on a local slot; the
+        // request frame is kept for retries on actors.
+        let local_slots = s.opts.local_workers > 0 || s.opts.autoscale.is_some();
+        let mut chunk = Some(chunk);
         let mut frame: Option<Vec<u8>> = None;
         let mut attempts = 0;
         loop {
@@ -56,11 +60,28 @@ impl<R: ActorRuntime> Workers for ActorWorkers<R> {
             let t = clock.now();
             let attempt = match &lease.actor {
                 _ if !s.runtime.alive() => Err(s.cluster_gone()),
-                None => Ok(Attempt::Local(self.work.run_here(chunk.clone()))),
+                None => match chunk.take() {
+                    Some(c) => Ok(Attempt::Local(self.work.run_here(c))),
+                    None => Err(sluice_core::Error::Internal(
+                        "a local slot came after the chunk was sent without a copy".into(),
+                    )),
+                },
                 Some(actor) => {
                     let request = match frame.take() {
                         Some(f) => Ok(f),
-                        None => self.stage.request(chunk.clone(), None),
+                        None => {
+                            let c = if local_slots {
+                                chunk.clone()
+                            } else {
+                                chunk.take()
+                            };
+                            match c {
+                                Some(c) => self.stage.request(c, None),
+                                None => Err(sluice_core::Error::Internal(
+                                    "the chunk was already handed on".into(),
+                                )),
+                            }
+                        }
                     };
                     request.and_then(|f| {
                         let got = s.call(actor, &f);

@@ -31,7 +31,6 @@ impl Compress {
                         "eps must be finite and >= 0, got {eps}"
                     )));
                 }
-                base.check_fields()?;
                 Compression::Log(*eps)
             }
             AudioSpec::PowerToDb {
@@ -46,7 +45,6 @@ impl Compress {
                 top_db,
                 ..
             } => {
-                base.check_fields()?;
                 let reference = db_reference(reference)?;
                 if !(amin.is_finite() && *amin > 0.0) {
                     return Err(Error::invalid(format!(
@@ -76,8 +74,11 @@ fn db_reference(r: &DbReference) -> Result<ap::DbRef> {
     match r {
         DbReference::Value(v) if v.is_finite() && *v > 0.0 => Ok(ap::DbRef::Value(*v)),
         DbReference::Named(s) if s == "max" => Ok(ap::DbRef::Max),
-        other => Err(Error::invalid(format!(
-            "ref must be a positive number or \"max\", got {other:?}"
+        DbReference::Value(v) => Err(Error::invalid(format!(
+            "ref must be a positive number or \"max\", got {v}"
+        ))),
+        DbReference::Named(s) => Err(Error::invalid(format!(
+            "ref must be a positive number or \"max\", got \"{s}\""
         ))),
     }
 }

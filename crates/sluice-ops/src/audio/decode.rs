@@ -32,7 +32,6 @@ impl Decode {
         else {
             return Err(wrong_spec(&base));
         };
-        base.check_fields()?;
         if let Some(r) = sample_rate {
             check_rate("sample_rate", r)?;
             check_target_rate(base.name, "sample_rate", r, max_samples)?;

@@ -33,7 +33,6 @@ impl Mask {
         if !fill.is_finite() {
             return Err(Error::invalid(format!("fill must be finite, got {fill}")));
         }
-        base.check_fields()?;
         let time = matches!(base.spec, AudioSpec::TimeMask { .. });
         Ok(Mask {
             base,

@@ -43,7 +43,6 @@ impl Mel {
         else {
             return Err(wrong_spec(&base));
         };
-        base.check_fields()?;
         if n_mels == 0 {
             return Err(Error::invalid("n_mels must be > 0"));
         }

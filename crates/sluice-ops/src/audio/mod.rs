@@ -60,7 +60,8 @@ pub const SAMPLE_RATE_FIELD: &str = "sample_rate";
 /// Each op's module checks its own arguments (`<op>::build`).
 pub fn build(spec: &AudioSpec) -> Result<OpRef> {
     let base = Base::new(spec);
-    let op: Result<OpRef> = match spec {
+    // Every op reads `field` and writes `out`.
+    let op: Result<OpRef> = base.check_fields().and_then(|()| match spec {
         AudioSpec::Decode { .. } => decode::Decode::build(base).map(|o| Arc::new(o) as OpRef),
         AudioSpec::Resample { .. } => resample::Resample::build(base).map(|o| Arc::new(o) as _),
         AudioSpec::Spectrogram { .. } => {
@@ -76,7 +77,7 @@ pub fn build(spec: &AudioSpec) -> Result<OpRef> {
         AudioSpec::Log { .. } | AudioSpec::PowerToDb { .. } | AudioSpec::AmplitudeToDb { .. } => {
             compress::Compress::build(base).map(|o| Arc::new(o) as _)
         }
-    };
+    });
     op.map_err(|e| match e {
         Error::InvalidArgument(m) if !m.starts_with("audio.") => {
             Error::InvalidArgument(format!("audio.{}: {m}", spec.name()))

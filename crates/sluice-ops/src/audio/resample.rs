@@ -29,7 +29,6 @@ impl Resample {
             rate.ok_or_else(|| Error::invalid("rate (target sample rate in Hz) is required"))?;
         check_rate("rate", rate)?;
         check_target_rate(base.name, "rate", rate, max_samples)?;
-        base.check_fields()?;
         Ok(Resample {
             base,
             rate,

@@ -38,7 +38,6 @@ impl Spectrogram {
         else {
             return Err(wrong_spec(&base));
         };
-        base.check_fields()?;
         if !(power.is_finite() && power > 0.0) {
             return Err(Error::invalid(format!(
                 "power must be finite and > 0, got {power}"

@@ -40,7 +40,6 @@ impl TimeStretch {
                 "power must be finite and > 0, got {power}"
             )));
         }
-        base.check_fields()?;
         // One frame becomes ceil(1 / rate) frames.
         let per_frame = (1.0 / rate).ceil();
         if per_frame > max_samples as f64 {

@@ -56,6 +56,8 @@ def render_report(stats_json: str, logical_plan: str, plan_json: str | None = No
                   title: str = "sluice pipeline report") -> str:
     """The HTML report page (``sluice::report``) of one run's statistics (``Stats.to_dict()``
     as JSON), the logical plan's text and the optimizer plan's JSON; ValueError for bad JSON."""
+def write_report(path: str, html: str) -> None:
+    """Writes a report page atomically (a local path or a bucket URL)."""
 
 class Stats:
     def stats_json(self) -> str: ...
@@ -99,9 +101,9 @@ class Dataset:
     def shuffle(self, seed: int | None = None, reshuffle_each_epoch: bool = True) -> Dataset: ...
     def shuffle_buffer(self, size: int, seed: int | None = None) -> Dataset: ...
     def shard(self, rank: int, world_size: int, equal: bool, block: int = 1) -> Dataset: ...
-    def split_point(self) -> tuple[int, bool, int | None]:
-        """(steps before the place a shard keeps random access, whether a shard is among
-        them, the size of a batch right after it)."""
+    def split_point(self) -> tuple[bool, int | None]:
+        """(whether the pipeline is sharded where a shard can go — before a sort too — and
+        the size of a batch right after that place)."""
     def with_shards(self, shards: list[tuple[int, int, bool, int]]) -> Dataset:
         """A ``shard(rank, world_size, equal, block)`` for each tuple, at ``split_point()``."""
     def repeat(self, epochs: int | None = None) -> Dataset: ...

@@ -123,7 +123,7 @@ class TorchDataset(tud.IterableDataset):
 
     def _layout(self) -> "tuple[bool, int]":
         """(whether the user sharded already where the shards go, block size)."""
-        _, sharded, block = self._ds._native.split_point()
+        sharded, block = self._ds._native.split_point()
         # Whole batches to each worker when the batch directly follows the random-access part.
         return sharded, block or 1
 

@@ -177,11 +177,11 @@ impl PyDataset {
     fn shard(&self, rank: u64, world_size: u64, equal: bool, block: u64) -> PyResult<PyDataset> {
         wrap(self.ds.shard_in_blocks(rank, world_size, equal, block))
     }
-    /// (steps before the place a shard can go, whether a shard is among them, the size of a
-    /// batch right after it): [`Dataset::split_point`].
-    fn split_point(&self) -> (usize, bool, Option<u64>) {
+    /// (whether the pipeline is sharded where a shard can go, the size of a batch right
+    /// after that place): [`Dataset::split_point`].
+    fn split_point(&self) -> (bool, Option<u64>) {
         let p = self.ds.split_point();
-        (p.at, p.sharded, p.block)
+        (p.sharded, p.block)
     }
     /// [`Dataset::with_shards`], each shard as (rank, world_size, equal, block).
     fn with_shards(&self, shards: Vec<(u64, u64, bool, u64)>) -> PyResult<PyDataset> {

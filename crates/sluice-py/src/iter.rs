@@ -41,9 +41,15 @@ pub struct PyIter {
     closing: AtomicBool,
     /// The thread holding `inner` ([`thread_key`]; 0: none).
     owner: AtomicUsize,
-    /// The dataset and options it runs, for [`PyIter::plan`] (outside `inner`, which a
-    /// waiting `__next__` holds).
-    planning: (Dataset, IterOptions),
+    /// What it runs: read by [`PyIter::plan`] without taking `inner`, which a waiting
+    /// `__next__` holds.
+    run: Arc<Run>,
+}
+
+/// The dataset and options of a run (set once, shared with `Inner`).
+struct Run {
+    ds: Dataset,
+    opts: IterOptions,
 }
 
 /// Rows of a batch read together made into dicts at a time: few enough to stay in cache
@@ -61,8 +67,7 @@ struct Inner {
     /// their calls (`close()` waits for them; dropping the iterator does not).
     stopping: Option<Threads>,
     stats: Arc<PipelineStats>,
-    ds: Dataset,
-    opts: IterOptions,
+    run: Arc<Run>,
     /// The checkpoint when the execution ended (so `state_dict` works after exhaustion).
     last_state: Option<IterState>,
     /// Rows of a batch read together ([`Next::Rows`]) made into dicts, not yet delivered.
@@ -89,7 +94,7 @@ impl Inner {
         self.row_failed = None;
         let mut closed = false;
         if let Some(mut exec) = self.exec.take() {
-            self.last_state = self.ds.state(&self.opts, &exec).ok();
+            self.last_state = self.run.ds.state(&self.run.opts, &exec).ok();
             py.detach(|| {
                 exec.close(CLOSE_TIMEOUT);
                 drop(exec);
@@ -110,7 +115,7 @@ impl Inner {
     fn abandon(&mut self, py: Python<'_>) {
         self.tell_rows();
         if let Some(mut exec) = self.exec.take() {
-            self.last_state = self.ds.state(&self.opts, &exec).ok();
+            self.last_state = self.run.ds.state(&self.run.opts, &exec).ok();
             if !py.detach(|| exec.close(ABANDON_GRACE)) {
                 let threads = exec.threads();
                 let mut all = STOPPING.lock().unwrap_or_else(|p| p.into_inner());
@@ -155,15 +160,14 @@ impl PyIter {
     pub fn new(exec: Execution, ds: Dataset, opts: IterOptions) -> Self {
         let stats = exec.stats_handle();
         let epoch = AtomicU64::new(exec.epoch());
-        let planning = (ds.clone(), opts.clone());
+        let run = Arc::new(Run { ds, opts });
         PyIter {
-            planning,
+            run: run.clone(),
             inner: Mutex::new(Inner {
                 exec: Some(exec),
                 stopping: None,
                 stats,
-                ds,
-                opts,
+                run,
                 last_state: None,
                 rows: VecDeque::new(),
                 batch: None,
@@ -254,7 +258,7 @@ impl Inner {
     fn log_skips(&self, py: Python<'_>) -> PyResult<()> {
         let n = self.stats.source_read_skips();
         if n > 0 {
-            let source = self.ds.plan().source().name().to_string();
+            let source = self.run.ds.plan().source().name().to_string();
             crate::log::warning(
                 py,
                 &format!(
@@ -342,15 +346,15 @@ impl PyIter {
         }
     }
 
-    /// A handle on this iteration's statistics that outlives the iterator.
     /// The optimizer plan this run executes (JSON): the one given, or with `optimize` the
     /// one made from the first such run's step times (None until it has timed enough).
     fn plan(&self, py: Python<'_>) -> PyResult<Option<String>> {
-        let (ds, opts) = &self.planning;
+        let (ds, opts) = (&self.run.ds, &self.run.opts);
         let plan = crate::gil::released(py, || ds.auto_plan(opts))?.py()?;
         Ok(plan.map(|p| p.to_json()))
     }
 
+    /// A handle on this iteration's statistics that outlives the iterator.
     fn stats_handle(&self, py: Python<'_>) -> PyResult<PyStats> {
         Ok(PyStats {
             stats: self.lock(py)?.stats.clone(),
@@ -393,10 +397,10 @@ impl PyIter {
         let mut inner = self.lock(py)?;
         inner.tell_rows();
         let state = match &inner.exec {
-            Some(exec) => inner.ds.state(&inner.opts, exec).py()?,
+            Some(exec) => inner.run.ds.state(&inner.run.opts, exec).py()?,
             None => match &inner.last_state {
                 Some(s) => s.clone(),
-                None => return inner.ds.check_resumable().map(|_| String::new()).py(),
+                None => return inner.run.ds.check_resumable().map(|_| String::new()).py(),
             },
         };
         serde_json::to_string(&state)
@@ -411,7 +415,7 @@ impl PyIter {
             .map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("invalid state: {e}")))?;
         let mut inner = self.lock(py)?;
         let exec = {
-            let (ds, opts) = (&inner.ds, &inner.opts);
+            let (ds, opts) = (&inner.run.ds, &inner.run.opts);
             // Resuming replays the run up to the checkpoint (a blocking sort reads its input).
             crate::gil::released(py, || ds.iter_resume(opts, Some(&state), strict))?.py()?
         };

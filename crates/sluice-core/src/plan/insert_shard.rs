@@ -72,6 +72,16 @@ pub fn split_point(plan: &Arc<LogicalPlan>) -> SplitPoint {
     SplitPoint { at, sharded, block }
 }
 
+/// Whether `plan`, or the input of a blocking source it reads, has a shard step.
+fn sharded_anywhere(plan: &Arc<LogicalPlan>) -> bool {
+    let chain = plan.chain();
+    chain.iter().any(|n| matches!(**n, LogicalPlan::Shard(_)))
+        || chain[0]
+            .source()
+            .input()
+            .is_some_and(|i| sharded_anywhere(&i))
+}
+
 /// `plan` with a shard node for each of `shards` (in order: a rank's, then a worker's within
 /// it) at its [`split_point`]. The steps after it are the same nodes reading the shards (their
 /// op ids, and so their random draws, unchanged).
@@ -87,15 +97,6 @@ pub fn split_point(plan: &Arc<LogicalPlan>) -> SplitPoint {
 /// assert_eq!(part.describe(), "batch(2, drop_last=false)");
 /// # Ok::<(), sluice_core::Error>(())
 /// ```
-fn sharded_anywhere(plan: &Arc<LogicalPlan>) -> bool {
-    let chain = plan.chain();
-    chain.iter().any(|n| matches!(**n, LogicalPlan::Shard(_)))
-        || chain[0]
-            .source()
-            .input()
-            .is_some_and(|i| sharded_anywhere(&i))
-}
-
 pub fn insert_shards(plan: &Arc<LogicalPlan>, shards: &[ShardSpec]) -> Result<Arc<LogicalPlan>> {
     if shards.is_empty() {
         return Ok(plan.clone());

@@ -197,19 +197,10 @@ impl Op for Mel {
 #[cfg(test)]
 mod tests {
     use serde_json::json;
-    use sluice_core::{Error, OpKind, Sample, Tensor, TensorData, Value};
+    use sluice_core::{Error, Sample, Tensor, TensorData, Value};
 
     use super::super::test_util::{op, spec_sample, tensor};
     use crate::testing::{cx, one};
-
-    #[test]
-    fn reads_the_rate_field_only_without_a_rate() {
-        let m = op(json!({"op": "audio.mel"})).meta();
-        assert_eq!(m.reads, ["spec", "sample_rate"]);
-        assert_eq!(m.kind, OpKind::PixelWise);
-        let m = op(json!({"op": "audio.mel", "sample_rate": 16000})).meta();
-        assert_eq!(m.reads, ["spec"]);
-    }
 
     #[test]
     fn projects_rows_onto_n_mels() {

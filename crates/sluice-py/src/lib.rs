@@ -19,6 +19,7 @@ mod relational;
 mod remote;
 mod report;
 mod rows;
+mod service;
 mod sources;
 mod udf;
 mod user_source;
@@ -51,6 +52,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     relational::register(m)?;
     placement::register(m)?;
     remote::register(m)?;
+    service::register(m)?;
     m.add("SluiceError", m.py().get_type::<errors::SluiceError>())?;
     m.add("PipelineError", m.py().get_type::<errors::PipelineError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

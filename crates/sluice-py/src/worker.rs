@@ -23,7 +23,7 @@ use crate::errors::{from_py, IntoPy, PyErrBox};
 use crate::udf::PyUdf;
 
 /// Rebuilds a shipped Python UDF (`{"op": "python", "pickle": …}`) by unpickling it.
-fn load_udf(shipped: &serde_json::Value) -> Result<Option<OpRef>> {
+pub(crate) fn load_udf(shipped: &serde_json::Value) -> Result<Option<OpRef>> {
     if shipped.get("op").and_then(|o| o.as_str()) != Some("python") {
         return Ok(None);
     }

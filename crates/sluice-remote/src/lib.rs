@@ -7,10 +7,10 @@
 //!   worker.
 //! - [`actor_pool`]: the `ray` backend's scheduling ([`ActorPool`]: actors and local workers,
 //!   retries, replacement, AutoPlacement), generic over the runtime that hosts the actors.
-//! - [`fair`]: weighted fair queueing of many jobs' chunks on shared workers (the shared
-//!   service's queue, `docs/design/SERVICE.md`).
-//! - [`window`]: the shared stream's window of replies (jobs of a sweep compute each chunk
-//!   once and read it at their own pace).
+//! - [`service`]: the shared service's pieces (`docs/SERVICE.md`): a worker hosting many
+//!   jobs' stages in weighted fair order ([`service::host`], [`service::fair`]), the shared
+//!   stream's window ([`service::window`]) and the dispatcher's registry and scaling policy
+//!   ([`service::registry`]).
 //! - [`pool`]: the `processes` backend ([`ProcessBackend`]); which stages run on it is the
 //!   optimizer's placement rule (`sluice_optimizer::rules::placement`, forced by
 //!   `processes=N`).
@@ -19,11 +19,10 @@
 //! ([`stage::OpLoader`], [`wire::ExternalCodec`]).
 
 pub mod actor_pool;
-pub mod fair;
 pub mod pool;
+pub mod service;
 pub mod shm;
 pub mod stage;
-pub mod window;
 pub mod wire;
 
 pub use actor_pool::{ActorPool, ActorPoolOptions, ActorRuntime, ActorWorkers};

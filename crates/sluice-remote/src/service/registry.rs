@@ -159,6 +159,8 @@ struct Job {
     /// Figures of the last window.
     rate: f64,
     share: f64,
+    /// Its chunks waiting in the workers' queues, on average over the last window.
+    waiting: f64,
     /// Worker id → leases on it (a job may hold several slots on one worker).
     leases: BTreeMap<String, usize>,
 }
@@ -172,7 +174,7 @@ struct Worker {
     beat: WorkerBeat,
     /// Cumulative busy seconds, overall and per job, when the current window began (or at
     /// the worker's first beat): a new worker is measured from when it first reported.
-    base: Option<(f64, BTreeMap<JobId, f64>)>,
+    base: Option<Baseline>,
     /// CPU-seconds per second over the last window.
     busy_rate: f64,
 }
@@ -194,6 +196,17 @@ pub struct Registry {
     /// Low-demand windows in a row.
     idle: u32,
     decisions: VecDeque<String>,
+}
+
+/// Chunks a job keeps waiting in worker queues, on average, from which it counts as wanting
+/// more workers: it sends more than the workers can start, so the workers hold it back.
+pub const BACKLOG_CHUNKS: f64 = 0.5;
+
+impl Job {
+    /// It said so, or its chunks kept waiting at the workers over the last window.
+    fn backlogged(&self) -> bool {
+        self.beat.backlogged || self.waiting >= BACKLOG_CHUNKS
+    }
 }
 
 fn unknown(job: JobId) -> Error {
@@ -364,6 +377,7 @@ impl Registry {
             return false;
         }
         let (mut total, mut per_job) = (0.0, BTreeMap::<JobId, f64>::new());
+        let mut waits = BTreeMap::<JobId, f64>::new();
         for w in &mut self.workers {
             let Some((busy0, jobs0)) = &w.base else {
                 w.busy_rate = 0.0;
@@ -371,8 +385,9 @@ impl Registry {
             };
             let d = (w.beat.busy_s - busy0).max(0.0);
             for (job, load) in &w.beat.jobs {
-                let b0 = jobs0.get(job).copied().unwrap_or(0.0);
+                let (b0, w0) = jobs0.get(job).copied().unwrap_or((0.0, 0.0));
                 *per_job.entry(*job).or_default() += (load.busy_s - b0).max(0.0);
+                *waits.entry(*job).or_default() += (load.queue_wait_s - w0).max(0.0);
             }
             w.busy_rate = d / dt;
             total += d;
@@ -387,6 +402,7 @@ impl Registry {
         for (id, j) in &mut self.jobs {
             let busy = per_job.get(id).copied().unwrap_or(0.0);
             j.share = if denom > 0.0 { busy / denom } else { 0.0 };
+            j.waiting = waits.get(id).copied().unwrap_or(0.0) / dt;
             let (t0, s0) = j.base.unwrap_or((now, 0));
             let samples = j.beat.samples.saturating_sub(s0) as f64;
             j.rate = if now > t0 { samples / (now - t0) } else { 0.0 };
@@ -458,7 +474,7 @@ impl Registry {
             };
         }
         let (u, t) = (self.util, o.target_util);
-        let backlogged = self.jobs.values().filter(|j| j.beat.backlogged).count();
+        let backlogged = self.jobs.values().filter(|j| j.backlogged()).count();
         if backlogged > 0 && u >= t - 0.05 {
             self.idle = 0;
             // Less a hair so that a load of exactly k workers at the target needs k, not k+1.
@@ -510,7 +526,7 @@ impl Registry {
                     "id": id, "label": j.info.label, "weight": j.info.weight,
                     "stage_keys": j.info.stage_keys, "age_s": now - j.registered,
                     "last_beat_s": now - j.last_beat, "samples": j.beat.samples,
-                    "rate": j.rate, "backlogged": j.beat.backlogged,
+                    "rate": j.rate, "backlogged": j.backlogged(), "waiting": j.waiting,
                     "leases": j.leases.values().sum::<usize>(), "lease_workers": j.leases,
                     "chunks": chunks, "busy_s": busy, "queue_wait_s": wait, "share": j.share,
                 })
@@ -530,7 +546,7 @@ impl Registry {
             .collect();
         let totals = json!({
             "jobs": self.jobs.len(), "workers": self.workers.len(),
-            "backlogged": self.jobs.values().filter(|j| j.beat.backlogged).count(),
+            "backlogged": self.jobs.values().filter(|j| j.backlogged()).count(),
             "leases": counts.values().sum::<usize>(),
             "rate": self.jobs.values().map(|j| j.rate).sum::<f64>(),
             "busy_rate": self.busy_rate, "utilization": self.util,
@@ -543,9 +559,15 @@ impl Registry {
     }
 }
 
+/// A worker's cumulative busy seconds, and per job (busy, queue wait) seconds, when a
+/// window began.
+type Baseline = (f64, BTreeMap<JobId, (f64, f64)>);
+
 /// A beat's cumulative busy seconds, overall and per job: a window's baseline.
-fn busy_of(beat: &WorkerBeat) -> (f64, BTreeMap<JobId, f64>) {
-    let jobs = beat.jobs.iter().map(|(&j, l)| (j, l.busy_s)).collect();
+fn busy_of(beat: &WorkerBeat) -> Baseline {
+    let jobs = (beat.jobs.iter())
+        .map(|(&j, l)| (j, (l.busy_s, l.queue_wait_s)))
+        .collect();
     (beat.busy_s, jobs)
 }
 
@@ -704,6 +726,41 @@ mod tests {
         r.add_worker(2.0, "w3", "node");
         (0..4).for_each(|i| busy(&mut r, 4.0, i, 4.0));
         assert_eq!(r.scale(4.0), Scale::Hold, "at max_workers");
+    }
+
+    /// A job that never says it is backlogged still counts as such when its chunks keep
+    /// waiting in the workers' queues: the pool grows for it.
+    #[test]
+    fn chunks_waiting_at_the_workers_count_as_a_backlog() {
+        let mut r = pool(1, 8, 1);
+        let j = r.register(0.0, info("k", 1.0)).unwrap();
+        beat(&mut r, 0.0, j, 0, false);
+        let load = |busy_s: f64, queue_wait_s: f64| WorkerBeat {
+            busy_s,
+            queued: 2,
+            jobs: BTreeMap::from([(
+                j,
+                JobLoad {
+                    chunks: 10,
+                    samples: 100,
+                    busy_s,
+                    queue_wait_s,
+                },
+            )]),
+        };
+        // Two chunks waiting on average (4 s of waits over a 2 s window), the worker busy.
+        r.worker_beat(2.0, "w0", load(2.0, 4.0));
+        beat(&mut r, 2.0, j, 100, false);
+        assert_eq!(r.scale(2.0), Scale::Start(2));
+        let st = r.status(2.0);
+        assert_eq!(st["jobs"][0]["waiting"], 2.0);
+        assert_eq!(st["jobs"][0]["backlogged"], true);
+        // Waits that stop: no longer backlogged.
+        r.add_worker(2.0, "w1", "node");
+        r.remove_worker("w1");
+        r.worker_beat(4.0, "w0", load(3.0, 4.1));
+        assert_eq!(r.scale(4.0), Scale::Hold);
+        assert_eq!(r.status(4.0)["jobs"][0]["backlogged"], false);
     }
 
     #[test]

@@ -183,6 +183,16 @@ impl<'a> Dec<'a> {
         let d = Decoder::new(inp, FrameBuffers { seg, oob });
         Ok((Dec { d }, frame[4]))
     }
+    /// Items in a chunk frame, from its header alone: nothing mapped, nothing decoded.
+    pub(crate) fn chunk_len(frame: &[u8]) -> Result<usize, WireError> {
+        if frame.len() < 5 || frame[..4] != MAGIC {
+            return corrupt("not a sluice frame (bad magic)");
+        }
+        let mut inp = In::new(frame);
+        inp.take(5)?;
+        inp.bytes()?;
+        Ok(inp.count(69)?)
+    }
     pub(crate) fn u64(&mut self) -> Result<u64, WireError> {
         Ok(self.d.input().u64()?)
     }

@@ -72,6 +72,15 @@ pub fn encode_chunk(
     Ok(e.finish(KIND_CHUNK)?.0)
 }
 
+/// Items in a request frame, read from its header (the shared service charges a chunk by
+/// them before running it).
+pub fn chunk_len(frame: &[u8]) -> Result<usize, WireError> {
+    if frame.get(4) != Some(&KIND_CHUNK) {
+        return corrupt("not a chunk frame");
+    }
+    Dec::chunk_len(frame)
+}
+
 /// An error reply with no buffers.
 fn error_frame(err: &Error, codec: Option<&dyn ExternalCodec>) -> Result<Vec<u8>, WireError> {
     let mut e = Enc::new(FrameSink::Inline);
@@ -329,6 +338,18 @@ mod tests {
             decode_chunk_in(&frame, &dir),
             Err(WireError::Shm { .. })
         ));
+    }
+
+    #[test]
+    fn a_chunk_frame_tells_its_length_from_the_header() {
+        let chunk: Chunk = (0..3).map(|i| item(i, every_value())).collect();
+        let frame = encode_chunk(&chunk, None).unwrap();
+        assert_eq!(chunk_len(&frame).unwrap(), 3);
+        assert_eq!(chunk_len(&encode_chunk(&[], None).unwrap()).unwrap(), 0);
+        assert!(chunk_len(b"nope").is_err());
+        assert!(chunk_len(&frame[..6]).is_err());
+        let reply = encode_reply(&Ok(Output { chunk, skipped: 0 }), None, None);
+        assert!(chunk_len(&reply).is_err(), "a reply is not a chunk");
     }
 
     #[test]

@@ -44,7 +44,7 @@ impl OutOfBand {
 }
 
 /// A reply frame whose big buffers travel beside it, in order of their index in the frame.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct SplitFrame {
     pub frame: Vec<u8>,
     pub buffers: Vec<OutOfBand>,

@@ -8,7 +8,7 @@
 //! asks while the entry is being computed waits for it rather than computing it twice.
 //!
 //! ```
-//! use sluice_remote::window::StreamWindow;
+//! use sluice_remote::service::window::StreamWindow;
 //! let w = StreamWindow::new(1 << 20);
 //! let first = w.get_or_compute(&7u64, 2, || Ok((vec![1u8, 2], 2)))?;
 //! let second = w.get_or_compute(&7u64, 2, || unreachable!("read from the window"))?;
@@ -21,10 +21,11 @@ use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
+use serde::Serialize;
 use sluice_core::Result;
 
 /// What the window did, for the service's status.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct WindowStats {
     /// Replies computed (first reads, and reads of evicted entries).
     pub computed: u64,

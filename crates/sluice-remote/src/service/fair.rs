@@ -13,7 +13,7 @@
 //! chunks queued (tens, not thousands), and no clock is read: costs are what callers estimate.
 //!
 //! ```
-//! use sluice_remote::fair::FairQueue;
+//! use sluice_remote::service::fair::FairQueue;
 //! let mut q = FairQueue::new();
 //! q.set_weight(1, 2.0)?;
 //! q.set_weight(2, 1.0)?;

@@ -1,0 +1,251 @@
+//! The shared service's native pieces for its Ray actors (`sluice.service`): a worker's
+//! [`ServiceHost`] of many jobs' stages and the dispatcher's [`Registry`]. Translation only:
+//! the fair queue, the shared streams, leases and scaling decisions are
+//! `sluice_remote::service`'s.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList};
+use sluice::Error;
+use sluice_remote::service::host::{HostOptions, ServiceHost};
+use sluice_remote::service::key;
+use sluice_remote::service::registry::{
+    JobBeat, JobInfo, Registry, RegistryOptions, Scale, WorkerBeat,
+};
+use sluice_remote::wire::{self, SplitFrame, SPLIT_THRESHOLD};
+use sluice_remote::StageRunner;
+
+use crate::errors::{to_py, IntoPy};
+
+pyo3::create_exception!(
+    sluice._native,
+    StageDetached,
+    pyo3::exceptions::PyRuntimeError,
+    "A service worker no longer hosts this job's stage (the job was detached or its lease \
+     expired): attach again and resend the chunk; nothing was computed."
+);
+use crate::worker::{codec, load_udf};
+
+fn json_to_py<'py>(py: Python<'py>, value: &impl serde::Serialize) -> PyResult<Bound<'py, PyAny>> {
+    let json = serde_json::to_string(value)
+        .map_err(|e| Error::Internal(format!("cannot serialise a service report: {e}")))
+        .py()?;
+    py.import("json")?.call_method1("loads", (json,))
+}
+
+/// What one service worker hosts: the stages of every job attached to it (one engine per
+/// stage key), their chunks run in weighted fair order on `slots` slots, and a shared stream
+/// per stage for jobs that send the same chunks.
+#[pyclass(name = "ServiceHost", module = "sluice._native", frozen)]
+pub struct PyServiceHost {
+    host: ServiceHost<StageRunner, SplitFrame>,
+}
+
+#[pymethods]
+impl PyServiceHost {
+    #[new]
+    #[pyo3(signature = (slots=1, window_bytes=256 << 20))]
+    fn new(slots: usize, window_bytes: u64) -> PyResult<Self> {
+        let options = HostOptions {
+            slots,
+            window_bytes,
+            ..HostOptions::default()
+        };
+        Ok(PyServiceHost {
+            host: ServiceHost::new(options).py()?,
+        })
+    }
+
+    /// Attaches `job` at `weight` to the stage `init` describes, building it unless another
+    /// job did; returns the stage key.
+    fn attach(&self, py: Python<'_>, job: u64, weight: f64, init: &str) -> PyResult<String> {
+        py.detach(|| {
+            let key = key::stage_key(init)?;
+            self.host.attach(job, weight, &key, || {
+                StageRunner::new(init, &load_udf, Some(codec()))
+            })?;
+            Ok(key)
+        })
+        .py()
+    }
+
+    /// Runs one request frame of `job`'s stage `key`; returns the split reply
+    /// `(frame, [uint8 arrays])`. Waits its turn in the fair queue without the GIL.
+    fn run<'py>(
+        &self,
+        py: Python<'py>,
+        job: u64,
+        key: &str,
+        frame: &[u8],
+    ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyList>)> {
+        let reply = py
+            .detach(|| {
+                let items = wire::chunk_len(frame).map_err(Error::from)?;
+                self.host.run(job, key, items, frame, |runner, frame| {
+                    let split = runner.run_split(frame, SPLIT_THRESHOLD);
+                    let bytes =
+                        split.frame.len() + split.buffers.iter().map(|b| b.len()).sum::<usize>();
+                    Ok((split, bytes as u64))
+                })
+            })
+            .map_err(|e| match e {
+                Error::Resource(message) => StageDetached::new_err(message),
+                other => to_py(other),
+            })?;
+        // Shared with other jobs of the stream only while the window keeps it.
+        let split = Arc::try_unwrap(reply).unwrap_or_else(|shared| (*shared).clone());
+        let buffers = PyList::empty(py);
+        for b in split.buffers {
+            buffers.append(crate::convert::out_of_band_to_py(py, b)?)?;
+        }
+        Ok((PyBytes::new(py, &split.frame), buffers))
+    }
+
+    /// Detaches `job` from stage `key`; whether it was attached.
+    fn detach(&self, py: Python<'_>, job: u64, key: &str) -> bool {
+        py.detach(|| self.host.detach(job, key))
+    }
+
+    /// Drops `job`: detached everywhere, its queued chunks refused. How many were queued.
+    fn forget(&self, py: Python<'_>, job: u64) -> usize {
+        py.detach(|| self.host.forget(job))
+    }
+
+    /// Slots, busy seconds, queue, stages, per-job figures and the shared streams' counters.
+    fn report<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let report = py.detach(|| self.host.report());
+        json_to_py(py, &report)
+    }
+}
+
+/// The dispatcher's state and decisions: jobs and their leases, workers, which worker a
+/// job's stage attaches to, and the pool's size each window. Times are the caller's
+/// monotonic seconds.
+#[pyclass(name = "ServiceRegistry", module = "sluice._native", frozen)]
+pub struct PyRegistry(Mutex<Registry>);
+
+impl PyRegistry {
+    fn lock(&self) -> MutexGuard<'_, Registry> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[pymethods]
+impl PyRegistry {
+    #[new]
+    #[pyo3(signature = (min_workers=1, max_workers=8, worker_cpus=1.0, lease_s=5.0, window_s=2.0, target_util=0.8, idle_windows=2))]
+    fn new(
+        min_workers: usize,
+        max_workers: usize,
+        worker_cpus: f64,
+        lease_s: f64,
+        window_s: f64,
+        target_util: f64,
+        idle_windows: u32,
+    ) -> PyResult<Self> {
+        let options = RegistryOptions {
+            min_workers,
+            max_workers,
+            worker_cpus,
+            lease_s,
+            window_s,
+            target_util,
+            idle_windows,
+        };
+        Ok(PyRegistry(Mutex::new(Registry::new(options).py()?)))
+    }
+
+    fn register(
+        &self,
+        now: f64,
+        label: String,
+        weight: f64,
+        stage_keys: Vec<String>,
+    ) -> PyResult<u64> {
+        let info = JobInfo {
+            label,
+            weight,
+            stage_keys,
+        };
+        self.lock().register(now, info).py()
+    }
+
+    /// ValueError for a job this registry does not know (expired, or never registered).
+    fn heartbeat(&self, now: f64, job: u64, samples: u64, backlogged: bool) -> PyResult<()> {
+        let beat = JobBeat {
+            samples,
+            backlogged,
+        };
+        self.lock().heartbeat(now, job, beat).py()
+    }
+
+    fn unregister(&self, job: u64) -> bool {
+        self.lock().unregister(job)
+    }
+
+    fn expire(&self, now: f64) -> Vec<u64> {
+        self.lock().expire(now)
+    }
+
+    fn add_worker(&self, now: f64, id: &str, node: &str) {
+        self.lock().add_worker(now, id, node)
+    }
+
+    fn remove_worker(&self, id: &str) -> bool {
+        self.lock().remove_worker(id)
+    }
+
+    fn workers(&self) -> Vec<String> {
+        self.lock().workers()
+    }
+
+    /// `report`: the worker's `ServiceHost.report()` as JSON.
+    fn worker_beat(&self, now: f64, id: &str, report: &str) -> PyResult<()> {
+        let beat: WorkerBeat = serde_json::from_str(report)
+            .map_err(|e| Error::invalid(format!("a worker's report: {e}")))
+            .py()?;
+        self.lock().worker_beat(now, id, beat);
+        Ok(())
+    }
+
+    fn lease(&self, job: u64, avoid: Vec<String>) -> PyResult<Option<String>> {
+        self.lock().lease(job, &avoid).py()
+    }
+
+    fn release(&self, job: u64, worker: &str) {
+        self.lock().release(job, worker)
+    }
+
+    fn group_size(&self, stage_key: &str) -> usize {
+        self.lock().group_size(stage_key)
+    }
+
+    /// `("hold", None)`, `("start", n)` or `("retire", [worker ids])`.
+    fn scale<'py>(&self, py: Python<'py>, now: f64) -> PyResult<(&'static str, Bound<'py, PyAny>)> {
+        Ok(match self.lock().scale(now) {
+            Scale::Hold => ("hold", py.None().into_bound(py)),
+            Scale::Start(n) => ("start", n.into_pyobject(py)?.into_any()),
+            Scale::Retire(ids) => ("retire", PyList::new(py, ids)?.into_any()),
+        })
+    }
+
+    fn status<'py>(&self, py: Python<'py>, now: f64) -> PyResult<Bound<'py, PyAny>> {
+        let status = self.lock().status(now);
+        json_to_py(py, &status)
+    }
+}
+
+/// The stage key of an init message: jobs with equal keys share a stage on a worker.
+#[pyfunction]
+fn stage_key(init: &str) -> PyResult<String> {
+    key::stage_key(init).py()
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyServiceHost>()?;
+    m.add_class::<PyRegistry>()?;
+    m.add("StageDetached", m.py().get_type::<StageDetached>())?;
+    m.add_function(wrap_pyfunction!(stage_key, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,18 @@
+//! The shared service's pieces (`docs/SERVICE.md`, design in `docs/design/SERVICE.md`): one
+//! pool of workers serving the stages of many training jobs.
+//!
+//! - [`host`]: what one service worker runs — the stages of every job attached to it, keyed
+//!   by content, their chunks started in weighted fair order ([`fair`]), and a shared stream
+//!   window ([`window`]) so the jobs of a sweep compute each chunk once.
+//! - [`registry`]: the dispatcher's soft state and decisions — jobs and their leases, workers,
+//!   which worker a job's stage attaches to, and how many workers the pool needs.
+//! - [`key`]: content keys (a stage's, a chunk's) that decide what may be shared.
+//!
+//! No Ray here: the actors that carry these are thin Python (`sluice.service`), the calls
+//! between them Ray's.
+
+pub mod fair;
+pub mod host;
+pub mod key;
+pub mod registry;
+pub mod window;

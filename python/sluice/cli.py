@@ -2,7 +2,8 @@
 run in this process through the extension, so the wheel carries one implementation of the CLI
 and no second binary. ``sluice --help`` lists the commands (run, plan, profile, bench,
 report: ``sluice report pipeline.toml -o report.html`` runs a pipeline file and writes its
-HTML report)."""
+HTML report). ``sluice serve`` and ``sluice service status|stop|list`` manage a shared service on
+a Ray cluster (``sluice.service``: they need Ray, so they run in Python)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,10 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         if hasattr(signal, "SIGPIPE"):
             signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    if len(argv) > 1 and argv[1] in ("serve", "service"):
+        from .service import main as service_main
+
+        return service_main([str(a) for a in argv[1:]])
     sys.stdout.flush()
     return _native.cli_main([str(a) for a in argv])
 

@@ -59,6 +59,13 @@ class Context:
     ``runtime_env``: Ray's, for the actors (e.g. to ship the sluice wheel to nodes);
     ``init_kwargs``: passed to ``ray.init``.
 
+    ``service``: the name of a shared sluice service on the cluster (``sluice.serve``,
+    ``sluice serve --name NAME``): the stages run on its workers, shared with other jobs in
+    the ratio of their ``weight``; a sweep's jobs with the same pipeline and seed compute
+    each chunk once. ``reconnect``: rejoin a restarted service transparently (else the run
+    fails with ``sluice.service.ServiceLost``). ``ray_address`` defaults to ``"auto"`` then.
+    See ``docs/SERVICE.md``.
+
     >>> ctx = Context("auto", num_actors=4, local_workers=1)
     >>> ctx
     Context(ray_address='auto', num_actors=4, local_workers=1)
@@ -88,7 +95,17 @@ class Context:
         remote_cpus: float | None = None,
         runtime_env: dict | None = None,
         init_kwargs: dict | None = None,
+        service: str | None = None,
+        weight: float = 1.0,
+        reconnect: bool = True,
     ):
+        if service is not None:
+            if not isinstance(service, str) or not service or ":" in service:
+                raise ValueError(f"service must be a non-empty name without ':', got {service!r}")
+            if ray_address is None:
+                ray_address = "auto"
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not (0 < weight < float("inf")):
+            raise ValueError(f"weight must be a positive number, got {weight!r}")
         if ray_address is not None and not isinstance(ray_address, str):
             raise TypeError(f"ray_address must be a str or None, got {type(ray_address).__name__}")
         for name, v, lo in (
@@ -136,7 +153,11 @@ class Context:
         self.remote_cpus = remote_cpus
         self.runtime_env = runtime_env
         self.init_kwargs = dict(init_kwargs or {})
+        self.service = service
+        self.weight = float(weight)
+        self.reconnect = bool(reconnect)
         self._pools: list[Any] = []  # sluice._native.ActorPool
+        self._service_conn: Any = None  # sluice.service.Connection, made on the first stage
 
     @property
     def remote(self) -> bool:
@@ -144,7 +165,11 @@ class Context:
         return self.ray_address is not None
 
     def __repr__(self) -> str:
-        shown = {"ray_address": self.ray_address}
+        shown: dict[str, Any] = {"ray_address": self.ray_address}
+        if self.service is not None:
+            shown["service"] = self.service
+            if self.weight != 1.0:
+                shown["weight"] = self.weight
         if self.num_actors is not None:
             shown["num_actors"] = self.num_actors
         if self.local_workers:
@@ -157,10 +182,18 @@ class Context:
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state["_pools"] = []
+        state["_service_conn"] = None
         return state
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
+
+    def close(self) -> None:
+        """Leaves the service (if any): its workers drop this job's stages at once rather
+        than when the lease runs out."""
+        if self._service_conn is not None:
+            self._service_conn.close()
+            self._service_conn = None
 
     # Running -------------------------------------------------------------------------------
     def connect(self) -> Any:
@@ -253,13 +286,22 @@ class Context:
         """Actors per offloaded stage."""
         if self.num_actors is not None:
             return self.num_actors
+        if self.service is not None:
+            from .service import service_workers
+
+            return service_workers(self)
         ray = self.connect()
         cpus = float(ray.cluster_resources().get("CPU", 1.0))
         return max(1, int(cpus // self.actor_cpus) if self.actor_cpus else int(cpus))
 
     def _pool(self, init: str, workers: int, label: str) -> Any:
         # Called by the native "ray" backend when a stage starts; it then starts the pool.
-        pool = ray_pool(self, init, workers, label)
+        if self.service is not None:
+            from .service import service_pool
+
+            pool = service_pool(self, init, workers, label)
+        else:
+            pool = ray_pool(self, init, workers, label)
         self._pools.append(pool)
         del self._pools[:-16]  # the recent runs' pools, for stats(); old ones are shut down
         return pool

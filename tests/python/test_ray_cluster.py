@@ -15,93 +15,29 @@ from __future__ import annotations
 
 import hashlib
 import os
-import pathlib
-import shutil
 import signal
 import sys
-import tempfile
 import time
 
 import numpy as np
 import pytest
 
+import ray_cluster
 import sluice
 
 ray = pytest.importorskip("ray")
-cluster_utils = pytest.importorskip("ray.cluster_utils")
 
-SLUICE_ROOT = str(pathlib.Path(sluice.__file__).resolve().parents[1])
 WORKERS = 2
-FAST_HEALTH_CHECKS = {
-    "health_check_initial_delay_ms": 0,
-    "health_check_period_ms": 300,
-    "health_check_timeout_ms": 300,
-    "health_check_failure_threshold": 3,
-}
-
-
-_RESOURCE_OF: dict = {}  # worker node -> the index of its custom resource
-
-
-def _add_worker(cluster, index: int):
-    node = cluster.add_node(
-        num_cpus=2, object_store_memory=100_000_000, resources={f"node{index}": 1}, wait=True
-    )
-    _RESOURCE_OF[node] = index
-    return node
 
 
 @pytest.fixture(scope="module")
 def nodes():
-    if ray.is_initialized():
-        ray.shutdown()
-    saved = {k: os.environ.get(k) for k in ("RAY_TMPDIR", "RAY_AUTH_MODE", "PYTHONPATH")}
-    # A short private directory: Ray's unix sockets live under it (108-byte limit), and the
-    # cluster writes its address file there, not into a /tmp/ray other runs share.
-    tmp = tempfile.mkdtemp(prefix="sc", dir="/tmp")
-    os.makedirs(os.path.join(tmp, "ray"))
-    os.environ["RAY_TMPDIR"] = tmp
-    # No authentication between the cluster's processes — unless Ray already ran in this
-    # process (test_ray.py): its first ray.init set RAY_AUTH_MODE=token and the driver keeps
-    # that, so the cluster must use the same mode or it drops the driver as a failed worker.
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    path = os.environ.get("PYTHONPATH", "")
-    if not path.startswith(SLUICE_ROOT):  # workers import this checkout's sluice
-        os.environ["PYTHONPATH"] = SLUICE_ROOT + (os.pathsep + path if path else "")
-    cluster = cluster_utils.Cluster(
-        initialize_head=True,
-        head_node_args={
-            "num_cpus": 0,
-            "resources": {"node0": 1},
-            "object_store_memory": 100_000_000,
-            "include_dashboard": False,
-            "_system_config": FAST_HEALTH_CHECKS,
-        },
-    )
-    try:
-        for i in range(1, WORKERS + 1):
-            _add_worker(cluster, i)
-        cluster.wait_for_nodes()
-        ray.init(address=cluster.address, log_to_driver=False)
-        yield cluster
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        shutil.rmtree(tmp, ignore_errors=True)
+    with ray_cluster.cluster(WORKERS) as c:
+        yield c
 
 
 def _restore(cluster) -> None:
-    """Adds worker nodes back up to WORKERS, with the custom resources of the missing ones."""
-    have = {_RESOURCE_OF[n] for n in cluster.worker_nodes}
-    for i in range(1, WORKERS + 1):
-        if i not in have:
-            _add_worker(cluster, i)
-    cluster.wait_for_nodes()
+    ray_cluster.restore(cluster, WORKERS)
 
 
 def _digest(batch) -> str:

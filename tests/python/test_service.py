@@ -1,0 +1,405 @@
+"""The shared service (``sluice.serve``, ``Context(service=...)``) on a 3-node Ray cluster on
+this machine (``ray_cluster``: a 0-CPU head for the drivers, two worker nodes of 2 CPUs):
+byte-identity with local runs, resume, several jobs at once in their own driver processes,
+the sweep's shared stream, weighted fairness, worker and dispatcher faults, jobs that die,
+errors at connect, scaling and the CLI.
+
+Every test starts its own service (a fresh name) and stops it; assertions are on outputs,
+counts and worker-side slot time, never on wall-clock rates.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+import ray_cluster
+import sluice
+from procs import run_cmd
+from sluice import service
+
+ray = pytest.importorskip("ray")
+
+pytestmark = pytest.mark.timeout(180)
+
+_names = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def nodes():
+    with ray_cluster.cluster(2) as c:
+        yield c
+
+
+@pytest.fixture
+def svc(nodes):
+    """A fresh service per test: (name, the serve() keyword arguments to override)."""
+    started: list[str] = []
+
+    def start(**kw) -> str:
+        name = f"t{os.getpid()}-{next(_names)}"
+        opts = {"min_workers": 2, "max_workers": 2, "window_s": 1.0, "lease_s": 3.0, **kw}
+        service.serve(name, **opts)
+        started.append(name)
+        return name
+
+    yield start
+    for name in started:
+        try:
+            assert service.stop(name) == []
+        except service.ServiceError:
+            pass  # the test stopped it
+
+
+def _digest(batch) -> str:
+    h = hashlib.sha256()
+    for key in sorted(batch):
+        a = np.asarray(batch[key])
+        h.update(key.encode() + str(a.dtype).encode() + str(a.shape).encode() + a.tobytes())
+    return h.hexdigest()
+
+
+def _work(delay: float = 0.0):
+    """The stage's UDF; made here (not at module level) so cloudpickle ships it by value."""
+
+    def work(s, rng):
+        if delay:
+            time.sleep(delay)
+        return {"id": s["id"], "x": np.full(2_000, s["id"], np.float32), "r": rng.random()}
+
+    return work
+
+
+def _pipeline(n=240, delay=0.0):
+    return sluice.range(n).shuffle(seed=3).map(_work(delay), name="work").batch(8)
+
+
+def _run(ds, ctx=None, seed=2, **kw):
+    return [_digest(b) for b in ds.iter(seed=seed, epoch=0, chunk_size=8, context=ctx, **kw)]
+
+
+def _wait_for(what, predicate, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = predicate()
+        if got:
+            return got
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_a_job_on_the_service_is_byte_identical_to_local_and_per_job_ray(svc):
+    name = svc()
+    ds = _pipeline()
+    expected = _run(ds)
+    ctx = sluice.Context(service=name)
+    assert _run(ds, ctx) == expected
+    assert _run(ds, sluice.Context("auto", num_actors=2)) == expected
+    report = ctx.pools()[-1].report()
+    assert report["samples"] == 240 and report["retries"] == 0
+    assert sum(s["chunks"] for s in report["slots"]) == 30
+    st = service.status(name)
+    (job,) = st["jobs"]
+    assert job["label"] == "read+work"
+    assert sum(w["leases"] for w in st["workers"]) == 0, "the pool gave its workers back"
+    ctx.close()
+    _wait_for("the job to leave", lambda: not service.status(name)["jobs"])
+
+
+def test_state_dict_resumes_on_the_service_in_a_new_job(svc):
+    name = svc()
+    ds = _pipeline()
+    expected = _run(ds)
+    ctx = sluice.Context(service=name)
+    it = ds.iter(seed=2, epoch=0, chunk_size=8, context=ctx)
+    head = [_digest(next(it)) for _ in range(7)]
+    state = it.state_dict()
+    it.close()
+    ctx.close()
+    ctx2 = sluice.Context(service=name)
+    it2 = ds.iter(seed=2, epoch=0, chunk_size=8, context=ctx2)
+    it2.load_state_dict(state)
+    assert head + [_digest(b) for b in it2] == expected
+    ctx2.close()
+
+
+def _job_script(name: str, seed: int, n: int = 240, weight: float = 1.0, delay: float = 0.0, hold_s: float = 0.0) -> str:
+    return textwrap.dedent(
+        f"""
+        import hashlib, json, sys, time
+        import numpy as np, ray, sluice
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        from test_service import _pipeline, _digest
+        ray.init(address={ray.get_runtime_context().gcs_address!r}, log_to_driver=False)
+        ctx = sluice.Context(service={name!r}, weight={weight})
+        out = [_digest(b) for b in _pipeline({n}, {delay}).iter(seed={seed}, epoch=0, chunk_size=8, context=ctx)]
+        print("DIGESTS", json.dumps(out), flush=True)
+        time.sleep({hold_s})
+        """
+    )
+
+
+def _spawn(code: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _digests_of(proc: subprocess.Popen, timeout: float = 120) -> list[str]:
+    out, err = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, err[-3000:]
+    line = next(x for x in out.splitlines() if x.startswith("DIGESTS "))
+    return json.loads(line[len("DIGESTS ") :])
+
+
+def test_jobs_in_their_own_drivers_at_once_each_get_their_local_bytes(svc):
+    name = svc()
+    procs = [_spawn(_job_script(name, seed)) for seed in (1, 2, 3)]
+    try:
+        got = [_digests_of(p) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    ds = _pipeline()
+    assert got == [_run(ds, seed=seed) for seed in (1, 2, 3)]
+
+
+def test_a_sweep_computes_each_chunk_once_and_reads_it_at_its_own_pace(svc):
+    name = svc(min_workers=1, max_workers=1)
+    ds = _pipeline(n=160)
+    expected = _run(ds)
+    a, b = sluice.Context(service=name), sluice.Context(service=name)
+    ita = ds.iter(seed=2, epoch=0, chunk_size=8, context=a)
+    itb = ds.iter(seed=2, epoch=0, chunk_size=8, context=b)
+    # Job a runs ahead by half the epoch, then both go on together.
+    got_a = [_digest(next(ita)) for _ in range(10)]
+    got_b = []
+    for x, y in itertools.zip_longest(ita, itb):
+        if x is not None:
+            got_a.append(_digest(x))
+        if y is not None:
+            got_b.append(_digest(y))
+    assert got_a == expected and got_b == expected
+    (worker,) = ray.get([h.report.remote() for h in _worker_handles(name)])
+    jobs = json.loads(worker)["jobs"].values()
+    assert sum(j["chunks"] for j in jobs) == 40  # 20 chunks per job, each answered once
+    computed = sum(j["chunks"] - j["stream_hits"] for j in jobs)
+    # Chunks the first job ran before the second one attached are its own; every chunk after
+    # that is computed once for both.
+    assert 20 <= computed <= 26, list(jobs)
+    a.close()
+    b.close()
+
+
+def _worker_handles(name: str) -> list:
+    prefix = f"svc:{name}:"
+    return [
+        ray.get_actor(a["name"], namespace="sluice")
+        for a in ray.util.list_named_actors(all_namespaces=True)
+        if a.get("namespace") == "sluice" and a["name"].startswith(prefix)
+    ]
+
+
+def test_backlogged_jobs_share_a_worker_by_weight_and_a_paused_job_gives_its_share_back(svc):
+    name = svc(min_workers=1, max_workers=1)
+    # 8 items x 3 ms of slot time a chunk; both jobs keep chunks queued at the one worker.
+    ds = _pipeline(n=2400, delay=0.003)
+    heavy = sluice.Context(service=name, weight=2.0, in_flight_per_actor=4)
+    light = sluice.Context(service=name, weight=1.0, in_flight_per_actor=4)
+    ith = ds.iter(seed=2, epoch=0, chunk_size=8, context=heavy)
+    itl = ds.iter(seed=5, epoch=0, chunk_size=8, context=light)
+    import threading
+
+    stop = threading.Event()
+    counts = {"heavy": 0, "light": 0}
+
+    def drain(it, who, pause):
+        for _ in it:
+            counts[who] += 1
+            while pause.is_set() and not stop.is_set():
+                time.sleep(0.01)
+            if stop.is_set():
+                return
+
+    pause_light = threading.Event()
+    threads = [
+        threading.Thread(target=drain, args=(ith, "heavy", threading.Event())),
+        threading.Thread(target=drain, args=(itl, "light", pause_light)),
+    ]
+    for t in threads:
+        t.start()
+    try:
+
+        def busy():
+            (text,) = ray.get([h.report.remote() for h in _worker_handles(name)])
+            jobs = json.loads(text)["jobs"]
+            return {int(k): v["busy_s"] for k, v in jobs.items()}
+
+        _wait_for("both jobs to be served", lambda: len(busy()) == 2 and min(busy().values()) > 0.2)
+        b0 = busy()
+        time.sleep(3.0)
+        b1 = busy()
+        jh, jl = sorted(b1)  # heavy registered first
+        ratio = (b1[jh] - b0[jh]) / (b1[jl] - b0[jl])
+        assert 1.8 <= ratio <= 2.2, (ratio, b0, b1)
+        # The light job stops consuming: its prefetch fills, it sends nothing more, and the
+        # heavy one gets the whole worker.
+        pause_light.set()
+        time.sleep(2.0)
+        b2 = busy()
+        time.sleep(2.0)
+        b3 = busy()
+        assert (b3[jl] - b2[jl]) < 0.1 * (b3[jh] - b2[jh]), (b2, b3)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=30)
+        ith.close()
+        itl.close()
+        heavy.close()
+        light.close()
+
+
+def test_a_worker_killed_mid_epoch_loses_and_duplicates_nothing_and_is_replaced(svc):
+    name = svc()
+    ds = _pipeline(delay=0.002)
+    expected = _run(ds)
+    ctx = sluice.Context(service=name)
+    it = ds.iter(seed=2, epoch=0, chunk_size=8, context=ctx)
+    got = [_digest(next(it)) for _ in range(5)]
+    victim = _worker_handles(name)[0]
+    ray.kill(victim)
+    got += [_digest(b) for b in it]
+    assert got == expected
+    report = ctx.pools()[-1].report()
+    assert report["retries"] >= 1, report
+    _wait_for("a replacement worker", lambda: len(service.status(name)["workers"]) == 2)
+    assert any("lost" in e for e in service.status(name)["events"])
+    ctx.close()
+
+
+def _restart_dispatcher(name: str) -> None:
+    ray.kill(ray.get_actor(f"svc:{name}", namespace="sluice"), no_restart=False)
+
+
+def test_a_restarted_dispatcher_is_rejoined_transparently(svc):
+    name = svc()
+    ds = _pipeline(delay=0.002)
+    expected = _run(ds)
+    ctx = sluice.Context(service=name)
+    it = ds.iter(seed=2, epoch=0, chunk_size=8, context=ctx)
+    got = [_digest(next(it)) for _ in range(5)]
+    generation = service.status(name)["generation"]
+    _restart_dispatcher(name)
+    got += [_digest(b) for b in it]
+    assert got == expected
+    st = service.status(name)
+    assert st["generation"] != generation
+    assert len(st["jobs"]) == 1, "the job registered again"
+    ctx.close()
+
+
+def test_a_restarted_dispatcher_fails_a_job_that_may_not_reconnect_and_it_resumes(svc):
+    name = svc()
+    ds = _pipeline(delay=0.002)
+    expected = _run(ds)
+    ctx = sluice.Context(service=name, reconnect=False)
+    it = ds.iter(seed=2, epoch=0, chunk_size=8, context=ctx)
+    got = [_digest(next(it)) for _ in range(5)]
+    state = it.state_dict()
+    _restart_dispatcher(name)
+    with pytest.raises(service.ServiceLost, match="restarted"):
+        for b in it:
+            pass
+    it.close()
+    it2 = ds.iter(seed=2, epoch=0, chunk_size=8, context=sluice.Context(service=name))
+    it2.load_state_dict(state)
+    assert got + [_digest(b) for b in it2] == expected
+
+
+def test_a_job_killed_is_released_within_seconds(svc):
+    name = svc(lease_s=2.0)
+    proc = _spawn(_job_script(name, seed=1, n=80, hold_s=60))
+    try:
+        _wait_for("the job to connect", lambda: service.status(name)["jobs"], timeout=60)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        t = time.monotonic()
+        _wait_for("the dead job to expire", lambda: not service.status(name)["jobs"], timeout=15)
+        assert time.monotonic() - t < 10
+        assert any("expired" in e for e in service.status(name)["events"])
+    finally:
+        proc.kill()
+
+
+_UNIMPORTABLE = "sluice_svc_only_here"
+
+
+def test_a_stage_the_workers_cannot_load_fails_at_connect_naming_it(svc, tmp_path, monkeypatch):
+    name = svc()
+    (tmp_path / f"{_UNIMPORTABLE}.py").write_text("def f(s):\n    return s\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    mod = __import__(_UNIMPORTABLE)
+    ds = sluice.range(16).map(mod.f, name="only_here").batch(4)
+    with pytest.raises(service.ServiceError, match=r"stage read\+only_here cannot run on service") as e:
+        list(ds.iter(context=sluice.Context(service=name)))
+    assert "only_here" in str(e.value) and "ModuleNotFoundError" in str(e.value)
+
+
+def test_an_unknown_service_and_bad_arguments_are_clear_errors(svc):
+    name = svc()
+    with pytest.raises(service.ServiceError, match=rf"no sluice service named 'nope'.*running: .*{name}"):
+        list(_pipeline(16).iter(context=sluice.Context(service="nope")))
+    with pytest.raises(ValueError, match="weight"):
+        sluice.Context(service=name, weight=0)
+    with pytest.raises(ValueError, match="service"):
+        sluice.Context(service="a:b")
+    with pytest.raises(ValueError, match="min_workers"):
+        service.serve("x", min_workers=3, max_workers=2)
+
+
+def test_the_pool_grows_for_a_backlogged_job_and_shrinks_when_it_stops(svc):
+    name = svc(min_workers=1, max_workers=3)
+    ds = _pipeline(n=4000, delay=0.004)
+    ctx = sluice.Context(service=name, num_actors=3, in_flight_per_actor=3)
+    it = ds.iter(seed=2, epoch=0, chunk_size=8, context=ctx)
+    try:
+        next(it)
+        for _ in it:
+            if len(service.status(name)["workers"]) >= 2:
+                break
+        else:
+            raise AssertionError("the pool never grew")
+    finally:
+        it.close()
+        ctx.close()
+    st = service.status(name)
+    assert any("start" in d for d in st["decisions"]), st["decisions"]
+    _wait_for("the pool to shrink back", lambda: len(service.status(name)["workers"]) == 1, timeout=40)
+
+
+def test_cli_serve_status_stop(nodes):
+    address = ray.get_runtime_context().gcs_address
+    name = f"cli{os.getpid()}"
+    sluice_cmd = [sys.executable, "-m", "sluice.cli"]
+    r = run_cmd([*sluice_cmd, "serve", "--name", name, "--address", address, "--min-workers", "1"], timeout=90)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert f"service '{name}' running: 1 worker(s)" in r.stdout
+    r = run_cmd([*sluice_cmd, "service", "status", name, "--address", address, "--json"], timeout=60)
+    assert r.returncode == 0, r.stderr[-2000:]
+    st = json.loads(r.stdout)
+    assert st["name"] == name and len(st["workers"]) + len(st["starting"]) == 1
+    r = run_cmd([*sluice_cmd, "service", "list", "--address", address], timeout=60)
+    assert name in r.stdout.split()
+    r = run_cmd([*sluice_cmd, "service", "stop", name, "--address", address], timeout=60)
+    assert r.returncode == 0 and "stopped" in r.stdout, (r.stdout, r.stderr[-2000:])
+    r = run_cmd([*sluice_cmd, "service", "status", name, "--address", address], timeout=60)
+    assert r.returncode == 2 and f"no sluice service named '{name}'" in r.stdout

@@ -73,6 +73,9 @@ struct State<R: ActorRuntime> {
     local_serial: usize,
     /// Actors in a row that died while starting.
     start_failures: usize,
+    /// Why the last replacement could not even be asked for (the runtime refused to start
+    /// one, e.g. the service it leases from is gone): what a chunk left with no worker gets.
+    start_error: Option<Error>,
     events: Vec<String>,
     retries: u64,
     retry_causes: BTreeMap<String, u64>,
@@ -173,6 +176,7 @@ impl<R: ActorRuntime> ActorPool<R> {
                     actor_serial: 0,
                     local_serial: 0,
                     start_failures: 0,
+                    start_error: None,
                     events: Vec::new(),
                     retries: 0,
                     retry_causes: BTreeMap::new(),

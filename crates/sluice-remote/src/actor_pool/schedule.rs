@@ -95,7 +95,10 @@ impl<R: ActorRuntime> Shared<R> {
         self.poll_starting(st)?;
         if !st.slots.iter().any(|s| s.serving) {
             // Every actor died and none of their replacements could start: waiting would
-            // never end.
+            // never end. If the runtime said why it could not start one, that is the cause.
+            if let Some(e) = &st.start_error {
+                return Err(e.clone());
+            }
             let last = st.events.last().cloned().unwrap_or_default();
             return Err(self.error(&format!(
                 "no worker left to run chunks on (every actor was lost and none could be \
@@ -170,6 +173,9 @@ impl<R: ActorRuntime> Shared<R> {
                     format!("{old} lost ({why}); replaced by {fresh}")
                 });
             }
+        }
+        if let Err(e) = &res {
+            st.start_error = Some(e.clone());
         }
         let res = res.map(|line| {
             if !line.is_empty() {

@@ -36,6 +36,8 @@ struct FakeState {
     /// The next this many submissions find their actor dead (it dies).
     doomed: usize,
     gone: bool,
+    /// Starting an actor is refused with this message (the runtime's own error).
+    refuse: Option<String>,
     /// Actor of each submission, in order.
     submitted: Vec<usize>,
     killed: Vec<usize>,
@@ -80,6 +82,9 @@ impl ActorRuntime for FakeRt {
     type Reply = Vec<u8>;
 
     fn start(&self, init: &str) -> Result<(usize, FakePending)> {
+        if let Some(why) = self.0.with(|st| st.refuse.clone()) {
+            return Err(Error::Resource(why));
+        }
         self.0
             .runner
             .get_or_init(|| StageRunner::new(init, &|_| Ok(None), None).unwrap());
@@ -325,6 +330,22 @@ fn a_chunk_whose_actor_died_runs_again_on_another_and_the_actor_is_replaced() {
             .any(|l| l.contains("re-running it (attempt 2 of 4)")),
         "{logs:?}"
     );
+}
+
+/// The runtime refuses to start replacements (a shared service that restarted and may not
+/// be rejoined): every chunk fails with the runtime's reason, not with "no worker left".
+#[test]
+fn when_no_replacement_can_be_started_every_chunk_gets_the_runtimes_reason() {
+    let clock = Arc::new(TestClock::default());
+    let s = start(2, options(&clock), &[]).unwrap();
+    s.fake.with(|st| {
+        st.actors.iter_mut().for_each(|a| a.1 = true);
+        st.refuse = Some("service restarted; resume from your checkpoint".into());
+    });
+    for range in [0..4, 4..8, 8..12] {
+        let err = s.workers.run(items(range)).unwrap_err().to_string();
+        assert!(err.contains("service restarted"), "{err}");
+    }
 }
 
 #[test]

@@ -140,6 +140,10 @@ class RayShim:
             except Exception:  # the cluster may already be gone at interpreter exit
                 pass
 
+    def affinity(self, handle: Any) -> str | None:
+        """A name other jobs see for the actor's worker: none, a per-job actor is its own."""
+        return None
+
     def alive(self) -> bool:
         """Ray starts a fresh local cluster on the first API call after ``ray.shutdown()``: a
         pipeline outliving its cluster must fail instead of silently starting another."""

@@ -323,6 +323,10 @@ class ServiceShim(RayShim):
                 pass
             self._conn.release(handle.worker)
 
+    def affinity(self, handle: Any) -> str | None:
+        # The same name in every job's pool: a sweep's chunks meet on one worker.
+        return f"{self._conn.generation}:{handle.worker}"
+
     def alive(self) -> bool:
         return self._ray.is_initialized()
 

@@ -168,6 +168,15 @@ impl ActorRuntime for PyRayRuntime {
         let _ = self.call(|py, shim| shim.call_method1("kill", (actor.bind(py),)).map(drop));
     }
 
+    fn affinity(&self, actor: &Self::Handle) -> Option<String> {
+        self.call(|py, shim| {
+            shim.call_method1("affinity", (actor.bind(py),))?
+                .extract::<Option<String>>()
+        })
+        .ok()
+        .flatten()
+    }
+
     fn alive(&self) -> bool {
         let alive = self.call(|_, shim| shim.call_method0("alive")?.extract::<bool>());
         alive.unwrap_or(false)

@@ -98,6 +98,14 @@ pub trait ActorRuntime: Send + Sync + 'static {
     }
     /// Stops `actor` (errors ignored: it may be gone already).
     fn kill(&self, actor: &Self::Handle);
+    /// A name for the worker behind `actor` that other jobs' pools see too (a shared
+    /// service's worker id), or `None`. When the pool's actors have one, every chunk waits
+    /// for the actor its coordinates hash to (rendezvous over these names), so the jobs of a
+    /// sweep send each chunk to the same worker, which computes it once for all of them.
+    fn affinity(&self, actor: &Self::Handle) -> Option<String> {
+        let _ = actor;
+        None
+    }
     /// Whether the cluster is still there (a pipeline outliving it must fail, not hang).
     fn alive(&self) -> bool {
         true

@@ -55,6 +55,8 @@ struct Slot<R: ActorRuntime> {
     busy: Duration,
     sent: u64,
     received: u64,
+    /// The rendezvous weight base of the actor's worker ([`ActorRuntime::affinity`]).
+    affinity: Option<u64>,
 }
 
 impl<R: ActorRuntime> Slot<R> {
@@ -283,6 +285,13 @@ impl<R: ActorRuntime> ActorPool<R> {
     }
 }
 
+/// A stable 64-bit hash of a worker's name (the same in every job's process).
+fn name_hash(name: &str) -> u64 {
+    name.bytes().fold(0x6a09_e667_f3bc_c908, |h, b| {
+        sluice_core::rng::combine(h, b as u64)
+    })
+}
+
 impl<R: ActorRuntime> Shared<R> {
     fn lock(&self) -> MutexGuard<'_, State<R>> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
@@ -335,6 +344,7 @@ impl<R: ActorRuntime> Shared<R> {
             return Err(self.cluster_gone());
         }
         let (actor, ready) = self.runtime.start(&self.init)?;
+        let affinity = self.runtime.affinity(&actor).map(|name| name_hash(&name));
         st.actor_serial += 1;
         st.slots.push(Slot {
             name: format!("actor-{}", st.actor_serial),
@@ -348,6 +358,7 @@ impl<R: ActorRuntime> Shared<R> {
             busy: Duration::ZERO,
             sent: 0,
             received: 0,
+            affinity,
         });
         Ok(st.slots.len() - 1)
     }
@@ -366,6 +377,7 @@ impl<R: ActorRuntime> Shared<R> {
             busy: Duration::ZERO,
             sent: 0,
             received: 0,
+            affinity: None,
         });
         st.slots.len() - 1
     }

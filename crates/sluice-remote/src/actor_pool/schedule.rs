@@ -4,6 +4,7 @@
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
 
+use sluice_core::rng::combine;
 use sluice_core::{Error, Result};
 
 use super::{Lease, Shared, Slot, State};
@@ -61,11 +62,13 @@ impl<R: ActorRuntime> Shared<R> {
     }
 
     /// A slot for one chunk: the least loaded relative to its capacity, local first on ties
-    /// (no transfer); waits while all are busy or starting.
-    pub(in crate::actor_pool) fn acquire(&self) -> Result<Lease<R::Handle>> {
+    /// (no transfer); waits while all are busy or starting. With `prefer` (the chunk's key)
+    /// and actors that name their workers, the actor whose name ranks first for the key
+    /// (rendezvous hashing) — waiting for it when it is busy, unless a local slot is free.
+    pub(in crate::actor_pool) fn acquire(&self, prefer: Option<u64>) -> Result<Lease<R::Handle>> {
         let mut st = self.lock();
         loop {
-            match self.try_acquire(&mut st) {
+            match self.try_acquire(&mut st, prefer) {
                 Ok(None) => {}
                 done => {
                     self.unlock(st);
@@ -88,7 +91,11 @@ impl<R: ActorRuntime> Shared<R> {
         }
     }
 
-    fn try_acquire(&self, st: &mut State<R>) -> Result<Option<Lease<R::Handle>>> {
+    fn try_acquire(
+        &self,
+        st: &mut State<R>,
+        prefer: Option<u64>,
+    ) -> Result<Option<Lease<R::Handle>>> {
         if self.closed() {
             return Err(self.shut_down());
         }
@@ -105,17 +112,26 @@ impl<R: ActorRuntime> Shared<R> {
                  started again; last event: {last})"
             )));
         }
-        let best = st
-            .slots
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| s.takes_work())
-            .min_by(|(_, a), (_, b)| {
-                let load_a = a.in_flight as u128 * b.capacity as u128;
-                let load_b = b.in_flight as u128 * a.capacity as u128;
-                load_a.cmp(&load_b).then(b.is_local().cmp(&a.is_local()))
-            })
-            .map(|(i, _)| i);
+        let ranked = prefer.and_then(|key| {
+            (st.slots.iter().enumerate())
+                .filter(|(_, s)| s.serving && s.starting.is_none() && !s.retiring)
+                .filter_map(|(i, s)| Some((i, combine(key, s.affinity?))))
+                .max_by_key(|&(_, rank)| rank)
+                .map(|(i, _)| i)
+        });
+        let local = || (st.slots.iter()).position(|s| s.is_local() && s.takes_work());
+        let best = match ranked {
+            Some(i) if st.slots[i].takes_work() => Some(i),
+            Some(_) => local(),
+            None => (st.slots.iter().enumerate())
+                .filter(|(_, s)| s.takes_work())
+                .min_by(|(_, a), (_, b)| {
+                    let load_a = a.in_flight as u128 * b.capacity as u128;
+                    let load_b = b.in_flight as u128 * a.capacity as u128;
+                    load_a.cmp(&load_b).then(b.is_local().cmp(&a.is_local()))
+                })
+                .map(|(i, _)| i),
+        };
         Ok(best.map(|index| {
             let slot = &mut st.slots[index];
             slot.in_flight += 1;

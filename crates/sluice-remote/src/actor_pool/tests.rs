@@ -38,6 +38,8 @@ struct FakeState {
     gone: bool,
     /// Starting an actor is refused with this message (the runtime's own error).
     refuse: Option<String>,
+    /// Actors name their workers (`w<index>`), as a shared service's do.
+    named: bool,
     /// Actor of each submission, in order.
     submitted: Vec<usize>,
     killed: Vec<usize>,
@@ -134,6 +136,9 @@ impl ActorRuntime for FakeRt {
             }
             st = self.0.cv.wait_timeout(st, deadline - now).unwrap().0;
         }
+    }
+    fn affinity(&self, actor: &usize) -> Option<String> {
+        self.0.with(|st| st.named.then(|| format!("w{actor}")))
     }
     fn kill(&self, actor: &usize) {
         self.0.with(|st| {
@@ -268,7 +273,9 @@ fn the_least_loaded_slot_takes_the_chunk_local_first_on_ties() {
     };
     let s = start(2, opts, &[]).unwrap();
     let shared = &s.workers.pool().shared;
-    let taken: Vec<Option<usize>> = (0..5).map(|_| shared.acquire().unwrap().actor).collect();
+    let taken: Vec<Option<usize>> = (0..5)
+        .map(|_| shared.acquire(None).unwrap().actor)
+        .collect();
     // local 0/1 = actors 0/2: local first; then the actors alternate as they fill up.
     assert_eq!(taken, [None, Some(0), Some(1), Some(0), Some(1)]);
     assert_eq!(s.workers.parallelism(), 1 + 2 * 2);
@@ -287,7 +294,7 @@ fn chunks_on_local_workers_and_actors_give_the_same_output() {
     };
     let s = start(1, opts, &[]).unwrap();
     let shared = &s.workers.pool().shared;
-    let local = shared.acquire().unwrap(); // the next chunk goes to the actor
+    let local = shared.acquire(None).unwrap(); // the next chunk goes to the actor
     assert!(local.actor.is_none());
     let on_actor = s.workers.run(items(0..10)).unwrap();
     shared.release(&local, None);
@@ -346,6 +353,36 @@ fn when_no_replacement_can_be_started_every_chunk_gets_the_runtimes_reason() {
         let err = s.workers.run(items(range)).unwrap_err().to_string();
         assert!(err.contains("service restarted"), "{err}");
     }
+}
+
+/// Two jobs of a sweep on the same named workers send each chunk to the same worker, and
+/// spread their chunks over all of them.
+#[test]
+fn named_workers_take_the_chunks_their_names_rank_first_for() {
+    let clock = Arc::new(TestClock::default());
+    let job = || {
+        let fake = Arc::new(Fake::default());
+        fake.with(|st| st.named = true);
+        let work = work();
+        let stage = RemoteStage::new(&work, None).unwrap();
+        let pool = ActorPool::start(
+            FakeRt(fake.clone()),
+            stage.init(),
+            stage.label(),
+            3,
+            options(&clock),
+        )
+        .unwrap();
+        let workers = ActorWorkers::new(pool, stage, work);
+        for c in 0..12 {
+            workers.run(items(c * 4..c * 4 + 4)).unwrap();
+        }
+        fake.with(|st| st.submitted.clone())
+    };
+    let (a, b) = (job(), job());
+    assert_eq!(a, b);
+    let used: std::collections::BTreeSet<usize> = a.iter().copied().collect();
+    assert_eq!(used.len(), 3, "{a:?}");
 }
 
 #[test]
@@ -438,8 +475,8 @@ fn a_retiring_worker_finishes_its_chunks_before_it_goes() {
     let s = start(2, opts, &[]).unwrap();
     let pool = s.workers.pool();
     let (a, b) = (
-        pool.shared.acquire().unwrap(),
-        pool.shared.acquire().unwrap(),
+        pool.shared.acquire(None).unwrap(),
+        pool.shared.acquire(None).unwrap(),
     );
     pool.shared.change(0, -1).unwrap();
     // Both were busy: the first of the least busy retires, but keeps its chunk.
@@ -450,7 +487,7 @@ fn a_retiring_worker_finishes_its_chunks_before_it_goes() {
     assert_eq!(s.fake.with(|st| st.killed.clone()), [0]);
     pool.shared.release(&b, None);
     // It takes no more chunks.
-    assert_eq!(pool.shared.acquire().unwrap().actor, Some(1));
+    assert_eq!(pool.shared.acquire(None).unwrap().actor, Some(1));
 }
 
 #[test]

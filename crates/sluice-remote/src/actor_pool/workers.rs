@@ -5,6 +5,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use sluice_core::exec::{Backend, Chunk, StageWork, Workers};
+use sluice_core::rng::combine;
 use sluice_core::Result;
 
 use super::{ActorPool, ActorPoolOptions, ActorRuntime, Failure, Wait};
@@ -55,8 +56,14 @@ impl<R: ActorRuntime> Workers for ActorWorkers<R> {
         let mut chunk = Some(chunk);
         let mut frame: Option<Vec<u8>> = None;
         let mut attempts = 0;
+        // Every job of a sweep cuts the same chunks: their coordinates pick the worker.
+        let prefer = chunk.as_ref().and_then(|c| c.first()).map(|it| {
+            [it.sub, it.index, items as u64]
+                .into_iter()
+                .fold(it.epoch, combine)
+        });
         loop {
-            let lease = s.acquire()?;
+            let lease = s.acquire(prefer)?;
             let t = clock.now();
             let attempt = match &lease.actor {
                 _ if !s.runtime.alive() => Err(s.cluster_gone()),

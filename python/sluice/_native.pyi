@@ -163,6 +163,67 @@ class ChainWorker:
     def run(self, chunk: bytes) -> bytes: ...
     def run_split(self, chunk: bytes, threshold: int = 32768) -> tuple[bytes, list[Any]]: ...
 
+# The shared service's native pieces (crates/sluice-py/src/service.rs over
+# sluice_remote::service); the actors carrying them are sluice._service_actors.
+class StageDetached(RuntimeError):
+    """A service worker no longer hosts the job's stage (detached, or the job's lease
+    expired): attach again and resend; nothing was computed."""
+
+class ServiceHost:
+    """One service worker: the stages of every job attached to it (one engine per stage key),
+    their chunks run in weighted fair order on ``slots`` slots, and a shared stream per stage
+    (jobs sending the same chunks compute each once; ``window_bytes`` bounds the replies kept
+    for slower jobs)."""
+
+    def __init__(self, slots: int = 1, window_bytes: int = 268435456) -> None: ...
+    def attach(self, job: int, weight: float, init: str) -> str:
+        """Attaches ``job`` to the stage ``init`` describes (built unless another job did);
+        returns the stage key."""
+    def run(self, job: int, key: str, frame: bytes) -> tuple[bytes, list[Any]]:
+        """One request frame of ``job``'s stage ``key``: its split reply. Raises
+        ``StageDetached`` when the job is not attached to ``key``."""
+    def detach(self, job: int, key: str) -> bool: ...
+    def forget(self, job: int) -> int: ...
+    def report(self) -> dict[str, Any]:
+        """``slots``, ``busy_s``, ``running``, ``queued``, ``stages``, ``jobs`` (per job id:
+        ``weight``, ``chunks``, ``samples``, ``busy_s``, ``queue_wait_s``, ``stream_hits``,
+        ``queued``) and ``stream`` (``computed``, ``hits``, ``waits``, ``evicted``)."""
+
+class ServiceRegistry:
+    """The dispatcher's state and decisions: jobs and leases, workers, which worker a job's
+    stage attaches to, and the pool's size each window. Times are the caller's monotonic
+    seconds."""
+
+    def __init__(
+        self,
+        min_workers: int = 1,
+        max_workers: int = 8,
+        worker_cpus: float = 1.0,
+        lease_s: float = 5.0,
+        window_s: float = 2.0,
+        target_util: float = 0.8,
+        idle_windows: int = 2,
+    ) -> None: ...
+    def register(self, now: float, label: str, weight: float, stage_keys: list[str]) -> int: ...
+    def heartbeat(self, now: float, job: int, samples: int, backlogged: bool) -> None: ...
+    def unregister(self, job: int) -> bool: ...
+    def expire(self, now: float) -> list[int]: ...
+    def add_worker(self, now: float, id: str, node: str) -> None: ...
+    def remove_worker(self, id: str) -> bool: ...
+    def workers(self) -> list[str]: ...
+    def worker_beat(self, now: float, id: str, report: str) -> None: ...
+    def lease(self, job: int, avoid: list[str]) -> str | None: ...
+    def release(self, job: int, worker: str) -> None: ...
+    def group_size(self, stage_key: str) -> int: ...
+    def scale(self, now: float) -> tuple[str, Any]:
+        """``("hold", None)``, ``("start", n)`` or ``("retire", [worker ids])``."""
+    def serve_metrics(self, port: int) -> tuple[str, int]:
+        """Serves the service's metrics (Prometheus text) on 127.0.0.1:``port``; the address."""
+    def status(self, now: float) -> dict[str, Any]: ...
+
+def stage_key(init: str) -> str:
+    """The content key of a stage's init message (jobs with equal keys share its engine)."""
+
 # The `ray` backend's pool (crates/sluice-py/src/ray_pool.rs over sluice_remote::actor_pool).
 class ActorPool:
     """One stage's pool on Ray actors (and local workers): every scheduling decision in Rust,

@@ -91,6 +91,9 @@ class Dispatcher:
             lease_s=float(options["lease_s"]),
             window_s=float(options["window_s"]),
         )
+        self._metrics: tuple[str, int] | None = None
+        if options.get("metrics_port") is not None:
+            self._metrics = tuple(self._registry.serve_metrics(int(options["metrics_port"])))
         self._lock = threading.RLock()
         self._workers: dict[str, Any] = {}  # registered: id -> handle
         self._starting: dict[str, Any] = {}  # id -> (handle, ping ref)
@@ -253,6 +256,7 @@ class Dispatcher:
             out.update(
                 name=self._name,
                 generation=self.generation,
+                metrics_address=self._metrics,
                 starting=sorted(self._starting),
                 events=list(self._events),
             )

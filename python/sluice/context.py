@@ -337,10 +337,16 @@ class Context:
         return Plan(_native.offload_plan(ds._native, self.actors(), seed, num_threads))
 
     def add_stats(self, data: dict, text: str) -> tuple[dict, str]:
-        """Adds the Ray pools' figures (chunks per actor, retries, placement decisions)."""
+        """Adds the Ray pools' figures (chunks per actor, retries, placement decisions) and,
+        on a service, the service's side of this job (its share of the workers, queue wait,
+        chunks read from a sweep's shared stream)."""
         pools = self.pools()
         if not pools:
             return data, text
+        if self._service_conn is not None:
+            from .service import job_stats
+
+            data, text = job_stats(self._service_conn, data, text)
         reports = [p.report() for p in pools]
         data = {**data, "remote": reports}
         lines = [text, "", "ray:"]

@@ -79,6 +79,7 @@ def serve(
     window_s: float = 2.0,
     tick_s: float = 0.5,
     runtime_env: dict | None = None,
+    metrics_port: int | None = None,
     ready_timeout_s: float = 60.0,
 ) -> dict:
     """Starts the service ``name`` on the Ray cluster at ``address`` (``None``/``"auto"``:
@@ -87,7 +88,10 @@ def serve(
 
     ``worker_cpus``: CPUs per worker (its compute slots). ``window_bytes``: replies each
     shared stream keeps for slower jobs of a sweep. ``lease_s``: a job silent this long is
-    dropped and its queued chunks released. ``window_s``: how often the pool is resized."""
+    dropped and its queued chunks released. ``window_s``: how often the pool is resized.
+    ``metrics_port``: serve the service's figures (jobs' rates, shares, queue waits, stream
+    hits; workers' utilisation) in the Prometheus text format on 127.0.0.1 of the
+    dispatcher's node (0: a free port; ``status()["metrics_address"]`` says which)."""
     if not isinstance(name, str) or not name or ":" in name:
         raise ValueError(f"a service name is a non-empty string without ':', got {name!r}")
     if not (isinstance(min_workers, int) and isinstance(max_workers, int) and 0 <= min_workers <= max_workers and max_workers >= 1):
@@ -105,6 +109,7 @@ def serve(
         window_s=float(window_s),
         tick_s=float(tick_s),
         runtime_env=runtime_env,
+        metrics_port=metrics_port,
     )
     dispatcher = (
         ray.remote(Dispatcher)
@@ -352,6 +357,26 @@ def connect_stage(ctx: Any, init: str, label: str) -> tuple[Connection, str]:
     finally:
         conn.release(worker)
     return conn, key
+
+
+def job_stats(conn: Connection, data: dict, text: str) -> tuple[dict, str]:
+    """``it.stats()``'s ``service`` entry: this job as the dispatcher sees it, and the
+    workers it ran on."""
+    try:
+        st = conn._call("status", timeout=10.0)
+    except Exception as e:  # the stats must not fail because the service is restarting
+        return {**data, "service": {"name": conn.name, "error": str(e)}}, text
+    job = next((j for j in st["jobs"] if j["id"] == conn.job), None)
+    workers = [w for w in st["workers"] if job and w["id"] in job["lease_workers"]]
+    entry = {"name": conn.name, "generation": conn.generation, "job": job, "workers": workers}
+    line = f"service {conn.name}: job {conn.job}"
+    if job:
+        line += (
+            f", weight {job['weight']}, share {job['share']:.2f} of {len(st['workers'])} worker(s), "
+            f"{job['chunks']} chunks ({job['stream_hits']} from a shared stream), "
+            f"queue wait {job['queue_wait_s']:.2f}s"
+        )
+    return {**data, "service": entry}, f"{text}\n\n{line}"
 
 
 def service_workers(ctx: Any) -> int:

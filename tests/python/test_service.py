@@ -103,8 +103,15 @@ def test_a_job_on_the_service_is_byte_identical_to_local_and_per_job_ray(svc):
     ds = _pipeline()
     expected = _run(ds)
     ctx = sluice.Context(service=name)
-    assert _run(ds, ctx) == expected
+    it = ds.iter(seed=2, epoch=0, chunk_size=8, context=ctx)
+    assert [_digest(b) for b in it] == expected
     assert _run(ds, sluice.Context("auto", num_actors=2)) == expected
+    # The job's stats carry the service's side of it.
+    time.sleep(1.5)  # a worker report reaches the dispatcher every tick
+    stats = it.stats()
+    svc_job = stats.to_dict()["service"]["job"]
+    assert svc_job["chunks"] == 30 and svc_job["weight"] == 1.0, svc_job
+    assert "service " + name in str(stats)
     report = ctx.pools()[-1].report()
     assert report["samples"] == 240 and report["retries"] == 0
     assert sum(s["chunks"] for s in report["slots"]) == 30
@@ -114,6 +121,20 @@ def test_a_job_on_the_service_is_byte_identical_to_local_and_per_job_ray(svc):
     assert sum(w["leases"] for w in st["workers"]) == 0, "the pool gave its workers back"
     ctx.close()
     _wait_for("the job to leave", lambda: not service.status(name)["jobs"])
+
+
+def test_the_service_serves_its_metrics_on_loopback(svc):
+    import urllib.request
+
+    name = svc(metrics_port=0)
+    ctx = sluice.Context(service=name, weight=3.0)
+    assert len(_run(_pipeline(80), ctx)) == 10
+    host, port = service.status(name)["metrics_address"]
+    assert host == "127.0.0.1"
+    text = urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10).read().decode()
+    assert "sluice_service_workers 2\n" in text
+    assert 'sluice_service_job_weight{job="1",label="read+work"} 3.0\n' in text
+    ctx.close()
 
 
 def test_state_dict_resumes_on_the_service_in_a_new_job(svc):

@@ -3,13 +3,16 @@
 //! the fair queue, the shared streams, leases and scaling decisions are
 //! `sluice_remote::service`'s.
 
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
+use sluice::stats::endpoint::{Limits, MetricsEndpoint, TextSource};
 use sluice::Error;
 use sluice_remote::service::host::{HostOptions, ServiceHost};
 use sluice_remote::service::key;
+use sluice_remote::service::metrics::prometheus_text;
 use sluice_remote::service::registry::{
     JobBeat, JobInfo, Registry, RegistryOptions, Scale, WorkerBeat,
 };
@@ -123,11 +126,24 @@ impl PyServiceHost {
 /// job's stage attaches to, and the pool's size each window. Times are the caller's
 /// monotonic seconds.
 #[pyclass(name = "ServiceRegistry", module = "sluice._native", frozen)]
-pub struct PyRegistry(Mutex<Registry>);
+pub struct PyRegistry {
+    registry: Arc<Mutex<Registry>>,
+    /// The latest time a caller gave (f64 bits): what the metrics endpoint reports at.
+    now: Arc<AtomicU64>,
+    endpoint: Mutex<Option<MetricsEndpoint>>,
+}
+
+fn lock(registry: &Mutex<Registry>) -> MutexGuard<'_, Registry> {
+    registry.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 impl PyRegistry {
     fn lock(&self) -> MutexGuard<'_, Registry> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.registry)
+    }
+    fn at(&self, now: f64) -> MutexGuard<'_, Registry> {
+        self.now.store(now.to_bits(), Relaxed);
+        self.lock()
     }
 }
 
@@ -153,7 +169,11 @@ impl PyRegistry {
             target_util,
             idle_windows,
         };
-        Ok(PyRegistry(Mutex::new(Registry::new(options).py()?)))
+        Ok(PyRegistry {
+            registry: Arc::new(Mutex::new(Registry::new(options).py()?)),
+            now: Arc::new(AtomicU64::new(0f64.to_bits())),
+            endpoint: Mutex::new(None),
+        })
     }
 
     fn register(
@@ -168,7 +188,7 @@ impl PyRegistry {
             weight,
             stage_keys,
         };
-        self.lock().register(now, info).py()
+        self.at(now).register(now, info).py()
     }
 
     /// ValueError for a job this registry does not know (expired, or never registered).
@@ -177,7 +197,7 @@ impl PyRegistry {
             samples,
             backlogged,
         };
-        self.lock().heartbeat(now, job, beat).py()
+        self.at(now).heartbeat(now, job, beat).py()
     }
 
     fn unregister(&self, job: u64) -> bool {
@@ -185,11 +205,11 @@ impl PyRegistry {
     }
 
     fn expire(&self, now: f64) -> Vec<u64> {
-        self.lock().expire(now)
+        self.at(now).expire(now)
     }
 
     fn add_worker(&self, now: f64, id: &str, node: &str) {
-        self.lock().add_worker(now, id, node)
+        self.at(now).add_worker(now, id, node)
     }
 
     fn remove_worker(&self, id: &str) -> bool {
@@ -205,7 +225,7 @@ impl PyRegistry {
         let beat: WorkerBeat = serde_json::from_str(report)
             .map_err(|e| Error::invalid(format!("a worker's report: {e}")))
             .py()?;
-        self.lock().worker_beat(now, id, beat);
+        self.at(now).worker_beat(now, id, beat);
         Ok(())
     }
 
@@ -223,15 +243,30 @@ impl PyRegistry {
 
     /// `("hold", None)`, `("start", n)` or `("retire", [worker ids])`.
     fn scale<'py>(&self, py: Python<'py>, now: f64) -> PyResult<(&'static str, Bound<'py, PyAny>)> {
-        Ok(match self.lock().scale(now) {
+        Ok(match self.at(now).scale(now) {
             Scale::Hold => ("hold", py.None().into_bound(py)),
             Scale::Start(n) => ("start", n.into_pyobject(py)?.into_any()),
             Scale::Retire(ids) => ("retire", PyList::new(py, ids)?.into_any()),
         })
     }
 
+    /// Serves the service's metrics in the Prometheus text format on 127.0.0.1:`port` (0: a
+    /// free port) until the registry goes; returns the address.
+    fn serve_metrics(&self, port: u16) -> PyResult<(String, u16)> {
+        let (registry, now) = (self.registry.clone(), self.now.clone());
+        let text: TextSource = Arc::new(move || {
+            let status = lock(&registry).status(f64::from_bits(now.load(Relaxed)));
+            prometheus_text(&status)
+        });
+        let endpoint = MetricsEndpoint::serve_text(port, Limits::default(), text)
+            .map_err(|e| pyo3::exceptions::PyOSError::new_err(e.to_string()))?;
+        let address = endpoint.address();
+        *self.endpoint.lock().unwrap_or_else(|p| p.into_inner()) = Some(endpoint);
+        Ok((address.ip().to_string(), address.port()))
+    }
+
     fn status<'py>(&self, py: Python<'py>, now: f64) -> PyResult<Bound<'py, PyAny>> {
-        let status = self.lock().status(now);
+        let status = self.at(now).status(now);
         json_to_py(py, &status)
     }
 }

@@ -90,11 +90,22 @@ struct Conn {
     thread: Option<JoinHandle<()>>,
 }
 
+/// What an endpoint serves: another component's metrics text, made when scraped (the shared
+/// service's dispatcher serves its registry's).
+pub type TextSource = Arc<dyn Fn() -> String + Send + Sync>;
+
+enum Source {
+    Pipeline(Arc<PipelineStats>),
+    Text(TextSource),
+}
+
+const PROMETHEUS_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
 struct Shared {
     stopped: AtomicBool,
-    /// The statistics served; [`MetricsEndpoint::follow`] replaces them (a checkpoint load
-    /// starts a new run).
-    stats: Mutex<Arc<PipelineStats>>,
+    /// What is served; [`MetricsEndpoint::follow`] replaces a run's statistics (a checkpoint
+    /// load starts a new run).
+    stats: Mutex<Source>,
     conns: Mutex<(u64, HashMap<u64, Conn>)>,
     limits: Limits,
 }
@@ -135,6 +146,20 @@ impl MetricsEndpoint {
         limits: Limits,
         stats: Arc<PipelineStats>,
     ) -> Result<MetricsEndpoint, EndpointError> {
+        Self::start(port, limits, Source::Pipeline(stats))
+    }
+
+    /// Listens on 127.0.0.1:`port` and serves what `text` returns when scraped (already in
+    /// the Prometheus text format).
+    pub fn serve_text(
+        port: u16,
+        limits: Limits,
+        text: TextSource,
+    ) -> Result<MetricsEndpoint, EndpointError> {
+        Self::start(port, limits, Source::Text(text))
+    }
+
+    fn start(port: u16, limits: Limits, source: Source) -> Result<MetricsEndpoint, EndpointError> {
         let failed = |source| EndpointError { port, source };
         // Loopback only: the figures are for this machine's exporter or dashboard.
         let listener = TcpListener::bind(("127.0.0.1", port)).map_err(failed)?;
@@ -142,7 +167,7 @@ impl MetricsEndpoint {
         let address = listener.local_addr().map_err(failed)?;
         let shared = Arc::new(Shared {
             stopped: AtomicBool::new(false),
-            stats: Mutex::new(stats),
+            stats: Mutex::new(source),
             conns: Mutex::new((0, HashMap::new())),
             limits,
         });
@@ -167,7 +192,7 @@ impl MetricsEndpoint {
 
     /// Serves `stats` from now on.
     pub fn follow(&self, stats: Arc<PipelineStats>) {
-        *lock(&self.shared.stats) = stats;
+        *lock(&self.shared.stats) = Source::Pipeline(stats);
     }
 
     /// Connections being served now (0 once stopped).
@@ -356,13 +381,16 @@ fn answer(head: &str, shared: &Shared) -> Vec<u8> {
     if path != "/" && path != "/metrics" {
         return error_reply(404, "Not Found");
     }
-    let stats = lock(&shared.stats).clone();
-    let body = prometheus_text(&stats.report());
-    reply(
-        "200 OK",
-        "text/plain; version=0.0.4; charset=utf-8",
-        body.as_bytes(),
-    )
+    // Cloned out first: the text is made without holding the endpoint's lock.
+    let source = match &*lock(&shared.stats) {
+        Source::Pipeline(stats) => Err(stats.clone()),
+        Source::Text(text) => Ok(text.clone()),
+    };
+    let body = match source {
+        Ok(text) => text(),
+        Err(stats) => prometheus_text(&stats.report()),
+    };
+    reply("200 OK", PROMETHEUS_TYPE, body.as_bytes())
 }
 
 fn error_reply(code: u16, reason: &str) -> Vec<u8> {

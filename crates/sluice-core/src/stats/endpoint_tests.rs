@@ -185,3 +185,24 @@ fn a_taken_port_is_named_in_the_error() {
         )
     );
 }
+
+#[test]
+fn a_text_source_is_asked_at_each_scrape() {
+    let n = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let source: TextSource = {
+        let n = n.clone();
+        Arc::new(move || {
+            format!(
+                "svc_scrapes_total {}\n",
+                n.fetch_add(1, Ordering::SeqCst) + 1
+            )
+        })
+    };
+    let e = MetricsEndpoint::serve_text(0, Limits::default(), source).unwrap();
+    let first = get(&e, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert!(first.starts_with("HTTP/1.1 200 OK\r\n"), "{first}");
+    assert!(first.ends_with("\r\n\r\nsvc_scrapes_total 1\n"), "{first}");
+    let second = get(&e, "GET / HTTP/1.1\r\n\r\n");
+    assert!(second.ends_with("svc_scrapes_total 2\n"), "{second}");
+    e.stop();
+}

@@ -130,7 +130,11 @@ pub fn prometheus_text(report: &StatsReport) -> String {
 }
 
 /// A label value escaped as the format asks: backslash, double quote and newline.
-fn label(value: &str) -> String {
+///
+/// ```
+/// assert_eq!(sluice_core::stats::prometheus::label("a\"b"), "a\\\"b");
+/// ```
+pub fn label(value: &str) -> String {
     value
         .replace('\\', "\\\\")
         .replace('"', "\\\"")

@@ -7,6 +7,7 @@
 //! - [`registry`]: the dispatcher's soft state and decisions — jobs and their leases, workers,
 //!   which worker a job's stage attaches to, and how many workers the pool needs.
 //! - [`key`]: content keys (a stage's, a chunk's) that decide what may be shared.
+//! - [`metrics`]: the service's own figures in the Prometheus text format.
 //!
 //! No Ray here: the actors that carry these are thin Python (`sluice.service`), the calls
 //! between them Ray's.
@@ -14,5 +15,6 @@
 pub mod fair;
 pub mod host;
 pub mod key;
+pub mod metrics;
 pub mod registry;
 pub mod window;

@@ -126,6 +126,9 @@ pub struct JobLoad {
     pub busy_s: f64,
     /// Seconds the job's chunks waited in the worker's fair queue.
     pub queue_wait_s: f64,
+    /// Chunks read from a shared stream instead of computed.
+    #[serde(default)]
+    pub stream_hits: u64,
 }
 
 /// A worker's heartbeat.
@@ -517,10 +520,10 @@ impl Registry {
         let jobs: Vec<Value> = (self.jobs.iter())
             .map(|(id, j)| {
                 let loads = self.workers.iter().filter_map(|w| w.beat.jobs.get(id));
-                let (mut busy, mut wait, mut chunks) = (0.0, 0.0, 0);
+                let (mut busy, mut wait, mut chunks, mut hits) = (0.0, 0.0, 0, 0);
                 for l in loads {
-                    (busy, wait, chunks) =
-                        (busy + l.busy_s, wait + l.queue_wait_s, chunks + l.chunks);
+                    (busy, wait) = (busy + l.busy_s, wait + l.queue_wait_s);
+                    (chunks, hits) = (chunks + l.chunks, hits + l.stream_hits);
                 }
                 json!({
                     "id": id, "label": j.info.label, "weight": j.info.weight,
@@ -528,7 +531,8 @@ impl Registry {
                     "last_beat_s": now - j.last_beat, "samples": j.beat.samples,
                     "rate": j.rate, "backlogged": j.backlogged(), "waiting": j.waiting,
                     "leases": j.leases.values().sum::<usize>(), "lease_workers": j.leases,
-                    "chunks": chunks, "busy_s": busy, "queue_wait_s": wait, "share": j.share,
+                    "chunks": chunks, "stream_hits": hits, "busy_s": busy, "queue_wait_s": wait,
+                    "share": j.share,
                 })
             })
             .collect();
@@ -745,6 +749,7 @@ mod tests {
                     samples: 100,
                     busy_s,
                     queue_wait_s,
+                    stream_hits: 3,
                 },
             )]),
         };
@@ -754,6 +759,7 @@ mod tests {
         assert_eq!(r.scale(2.0), Scale::Start(2));
         let st = r.status(2.0);
         assert_eq!(st["jobs"][0]["waiting"], 2.0);
+        assert_eq!(st["jobs"][0]["stream_hits"], 3);
         assert_eq!(st["jobs"][0]["backlogged"], true);
         // Waits that stop: no longer backlogged.
         r.add_worker(2.0, "w1", "node");

@@ -182,6 +182,14 @@ class ServiceHost:
     def run(self, job: int, key: str, frame: bytes) -> tuple[bytes, list[Any]]:
         """One request frame of ``job``'s stage ``key``: its split reply. Raises
         ``StageDetached`` when the job is not attached to ``key``."""
+    def prefix_plan(self, job: int, key: str, frame: bytes, shards: int) -> tuple[str, list[list[int]]] | None:
+        """Where the records of the chunk's cached prefix are: ``(prefix key, source indices
+        per shard)``, or None when the stage has no prefix worth caching."""
+    def run_cached(
+        self, job: int, key: str, frame: bytes, cached: dict[int, bytes], shards: int
+    ) -> tuple[bytes, list[Any], list[list[tuple[int, bytes]]], float]:
+        """``run`` with the prefix's records found in the cache: the reply, the records
+        computed here grouped by shard (to store) and the CPU seconds one cost."""
     def detach(self, job: int, key: str) -> bool: ...
     def forget(self, job: int) -> int: ...
     def report(self) -> dict[str, Any]:
@@ -220,6 +228,15 @@ class ServiceRegistry:
     def serve_metrics(self, port: int) -> tuple[str, int]:
         """Serves the service's metrics (Prometheus text) on 127.0.0.1:``port``; the address."""
     def status(self, now: float) -> dict[str, Any]: ...
+
+class PrefixCache:
+    """One shard of the service's prefix cache: records by (prefix key, source index) within
+    ``budget`` bytes, kept by their value (CPU saved per byte per second)."""
+
+    def __init__(self, budget: int) -> None: ...
+    def get_many(self, now: float, prefix: str, indices: list[int]) -> list[bytes | None]: ...
+    def put_many(self, now: float, prefix: str, compute_s: float, records: list[tuple[int, bytes]]) -> int: ...
+    def report(self, now: float) -> dict[str, Any]: ...
 
 def stage_key(init: str) -> str:
     """The content key of a stage's init message (jobs with equal keys share its engine)."""

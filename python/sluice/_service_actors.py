@@ -33,16 +33,33 @@ def dispatcher_name(name: str) -> str:
 
 
 class ServiceWorker:
-    """One worker of the pool: hosts the stages of the jobs attached to it."""
+    """One worker of the pool: hosts the stages of the jobs attached to it. A stage with a
+    deterministic prefix worth caching reads its records from the cache shards first and
+    sends them the ones it computed (without waiting: a lost put is a later miss)."""
 
-    def __init__(self, slots: int, window_bytes: int):
+    def __init__(self, slots: int, window_bytes: int, shards: list | None = None):
         self._host = _native.ServiceHost(slots, window_bytes)
+        self._shards = list(shards or [])
+
+    def set_shards(self, shards: list) -> None:
+        self._shards = list(shards)
 
     def attach(self, job: int, weight: float, init: str) -> str:
         return self._host.attach(job, weight, init)
 
     def run(self, job: int, key: str, frame: bytes) -> Any:
-        return self._host.run(job, key, frame)
+        shards = self._shards
+        plan = self._host.prefix_plan(job, key, frame, len(shards)) if shards else None
+        if plan is None:
+            return self._host.run(job, key, frame)
+        prefix, groups = plan
+        out, buffers, puts, compute_s = self._host.run_cached(
+            job, key, frame, _fetch(shards, prefix, groups), len(shards)
+        )
+        for shard, records in zip(shards, puts):
+            if records:
+                shard.put_many.remote(prefix, compute_s, records)
+        return out, buffers
 
     def detach(self, job: int, key: str) -> bool:
         return self._host.detach(job, key)
@@ -66,6 +83,54 @@ class ServiceWorker:
         import ray
 
         return ray.get_runtime_context().get_node_id()
+
+
+def _fetch(shards: list, prefix: str, groups: list[list[int]]) -> dict[int, bytes]:
+    """The cached records of these source indices (a shard that fails counts as misses)."""
+    import ray
+
+    calls = [(idxs, shard.get_many.remote(prefix, idxs)) for shard, idxs in zip(shards, groups) if idxs]
+    found: dict[int, bytes] = {}
+    for idxs, ref in calls:
+        try:
+            records = ray.get(ref, timeout=30)
+        except ray.exceptions.RayError:
+            continue
+        found.update((i, r) for i, r in zip(idxs, records) if r is not None)
+    return found
+
+
+def _cache_status(reports: list[dict]) -> dict:
+    """The shards' reports summed per prefix (for ``status()``)."""
+    prefixes: dict[str, dict] = {}
+    for r in reports:
+        for key, p in r.get("prefixes", {}).items():
+            total = prefixes.setdefault(key, {})
+            for k, v in p.items():
+                total[k] = total.get(k, 0) + v
+    return {
+        "shards": len(reports),
+        "budget": sum(r["budget"] for r in reports),
+        "bytes": sum(r["bytes"] for r in reports),
+        "prefixes": prefixes,
+    }
+
+
+class CacheShard:
+    """One shard of the prefix cache (``sluice._native.PrefixCache``): records in this
+    process's memory, owned by no job, gone with the shard (then they are misses)."""
+
+    def __init__(self, budget: int):
+        self._cache = _native.PrefixCache(budget)
+
+    def get_many(self, prefix: str, indices: list[int]) -> list:
+        return self._cache.get_many(time.monotonic(), prefix, indices)
+
+    def put_many(self, prefix: str, compute_s: float, records: list) -> int:
+        return self._cache.put_many(time.monotonic(), prefix, compute_s, records)
+
+    def report(self) -> dict:
+        return self._cache.report(time.monotonic())
 
 
 class Dispatcher:
@@ -101,6 +166,9 @@ class Dispatcher:
         self._t0 = time.monotonic()
         self._closed = threading.Event()
         self._events: list[str] = []
+        self._shards: list[Any] = []
+        self._cache_reports: list[dict] = []
+        self._start_shards()
         self._start(int(options["min_workers"]))
         self._last_scale = self._now()
         threading.Thread(target=self._loop, name="sluice-dispatcher", daemon=True).start()
@@ -127,10 +195,55 @@ class Dispatcher:
                 max_restarts=0,
                 max_concurrency=WORKER_CONCURRENCY,
                 **({"runtime_env": self._opts["runtime_env"]} if self._opts.get("runtime_env") else {}),
-            ).remote(max(1, int(round(cpus))), int(self._opts["window_bytes"]))
+            ).remote(max(1, int(round(cpus))), int(self._opts["window_bytes"]), self._shards)
             self._starting[wid] = (handle, handle.report.remote())
         if n:
             self._event(f"starting {n} worker(s)")
+
+    def _start_shards(self) -> None:
+        """The prefix cache's shards (``cache_bytes`` split over ``cache_shards``), spread
+        over the nodes; none when the cache is off."""
+        n, budget = int(self._opts.get("cache_shards", 0)), int(self._opts.get("cache_bytes", 0))
+        if n <= 0 or budget <= 0:
+            return
+        cls = self._ray.remote(CacheShard)
+        self._shards = [
+            cls.options(
+                name=f"{dispatcher_name(self._name)}:{self.generation}:c{i}",
+                namespace=NAMESPACE,
+                num_cpus=0,
+                max_restarts=0,
+                max_concurrency=16,
+                scheduling_strategy="SPREAD",
+            ).remote(budget // n)
+            for i in range(n)
+        ]
+
+    def _poll_cache(self) -> None:
+        """The shards' reports; a lost shard is replaced (its records are misses now) and the
+        workers told."""
+        if not self._shards:
+            return
+        ray = self._ray
+        reports, lost = [], False
+        for i, shard in enumerate(list(self._shards)):
+            try:
+                reports.append(ray.get(shard.report.remote(), timeout=5))
+            except ray.exceptions.GetTimeoutError:
+                continue
+            except ray.exceptions.RayError:
+                self._shards[i] = (
+                    ray.remote(CacheShard)
+                    .options(num_cpus=0, max_restarts=0, max_concurrency=16)
+                    .remote(int(self._opts["cache_bytes"]) // len(self._shards))
+                )
+                self._event(f"cache shard c{i} lost; replaced (its records are gone)")
+                lost = True
+        self._cache_reports = reports
+        if lost:
+            with self._lock:
+                for handle in self._workers.values():
+                    handle.set_shards.remote(self._shards)
 
     def _retire(self, ids: list[str]) -> None:
         for wid in ids:
@@ -188,6 +301,7 @@ class Dispatcher:
         while not self._closed.wait(float(self._opts["tick_s"])):
             try:
                 self._poll()
+                self._poll_cache()
             except Exception as e:  # a transient Ray error must not stop the control loop
                 log.warning("service %s: control loop: %s", self._name, e)
 
@@ -257,6 +371,7 @@ class Dispatcher:
                 name=self._name,
                 generation=self.generation,
                 metrics_address=self._metrics,
+                cache=_cache_status(self._cache_reports),
                 starting=sorted(self._starting),
                 events=list(self._events),
             )
@@ -266,7 +381,7 @@ class Dispatcher:
         """Stops the loop and the workers (``sluice service stop`` then kills this actor)."""
         self._closed.set()
         with self._lock:
-            for handle in list(self._workers.values()) + [h for h, _ in self._starting.values()]:
+            for handle in list(self._workers.values()) + [h for h, _ in self._starting.values()] + self._shards:
                 try:
                     self._ray.kill(handle)
                 except Exception:

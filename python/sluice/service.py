@@ -80,6 +80,8 @@ def serve(
     tick_s: float = 0.5,
     runtime_env: dict | None = None,
     metrics_port: int | None = None,
+    cache_bytes: int = 512 << 20,
+    cache_shards: int = 2,
     ready_timeout_s: float = 60.0,
 ) -> dict:
     """Starts the service ``name`` on the Ray cluster at ``address`` (``None``/``"auto"``:
@@ -91,11 +93,19 @@ def serve(
     dropped and its queued chunks released. ``window_s``: how often the pool is resized.
     ``metrics_port``: serve the service's figures (jobs' rates, shares, queue waits, stream
     hits; workers' utilisation) in the Prometheus text format on 127.0.0.1 of the
-    dispatcher's node (0: a free port; ``status()["metrics_address"]`` says which)."""
+    dispatcher's node (0: a free port; ``status()["metrics_address"]`` says which).
+    ``cache_bytes``: memory for the prefix cache, split over ``cache_shards`` actors spread
+    over the nodes (0: no cache). A stage's deterministic prefix — the read and the ops
+    before the first random one — is computed once per item and reused by every job and
+    epoch reading the same source with the same prefix ops, when reading a record back is
+    cheaper than computing it; over budget, the prefix worth least per byte gives way."""
     if not isinstance(name, str) or not name or ":" in name:
         raise ValueError(f"a service name is a non-empty string without ':', got {name!r}")
     if not (isinstance(min_workers, int) and isinstance(max_workers, int) and 0 <= min_workers <= max_workers and max_workers >= 1):
         raise ValueError(f"need 0 <= min_workers <= max_workers and max_workers >= 1, got {min_workers}, {max_workers}")
+    for what, n in (("cache_bytes", cache_bytes), ("cache_shards", cache_shards)):
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ValueError(f"{what} must be an int >= 0, got {n!r}")
     for what, v in (("worker_cpus", worker_cpus), ("lease_s", lease_s), ("window_s", window_s), ("tick_s", tick_s)):
         if not isinstance(v, (int, float)) or not v > 0:
             raise ValueError(f"{what} must be a number > 0, got {v!r}")
@@ -110,6 +120,8 @@ def serve(
         tick_s=float(tick_s),
         runtime_env=runtime_env,
         metrics_port=metrics_port,
+        cache_bytes=int(cache_bytes),
+        cache_shards=int(cache_shards),
     )
     dispatcher = (
         ray.remote(Dispatcher)

@@ -250,12 +250,69 @@ def _settled(name: str) -> int:
     return 0
 
 
+def _decode_like(cost_s: float = 0.002):
+    """A deterministic UDF (no ``rng``) burning ``cost_s`` of CPU per sample: a decode's
+    stand-in, worth caching."""
+
+    def decode_like(s):
+        t0 = time.thread_time()
+        while time.thread_time() - t0 < cost_s:
+            pass
+        return {"id": s["id"], "pixels": np.full(4_000, s["id"] % 251, np.uint8)}
+
+    return decode_like
+
+
+def _split_pipeline(n=160):
+    """A deterministic prefix (read + decode_like) and a random tail (work)."""
+    return sluice.range(n).shuffle(seed=3).map(_decode_like(), name="decode_like").map(_work(), name="work").batch(8)
+
+
+def test_other_seeds_and_epochs_reuse_the_cached_prefix(svc):
+    name = svc(cache_bytes=64 << 20, cache_shards=2)
+    ds = _split_pipeline()
+    ctx = sluice.Context(service=name)
+    # Job 1 fills the cache; then another seed and a later epoch read it, byte-identical.
+    for seed, epoch in ((1, 0), (7, 0), (1, 2)):
+        expected = [_digest(b) for b in ds.iter(seed=seed, epoch=epoch, chunk_size=8)]
+        got = [_digest(b) for b in ds.iter(seed=seed, epoch=epoch, chunk_size=8, context=ctx)]
+        assert got == expected, (seed, epoch)
+        time.sleep(0.3)  # the last puts land (they are not awaited)
+
+    def cache():
+        c = service.status(name)["cache"]
+        return c if c.get("shards") == 2 and c["prefixes"] else None
+
+    c = _wait_for("the shards' reports", cache)
+    (prefix,) = c["prefixes"].values()
+    assert prefix["records"] == 160 and prefix["puts"] == 160, prefix
+    # Every item computed once; the two later runs read (nearly) all of theirs.
+    assert prefix["hits"] >= 2 * 160 - 16, prefix
+    assert 0 < c["bytes"] <= 64 << 20
+    ctx.close()
+
+
+def test_a_cache_too_small_for_the_prefix_keeps_a_part_and_stays_exact(svc):
+    name = svc(cache_bytes=300_000, cache_shards=1)  # room for ~70 of the 160 records
+    ds = _split_pipeline()
+    ctx = sluice.Context(service=name)
+    for epoch in (0, 1):
+        expected = [_digest(b) for b in ds.iter(seed=1, epoch=epoch, chunk_size=8)]
+        assert [_digest(b) for b in ds.iter(seed=1, epoch=epoch, chunk_size=8, context=ctx)] == expected
+        time.sleep(0.3)
+    c = _wait_for("the shard's report", lambda: service.status(name)["cache"]["prefixes"] or None)
+    (prefix,) = c.values()
+    assert 0 < prefix["records"] < 160 and prefix["refused"] > 0, prefix
+    assert prefix["hits"] == prefix["records"] or prefix["hits"] > 0, prefix
+    ctx.close()
+
+
 def _worker_handles(name: str) -> list:
     prefix = f"svc:{name}:"
     return [
         ray.get_actor(a["name"], namespace="sluice")
         for a in ray.util.list_named_actors(all_namespaces=True)
-        if a.get("namespace") == "sluice" and a["name"].startswith(prefix)
+        if a.get("namespace") == "sluice" and a["name"].startswith(prefix) and a["name"].rsplit(":", 1)[1].startswith("w")
     ]
 
 

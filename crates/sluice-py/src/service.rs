@@ -3,6 +3,7 @@
 //! the fair queue, the shared streams, leases and scaling decisions are
 //! `sluice_remote::service`'s.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -10,9 +11,11 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 use sluice::stats::endpoint::{Limits, MetricsEndpoint, TextSource};
 use sluice::Error;
+use sluice_remote::service::cache::{shard_of, PrefixCache};
 use sluice_remote::service::host::{HostOptions, ServiceHost};
 use sluice_remote::service::key;
 use sluice_remote::service::metrics::prometheus_text;
+use sluice_remote::service::prefix::PrefixRunner;
 use sluice_remote::service::registry::{
     JobBeat, JobInfo, Registry, RegistryOptions, Scale, WorkerBeat,
 };
@@ -42,7 +45,38 @@ fn json_to_py<'py>(py: Python<'py>, value: &impl serde::Serialize) -> PyResult<B
 /// per stage for jobs that send the same chunks.
 #[pyclass(name = "ServiceHost", module = "sluice._native", frozen)]
 pub struct PyServiceHost {
-    host: ServiceHost<StageRunner, SplitFrame>,
+    host: ServiceHost<Hosted, SplitFrame>,
+}
+
+/// A stage on a worker, and its cacheable prefix if it has one.
+struct Hosted {
+    runner: StageRunner,
+    prefix: Option<PrefixRunner>,
+}
+
+/// A split reply as Python takes it: the frame and its buffers as uint8 arrays.
+fn split_to_py<'py>(
+    py: Python<'py>,
+    reply: Arc<SplitFrame>,
+) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyList>)> {
+    // Shared with other jobs of the stream only while the window keeps it.
+    let split = Arc::try_unwrap(reply).unwrap_or_else(|shared| (*shared).clone());
+    let buffers = PyList::empty(py);
+    for b in split.buffers {
+        buffers.append(crate::convert::out_of_band_to_py(py, b)?)?;
+    }
+    Ok((PyBytes::new(py, &split.frame), buffers))
+}
+
+fn split_bytes(split: &SplitFrame) -> u64 {
+    (split.frame.len() + split.buffers.iter().map(|b| b.len()).sum::<usize>()) as u64
+}
+
+fn host_error(e: Error) -> PyErr {
+    match e {
+        Error::Resource(message) => StageDetached::new_err(message),
+        other => to_py(other),
+    }
 }
 
 #[pymethods]
@@ -66,7 +100,9 @@ impl PyServiceHost {
         py.detach(|| {
             let key = key::stage_key(init)?;
             self.host.attach(job, weight, &key, || {
-                StageRunner::new(init, &load_udf, Some(codec()))
+                let runner = StageRunner::new(init, &load_udf, Some(codec()))?;
+                let prefix = PrefixRunner::of(init, &runner)?;
+                Ok(Hosted { runner, prefix })
             })?;
             Ok(key)
         })
@@ -85,24 +121,85 @@ impl PyServiceHost {
         let reply = py
             .detach(|| {
                 let items = wire::chunk_len(frame).map_err(Error::from)?;
-                self.host.run(job, key, items, frame, |runner, frame| {
-                    let split = runner.run_split(frame, SPLIT_THRESHOLD);
-                    let bytes =
-                        split.frame.len() + split.buffers.iter().map(|b| b.len()).sum::<usize>();
-                    Ok((split, bytes as u64))
+                self.host.run(job, key, items, frame, |stage, frame| {
+                    let split = stage.runner.run_split(frame, SPLIT_THRESHOLD);
+                    let bytes = split_bytes(&split);
+                    Ok((split, bytes))
                 })
             })
-            .map_err(|e| match e {
-                Error::Resource(message) => StageDetached::new_err(message),
-                other => to_py(other),
-            })?;
-        // Shared with other jobs of the stream only while the window keeps it.
-        let split = Arc::try_unwrap(reply).unwrap_or_else(|shared| (*shared).clone());
-        let buffers = PyList::empty(py);
-        for b in split.buffers {
-            buffers.append(crate::convert::out_of_band_to_py(py, b)?)?;
+            .map_err(host_error)?;
+        split_to_py(py, reply)
+    }
+
+    /// Where the records of a chunk's cached prefix are: `(prefix key, source indices per
+    /// shard)`, or `None` when the stage has no prefix worth caching.
+    fn prefix_plan(
+        &self,
+        py: Python<'_>,
+        job: u64,
+        key: &str,
+        frame: &[u8],
+        shards: usize,
+    ) -> PyResult<Option<(String, Vec<Vec<u64>>)>> {
+        py.detach(|| {
+            let stage = self.host.stage(job, key)?;
+            let Some(prefix) = &stage.prefix else {
+                return Ok(None);
+            };
+            let mut groups = vec![Vec::new(); shards.max(1)];
+            for index in PrefixRunner::items(frame)? {
+                groups[shard_of(prefix.key(), index, shards)].push(index);
+            }
+            Ok(Some((prefix.key().to_string(), groups)))
+        })
+        .map_err(host_error)
+    }
+
+    /// [`run`] with the prefix's records found in the cache (`cached`, by source index);
+    /// returns the reply, the records computed here grouped by shard (to store), and the
+    /// CPU seconds one cost.
+    #[allow(clippy::type_complexity)]
+    fn run_cached<'py>(
+        &self,
+        py: Python<'py>,
+        job: u64,
+        key: &str,
+        frame: &[u8],
+        cached: HashMap<u64, Vec<u8>>,
+        shards: usize,
+    ) -> PyResult<(
+        Bound<'py, PyBytes>,
+        Bound<'py, PyList>,
+        Vec<Vec<(u64, Bound<'py, PyBytes>)>>,
+        f64,
+    )> {
+        let mut made: Option<(Vec<(u64, Vec<u8>)>, f64, String)> = None;
+        let reply = py
+            .detach(|| {
+                let items = wire::chunk_len(frame).map_err(Error::from)?;
+                self.host.run(job, key, items, frame, |stage, frame| {
+                    let Some(prefix) = &stage.prefix else {
+                        let split = stage.runner.run_split(frame, SPLIT_THRESHOLD);
+                        let bytes = split_bytes(&split);
+                        return Ok((split, bytes));
+                    };
+                    let out = prefix.run(&stage.runner, frame, &cached, SPLIT_THRESHOLD);
+                    made = Some((out.records, out.compute_s, prefix.key().to_string()));
+                    let bytes = split_bytes(&out.reply);
+                    Ok((out.reply, bytes))
+                })
+            })
+            .map_err(host_error)?;
+        let (frame, buffers) = split_to_py(py, reply)?;
+        let mut groups: Vec<Vec<(u64, Bound<'py, PyBytes>)>> = vec![Vec::new(); shards.max(1)];
+        let mut compute_s = 0.0;
+        if let Some((records, cost, prefix)) = made {
+            compute_s = cost;
+            for (index, record) in records {
+                groups[shard_of(&prefix, index, shards)].push((index, PyBytes::new(py, &record)));
+            }
         }
-        Ok((PyBytes::new(py, &split.frame), buffers))
+        Ok((frame, buffers, groups, compute_s))
     }
 
     /// Detaches `job` from stage `key`; whether it was attached.
@@ -271,6 +368,59 @@ impl PyRegistry {
     }
 }
 
+/// One shard of the service's prefix cache: records by (prefix key, source index) within a
+/// byte budget, kept by their value (`sluice_remote::service::cache`).
+#[pyclass(name = "PrefixCache", module = "sluice._native", frozen)]
+pub struct PyPrefixCache(Mutex<PrefixCache>);
+
+#[pymethods]
+impl PyPrefixCache {
+    #[new]
+    fn new(budget: u64) -> Self {
+        PyPrefixCache(Mutex::new(PrefixCache::new(budget)))
+    }
+
+    fn get_many<'py>(
+        &self,
+        py: Python<'py>,
+        now: f64,
+        prefix: &str,
+        indices: Vec<u64>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let got = py.detach(|| {
+            let mut c = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            c.get_many(now, prefix, &indices)
+        });
+        let out = PyList::empty(py);
+        for r in got {
+            match r {
+                Some(bytes) => out.append(PyBytes::new(py, &bytes))?,
+                None => out.append(py.None())?,
+            }
+        }
+        Ok(out)
+    }
+
+    fn put_many(
+        &self,
+        py: Python<'_>,
+        now: f64,
+        prefix: &str,
+        compute_s: f64,
+        records: Vec<(u64, Vec<u8>)>,
+    ) -> usize {
+        py.detach(|| {
+            let mut c = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            c.put_many(now, prefix, compute_s, records)
+        })
+    }
+
+    fn report<'py>(&self, py: Python<'py>, now: f64) -> PyResult<Bound<'py, PyAny>> {
+        let report = self.0.lock().unwrap_or_else(|p| p.into_inner()).report(now);
+        json_to_py(py, &report)
+    }
+}
+
 /// The stage key of an init message: jobs with equal keys share a stage on a worker.
 #[pyfunction]
 fn stage_key(init: &str) -> PyResult<String> {
@@ -280,6 +430,7 @@ fn stage_key(init: &str) -> PyResult<String> {
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyServiceHost>()?;
     m.add_class::<PyRegistry>()?;
+    m.add_class::<PyPrefixCache>()?;
     m.add("StageDetached", m.py().get_type::<StageDetached>())?;
     m.add_function(wrap_pyfunction!(stage_key, m)?)?;
     Ok(())

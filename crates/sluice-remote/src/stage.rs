@@ -280,7 +280,7 @@ impl StageRunner {
     /// typed error (never fails itself, so the main process always gets an answer).
     pub fn run(&self, frame: &[u8]) -> Vec<u8> {
         wire::encode_reply(
-            &self.answer(frame),
+            &self.answer(frame, |work, chunk| work.run_here(chunk)),
             self.shm.as_ref(),
             self.codec.as_deref(),
         )
@@ -289,9 +289,28 @@ impl StageRunner {
     /// frame instead of copied into it (what a Ray actor returns: the object store then
     /// carries them out of band).
     pub fn run_split(&self, frame: &[u8], threshold: usize) -> SplitFrame {
-        wire::encode_reply_split(&self.answer(frame), threshold, self.codec.as_deref())
+        self.run_split_with(frame, threshold, |work, chunk| work.run_here(chunk))
     }
-    fn answer(&self, frame: &[u8]) -> wire::Reply {
+    /// [`StageRunner::run_split`] with the chunk run by `run` (the shared service runs a
+    /// cached prefix of the ops apart from the rest) on the stage's work with fresh counters.
+    pub fn run_split_with(
+        &self,
+        frame: &[u8],
+        threshold: usize,
+        run: impl FnOnce(&StageWork, Chunk) -> Result<Chunk>,
+    ) -> SplitFrame {
+        let reply = self.answer(frame, run);
+        wire::encode_reply_split(&reply, threshold, self.codec.as_deref())
+    }
+    /// The stage as rebuilt here.
+    pub fn work(&self) -> &StageWork {
+        &self.work
+    }
+    fn answer(
+        &self,
+        frame: &[u8],
+        run: impl FnOnce(&StageWork, Chunk) -> Result<Chunk>,
+    ) -> wire::Reply {
         wire::decode_chunk(frame)
             .map_err(Error::from)
             .and_then(|chunk| {
@@ -301,7 +320,7 @@ impl StageRunner {
                     stats: stats.clone(),
                     ..self.work.clone()
                 };
-                let chunk = work.run_here(chunk)?;
+                let chunk = run(&work, chunk)?;
                 Ok(Output {
                     chunk,
                     skipped: stats.counters(0).skipped.load(Relaxed),

@@ -235,6 +235,15 @@ impl<R, V> ServiceHost<R, V> {
         dropped.len()
     }
 
+    /// The engine of `job`'s stage `key` ([`Error::Resource`] when it is not attached).
+    pub fn stage(&self, job: JobId, key: &str) -> Result<Arc<R>> {
+        let st = self.lock();
+        match st.stages.get(key).filter(|s| s.jobs.contains(&job)) {
+            Some(stage) => Ok(stage.runner.clone()),
+            None => Err(detached(job, key)),
+        }
+    }
+
     /// Runs one chunk of `items` items for `job` on its stage `key`: read from the stage's
     /// shared stream when another job of the group computed it, else computed by `compute`
     /// (the reply and its size in bytes) when the fair queue gives it a slot.
@@ -253,10 +262,7 @@ impl<R, V> ServiceHost<R, V> {
             let st = self.lock();
             let stage = st.stages.get(key).filter(|s| s.jobs.contains(&job));
             let Some(stage) = stage else {
-                return Err(Error::Resource(format!(
-                    "job {job} has no stage {key} on this worker (detached, or the job's \
-                     lease expired): attach it again"
-                )));
+                return Err(detached(job, key));
             };
             (stage.runner.clone(), stage.window.clone(), stage.jobs.len())
         };
@@ -386,6 +392,13 @@ impl<R, V> Drop for Slot<'_, R, V> {
         drop(st);
         self.host.turn.notify_all();
     }
+}
+
+fn detached(job: JobId, key: &str) -> Error {
+    Error::Resource(format!(
+        "job {job} has no stage {key} on this worker (detached, or the job's lease expired): \
+         attach it again"
+    ))
 }
 
 fn add_stats(total: &mut WindowStats, s: WindowStats) {

@@ -8,13 +8,17 @@
 //!   which worker a job's stage attaches to, and how many workers the pool needs.
 //! - [`key`]: content keys (a stage's, a chunk's) that decide what may be shared.
 //! - [`metrics`]: the service's own figures in the Prometheus text format.
+//! - [`prefix`], [`cache`]: a stage's deterministic prefix computed once per item for every job
+//!   and epoch, its records kept in cache shards by their value.
 //!
 //! No Ray here: the actors that carry these are thin Python (`sluice.service`), the calls
 //! between them Ray's.
 
+pub mod cache;
 pub mod fair;
 pub mod host;
 pub mod key;
 pub mod metrics;
+pub mod prefix;
 pub mod registry;
 pub mod window;

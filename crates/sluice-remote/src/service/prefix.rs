@@ -1,0 +1,193 @@
+//! A stage's deterministic prefix, computed once per item for every job and epoch that
+//! needs it (`docs/design/SERVICE.md` §2.6).
+//!
+//! The prefix is the source read and the ops before the first one that draws randomness
+//! (`OpMeta::random`; a Python function without an `rng` parameter counts as deterministic,
+//! as `Dataset.cache()` assumes). Its output for an item depends on the item's place in the
+//! source alone — not on the seed, the epoch or the job — so it is keyed by (prefix key,
+//! source index): jobs with other seeds, later epochs and other tails reuse it. Only
+//! one-to-one prefixes are cached (maps that raise on errors): a filter or a skipped sample
+//! would make "the item's output" more than one value.
+//!
+//! [`PrefixRunner::run`] takes the cached records it was given, computes the rest, runs the
+//! tail on every item in the chunk's order, and returns the records it computed for the
+//! caller to store — when storing them pays: reading a record must cost less than computing
+//! it again ([`worth_caching`], Cachew's autocache comparison).
+//!
+//! ```
+//! use sluice_remote::service::prefix::worth_caching;
+//! assert!(worth_caching(4e-3, 200_000)); // a 4 ms decode of a 200 KB image: cache it
+//! assert!(!worth_caching(1e-6, 200_000)); // a 1 µs op on 200 KB: recompute it
+//! ```
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
+use sluice_core::clock::thread_cpu;
+use sluice_core::codec::{decode_sample, encode_sample, In, Out};
+use sluice_core::exec::{Chunk, Skip, StageWork};
+use sluice_core::{ElemMode, Error, OnError, Result};
+
+use crate::stage::{StagePackage, StageRunner};
+use crate::wire::{self, SplitFrame};
+
+/// Seconds per byte to read a cached record back (a call to its shard, the transfer and one
+/// copy: ~1 GB/s on one machine), plus a fixed cost per item of the call.
+const READ_S_PER_BYTE: f64 = 1e-9;
+const READ_S_PER_ITEM: f64 = 20e-6;
+
+/// Whether caching records of `bytes` that cost `compute_s` seconds each to make pays: reading
+/// one back must be cheaper than computing it, by a margin.
+pub fn worth_caching(compute_s: f64, bytes: usize) -> bool {
+    compute_s > 1.2 * (READ_S_PER_ITEM + bytes as f64 * READ_S_PER_BYTE)
+}
+
+/// What one chunk's prefix run made.
+#[derive(Debug, Default)]
+pub struct PrefixRun {
+    pub reply: SplitFrame,
+    /// Records computed here, by source index (empty when caching them does not pay).
+    pub records: Vec<(u64, Vec<u8>)>,
+    /// CPU seconds per computed item, and its record's bytes (0 when none was computed).
+    pub compute_s: f64,
+    pub record_bytes: usize,
+}
+
+/// A stage's cached prefix: its key and where the ops split.
+#[derive(Debug, Clone)]
+pub struct PrefixRunner {
+    key: String,
+    split: usize,
+}
+
+impl PrefixRunner {
+    /// The prefix of the stage `init` describes, rebuilt as `runner`: `None` when there is
+    /// nothing to cache (no source to read in the worker, or the first op is random or not a
+    /// raising map).
+    pub fn of(init: &str, runner: &StageRunner) -> Result<Option<PrefixRunner>> {
+        let work = runner.work();
+        if work.read.is_none() {
+            return Ok(None);
+        }
+        let split = (work.ops.iter())
+            .take_while(|c| {
+                c.mode == ElemMode::Map && c.on_error == OnError::Raise && !c.op.meta().random
+            })
+            .count();
+        if split == 0 {
+            return Ok(None);
+        }
+        // The source as shipped and the prefix's ops (spec, mode, error policy; not their ids:
+        // deterministic ops do not read them, and leaving them out lets pipelines with more
+        // steps before the offloaded stage share). Not the seed, the skip or the label.
+        let package = StagePackage::from_json(init)?;
+        let ops: Vec<_> = (package.ops.iter().take(split))
+            .map(|o| serde_json::json!([o.op, o.mode, o.on_error]))
+            .collect();
+        let canonical = serde_json::to_vec(&serde_json::json!([package.source, ops]))
+            .map_err(|e| Error::Internal(format!("prefix key: {e}")))?;
+        let digest = Sha256::digest(&canonical);
+        let key = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
+        Ok(Some(PrefixRunner { key, split }))
+    }
+
+    /// The prefix's content key.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The source indices of the items in a request frame, in order.
+    pub fn items(frame: &[u8]) -> Result<Vec<u64>> {
+        let chunk = wire::decode_chunk(frame)?;
+        Ok(chunk.iter().map(|it| it.source_index).collect())
+    }
+
+    /// Runs one request frame: items with a record in `cached` start from it, the others run
+    /// the prefix (their records returned when caching pays); then the tail on all of them.
+    pub fn run(
+        &self,
+        runner: &StageRunner,
+        frame: &[u8],
+        cached: &HashMap<u64, Vec<u8>>,
+        threshold: usize,
+    ) -> PrefixRun {
+        let mut made = Vec::new();
+        let mut spent = 0.0;
+        let reply = runner.run_split_with(frame, threshold, |work, mut chunk| {
+            let mut missing = Vec::new();
+            for (i, item) in chunk.iter_mut().enumerate() {
+                match cached.get(&item.source_index) {
+                    Some(record) => restore(item, record)?,
+                    None => missing.push(i),
+                }
+            }
+            if !missing.is_empty() {
+                let prefix = StageWork {
+                    ops: work.ops[..self.split].to_vec(),
+                    skip: Skip::default(),
+                    ..work.clone()
+                };
+                let inputs: Chunk = missing.iter().map(|&i| chunk[i].clone()).collect();
+                let t0 = thread_cpu();
+                let out = prefix.run_here(inputs)?;
+                spent = (thread_cpu() - t0).as_secs_f64();
+                if out.len() != missing.len() {
+                    return Err(Error::Internal(format!(
+                        "a one-to-one prefix made {} items of {}",
+                        out.len(),
+                        missing.len()
+                    )));
+                }
+                for (&i, item) in missing.iter().zip(out) {
+                    made.push((item.source_index, record(&item)));
+                    let target = &mut chunk[i];
+                    (target.rows, target.path, target.sample) = (item.rows, item.path, item.sample);
+                }
+            }
+            let tail = StageWork {
+                read: None,
+                ops: work.ops[self.split..].to_vec(),
+                ..work.clone()
+            };
+            tail.run_here(chunk)
+        });
+        let n = made.len().max(1);
+        let compute_s = spent / n as f64;
+        let record_bytes = made.iter().map(|(_, r)| r.len()).sum::<usize>() / n;
+        if !worth_caching(compute_s, record_bytes) {
+            made.clear();
+        }
+        PrefixRun {
+            reply,
+            records: made,
+            compute_s,
+            record_bytes,
+        }
+    }
+}
+
+/// An item's prefix output as stored: its rows, its path and its sample.
+fn record(item: &sluice_core::Item) -> Vec<u8> {
+    let mut out = Out::new(Vec::new());
+    out.u64(item.rows);
+    out.opt_str(item.path.as_deref());
+    let mut rec = out.into_vec();
+    encode_sample(&item.sample, &mut rec);
+    rec
+}
+
+fn restore(item: &mut sluice_core::Item, record: &[u8]) -> Result<()> {
+    let corrupt = |e: sluice_core::codec::CodecError| Error::from(e);
+    let mut inp = In::new(record);
+    let rows = inp.u64().map_err(corrupt)?;
+    let path = inp.opt_str().map_err(corrupt)?.map(Arc::<str>::from);
+    let used = record.len() - inp.left();
+    item.sample = decode_sample(&record[used..]).map_err(corrupt)?;
+    (item.rows, item.path) = (rows, path);
+    Ok(())
+}
+
+#[cfg(test)]
+#[path = "prefix_tests.rs"]
+mod tests;

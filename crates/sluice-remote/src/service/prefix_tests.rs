@@ -1,0 +1,161 @@
+use sluice_core::exec::StageWork;
+use sluice_core::stats::{PipelineStats, StageInfo};
+use sluice_core::{ChainOp, Emit, Item, Op, OpContext, OpMeta, OpRef, RangeSource, Sample, Value};
+
+use super::*;
+use crate::stage::{RemoteStage, StageRunner};
+use crate::wire::SPLIT_THRESHOLD;
+
+/// `square` (deterministic: the id squared, with a 4 KB payload so caching pays) or `jitter`
+/// (random: a draw from the sample's generator).
+#[derive(Debug)]
+struct TestOp {
+    random: bool,
+}
+
+impl Op for TestOp {
+    fn name(&self) -> &str {
+        if self.random {
+            "jitter"
+        } else {
+            "square"
+        }
+    }
+    fn spec(&self) -> serde_json::Value {
+        serde_json::json!({"op": "test", "random": self.random})
+    }
+    fn meta(&self) -> OpMeta {
+        OpMeta {
+            random: self.random,
+            ..OpMeta::opaque(false)
+        }
+    }
+    fn apply(&self, mut s: Sample, cx: &OpContext) -> sluice_core::Result<Emit> {
+        let id = s.require("id", self.name())?.as_int().unwrap_or(0);
+        if self.random {
+            s.set("r", Value::Float(cx.rng().uniform()));
+        } else {
+            // Slow enough that a record is worth reading back instead.
+            let t0 = thread_cpu();
+            while (thread_cpu() - t0).as_secs_f64() < 1e-3 {}
+            s.set("sq", Value::Int(id * id));
+            s.set("payload", Value::Bytes(vec![id as u8; 4096].into()));
+        }
+        Ok(Emit::One(s))
+    }
+}
+
+fn load(shipped: &serde_json::Value) -> sluice_core::Result<Option<OpRef>> {
+    Ok((shipped["op"] == "test").then(|| {
+        let op: OpRef = Arc::new(TestOp {
+            random: shipped["random"] == true,
+        });
+        op
+    }))
+}
+
+fn stage(random: &[bool], seed: u64) -> (RemoteStage, StageRunner) {
+    let info = StageInfo {
+        name: "s".into(),
+        threads: 1,
+        inline: false,
+        queue_capacity: 1,
+    };
+    let work = StageWork {
+        read: Some(Arc::new(RangeSource::new(100))),
+        ops: (random.iter().enumerate())
+            .map(|(i, &random)| ChainOp {
+                op: Arc::new(TestOp { random }),
+                mode: ElemMode::Map,
+                on_error: OnError::Raise,
+                op_id: i as u64 + 1,
+            })
+            .collect(),
+        seed,
+        skip: Default::default(),
+        slot: 0,
+        stats: Arc::new(PipelineStats::new(vec![info])),
+    };
+    let main = RemoteStage::new(&work, None).unwrap();
+    let runner = StageRunner::new(main.init(), &load, None).unwrap();
+    (main, runner)
+}
+
+fn items(epoch: u64, sources: &[u64]) -> Chunk {
+    (sources.iter().enumerate())
+        .map(|(i, &s)| Item {
+            epoch,
+            index: i as u64,
+            source_index: s,
+            rows: 1,
+            ..Default::default()
+        })
+        .collect()
+}
+
+fn samples(main: &RemoteStage, reply: &SplitFrame) -> Vec<Sample> {
+    let bufs: Vec<&[u8]> = reply.buffers.iter().map(|b| b.bytes()).collect();
+    let chunk = main.reply_split(&reply.frame, &bufs, None).unwrap();
+    chunk.into_iter().map(|it| it.sample).collect()
+}
+
+#[test]
+fn the_prefix_is_the_deterministic_maps_before_the_first_random_op() {
+    let (main, runner) = stage(&[false, false, true, false], 1);
+    let p = PrefixRunner::of(main.init(), &runner).unwrap().unwrap();
+    assert_eq!(p.split, 2);
+    let (main2, runner2) = stage(&[true, false], 1);
+    assert!(PrefixRunner::of(main2.init(), &runner2).unwrap().is_none());
+    // Other seeds share the prefix; another prefix op does not.
+    let (other_seed, r) = stage(&[false, false, true, false], 9);
+    let q = PrefixRunner::of(other_seed.init(), &r).unwrap().unwrap();
+    assert_eq!(p.key(), q.key());
+    let (shorter, r) = stage(&[false, true], 1);
+    let s = PrefixRunner::of(shorter.init(), &r).unwrap().unwrap();
+    assert_ne!(p.key(), s.key());
+}
+
+#[test]
+fn cached_records_give_the_bytes_of_a_full_run_for_any_seed_and_epoch() {
+    let (main, runner) = stage(&[false, true], 1);
+    let p = PrefixRunner::of(main.init(), &runner).unwrap().unwrap();
+    let chunk = items(0, &[5, 3, 8, 1]);
+    let frame = main.request(chunk.clone(), None).unwrap();
+    let full = runner.run_split(&frame, SPLIT_THRESHOLD);
+    let first = p.run(&runner, &frame, &HashMap::new(), SPLIT_THRESHOLD);
+    assert_eq!(samples(&main, &first.reply), samples(&main, &full));
+    assert_eq!(first.records.len(), 4, "a 1 ms op on 4 KB is worth caching");
+    assert!(first.compute_s > 0.0 && first.record_bytes > 4096);
+    // Epoch 3 of a job with another seed: the records serve every item, no prefix runs.
+    let (main9, runner9) = stage(&[false, true], 9);
+    let cached: HashMap<u64, Vec<u8>> = first.records.into_iter().collect();
+    let frame9 = main9.request(items(3, &[8, 1, 5, 3]), None).unwrap();
+    let hit = p.run(&runner9, &frame9, &cached, SPLIT_THRESHOLD);
+    let full9 = runner9.run_split(&frame9, SPLIT_THRESHOLD);
+    assert_eq!(samples(&main9, &hit.reply), samples(&main9, &full9));
+    assert!(hit.records.is_empty());
+    assert_eq!(hit.compute_s, 0.0, "no item ran the prefix");
+    // Some cached, some not: the missing ones are computed and returned.
+    let part: HashMap<u64, Vec<u8>> = cached.into_iter().filter(|(k, _)| *k != 5).collect();
+    let mixed = p.run(&runner9, &frame9, &part, SPLIT_THRESHOLD);
+    assert_eq!(samples(&main9, &mixed.reply), samples(&main9, &full9));
+    assert_eq!(mixed.records.iter().map(|r| r.0).collect::<Vec<_>>(), [5]);
+}
+
+#[test]
+fn a_corrupt_record_is_an_error_reply_not_a_panic() {
+    let (main, runner) = stage(&[false, true], 1);
+    let p = PrefixRunner::of(main.init(), &runner).unwrap().unwrap();
+    let frame = main.request(items(0, &[2]), None).unwrap();
+    let bad = HashMap::from([(2u64, vec![1u8, 2, 3])]);
+    let out = p.run(&runner, &frame, &bad, SPLIT_THRESHOLD);
+    let bufs: Vec<&[u8]> = out.reply.buffers.iter().map(|b| b.bytes()).collect();
+    assert!(main.reply_split(&out.reply.frame, &bufs, None).is_err());
+    assert_eq!(PrefixRunner::items(&frame).unwrap(), [2]);
+}
+
+#[test]
+fn cheap_prefixes_are_not_worth_caching() {
+    assert!(worth_caching(1e-3, 150_000));
+    assert!(!worth_caching(30e-6, 100_000));
+}

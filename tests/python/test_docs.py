@@ -20,6 +20,7 @@ GUIDES = [
     "docs/TEXT.md",
     "docs/OPTIMIZER.md",
     "docs/RAY.md",
+    "docs/SERVICE.md",
     "README.md",
 ]
 

@@ -85,7 +85,12 @@ impl PrefixRunner {
         let ops: Vec<_> = (package.ops.iter().take(split))
             .map(|o| serde_json::json!([o.op, o.mode, o.on_error]))
             .collect();
-        let canonical = serde_json::to_vec(&serde_json::json!([package.source, ops]))
+        let files = package
+            .source
+            .as_ref()
+            .map(data_identity)
+            .unwrap_or_default();
+        let canonical = serde_json::to_vec(&serde_json::json!([package.source, ops, files]))
             .map_err(|e| Error::Internal(format!("prefix key: {e}")))?;
         let digest = Sha256::digest(&canonical);
         let key = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
@@ -165,6 +170,32 @@ impl PrefixRunner {
             record_bytes,
         }
     }
+}
+
+/// The local files and directories a source spec names, with their size and modification
+/// time: a file rewritten while the service runs gets a new prefix key, so its stale
+/// records are never read (they age out). Remote objects are not checked here.
+fn data_identity(spec: &serde_json::Value) -> Vec<(String, u64, i128)> {
+    let mut out = Vec::new();
+    let mut stack = vec![spec];
+    while let Some(v) = stack.pop() {
+        match v {
+            serde_json::Value::String(s) if !s.contains("://") => {
+                if let Ok(meta) = std::fs::metadata(s) {
+                    let mtime = meta
+                        .modified()
+                        .ok()
+                        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                        .map_or(0, |d| d.as_nanos() as i128);
+                    out.push((s.clone(), meta.len(), mtime));
+                }
+            }
+            serde_json::Value::Array(items) => stack.extend(items),
+            serde_json::Value::Object(map) => stack.extend(map.values()),
+            _ => {}
+        }
+    }
+    out
 }
 
 /// An item's prefix output as stored: its rows, its path and its sample.

@@ -159,3 +159,16 @@ fn cheap_prefixes_are_not_worth_caching() {
     assert!(worth_caching(1e-3, 150_000));
     assert!(!worth_caching(30e-6, 100_000));
 }
+
+#[test]
+fn a_file_rewritten_gets_a_new_prefix_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a.txt");
+    std::fs::write(&file, "one\n").unwrap();
+    let spec = serde_json::json!({"kind": "lines", "paths": [file.display().to_string()]});
+    let before = data_identity(&spec);
+    assert_eq!(before.len(), 1);
+    std::fs::write(&file, "one\ntwo\n").unwrap();
+    assert_ne!(data_identity(&spec), before, "size and mtime changed");
+    assert!(data_identity(&serde_json::json!({"url": "s3://b/k"})).is_empty());
+}

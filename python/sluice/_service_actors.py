@@ -229,7 +229,7 @@ class Dispatcher:
         for i, shard in enumerate(list(self._shards)):
             try:
                 reports.append(ray.get(shard.report.remote(), timeout=5))
-            except ray.exceptions.GetTimeoutError:
+            except (ray.exceptions.GetTimeoutError, ray.exceptions.ActorUnavailableError):
                 continue
             except ray.exceptions.RayError:
                 self._shards[i] = (
@@ -268,8 +268,8 @@ class Dispatcher:
             for wid, ref in refs.items():
                 try:
                     (text,) = ray.get([ref], timeout=0)
-                except ray.exceptions.GetTimeoutError:
-                    continue  # busy starting, or slow to answer: next tick
+                except (ray.exceptions.GetTimeoutError, ray.exceptions.ActorUnavailableError):
+                    continue  # busy starting, slow to answer, or briefly unreachable: next tick
                 except ray.exceptions.RayError as e:
                     self._starting.pop(wid, None)
                     if self._workers.pop(wid, None) is not None:
@@ -287,15 +287,11 @@ class Dispatcher:
                     handle.forget.remote(job)
             if now - self._last_scale >= float(self._opts["window_s"]):
                 self._last_scale = now
-                kind, arg = self._registry.scale(now)
+                kind, arg = self._registry.scale(now, len(self._starting))
                 if kind == "start":
                     self._start(int(arg))
                 elif kind == "retire":
                     self._retire(list(arg))
-                # Dead workers are replaced up to the minimum at once, not a window later.
-                missing = int(self._opts["min_workers"]) - len(self._workers) - len(self._starting)
-                if missing > 0:
-                    self._start(missing)
 
     def _loop(self) -> None:
         while not self._closed.wait(float(self._opts["tick_s"])):

@@ -153,11 +153,12 @@ class RayShim:
         return float(self._ray.available_resources().get("CPU", 0.0))
 
 
-def ray_pool(ctx: Any, init: str, workers: int, label: str) -> Any:
+def ray_pool(ctx: Any, init: str, workers: int, label: str, shim: Any = None) -> Any:
     """A stage's pool on ``ctx``'s Ray (``sluice._native.ActorPool``, started by the run
-    that asked for it: the factory of the native ``ray`` backend)."""
+    that asked for it: the factory of the native ``ray`` backend). ``shim``: another runtime
+    for its actors (a shared service's, which sizes its own pool: no autoscaling here)."""
     return _native.ActorPool(
-        RayShim(ctx),
+        shim or RayShim(ctx),
         int(workers),
         label,
         in_flight_per_actor=int(ctx.in_flight_per_actor),
@@ -165,7 +166,7 @@ def ray_pool(ctx: Any, init: str, workers: int, label: str) -> Any:
         max_retries=int(ctx.max_retries),
         actor_start_timeout_s=float(ctx.actor_start_timeout_s),
         actor_cpus=float(ctx.actor_cpus),
-        autoscale=bool(ctx.autoscale),
+        autoscale=bool(ctx.autoscale) and shim is None,
         autoscale_window_s=float(ctx.autoscale_window_s),
         min_actors=int(ctx.min_actors),
         max_actors=ctx.max_actors,

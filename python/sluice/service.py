@@ -35,7 +35,7 @@ from typing import Any
 
 from . import _native
 from ._service_actors import NAMESPACE, Dispatcher, dispatcher_name
-from .ray_backend import RayShim, import_ray
+from .ray_backend import RayShim, import_ray, ray_pool
 
 __all__ = ["ServiceError", "ServiceLost", "serve", "status", "stop", "services"]
 
@@ -401,17 +401,7 @@ def service_workers(ctx: Any) -> int:
 def service_pool(ctx: Any, init: str, workers: int, label: str) -> Any:
     """A stage's native pool over the service's shared workers."""
     conn, key = connect_stage(ctx, init, label)
-    return _native.ActorPool(
-        ServiceShim(ctx, conn, key),
-        max(1, int(workers)),
-        label,
-        in_flight_per_actor=int(ctx.in_flight_per_actor),
-        local_workers=int(ctx.local_workers),
-        max_retries=int(ctx.max_retries),
-        actor_start_timeout_s=float(ctx.actor_start_timeout_s),
-        actor_cpus=float(ctx.actor_cpus),
-        autoscale=False,
-    )
+    return ray_pool(ctx, init, max(1, int(workers)), label, shim=ServiceShim(ctx, conn, key))
 
 
 # `sluice serve` / `sluice service status|stop` --------------------------------------------

@@ -10,7 +10,6 @@ counts and worker-side slot time, never on wall-clock rates.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 import os
@@ -61,12 +60,7 @@ def svc(nodes):
             pass  # the test stopped it
 
 
-def _digest(batch) -> str:
-    h = hashlib.sha256()
-    for key in sorted(batch):
-        a = np.asarray(batch[key])
-        h.update(key.encode() + str(a.dtype).encode() + str(a.shape).encode() + a.tobytes())
-    return h.hexdigest()
+_digest = ray_cluster.digest
 
 
 def _work(delay: float = 0.0):
@@ -272,18 +266,26 @@ def test_other_seeds_and_epochs_reuse_the_cached_prefix(svc):
     name = svc(cache_bytes=64 << 20, cache_shards=2)
     ds = _split_pipeline()
     ctx = sluice.Context(service=name)
+
+    def cache(records=0):
+        """The shards' summed figures once they hold ``records`` records (puts are not
+        awaited, and the dispatcher reads the shards every tick)."""
+        c = service.status(name)["cache"]
+        held = sum(p["records"] for p in c.get("prefixes", {}).values())
+        return c if c.get("shards") == 2 and c["prefixes"] and held >= records else None
+
     # Job 1 fills the cache; then another seed and a later epoch read it, byte-identical.
     for seed, epoch in ((1, 0), (7, 0), (1, 2)):
         expected = [_digest(b) for b in ds.iter(seed=seed, epoch=epoch, chunk_size=8)]
         got = [_digest(b) for b in ds.iter(seed=seed, epoch=epoch, chunk_size=8, context=ctx)]
         assert got == expected, (seed, epoch)
-        time.sleep(0.3)  # the last puts land (they are not awaited)
+        _wait_for("the records to land", lambda: cache(160))
 
-    def cache():
-        c = service.status(name)["cache"]
-        return c if c.get("shards") == 2 and c["prefixes"] else None
+    def read_all():  # every item of the three runs asked for (reports lag a tick)
+        c = cache(160)
+        return c if c and sum(p["hits"] + p["misses"] for p in c["prefixes"].values()) >= 480 else None
 
-    c = _wait_for("the shards' reports", cache)
+    c = _wait_for("the shards' reports", read_all)
     (prefix,) = c["prefixes"].values()
     assert prefix["records"] == 160 and prefix["puts"] == 160, prefix
     # Every item computed once; the two later runs read (nearly) all of theirs.
@@ -376,13 +378,19 @@ def test_backlogged_jobs_share_a_worker_by_weight_and_a_paused_job_gives_its_sha
         light.close()
 
 
-def test_a_worker_killed_mid_epoch_loses_and_duplicates_nothing_and_is_replaced(svc):
-    name = svc()
+def _five_batches_in(name: str, **ctx_kw):
+    """A job on the service five batches into its epoch: (its iterator, what it got, what a
+    local run gives, its context)."""
     ds = _pipeline(delay=0.002)
     expected = _run(ds)
-    ctx = sluice.Context(service=name)
+    ctx = sluice.Context(service=name, **ctx_kw)
     it = ds.iter(seed=2, epoch=0, chunk_size=8, context=ctx)
-    got = [_digest(next(it)) for _ in range(5)]
+    return it, [_digest(next(it)) for _ in range(5)], expected, ctx
+
+
+def test_a_worker_killed_mid_epoch_loses_and_duplicates_nothing_and_is_replaced(svc):
+    name = svc()
+    it, got, expected, ctx = _five_batches_in(name)
     victim = _worker_handles(name)[0]
     ray.kill(victim)
     got += [_digest(b) for b in it]
@@ -400,11 +408,7 @@ def _restart_dispatcher(name: str) -> None:
 
 def test_a_restarted_dispatcher_is_rejoined_transparently(svc):
     name = svc()
-    ds = _pipeline(delay=0.002)
-    expected = _run(ds)
-    ctx = sluice.Context(service=name)
-    it = ds.iter(seed=2, epoch=0, chunk_size=8, context=ctx)
-    got = [_digest(next(it)) for _ in range(5)]
+    it, got, expected, ctx = _five_batches_in(name)
     generation = service.status(name)["generation"]
     _restart_dispatcher(name)
     got += [_digest(b) for b in it]
@@ -417,18 +421,14 @@ def test_a_restarted_dispatcher_is_rejoined_transparently(svc):
 
 def test_a_restarted_dispatcher_fails_a_job_that_may_not_reconnect_and_it_resumes(svc):
     name = svc()
-    ds = _pipeline(delay=0.002)
-    expected = _run(ds)
-    ctx = sluice.Context(service=name, reconnect=False)
-    it = ds.iter(seed=2, epoch=0, chunk_size=8, context=ctx)
-    got = [_digest(next(it)) for _ in range(5)]
+    it, got, expected, ctx = _five_batches_in(name, reconnect=False)
     state = it.state_dict()
     _restart_dispatcher(name)
     with pytest.raises(service.ServiceLost, match="restarted"):
         for b in it:
             pass
     it.close()
-    it2 = ds.iter(seed=2, epoch=0, chunk_size=8, context=sluice.Context(service=name))
+    it2 = _pipeline(delay=0.002).iter(seed=2, epoch=0, chunk_size=8, context=sluice.Context(service=name))
     it2.load_state_dict(state)
     assert got + [_digest(b) for b in it2] == expected
 

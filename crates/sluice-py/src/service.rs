@@ -339,8 +339,13 @@ impl PyRegistry {
     }
 
     /// `("hold", None)`, `("start", n)` or `("retire", [worker ids])`.
-    fn scale<'py>(&self, py: Python<'py>, now: f64) -> PyResult<(&'static str, Bound<'py, PyAny>)> {
-        Ok(match self.at(now).scale(now) {
+    fn scale<'py>(
+        &self,
+        py: Python<'py>,
+        now: f64,
+        starting: usize,
+    ) -> PyResult<(&'static str, Bound<'py, PyAny>)> {
+        Ok(match self.at(now).scale(now, starting) {
             Scale::Hold => ("hold", py.None().into_bound(py)),
             Scale::Start(n) => ("start", n.into_pyobject(py)?.into_any()),
             Scale::Retire(ids) => ("retire", PyList::new(py, ids)?.into_any()),

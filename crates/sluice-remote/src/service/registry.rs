@@ -15,11 +15,11 @@
 //! reg.add_worker(0.0, "w0", "node-a");
 //! reg.worker_beat(0.0, "w0", WorkerBeat::default());
 //! assert_eq!(reg.lease(job, &[])?.as_deref(), Some("w0"));
-//! assert_eq!(reg.scale(0.0), Scale::Hold); // the first window starts
+//! assert_eq!(reg.scale(0.0, 0), Scale::Hold); // the first window starts
 //! reg.heartbeat(2.0, job, JobBeat { samples: 500, backlogged: true })?;
 //! reg.worker_beat(2.0, "w0", WorkerBeat { busy_s: 2.0, ..Default::default() });
 //! // Busy all window with a job wanting more: ceil(1.0 / 0.8) + 1 = 3 workers.
-//! assert_eq!(reg.scale(2.0), Scale::Start(2));
+//! assert_eq!(reg.scale(2.0, 0), Scale::Start(2));
 //! # Ok::<(), sluice_core::Error>(())
 //! ```
 
@@ -448,7 +448,8 @@ impl Registry {
         order.into_iter().take(n).map(|w| w.id.clone()).collect()
     }
 
-    /// Decides the pool's size; called once per window, after [`Registry::expire`]. It only
+    /// Decides the pool's size (`starting`: workers asked for that have not joined yet);
+    /// called once per window, after [`Registry::expire`]. It only
     /// decides: the caller starts workers and adds them, and removes retired ones at once
     /// ([`Registry::remove_worker`]) so the next window does not pick them again.
     ///
@@ -460,14 +461,18 @@ impl Registry {
     /// - No job backlogged and the load would fit on one worker fewer
     ///   (`u < target · (W−1)/W`), or no jobs, for `idle_windows` windows in a row: retire
     ///   the least busy worker; with no jobs every worker above `min_workers` at once.
-    pub fn scale(&mut self, now: f64) -> Scale {
+    pub fn scale(&mut self, now: f64, starting: usize) -> Scale {
         let measured = self.measure(now);
         let (w, o) = (self.workers.len(), self.options.clone());
-        if w < o.min_workers {
-            let why = format!("{w} workers, min_workers {}", o.min_workers);
-            return self.decide(now, Scale::Start(o.min_workers - w), why);
+        if w + starting < o.min_workers {
+            let why = format!(
+                "{w} workers (+{starting} starting), min_workers {}",
+                o.min_workers
+            );
+            return self.decide(now, Scale::Start(o.min_workers - w - starting), why);
         }
-        if !measured {
+        // Workers still starting would be counted twice (asked for, not yet measured).
+        if !measured || starting > 0 {
             return Scale::Hold;
         }
         if w == 0 {
@@ -597,7 +602,7 @@ mod tests {
             r.add_worker(0.0, &format!("w{i}"), "node");
             r.worker_beat(0.0, &format!("w{i}"), WorkerBeat::default());
         }
-        r.scale(0.0);
+        r.scale(0.0, 0);
         r
     }
 
@@ -705,31 +710,49 @@ mod tests {
 
     #[test]
     fn scaling_up_jumps_to_what_the_load_needs() {
-        assert_eq!(pool(2, 8, 0).scale(1.0), Scale::Start(2), "below min");
+        assert_eq!(pool(2, 8, 0).scale(1.0, 0), Scale::Start(2), "below min");
         let mut r = pool(0, 8, 0);
         r.register(0.0, info("k", 1.0)).unwrap();
-        assert_eq!(r.scale(2.0), Scale::Start(1), "a job, no worker");
+        assert_eq!(r.scale(2.0, 0), Scale::Start(1), "a job, no worker");
         let mut r = pool(1, 8, 1);
         let j = r.register(0.0, info("k", 1.0)).unwrap();
         beat(&mut r, 2.0, j, 0, true);
         busy(&mut r, 2.0, 0, 2.0); // 100% busy: B = 1.0
-        assert_eq!(r.scale(2.0), Scale::Start(2)); // ceil(1 / 0.8) + 1 = 3
+        assert_eq!(r.scale(2.0, 0), Scale::Start(2)); // ceil(1 / 0.8) + 1 = 3
         let d = r.status(2.0)["decisions"][0].to_string();
         assert!(d.contains("t=2.0 start 2: util 1.00, 1 backlogged job, need 3"));
         beat(&mut r, 4.0, j, 0, false);
         busy(&mut r, 4.0, 0, 4.0);
-        assert_eq!(r.scale(4.0), Scale::Hold, "busy, not backlogged");
+        assert_eq!(r.scale(4.0, 0), Scale::Hold, "busy, not backlogged");
         beat(&mut r, 6.0, j, 0, true);
         busy(&mut r, 6.0, 0, 4.5);
-        assert_eq!(r.scale(6.0), Scale::Hold, "backlogged, workers idle");
+        assert_eq!(r.scale(6.0, 0), Scale::Hold, "backlogged, workers idle");
         let mut r = pool(1, 4, 3);
         let j = r.register(0.0, info("k", 1.0)).unwrap();
         beat(&mut r, 2.0, j, 0, true);
         (0..3).for_each(|i| busy(&mut r, 2.0, i, 2.0));
-        assert_eq!(r.scale(2.0), Scale::Start(1), "needs 5, max 4");
+        assert_eq!(r.scale(2.0, 0), Scale::Start(1), "needs 5, max 4");
         r.add_worker(2.0, "w3", "node");
         (0..4).for_each(|i| busy(&mut r, 4.0, i, 4.0));
-        assert_eq!(r.scale(4.0), Scale::Hold, "at max_workers");
+        assert_eq!(r.scale(4.0, 0), Scale::Hold, "at max_workers");
+    }
+
+    /// Workers asked for but not joined yet count toward the minimum, and no other decision
+    /// is made while they start (their load is not measured yet).
+    #[test]
+    fn workers_still_starting_are_not_asked_for_twice() {
+        let mut r = pool(2, 8, 0);
+        assert_eq!(r.scale(1.0, 2), Scale::Hold, "both asked for already");
+        assert_eq!(r.scale(2.0, 1), Scale::Start(1), "one of two asked for");
+        let mut busy_pool = pool(1, 8, 1);
+        let j = busy_pool.register(0.0, info("k", 1.0)).unwrap();
+        beat(&mut busy_pool, 2.0, j, 10, true);
+        busy(&mut busy_pool, 2.0, 0, 2.0);
+        assert_eq!(
+            busy_pool.scale(2.0, 1),
+            Scale::Hold,
+            "one more is on its way"
+        );
     }
 
     /// A job that never says it is backlogged still counts as such when its chunks keep
@@ -756,7 +779,7 @@ mod tests {
         // Two chunks waiting on average (4 s of waits over a 2 s window), the worker busy.
         r.worker_beat(2.0, "w0", load(2.0, 4.0));
         beat(&mut r, 2.0, j, 100, false);
-        assert_eq!(r.scale(2.0), Scale::Start(2));
+        assert_eq!(r.scale(2.0, 0), Scale::Start(2));
         let st = r.status(2.0);
         assert_eq!(st["jobs"][0]["waiting"], 2.0);
         assert_eq!(st["jobs"][0]["stream_hits"], 3);
@@ -765,7 +788,7 @@ mod tests {
         r.add_worker(2.0, "w1", "node");
         r.remove_worker("w1");
         r.worker_beat(4.0, "w0", load(3.0, 4.1));
-        assert_eq!(r.scale(4.0), Scale::Hold);
+        assert_eq!(r.scale(4.0, 0), Scale::Hold);
         assert_eq!(r.status(4.0)["jobs"][0]["backlogged"], false);
     }
 
@@ -784,7 +807,7 @@ mod tests {
                     busy(r, t, i, w.beat.busy_s + rate * 2.0);
                 }
             }
-            r.scale(t)
+            r.scale(t, 0)
         };
         let retire = |id: &str| Scale::Retire(vec![id.into()]);
         // u = 0.5 < 0.8 · 2/3: low, but for one window only yet.
@@ -804,14 +827,14 @@ mod tests {
     fn with_no_jobs_the_pool_shrinks_to_min_at_once() {
         let mut r = pool(1, 8, 4);
         busy(&mut r, 2.0, 2, 1.0);
-        assert_eq!(r.scale(2.0), Scale::Hold);
+        assert_eq!(r.scale(2.0, 0), Scale::Hold);
         busy(&mut r, 4.0, 2, 2.0);
         // Ties at zero: the most recently added go first; the busy w2 stays.
         let retired = ["w3", "w1", "w0"].map(String::from).to_vec();
-        assert_eq!(r.scale(4.0), Scale::Retire(retired.clone()));
+        assert_eq!(r.scale(4.0, 0), Scale::Retire(retired.clone()));
         retired.iter().for_each(|id| assert!(r.remove_worker(id)));
         for t in [6.0, 8.0, 10.0] {
-            assert_eq!(r.scale(t), Scale::Hold);
+            assert_eq!(r.scale(t, 0), Scale::Hold);
         }
     }
 
@@ -833,7 +856,7 @@ mod tests {
             }
             r.worker_beat(2.0, w, beat);
         }
-        r.scale(2.0);
+        r.scale(2.0, 0);
         let s = r.status(3.0);
         for key in ["jobs", "workers", "totals", "decisions", "options"] {
             assert!(!s[key].is_null(), "{key} missing: {s}");

@@ -39,6 +39,7 @@ import contextlib
 import json
 import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -158,6 +159,7 @@ def ray_cluster(store_bytes: int = 500_000_000):
     finally:
         ray.shutdown()
         c.shutdown()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def kind_of(cmd: str) -> str:
@@ -379,7 +381,8 @@ def case_sweep(args, address, meter, prefix: bool, sweep: bool) -> dict:
 
     with service("sweep", min_workers=args.workers, max_workers=args.workers, worker_cpus=1.0):
         warm = run_jobs(address, "sweep", meter, [{"n": args.images, "kind": kind}])
-        per_epoch = warm["jobs"][0]["samples"] / warm["jobs"][0]["rate"]
+        w = warm["jobs"][0]
+        per_epoch = w["samples"] / w["rate"] if w["rate"] else warm["wall_s"]  # rate: 0 with one batch
         out["epochs"] = epochs = max(1, math.ceil(args.min_seconds / per_epoch))
         print(f"warm-up: {warm['jobs'][0]['rate']:.0f} samples/s; {epochs} epoch(s) per job", flush=True)
         out["solo"] = solo = phase("sweep", "solo", [1], epochs)
@@ -387,7 +390,7 @@ def case_sweep(args, address, meter, prefix: bool, sweep: bool) -> dict:
             out["sweep"] = sw = phase("sweep", "sweep", [1, 1, 1, 1], epochs)
             out["cpu_ratio_total"] = sw["cpu_total"] / solo["cpu_total"]
             out["cpu_ratio_work"] = sw["cpu_work"] / solo["cpu_work"]
-            out["rate_vs_solo"] = [j["rate"] / solo["jobs"][0]["rate"] for j in sw["jobs"]]
+            out["rate_vs_solo"] = [j["rate"] / max(solo["jobs"][0]["rate"], 1e-9) for j in sw["jobs"]]
             out["identical"] = sum(j["sha256"] == solo["jobs"][0]["sha256"] for j in sw["jobs"])
         if prefix:  # the prefix cache's baseline: 4 seeds, no cache
             out["seeds"] = ds = phase("sweep", "4 seeds", [1, 2, 3, 4], epochs)

@@ -186,7 +186,7 @@ class ServiceHost:
         """Where the records of the chunk's cached prefix are: ``(prefix key, source indices
         per shard)``, or None when the stage has no prefix worth caching."""
     def run_cached(
-        self, job: int, key: str, frame: bytes, cached: dict[int, bytes], shards: int
+        self, job: int, key: str, frame: bytes, cached: dict[int, bytes], fetch_s: float, shards: int
     ) -> tuple[bytes, list[Any], list[list[tuple[int, bytes]]], float]:
         """``run`` with the prefix's records found in the cache: the reply, the records
         computed here grouped by shard (to store) and the CPU seconds one cost."""

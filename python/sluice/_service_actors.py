@@ -53,8 +53,10 @@ class ServiceWorker:
         if plan is None:
             return self._host.run(job, key, frame)
         prefix, groups = plan
+        t0 = time.perf_counter()
+        cached = _fetch(shards, prefix, groups)
         out, buffers, puts, compute_s = self._host.run_cached(
-            job, key, frame, _fetch(shards, prefix, groups), len(shards)
+            job, key, frame, cached, time.perf_counter() - t0, len(shards)
         )
         for shard, records in zip(shards, puts):
             if records:

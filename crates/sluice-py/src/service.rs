@@ -132,7 +132,8 @@ impl PyServiceHost {
     }
 
     /// Where the records of a chunk's cached prefix are: `(prefix key, source indices per
-    /// shard)`, or `None` when the stage has no prefix worth caching.
+    /// shard)`, or `None` when the stage has no prefix, or reading its records back was
+    /// measured slower than computing them (then the chunk just runs).
     fn prefix_plan(
         &self,
         py: Python<'_>,
@@ -143,7 +144,7 @@ impl PyServiceHost {
     ) -> PyResult<Option<(String, Vec<Vec<u64>>)>> {
         py.detach(|| {
             let stage = self.host.stage(job, key)?;
-            let Some(prefix) = &stage.prefix else {
+            let Some(prefix) = stage.prefix.as_ref().filter(|p| p.use_cache()) else {
                 return Ok(None);
             };
             let mut groups = vec![Vec::new(); shards.max(1)];
@@ -155,10 +156,10 @@ impl PyServiceHost {
         .map_err(host_error)
     }
 
-    /// [`run`] with the prefix's records found in the cache (`cached`, by source index);
-    /// returns the reply, the records computed here grouped by shard (to store), and the
-    /// CPU seconds one cost.
-    #[allow(clippy::type_complexity)]
+    /// [`run`] with the prefix's records found in the cache (`cached`, by source index,
+    /// fetched in `fetch_s` seconds); returns the reply, the records computed here grouped by
+    /// shard (to store when caching pays), and the CPU seconds one cost.
+    #[allow(clippy::type_complexity, clippy::too_many_arguments)] // Python's signature
     fn run_cached<'py>(
         &self,
         py: Python<'py>,
@@ -166,6 +167,7 @@ impl PyServiceHost {
         key: &str,
         frame: &[u8],
         cached: HashMap<u64, Vec<u8>>,
+        fetch_s: f64,
         shards: usize,
     ) -> PyResult<(
         Bound<'py, PyBytes>,
@@ -183,7 +185,7 @@ impl PyServiceHost {
                         let bytes = split_bytes(&split);
                         return Ok((split, bytes));
                     };
-                    let out = prefix.run(&stage.runner, frame, &cached, SPLIT_THRESHOLD);
+                    let out = prefix.run(&stage.runner, frame, &cached, fetch_s, SPLIT_THRESHOLD);
                     made = Some((out.records, out.compute_s, prefix.key().to_string()));
                     let bytes = split_bytes(&out.reply);
                     Ok((out.reply, bytes))

@@ -12,7 +12,11 @@
 //! [`PrefixRunner::run`] takes the cached records it was given, computes the rest, runs the
 //! tail on every item in the chunk's order, and returns the records it computed for the
 //! caller to store — when storing them pays: reading a record must cost less than computing
-//! it again ([`worth_caching`], Cachew's autocache comparison).
+//! it again (Cachew's autocache comparison). Before anything is measured the bound is a model
+//! ([`worth_caching`]); then the runner compares what reading a record back actually took on
+//! this worker (fetch and decode) with what computing one took, and stops using the cache for
+//! a prefix that is cheaper to recompute — trying it again every [`PROBE_EVERY`] chunks, as
+//! either side may change.
 //!
 //! ```
 //! use sluice_remote::service::prefix::worth_caching;
@@ -54,11 +58,27 @@ pub struct PrefixRun {
     pub record_bytes: usize,
 }
 
-/// A stage's cached prefix: its key and where the ops split.
-#[derive(Debug, Clone)]
+/// Chunks between two tries of a cache that did not pay.
+pub const PROBE_EVERY: u64 = 32;
+
+/// Measured seconds per item: computing the prefix, and reading a record back.
+#[derive(Debug, Default, Clone, Copy)]
+struct Costs {
+    compute_s: Option<f64>,
+    read_s: Option<f64>,
+    chunks: u64,
+}
+
+fn ewma(old: Option<f64>, new: f64) -> Option<f64> {
+    Some(old.map_or(new, |o| 0.8 * o + 0.2 * new))
+}
+
+/// A stage's cached prefix: its key, where the ops split, and what it measured.
+#[derive(Debug)]
 pub struct PrefixRunner {
     key: String,
     split: usize,
+    costs: std::sync::Mutex<Costs>,
 }
 
 impl PrefixRunner {
@@ -94,7 +114,35 @@ impl PrefixRunner {
             .map_err(|e| Error::Internal(format!("prefix key: {e}")))?;
         let digest = Sha256::digest(&canonical);
         let key = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
-        Ok(Some(PrefixRunner { key, split }))
+        Ok(Some(PrefixRunner {
+            key,
+            split,
+            costs: Default::default(),
+        }))
+    }
+
+    fn costs(&self) -> std::sync::MutexGuard<'_, Costs> {
+        self.costs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether this chunk should go through the cache: yes until reading a record is known
+    /// to cost more than computing it; then once every [`PROBE_EVERY`] chunks, to measure
+    /// again.
+    pub fn use_cache(&self) -> bool {
+        let mut c = self.costs();
+        c.chunks += 1;
+        match (c.compute_s, c.read_s) {
+            (Some(compute), Some(read)) if 1.2 * read >= compute => {
+                c.chunks.is_multiple_of(PROBE_EVERY)
+            }
+            _ => true,
+        }
+    }
+
+    /// (compute, read) seconds per item as measured so far.
+    pub fn measured(&self) -> (Option<f64>, Option<f64>) {
+        let c = self.costs();
+        (c.compute_s, c.read_s)
     }
 
     /// The prefix's content key.
@@ -110,23 +158,32 @@ impl PrefixRunner {
 
     /// Runs one request frame: items with a record in `cached` start from it, the others run
     /// the prefix (their records returned when caching pays); then the tail on all of them.
+    /// `fetch_s`: the seconds it took to fetch `cached` (counted with decoding them as the
+    /// cost of reading).
     pub fn run(
         &self,
         runner: &StageRunner,
         frame: &[u8],
         cached: &HashMap<u64, Vec<u8>>,
+        fetch_s: f64,
         threshold: usize,
     ) -> PrefixRun {
         let mut made = Vec::new();
         let mut spent = 0.0;
+        let mut restored = (0usize, 0.0f64);
         let reply = runner.run_split_with(frame, threshold, |work, mut chunk| {
             let mut missing = Vec::new();
+            let t0 = thread_cpu();
             for (i, item) in chunk.iter_mut().enumerate() {
                 match cached.get(&item.source_index) {
-                    Some(record) => restore(item, record)?,
+                    Some(record) => {
+                        restore(item, record)?;
+                        restored.0 += 1;
+                    }
                     None => missing.push(i),
                 }
             }
+            restored.1 = (thread_cpu() - t0).as_secs_f64();
             if !missing.is_empty() {
                 let prefix = StageWork {
                     ops: work.ops[..self.split].to_vec(),
@@ -160,7 +217,19 @@ impl PrefixRunner {
         let n = made.len().max(1);
         let compute_s = spent / n as f64;
         let record_bytes = made.iter().map(|(_, r)| r.len()).sum::<usize>() / n;
-        if !worth_caching(compute_s, record_bytes) {
+        let mut c = self.costs();
+        if !made.is_empty() {
+            c.compute_s = ewma(c.compute_s, compute_s);
+        }
+        if restored.0 > 0 {
+            c.read_s = ewma(c.read_s, (fetch_s + restored.1) / restored.0 as f64);
+        }
+        let pays = match (c.compute_s, c.read_s) {
+            (Some(compute), Some(read)) => compute > 1.2 * read,
+            _ => worth_caching(compute_s, record_bytes),
+        };
+        drop(c);
+        if !pays {
             made.clear();
         }
         PrefixRun {

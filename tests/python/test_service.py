@@ -402,6 +402,23 @@ def test_a_worker_killed_mid_epoch_loses_and_duplicates_nothing_and_is_replaced(
     ctx.close()
 
 
+def test_a_node_lost_mid_epoch_loses_and_duplicates_nothing(svc, nodes):
+    name = svc(cache_bytes=0)
+    it, got, expected, ctx = _five_batches_in(name)
+    worker_nodes = set(ray.get([h.node_id.remote() for h in _worker_handles(name)], timeout=30))
+    victim = next(n for n in nodes.worker_nodes if n.node_id in worker_nodes)
+    try:
+        nodes.remove_node(victim, allow_graceful=False)
+        got += [_digest(b) for b in it]
+    finally:
+        it.close()
+        ray_cluster.restore(nodes, 2)
+    assert got == expected
+    assert ctx.pools()[-1].report()["retries"] >= 1
+    _wait_for("the lost worker replaced", lambda: len(service.status(name)["workers"]) == 2, timeout=60)
+    ctx.close()
+
+
 def _restart_dispatcher(name: str) -> None:
     ray.kill(ray.get_actor(f"svc:{name}", namespace="sluice"), no_restart=False)
 

@@ -378,10 +378,10 @@ def test_backlogged_jobs_share_a_worker_by_weight_and_a_paused_job_gives_its_sha
         light.close()
 
 
-def _five_batches_in(name: str, **ctx_kw):
+def _five_batches_in(name: str, delay: float = 0.002, **ctx_kw):
     """A job on the service five batches into its epoch: (its iterator, what it got, what a
     local run gives, its context)."""
-    ds = _pipeline(delay=0.002)
+    ds = _pipeline(delay=delay)
     expected = _run(ds)
     ctx = sluice.Context(service=name, **ctx_kw)
     it = ds.iter(seed=2, epoch=0, chunk_size=8, context=ctx)
@@ -404,7 +404,8 @@ def test_a_worker_killed_mid_epoch_loses_and_duplicates_nothing_and_is_replaced(
 
 def test_a_node_lost_mid_epoch_loses_and_duplicates_nothing(svc, nodes):
     name = svc(cache_bytes=0)
-    it, got, expected, ctx = _five_batches_in(name)
+    # 160 ms a chunk: the epoch is still running on both workers when the node goes.
+    it, got, expected, ctx = _five_batches_in(name, delay=0.02)
     worker_nodes = set(ray.get([h.node_id.remote() for h in _worker_handles(name)], timeout=30))
     victim = next(n for n in nodes.worker_nodes if n.node_id in worker_nodes)
     try:

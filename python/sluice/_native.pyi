@@ -179,17 +179,19 @@ class ServiceHost:
     def attach(self, job: int, weight: float, init: str) -> str:
         """Attaches ``job`` to the stage ``init`` describes (built unless another job did);
         returns the stage key."""
-    def run(self, job: int, key: str, frame: bytes) -> tuple[bytes, list[Any]]:
-        """One request frame of ``job``'s stage ``key``: its split reply. Raises
-        ``StageDetached`` when the job is not attached to ``key``."""
+    def run(self, job: int, key: str, frame: bytes) -> Any:
+        """One request frame of ``job``'s stage ``key``: its split reply ``(frame, [uint8
+        arrays])``, or, when several jobs of a stream read it, a Ray object reference to it
+        (put once). Raises ``StageDetached`` when the job is not attached to ``key``."""
     def prefix_plan(self, job: int, key: str, frame: bytes, shards: int) -> tuple[str, list[list[int]]] | None:
         """Where the records of the chunk's cached prefix are: ``(prefix key, source indices
         per shard)``, or None when the stage has no prefix worth caching."""
     def run_cached(
         self, job: int, key: str, frame: bytes, cached: dict[int, bytes], fetch_s: float, shards: int
-    ) -> tuple[bytes, list[Any], list[list[tuple[int, bytes]]], float]:
-        """``run`` with the prefix's records found in the cache: the reply, the records
-        computed here grouped by shard (to store) and the CPU seconds one cost."""
+    ) -> tuple[Any, list[list[tuple[int, bytes]]], float]:
+        """``run`` with the prefix's records found in the cache (fetched in ``fetch_s``): the
+        reply (as ``run``'s), the records computed here grouped by shard (to store) and the
+        CPU seconds one cost."""
     def detach(self, job: int, key: str) -> bool: ...
     def forget(self, job: int) -> int: ...
     def report(self) -> dict[str, Any]:

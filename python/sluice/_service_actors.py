@@ -48,6 +48,8 @@ class ServiceWorker:
         return self._host.attach(job, weight, init)
 
     def run(self, job: int, key: str, frame: bytes) -> Any:
+        """The chunk's split reply ``(frame, [uint8 arrays])``, or — when several jobs of a
+        stream read it — a reference to it in Ray's object store, put there once."""
         shards = self._shards
         plan = self._host.prefix_plan(job, key, frame, len(shards)) if shards else None
         if plan is None:
@@ -55,13 +57,13 @@ class ServiceWorker:
         prefix, groups = plan
         t0 = time.perf_counter()
         cached = _fetch(shards, prefix, groups)
-        out, buffers, puts, compute_s = self._host.run_cached(
+        reply, puts, compute_s = self._host.run_cached(
             job, key, frame, cached, time.perf_counter() - t0, len(shards)
         )
         for shard, records in zip(shards, puts):
             if records:
                 shard.put_many.remote(prefix, compute_s, records)
-        return out, buffers
+        return reply
 
     def detach(self, job: int, key: str) -> bool:
         return self._host.detach(job, key)

@@ -326,6 +326,12 @@ class ServiceShim(RayShim):
 
     def result(self, future: Any) -> tuple[bool, Any]:
         ok, value = super().result(future)
+        if ok and isinstance(value, self._ray.ObjectRef):
+            # A reply shared by the jobs of a stream: fetched once per host, mapped here.
+            try:
+                value = self._ray.get(value, timeout=self._timeout)
+            except self._ray.exceptions.RayError as e:
+                return False, (isinstance(e, self._lost), type(e).__name__, str(e), e)
         if not ok and not value[0] and isinstance(getattr(value[3], "cause", None), _native.StageDetached):
             value = (True, *value[1:])
         return ok, value

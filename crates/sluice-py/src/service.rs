@@ -45,7 +45,7 @@ fn json_to_py<'py>(py: Python<'py>, value: &impl serde::Serialize) -> PyResult<B
 /// per stage for jobs that send the same chunks.
 #[pyclass(name = "ServiceHost", module = "sluice._native", frozen)]
 pub struct PyServiceHost {
-    host: ServiceHost<Hosted, SplitFrame>,
+    host: ServiceHost<Hosted, Py<PyAny>>,
 }
 
 /// A stage on a worker, and its cacheable prefix if it has one.
@@ -54,18 +54,27 @@ struct Hosted {
     prefix: Option<PrefixRunner>,
 }
 
-/// A split reply as Python takes it: the frame and its buffers as uint8 arrays.
-fn split_to_py<'py>(
-    py: Python<'py>,
-    reply: Arc<SplitFrame>,
-) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyList>)> {
-    // Shared with other jobs of the stream only while the window keeps it.
-    let split = Arc::try_unwrap(reply).unwrap_or_else(|shared| (*shared).clone());
-    let buffers = PyList::empty(py);
-    for b in split.buffers {
-        buffers.append(crate::convert::out_of_band_to_py(py, b)?)?;
-    }
-    Ok((PyBytes::new(py, &split.frame), buffers))
+/// A split reply as Python takes it: `(frame, [uint8 arrays])`. A reply several jobs of a
+/// stream will read is put into Ray's object store once and answered as its reference: each
+/// job's host then fetches it once, however many of its jobs read it, instead of the worker
+/// serialising and sending a copy per job.
+fn reply_to_py(split: SplitFrame, group: usize) -> sluice::Result<(Py<PyAny>, u64)> {
+    let bytes = split_bytes(&split);
+    Python::attach(|py| -> PyResult<(Py<PyAny>, u64)> {
+        let buffers = PyList::empty(py);
+        for b in split.buffers {
+            buffers.append(crate::convert::out_of_band_to_py(py, b)?)?;
+        }
+        let reply = (PyBytes::new(py, &split.frame), buffers)
+            .into_pyobject(py)?
+            .into_any();
+        if group > 1 {
+            let shared = py.import("ray")?.call_method1("put", (reply,))?;
+            return Ok((shared.unbind(), bytes));
+        }
+        Ok((reply.unbind(), bytes))
+    })
+    .map_err(crate::errors::from_py)
 }
 
 fn split_bytes(split: &SplitFrame) -> u64 {
@@ -117,18 +126,17 @@ impl PyServiceHost {
         job: u64,
         key: &str,
         frame: &[u8],
-    ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyList>)> {
+    ) -> PyResult<Bound<'py, PyAny>> {
         let reply = py
             .detach(|| {
                 let items = wire::chunk_len(frame).map_err(Error::from)?;
-                self.host.run(job, key, items, frame, |stage, frame| {
-                    let split = stage.runner.run_split(frame, SPLIT_THRESHOLD);
-                    let bytes = split_bytes(&split);
-                    Ok((split, bytes))
-                })
+                self.host
+                    .run(job, key, items, frame, |stage, frame, group| {
+                        reply_to_py(stage.runner.run_split(frame, SPLIT_THRESHOLD), group)
+                    })
             })
             .map_err(host_error)?;
-        split_to_py(py, reply)
+        Ok(reply.clone_ref(py).into_bound(py))
     }
 
     /// Where the records of a chunk's cached prefix are: `(prefix key, source indices per
@@ -169,30 +177,26 @@ impl PyServiceHost {
         cached: HashMap<u64, Vec<u8>>,
         fetch_s: f64,
         shards: usize,
-    ) -> PyResult<(
-        Bound<'py, PyBytes>,
-        Bound<'py, PyList>,
-        Vec<Vec<(u64, Bound<'py, PyBytes>)>>,
-        f64,
-    )> {
+    ) -> PyResult<(Bound<'py, PyAny>, Vec<Vec<(u64, Bound<'py, PyBytes>)>>, f64)> {
         let mut made: Option<(Vec<(u64, Vec<u8>)>, f64, String)> = None;
         let reply = py
             .detach(|| {
                 let items = wire::chunk_len(frame).map_err(Error::from)?;
-                self.host.run(job, key, items, frame, |stage, frame| {
-                    let Some(prefix) = &stage.prefix else {
-                        let split = stage.runner.run_split(frame, SPLIT_THRESHOLD);
-                        let bytes = split_bytes(&split);
-                        return Ok((split, bytes));
-                    };
-                    let out = prefix.run(&stage.runner, frame, &cached, fetch_s, SPLIT_THRESHOLD);
-                    made = Some((out.records, out.compute_s, prefix.key().to_string()));
-                    let bytes = split_bytes(&out.reply);
-                    Ok((out.reply, bytes))
-                })
+                self.host
+                    .run(job, key, items, frame, |stage, frame, group| {
+                        let Some(prefix) = &stage.prefix else {
+                            return reply_to_py(
+                                stage.runner.run_split(frame, SPLIT_THRESHOLD),
+                                group,
+                            );
+                        };
+                        let out =
+                            prefix.run(&stage.runner, frame, &cached, fetch_s, SPLIT_THRESHOLD);
+                        made = Some((out.records, out.compute_s, prefix.key().to_string()));
+                        reply_to_py(out.reply, group)
+                    })
             })
             .map_err(host_error)?;
-        let (frame, buffers) = split_to_py(py, reply)?;
         let mut groups: Vec<Vec<(u64, Bound<'py, PyBytes>)>> = vec![Vec::new(); shards.max(1)];
         let mut compute_s = 0.0;
         if let Some((records, cost, prefix)) = made {
@@ -201,7 +205,7 @@ impl PyServiceHost {
                 groups[shard_of(&prefix, index, shards)].push((index, PyBytes::new(py, &record)));
             }
         }
-        Ok((frame, buffers, groups, compute_s))
+        Ok((reply.clone_ref(py).into_bound(py), groups, compute_s))
     }
 
     /// Detaches `job` from stage `key`; whether it was attached.

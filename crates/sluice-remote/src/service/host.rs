@@ -17,9 +17,9 @@
 //! let host: ServiceHost<u32, Vec<u8>> = ServiceHost::new(HostOptions::default())?;
 //! host.attach(1, 1.0, "k", || Ok(7))?;
 //! host.attach(2, 1.0, "k", || unreachable!("the stage is already built"))?;
-//! let compute = |stage: &u32, frame: &[u8]| Ok((vec![*stage as u8, frame[0]], 2));
+//! let compute = |stage: &u32, frame: &[u8], _group| Ok((vec![*stage as u8, frame[0]], 2));
 //! let a = host.run(1, "k", 1, b"x", compute)?;
-//! let b = host.run(2, "k", 1, b"x", |_: &u32, _: &[u8]| unreachable!("read from the window"))?;
+//! let b = host.run(2, "k", 1, b"x", |_: &u32, _: &[u8], _| unreachable!("read from the window"))?;
 //! assert_eq!((a.as_slice(), b.as_slice()), (&[7, b'x'][..], &[7, b'x'][..]));
 //! # Ok::<(), sluice_core::Error>(())
 //! ```
@@ -246,7 +246,8 @@ impl<R, V> ServiceHost<R, V> {
 
     /// Runs one chunk of `items` items for `job` on its stage `key`: read from the stage's
     /// shared stream when another job of the group computed it, else computed by `compute`
-    /// (the reply and its size in bytes) when the fair queue gives it a slot.
+    /// (the reply and its size in bytes; told the group's size, so a reply several jobs will
+    /// read can be made shareable) when the fair queue gives it a slot.
     ///
     /// [`Error::Resource`] when the job is not attached to `key` (any more): the caller
     /// attaches again, or elsewhere, and resends — nothing was computed.
@@ -256,7 +257,7 @@ impl<R, V> ServiceHost<R, V> {
         key: &str,
         items: usize,
         frame: &[u8],
-        compute: impl FnOnce(&R, &[u8]) -> Result<(V, u64)>,
+        compute: impl FnOnce(&R, &[u8], usize) -> Result<(V, u64)>,
     ) -> Result<Arc<V>> {
         let (runner, window, group) = {
             let st = self.lock();
@@ -269,7 +270,7 @@ impl<R, V> ServiceHost<R, V> {
         let mut computed = false;
         let fair = || {
             computed = true;
-            self.fair_run(job, items, || compute(&runner, frame))
+            self.fair_run(job, items, || compute(&runner, frame, group))
         };
         let out = if group > 1 {
             window.get_or_compute(&frame_digest(frame), group, fair)?

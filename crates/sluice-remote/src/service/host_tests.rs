@@ -52,10 +52,10 @@ fn bad_options_are_errors() {
 fn a_job_runs_only_stages_it_attached() {
     let h = host(1);
     h.attach(1, 1.0, "k", || Ok("s")).unwrap();
-    let err = h.run(2, "k", 1, b"f", |_, _| Ok((0, 8))).unwrap_err();
+    let err = h.run(2, "k", 1, b"f", |_, _, _| Ok((0, 8))).unwrap_err();
     assert!(err.to_string().contains("attach it again"), "{err}");
-    assert!(h.run(1, "other", 1, b"f", |_, _| Ok((0, 8))).is_err());
-    assert_eq!(*h.run(1, "k", 1, b"f", |_, _| Ok((5, 8))).unwrap(), 5);
+    assert!(h.run(1, "other", 1, b"f", |_, _, _| Ok((0, 8))).is_err());
+    assert_eq!(*h.run(1, "k", 1, b"f", |_, _, _| Ok((5, 8))).unwrap(), 5);
 }
 
 #[test]
@@ -80,7 +80,7 @@ fn one_engine_per_stage_key_and_it_goes_with_its_last_job() {
     assert!(h
         .attach(3, 1.0, "bad", || Err(Error::invalid("no")))
         .is_err());
-    assert!(h.run(3, "bad", 1, b"f", |_, _| Ok((0, 8))).is_err());
+    assert!(h.run(3, "bad", 1, b"f", |_, _, _| Ok((0, 8))).is_err());
 }
 
 /// Slot 1 is held by a gate chunk while each job queues six chunks; once it opens, the
@@ -97,7 +97,7 @@ fn backlogged_jobs_share_the_slots_by_weight() {
     {
         let (h, gate) = (h.clone(), gate.clone());
         threads.push(thread::spawn(move || {
-            h.run(0, "gate", 1, b"g", |_, _| {
+            h.run(0, "gate", 1, b"g", |_, _, _| {
                 gate.wait();
                 Ok((0, 8))
             })
@@ -112,7 +112,7 @@ fn backlogged_jobs_share_the_slots_by_weight() {
         for (job, key) in [(1, "a"), (2, "b")] {
             let (h, order) = (h.clone(), order.clone());
             threads.push(thread::spawn(move || {
-                h.run(job, key, 1, &[i], |stage, _| {
+                h.run(job, key, 1, &[i], |stage, _, _| {
                     order.lock().unwrap().push(*stage);
                     Ok((0, 8))
                 })
@@ -145,7 +145,7 @@ fn slots_bound_the_chunks_computed_at_once() {
         .map(|i| {
             let (h, now, most) = (h.clone(), now.clone(), most.clone());
             thread::spawn(move || {
-                h.run(1, "k", 1, &[i], |_, _| {
+                h.run(1, "k", 1, &[i], |_, _, _| {
                     let n = now.fetch_add(1, SeqCst) + 1;
                     most.fetch_max(n, SeqCst);
                     thread::sleep(Duration::from_millis(5));
@@ -172,7 +172,7 @@ fn forgetting_a_job_answers_its_queued_chunks_with_an_error() {
     let blocker = {
         let (h, gate) = (h.clone(), gate.clone());
         thread::spawn(move || {
-            h.run(0, "gate", 1, b"g", |_, _| {
+            h.run(0, "gate", 1, b"g", |_, _, _| {
                 gate.wait();
                 Ok((0, 8))
             })
@@ -184,7 +184,7 @@ fn forgetting_a_job_answers_its_queued_chunks_with_an_error() {
     let waiting: Vec<_> = (0..3u8)
         .map(|i| {
             let h = h.clone();
-            thread::spawn(move || h.run(1, "k", 1, &[i], |_, _| Ok((1, 8))))
+            thread::spawn(move || h.run(1, "k", 1, &[i], |_, _, _| Ok((1, 8))))
         })
         .collect();
     until_queued(&h, 3);
@@ -210,7 +210,7 @@ fn a_sweep_computes_each_chunk_once() {
     for frame in [b"c0", b"c1"] {
         for job in 1..=3 {
             let out = h
-                .run(job, "k", 4, frame, |_, f| {
+                .run(job, "k", 4, frame, |_, f, _| {
                     computed.fetch_add(1, SeqCst);
                     Ok((f[1] as u64, 8))
                 })
@@ -233,8 +233,8 @@ fn a_sweep_computes_each_chunk_once() {
 fn a_failed_chunk_frees_its_slot() {
     let h = host(1);
     h.attach(1, 1.0, "k", || Ok("s")).unwrap();
-    let err = h.run(1, "k", 1, b"f", |_, _| Err(Error::invalid("boom")));
+    let err = h.run(1, "k", 1, b"f", |_, _, _| Err(Error::invalid("boom")));
     assert!(err.is_err());
-    assert_eq!(*h.run(1, "k", 1, b"f", |_, _| Ok((3, 8))).unwrap(), 3);
+    assert_eq!(*h.run(1, "k", 1, b"f", |_, _, _| Ok((3, 8))).unwrap(), 3);
     assert_eq!(h.report().running, 0);
 }

@@ -187,7 +187,7 @@ class ServiceHost:
         """Where the records of the chunk's cached prefix are: ``(prefix key, source indices
         per shard)``, or None when the stage has no prefix worth caching."""
     def run_cached(
-        self, job: int, key: str, frame: bytes, cached: dict[int, bytes], fetch_s: float, shards: int
+        self, job: int, key: str, frame: bytes, cached: list[tuple[list[int], Any, list[int]]], fetch_s: float, shards: int
     ) -> tuple[Any, list[list[tuple[int, bytes]]], float]:
         """``run`` with the prefix's records found in the cache (fetched in ``fetch_s``): the
         reply (as ``run``'s), the records computed here grouped by shard (to store) and the
@@ -236,7 +236,9 @@ class PrefixCache:
     ``budget`` bytes, kept by their value (CPU saved per byte per second)."""
 
     def __init__(self, budget: int) -> None: ...
-    def get_many(self, now: float, prefix: str, indices: list[int]) -> list[bytes | None]: ...
+    def get_many(self, now: float, prefix: str, indices: list[int]) -> tuple[Any, list[int]]:
+        """The records found, end to end in one uint8 array, and each index's record
+        length (-1: not cached here)."""
     def put_many(self, now: float, prefix: str, compute_s: float, records: list[tuple[int, bytes]]) -> int: ...
     def report(self, now: float) -> dict[str, Any]: ...
 

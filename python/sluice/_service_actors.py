@@ -89,18 +89,20 @@ class ServiceWorker:
         return ray.get_runtime_context().get_node_id()
 
 
-def _fetch(shards: list, prefix: str, groups: list[list[int]]) -> dict[int, bytes]:
-    """The cached records of these source indices (a shard that fails counts as misses)."""
+def _fetch(shards: list, prefix: str, groups: list[list[int]]) -> list[tuple]:
+    """The shards' answers for these source indices: per shard asked, ``(indices, records
+    end to end as a uint8 array, each one's length or -1)``. A shard that fails counts as
+    misses."""
     import ray
 
     calls = [(idxs, shard.get_many.remote(prefix, idxs)) for shard, idxs in zip(shards, groups) if idxs]
-    found: dict[int, bytes] = {}
+    found = []
     for idxs, ref in calls:
         try:
-            records = ray.get(ref, timeout=30)
+            joined, lengths = ray.get(ref, timeout=30)
         except ray.exceptions.RayError:
             continue
-        found.update((i, r) for i, r in zip(idxs, records) if r is not None)
+        found.append((idxs, joined, lengths))
     return found
 
 
@@ -127,7 +129,7 @@ class CacheShard:
     def __init__(self, budget: int):
         self._cache = _native.PrefixCache(budget)
 
-    def get_many(self, prefix: str, indices: list[int]) -> list:
+    def get_many(self, prefix: str, indices: list[int]) -> tuple:
         return self._cache.get_many(time.monotonic(), prefix, indices)
 
     def put_many(self, prefix: str, compute_s: float, records: list) -> int:

@@ -164,8 +164,8 @@ impl PyServiceHost {
         .map_err(host_error)
     }
 
-    /// [`run`] with the prefix's records found in the cache (`cached`, by source index,
-    /// fetched in `fetch_s` seconds); returns the reply, the records computed here grouped by
+    /// [`run`] with the prefix's records found in the cache (`cached`: per shard asked, the
+    /// indices, the shard's joined records and their lengths, fetched in `fetch_s` seconds); returns the reply, the records computed here grouped by
     /// shard (to store when caching pays), and the CPU seconds one cost.
     #[allow(clippy::type_complexity, clippy::too_many_arguments)] // Python's signature
     fn run_cached<'py>(
@@ -174,10 +174,28 @@ impl PyServiceHost {
         job: u64,
         key: &str,
         frame: &[u8],
-        cached: HashMap<u64, Vec<u8>>,
+        cached: Vec<(Vec<u64>, numpy::PyReadonlyArray1<'py, u8>, Vec<i64>)>,
         fetch_s: f64,
         shards: usize,
     ) -> PyResult<(Bound<'py, PyAny>, Vec<Vec<(u64, Bound<'py, PyBytes>)>>, f64)> {
+        // The shards' answers, read where they are (a Ray object on this node is mapped).
+        let mut found: HashMap<u64, &[u8]> = HashMap::new();
+        for (indices, joined, lengths) in &cached {
+            let bytes = crate::convert::u8_array_bytes(joined)?;
+            let mut at = 0usize;
+            for (&index, &len) in indices.iter().zip(lengths) {
+                let Ok(len) = usize::try_from(len) else {
+                    continue; // not cached
+                };
+                let Some(record) = bytes.get(at..at + len) else {
+                    return Err(to_py(Error::Internal(
+                        "a cache shard's answer is shorter than its lengths say".into(),
+                    )));
+                };
+                found.insert(index, record);
+                at += len;
+            }
+        }
         let mut made: Option<(Vec<(u64, Vec<u8>)>, f64, String)> = None;
         let reply = py
             .detach(|| {
@@ -191,7 +209,7 @@ impl PyServiceHost {
                             );
                         };
                         let out =
-                            prefix.run(&stage.runner, frame, &cached, fetch_s, SPLIT_THRESHOLD);
+                            prefix.run(&stage.runner, frame, &found, fetch_s, SPLIT_THRESHOLD);
                         made = Some((out.records, out.compute_s, prefix.key().to_string()));
                         reply_to_py(out.reply, group)
                     })
@@ -391,25 +409,34 @@ impl PyPrefixCache {
         PyPrefixCache(Mutex::new(PrefixCache::new(budget)))
     }
 
+    /// The records of `prefix` for `indices`, as one uint8 array of the records found, end to
+    /// end, and each index's record length (-1: not here). One array, so Ray carries it out
+    /// of band and a worker on this node maps it instead of unpickling a list of bytes.
     fn get_many<'py>(
         &self,
         py: Python<'py>,
         now: f64,
         prefix: &str,
         indices: Vec<u64>,
-    ) -> PyResult<Bound<'py, PyList>> {
-        let got = py.detach(|| {
+    ) -> (Bound<'py, numpy::PyArray1<u8>>, Vec<i64>) {
+        let (joined, lengths) = py.detach(|| {
             let mut c = self.0.lock().unwrap_or_else(|p| p.into_inner());
-            c.get_many(now, prefix, &indices)
-        });
-        let out = PyList::empty(py);
-        for r in got {
-            match r {
-                Some(bytes) => out.append(PyBytes::new(py, &bytes))?,
-                None => out.append(py.None())?,
+            let got = c.get_many(now, prefix, &indices);
+            let total = got.iter().flatten().map(|r| r.len()).sum();
+            let mut joined = Vec::with_capacity(total);
+            let mut lengths = Vec::with_capacity(got.len());
+            for r in got {
+                match r {
+                    Some(record) => {
+                        joined.extend_from_slice(&record);
+                        lengths.push(record.len() as i64);
+                    }
+                    None => lengths.push(-1),
+                }
             }
-        }
-        Ok(out)
+            (joined, lengths)
+        });
+        (numpy::PyArray1::from_vec(py, joined), lengths)
     }
 
     fn put_many(

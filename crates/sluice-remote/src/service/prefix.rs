@@ -164,7 +164,7 @@ impl PrefixRunner {
         &self,
         runner: &StageRunner,
         frame: &[u8],
-        cached: &HashMap<u64, Vec<u8>>,
+        cached: &HashMap<u64, &[u8]>,
         fetch_s: f64,
         threshold: usize,
     ) -> PrefixRun {

@@ -170,7 +170,8 @@ impl PrefixRunner {
     ) -> PrefixRun {
         let mut made = Vec::new();
         let mut spent = 0.0;
-        let mut restored = (0usize, 0.0f64);
+        // (records restored, CPU seconds decoding them, items in the chunk)
+        let mut restored = (0usize, 0.0f64, 0usize);
         let reply = runner.run_split_with(frame, threshold, |work, mut chunk| {
             let mut missing = Vec::new();
             let t0 = thread_cpu();
@@ -184,6 +185,7 @@ impl PrefixRunner {
                 }
             }
             restored.1 = (thread_cpu() - t0).as_secs_f64();
+            restored.2 = chunk.len();
             if !missing.is_empty() {
                 let prefix = StageWork {
                     ops: work.ops[..self.split].to_vec(),
@@ -221,8 +223,13 @@ impl PrefixRunner {
         if !made.is_empty() {
             c.compute_s = ewma(c.compute_s, compute_s);
         }
-        if restored.0 > 0 {
-            c.read_s = ewma(c.read_s, (fetch_s + restored.1) / restored.0 as f64);
+        // A record's read cost, as a warm cache would pay it: the fetch (one call per shard,
+        // whatever it found) spread over the chunk's items, plus decoding one record. Chunks
+        // that found less than half their records (the cache still filling) say little
+        // about that and are not counted.
+        let (hits, decode_s, asked) = restored;
+        if hits > 0 && 2 * hits >= asked {
+            c.read_s = ewma(c.read_s, fetch_s / asked as f64 + decode_s / hits as f64);
         }
         let pays = match (c.compute_s, c.read_s) {
             (Some(compute), Some(read)) => compute > 1.2 * read,

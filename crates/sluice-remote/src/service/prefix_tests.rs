@@ -213,3 +213,24 @@ fn a_cache_slower_than_computing_is_left_alone_and_probed_now_and_then() {
         "one probe per PROBE_EVERY chunks"
     );
 }
+
+/// A chunk that found few of its records (the cache still filling) does not set the read
+/// cost: its fetch said little about what a warm cache costs.
+#[test]
+fn a_cold_chunk_does_not_measure_the_read_cost() {
+    let (main, runner) = stage(&[false, true], 1);
+    let p = PrefixRunner::of(main.init(), &runner).unwrap().unwrap();
+    let first = p.run(
+        &runner,
+        &main.request(items(0, &[1]), None).unwrap(),
+        &HashMap::<u64, &[u8]>::new(),
+        0.0,
+        SPLIT_THRESHOLD,
+    );
+    let records: HashMap<u64, Vec<u8>> = first.records.into_iter().collect();
+    let cached: HashMap<u64, &[u8]> = records.iter().map(|(k, v)| (*k, &v[..])).collect();
+    let frame = main.request(items(0, &[1, 2, 3, 4]), None).unwrap();
+    p.run(&runner, &frame, &cached, 1.0, SPLIT_THRESHOLD);
+    assert_eq!(p.measured().1, None, "1 record of 4 found");
+    assert!(p.use_cache());
+}

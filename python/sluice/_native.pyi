@@ -191,7 +191,7 @@ class ServiceHost:
     ) -> tuple[Any, list[list[tuple[int, bytes]]], float]:
         """``run`` with the prefix's records found in the cache (fetched in ``fetch_s``): the
         reply (as ``run``'s), the records computed here grouped by shard (to store) and the
-        CPU seconds one cost."""
+        seconds one took to compute."""
     def detach(self, job: int, key: str) -> bool: ...
     def forget(self, job: int) -> int: ...
     def report(self) -> dict[str, Any]:

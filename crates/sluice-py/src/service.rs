@@ -166,7 +166,7 @@ impl PyServiceHost {
 
     /// [`run`] with the prefix's records found in the cache (`cached`: per shard asked, the
     /// indices, the shard's joined records and their lengths, fetched in `fetch_s` seconds); returns the reply, the records computed here grouped by
-    /// shard (to store when caching pays), and the CPU seconds one cost.
+    /// shard (to store when caching pays), and the seconds one took to compute.
     #[allow(clippy::type_complexity, clippy::too_many_arguments)] // Python's signature
     fn run_cached<'py>(
         &self,

@@ -26,9 +26,9 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Instant;
 
 use sha2::{Digest, Sha256};
-use sluice_core::clock::thread_cpu;
 use sluice_core::codec::{decode_sample, encode_sample, In, Out};
 use sluice_core::exec::{Chunk, Skip, StageWork};
 use sluice_core::{ElemMode, Error, OnError, Result};
@@ -47,13 +47,16 @@ pub fn worth_caching(compute_s: f64, bytes: usize) -> bool {
     compute_s > 1.2 * (READ_S_PER_ITEM + bytes as f64 * READ_S_PER_BYTE)
 }
 
+// Computing and reading are both timed by the clock on the wall: the fetch waits on other
+// processes, so its CPU time here would say nothing, and on a busy machine both stretch alike.
+
 /// What one chunk's prefix run made.
 #[derive(Debug, Default)]
 pub struct PrefixRun {
     pub reply: SplitFrame,
     /// Records computed here, by source index (empty when caching them does not pay).
     pub records: Vec<(u64, Vec<u8>)>,
-    /// CPU seconds per computed item, and its record's bytes (0 when none was computed).
+    /// Seconds per computed item, and its record's bytes (0 when none was computed).
     pub compute_s: f64,
     pub record_bytes: usize,
 }
@@ -174,7 +177,7 @@ impl PrefixRunner {
         let mut restored = (0usize, 0.0f64, 0usize);
         let reply = runner.run_split_with(frame, threshold, |work, mut chunk| {
             let mut missing = Vec::new();
-            let t0 = thread_cpu();
+            let t0 = Instant::now();
             for (i, item) in chunk.iter_mut().enumerate() {
                 match cached.get(&item.source_index) {
                     Some(record) => {
@@ -184,7 +187,7 @@ impl PrefixRunner {
                     None => missing.push(i),
                 }
             }
-            restored.1 = (thread_cpu() - t0).as_secs_f64();
+            restored.1 = t0.elapsed().as_secs_f64();
             restored.2 = chunk.len();
             if !missing.is_empty() {
                 let prefix = StageWork {
@@ -193,9 +196,9 @@ impl PrefixRunner {
                     ..work.clone()
                 };
                 let inputs: Chunk = missing.iter().map(|&i| chunk[i].clone()).collect();
-                let t0 = thread_cpu();
+                let t0 = Instant::now();
                 let out = prefix.run_here(inputs)?;
-                spent = (thread_cpu() - t0).as_secs_f64();
+                spent = t0.elapsed().as_secs_f64();
                 if out.len() != missing.len() {
                     return Err(Error::Internal(format!(
                         "a one-to-one prefix made {} items of {}",

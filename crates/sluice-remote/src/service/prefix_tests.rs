@@ -1,3 +1,4 @@
+use sluice_core::clock::thread_cpu;
 use sluice_core::exec::StageWork;
 use sluice_core::stats::{PipelineStats, StageInfo};
 use sluice_core::{ChainOp, Emit, Item, Op, OpContext, OpMeta, OpRef, RangeSource, Sample, Value};

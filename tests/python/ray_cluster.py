@@ -15,6 +15,7 @@ import os
 import pathlib
 import shutil
 import tempfile
+import time
 from typing import Iterator
 
 import numpy as np
@@ -102,4 +103,9 @@ def cluster(workers: int = 2) -> Iterator:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+        # Ray's last processes may still write their session folder as they exit: remove it
+        # again once they are gone.
+        for _ in range(2):
+            shutil.rmtree(tmp, ignore_errors=True)
+            time.sleep(1.0)
         shutil.rmtree(tmp, ignore_errors=True)

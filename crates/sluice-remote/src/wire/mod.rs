@@ -205,13 +205,6 @@ mod tests {
     use crate::ShmConfig;
     use fixtures::{in_sample_error, item, same};
 
-    fn tempfile_dir(tag: &str) -> std::path::PathBuf {
-        let d = std::env::temp_dir().join(format!("sluice-wire-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        d
-    }
-
     /// Frames captured from the encoder before the codec moved to `sluice-core`: frames in
     /// flight across an upgrade must still decode, and the encoder must not drift.
     #[test]
@@ -233,7 +226,9 @@ mod tests {
         assert_eq!(back.skipped, 3);
         same(&back.chunk, &chunk);
 
-        let dir = tempfile_dir("golden");
+        // Removed when the test ends (a named folder per run was left in the temp dir).
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
         let w = ShmWriter::new(ShmConfig {
             dir: dir.clone(),
             prefix: "g-".into(),
@@ -306,7 +301,8 @@ mod tests {
 
     #[test]
     fn big_tensors_go_through_shared_memory_and_are_unlinked() {
-        let dir = tempfile_dir("big");
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
         let cfg = ShmConfig {
             dir: dir.clone(),
             prefix: "t-".into(),

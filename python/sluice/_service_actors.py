@@ -47,6 +47,10 @@ class ServiceWorker:
     def attach(self, job: int, weight: float, init: str) -> str:
         return self._host.attach(job, weight, init)
 
+    def check(self, init: str) -> None:
+        """Builds the stage once, attached to no job: raises what keeps it from running here."""
+        _native.ChainWorker(init)
+
     def run(self, job: int, key: str, frame: bytes) -> Any:
         """The chunk's split reply ``(frame, [uint8 arrays])``, or — when several jobs of a
         stream read it — a reference to it in Ray's object store, put there once."""
@@ -168,7 +172,8 @@ class Dispatcher:
         self._lock = threading.RLock()
         self._workers: dict[str, Any] = {}  # registered: id -> handle
         self._starting: dict[str, Any] = {}  # id -> (handle, ping ref)
-        self._serial = 0
+        self._serial = 0  # workers started
+        self._shard_serial = 0  # cache shards started
         self._t0 = time.monotonic()
         self._closed = threading.Event()
         self._events: list[str] = []
@@ -210,20 +215,23 @@ class Dispatcher:
         """The prefix cache's shards (``cache_bytes`` split over ``cache_shards``), spread
         over the nodes; none when the cache is off."""
         n, budget = int(self._opts.get("cache_shards", 0)), int(self._opts.get("cache_bytes", 0))
-        if n <= 0 or budget <= 0:
-            return
-        cls = self._ray.remote(CacheShard)
-        self._shards = [
-            cls.options(
-                name=f"{dispatcher_name(self._name)}:{self.generation}:c{i}",
+        if n > 0 and budget > 0:
+            self._shards = [self._new_shard() for _ in range(n)]
+
+    def _new_shard(self) -> Any:
+        self._shard_serial += 1
+        return (
+            self._ray.remote(CacheShard)
+            .options(
+                name=f"{dispatcher_name(self._name)}:{self.generation}:c{self._shard_serial}",
                 namespace=NAMESPACE,
                 num_cpus=0,
                 max_restarts=0,
                 max_concurrency=16,
                 scheduling_strategy="SPREAD",
-            ).remote(budget // n)
-            for i in range(n)
-        ]
+            )
+            .remote(int(self._opts["cache_bytes"]) // int(self._opts["cache_shards"]))
+        )
 
     def _poll_cache(self) -> None:
         """The shards' reports; a lost shard is replaced (its records are misses now) and the
@@ -238,12 +246,8 @@ class Dispatcher:
             except (ray.exceptions.GetTimeoutError, ray.exceptions.ActorUnavailableError):
                 continue
             except ray.exceptions.RayError:
-                self._shards[i] = (
-                    ray.remote(CacheShard)
-                    .options(num_cpus=0, max_restarts=0, max_concurrency=16)
-                    .remote(int(self._opts["cache_bytes"]) // len(self._shards))
-                )
-                self._event(f"cache shard c{i} lost; replaced (its records are gone)")
+                self._shards[i] = self._new_shard()
+                self._event(f"cache shard {i} lost; replaced (its records are gone)")
                 lost = True
         self._cache_reports = reports
         if lost:

@@ -359,8 +359,9 @@ class ServiceShim(RayShim):
 
 def connect_stage(ctx: Any, init: str, label: str) -> tuple[Connection, str]:
     """The context's connection (made on its first stage) and the stage's key, after the
-    stage was built on one worker: a stage that cannot run there fails here, before any data
-    moves, naming the stage and the cause."""
+    stage was built on one worker (and dropped: the pool attaches it where it runs): a stage
+    that cannot run there fails here, before any data moves, naming the stage and the
+    cause."""
     key = _native.stage_key(init)
     conn = ctx._service_conn
     if conn is None or conn.lost or conn._closed.is_set():
@@ -368,7 +369,7 @@ def connect_stage(ctx: Any, init: str, label: str) -> tuple[Connection, str]:
     worker, actor = conn.lease([], float(ctx.actor_start_timeout_s))
     ray = conn._ray
     try:
-        ray.get(actor.attach.remote(conn.job, conn.weight, init), timeout=float(ctx.actor_start_timeout_s))
+        ray.get(actor.check.remote(init), timeout=float(ctx.actor_start_timeout_s))
     except ray.exceptions.RayTaskError as e:
         cause = getattr(e, "cause", None) or e
         raise ServiceError(f"stage {label} cannot run on service {conn.name!r}: {type(cause).__name__}: {cause}") from None

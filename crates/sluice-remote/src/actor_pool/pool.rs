@@ -285,13 +285,6 @@ impl<R: ActorRuntime> ActorPool<R> {
     }
 }
 
-/// A stable 64-bit hash of a worker's name (the same in every job's process).
-fn name_hash(name: &str) -> u64 {
-    name.bytes().fold(0x6a09_e667_f3bc_c908, |h, b| {
-        sluice_core::rng::combine(h, b as u64)
-    })
-}
-
 impl<R: ActorRuntime> Shared<R> {
     fn lock(&self) -> MutexGuard<'_, State<R>> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
@@ -344,7 +337,8 @@ impl<R: ActorRuntime> Shared<R> {
             return Err(self.cluster_gone());
         }
         let (actor, ready) = self.runtime.start(&self.init)?;
-        let affinity = self.runtime.affinity(&actor).map(|name| name_hash(&name));
+        let affinity =
+            (self.runtime.affinity(&actor)).map(|name| crate::service::key::name_hash(&name));
         st.actor_serial += 1;
         st.slots.push(Slot {
             name: format!("actor-{}", st.actor_serial),

@@ -210,10 +210,8 @@ impl PrefixCache {
 /// The shard (of `shards`) that holds `prefix`'s record of source item `index`: the same in
 /// every worker.
 pub fn shard_of(prefix: &str, index: u64, shards: usize) -> usize {
-    let base = (prefix.bytes()).fold(0x243f_6a88_85a3_08d3, |h, b| {
-        sluice_core::rng::combine(h, b as u64)
-    });
-    (sluice_core::rng::combine(base, index) % shards.max(1) as u64) as usize
+    let rank = sluice_core::rng::combine(super::key::name_hash(prefix), index);
+    (rank % shards.max(1) as u64) as usize
 }
 
 #[cfg(test)]

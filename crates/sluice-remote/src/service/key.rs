@@ -35,8 +35,23 @@ pub fn stage_key(init: &str) -> Result<String> {
     // serde_json's maps are sorted (no `preserve_order`), so equal content prints equally.
     let canonical =
         serde_json::to_vec(&package).map_err(|e| Error::Internal(format!("stage package: {e}")))?;
-    let digest = Sha256::digest(&canonical);
-    Ok(digest[..16].iter().map(|b| format!("{b:02x}")).collect())
+    Ok(content_key(&canonical))
+}
+
+/// A content key: 32 hex digits (128 bits of SHA-256) of `bytes`.
+pub fn content_key(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)[..16]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// A stable 64-bit hash of a name, the same in every process (Python's `hash` of a string
+/// is not): what rendezvous hashing ranks workers and cache shards by.
+pub fn name_hash(name: &str) -> u64 {
+    (name.bytes()).fold(0x6a09_e667_f3bc_c908, |h, b| {
+        sluice_core::rng::combine(h, b as u64)
+    })
 }
 
 /// The digest of one request frame (128 bits of SHA-256).
@@ -68,10 +83,7 @@ mod tests {
         let a = stage_key(&init(1, "read+f", false, "f")).unwrap();
         assert_eq!(a.len(), 32);
         assert_eq!(a, stage_key(&init(1, "other", false, "f")).unwrap());
-        // (A shm config that does not parse is an error, so only compare when it does.)
-        if let Ok(with_shm) = stage_key(&init(1, "read+f", true, "f")) {
-            assert_eq!(a, with_shm);
-        }
+        assert_eq!(a, stage_key(&init(1, "read+f", true, "f")).unwrap());
     }
 
     #[test]

@@ -28,11 +28,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use sha2::{Digest, Sha256};
 use sluice_core::codec::{decode_sample, encode_sample, In, Out};
 use sluice_core::exec::{Chunk, Skip, StageWork};
 use sluice_core::{ElemMode, Error, OnError, Result};
 
+use super::key::content_key;
 use crate::stage::{StagePackage, StageRunner};
 use crate::wire::{self, SplitFrame};
 
@@ -115,10 +115,8 @@ impl PrefixRunner {
             .unwrap_or_default();
         let canonical = serde_json::to_vec(&serde_json::json!([package.source, ops, files]))
             .map_err(|e| Error::Internal(format!("prefix key: {e}")))?;
-        let digest = Sha256::digest(&canonical);
-        let key = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
         Ok(Some(PrefixRunner {
-            key,
+            key: content_key(&canonical),
             split,
             costs: Default::default(),
         }))

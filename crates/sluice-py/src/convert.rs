@@ -132,6 +132,17 @@ pub fn out_of_band_to_py(
     }
 }
 
+/// A report (anything serde serialises) as the Python dicts and lists of its JSON.
+pub fn json_to_py<'py>(
+    py: Python<'py>,
+    value: &impl serde::Serialize,
+) -> PyResult<Bound<'py, PyAny>> {
+    let json = serde_json::to_string(value).map_err(|e| {
+        pyo3::exceptions::PyRuntimeError::new_err(format!("cannot convert a report: {e}"))
+    })?;
+    py.import("json")?.call_method1("loads", (json,))
+}
+
 /// The bytes of a C-contiguous uint8 numpy array (a buffer of a split reply), borrowed.
 pub fn u8_array_bytes<'a>(a: &'a numpy::PyReadonlyArray1<'_, u8>) -> PyResult<&'a [u8]> {
     a.as_slice()

@@ -24,7 +24,7 @@ use sluice_remote::actor_pool::{
 };
 use sluice_remote::RemoteStage;
 
-use crate::errors::{from_py, IntoPy};
+use crate::errors::from_py;
 
 /// Whether a Ray call's future completed: set from Ray's thread (the future's done
 /// callback), waited on here without the GIL.
@@ -329,10 +329,7 @@ impl PyActorPool {
             Some(pool) => pool.report(),
             None => self.unstarted(),
         });
-        let json = serde_json::to_string(&report)
-            .map_err(|e| Error::Internal(format!("cannot serialise a pool's report: {e}")))
-            .py()?;
-        py.import("json")?.call_method1("loads", (json,))
+        crate::convert::json_to_py(py, &report)
     }
 
     /// The live actors (tests kill one to check fault tolerance).

@@ -31,14 +31,8 @@ pyo3::create_exception!(
     "A service worker no longer hosts this job's stage (the job was detached or its lease \
      expired): attach again and resend the chunk; nothing was computed."
 );
+use crate::convert::json_to_py;
 use crate::worker::{codec, load_udf};
-
-fn json_to_py<'py>(py: Python<'py>, value: &impl serde::Serialize) -> PyResult<Bound<'py, PyAny>> {
-    let json = serde_json::to_string(value)
-        .map_err(|e| Error::Internal(format!("cannot serialise a service report: {e}")))
-        .py()?;
-    py.import("json")?.call_method1("loads", (json,))
-}
 
 /// What one service worker hosts: the stages of every job attached to it (one engine per
 /// stage key), their chunks run in weighted fair order on `slots` slots, and a shared stream
@@ -337,10 +331,6 @@ impl PyRegistry {
         self.lock().remove_worker(id)
     }
 
-    fn workers(&self) -> Vec<String> {
-        self.lock().workers()
-    }
-
     /// `report`: the worker's `ServiceHost.report()` as JSON.
     fn worker_beat(&self, now: f64, id: &str, report: &str) -> PyResult<()> {
         let beat: WorkerBeat = serde_json::from_str(report)
@@ -356,10 +346,6 @@ impl PyRegistry {
 
     fn release(&self, job: u64, worker: &str) {
         self.lock().release(job, worker)
-    }
-
-    fn group_size(&self, stage_key: &str) -> usize {
-        self.lock().group_size(stage_key)
     }
 
     /// `("hold", None)`, `("start", n)` or `("retire", [worker ids])`.
@@ -402,6 +388,12 @@ impl PyRegistry {
 #[pyclass(name = "PrefixCache", module = "sluice._native", frozen)]
 pub struct PyPrefixCache(Mutex<PrefixCache>);
 
+impl PyPrefixCache {
+    fn lock(&self) -> MutexGuard<'_, PrefixCache> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
 #[pymethods]
 impl PyPrefixCache {
     #[new]
@@ -420,8 +412,7 @@ impl PyPrefixCache {
         indices: Vec<u64>,
     ) -> (Bound<'py, numpy::PyArray1<u8>>, Vec<i64>) {
         let (joined, lengths) = py.detach(|| {
-            let mut c = self.0.lock().unwrap_or_else(|p| p.into_inner());
-            let got = c.get_many(now, prefix, &indices);
+            let got = self.lock().get_many(now, prefix, &indices);
             let total = got.iter().flatten().map(|r| r.len()).sum();
             let mut joined = Vec::with_capacity(total);
             let mut lengths = Vec::with_capacity(got.len());
@@ -447,14 +438,11 @@ impl PyPrefixCache {
         compute_s: f64,
         records: Vec<(u64, Vec<u8>)>,
     ) -> usize {
-        py.detach(|| {
-            let mut c = self.0.lock().unwrap_or_else(|p| p.into_inner());
-            c.put_many(now, prefix, compute_s, records)
-        })
+        py.detach(|| self.lock().put_many(now, prefix, compute_s, records))
     }
 
     fn report<'py>(&self, py: Python<'py>, now: f64) -> PyResult<Bound<'py, PyAny>> {
-        let report = self.0.lock().unwrap_or_else(|p| p.into_inner()).report(now);
+        let report = self.lock().report(now);
         json_to_py(py, &report)
     }
 }

@@ -204,7 +204,7 @@ impl<R, V> ServiceHost<R, V> {
         if stage.jobs.is_empty() {
             let gone = st.stages.remove(key).map(|s| s.window.stats());
             if let Some(s) = gone {
-                add_stats(&mut st.stream_gone, s);
+                st.stream_gone += s;
             }
         }
         was
@@ -343,7 +343,7 @@ impl<R, V> ServiceHost<R, V> {
         let st = self.lock();
         let mut stream = st.stream_gone;
         for s in st.stages.values() {
-            add_stats(&mut stream, s.window.stats());
+            stream += s.window.stats();
         }
         let jobs = st
             .jobs
@@ -400,13 +400,6 @@ fn detached(job: JobId, key: &str) -> Error {
         "job {job} has no stage {key} on this worker (detached, or the job's lease expired): \
          attach it again"
     ))
-}
-
-fn add_stats(total: &mut WindowStats, s: WindowStats) {
-    total.computed += s.computed;
-    total.hits += s.hits;
-    total.waits += s.waits;
-    total.evicted += s.evicted;
 }
 
 #[cfg(test)]

@@ -297,11 +297,6 @@ impl Registry {
         true
     }
 
-    /// Worker ids, in the order added.
-    pub fn workers(&self) -> Vec<String> {
-        self.workers.iter().map(|w| w.id.clone()).collect()
-    }
-
     /// Records a worker's figures; a beat from a worker already removed is ignored.
     pub fn worker_beat(&mut self, now: f64, id: &str, beat: WorkerBeat) {
         let Some(w) = self.workers.iter_mut().find(|w| w.id == id) else {
@@ -359,13 +354,6 @@ impl Registry {
                 j.leases.remove(worker);
             }
         }
-    }
-
-    /// Live jobs attached with `stage_key`: the shared stream group's size.
-    pub fn group_size(&self, stage_key: &str) -> usize {
-        (self.jobs.values())
-            .filter(|j| j.info.stage_keys.iter().any(|k| k == stage_key))
-            .count()
     }
 
     /// Measures the window that ends at `now` and starts the next one; false for the first

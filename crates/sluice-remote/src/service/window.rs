@@ -37,6 +37,15 @@ pub struct WindowStats {
     pub evicted: u64,
 }
 
+impl std::ops::AddAssign for WindowStats {
+    fn add_assign(&mut self, s: WindowStats) {
+        self.computed += s.computed;
+        self.hits += s.hits;
+        self.waits += s.waits;
+        self.evicted += s.evicted;
+    }
+}
+
 #[derive(Debug)]
 enum Slot<V> {
     Computing,

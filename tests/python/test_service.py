@@ -305,7 +305,7 @@ def test_a_cache_too_small_for_the_prefix_keeps_a_part_and_stays_exact(svc):
     c = _wait_for("the shard's report", lambda: service.status(name)["cache"]["prefixes"] or None)
     (prefix,) = c.values()
     assert 0 < prefix["records"] < 160 and prefix["refused"] > 0, prefix
-    assert prefix["hits"] == prefix["records"] or prefix["hits"] > 0, prefix
+    assert prefix["hits"] > 0, prefix  # epoch 1 read the part that was kept
     ctx.close()
 
 

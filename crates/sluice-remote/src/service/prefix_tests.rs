@@ -94,6 +94,11 @@ fn items(epoch: u64, sources: &[u64]) -> Chunk {
         .collect()
 }
 
+/// Records as a shard's answer lends them.
+fn borrowed(records: &HashMap<u64, Vec<u8>>) -> HashMap<u64, &[u8]> {
+    records.iter().map(|(k, v)| (*k, &v[..])).collect()
+}
+
 fn samples(main: &RemoteStage, reply: &SplitFrame) -> Vec<Sample> {
     let bufs: Vec<&[u8]> = reply.buffers.iter().map(|b| b.bytes()).collect();
     let chunk = main.reply_split(&reply.frame, &bufs, None).unwrap();
@@ -136,7 +141,7 @@ fn cached_records_give_the_bytes_of_a_full_run_for_any_seed_and_epoch() {
     // Epoch 3 of a job with another seed: the records serve every item, no prefix runs.
     let (main9, runner9) = stage(&[false, true], 9);
     let records: HashMap<u64, Vec<u8>> = first.records.into_iter().collect();
-    let cached: HashMap<u64, &[u8]> = records.iter().map(|(k, v)| (*k, &v[..])).collect();
+    let cached = borrowed(&records);
     let frame9 = main9.request(items(3, &[8, 1, 5, 3]), None).unwrap();
     let hit = p.run(&runner9, &frame9, &cached, 0.0, SPLIT_THRESHOLD);
     let full9 = runner9.run_split(&frame9, SPLIT_THRESHOLD);
@@ -197,7 +202,7 @@ fn a_cache_slower_than_computing_is_left_alone_and_probed_now_and_then() {
     );
     assert_eq!(first.records.len(), 2);
     let records: HashMap<u64, Vec<u8>> = first.records.into_iter().collect();
-    let cached: HashMap<u64, &[u8]> = records.iter().map(|(k, v)| (*k, &v[..])).collect();
+    let cached = borrowed(&records);
     // Fetching two records took a second: far more than the ~1 ms each costs to compute.
     let frame2 = main.request(items(1, &[1, 2, 3]), None).unwrap();
     let slow = p.run(&runner, &frame2, &cached, 1.0, SPLIT_THRESHOLD);
@@ -229,7 +234,7 @@ fn a_cold_chunk_does_not_measure_the_read_cost() {
         SPLIT_THRESHOLD,
     );
     let records: HashMap<u64, Vec<u8>> = first.records.into_iter().collect();
-    let cached: HashMap<u64, &[u8]> = records.iter().map(|(k, v)| (*k, &v[..])).collect();
+    let cached = borrowed(&records);
     let frame = main.request(items(0, &[1, 2, 3, 4]), None).unwrap();
     p.run(&runner, &frame, &cached, 1.0, SPLIT_THRESHOLD);
     assert_eq!(p.measured().1, None, "1 record of 4 found");

@@ -1,0 +1,407 @@
+"""Buckets at local-disk speed: the CV reference pipeline over the 2,000 photos and the Parquet
+scan of benchmarks/remote.py, read from local disk and from a slow, stalling bucket
+(benchmarks/s3_server.py on loopback: --delay-ms first-byte latency, and --stall-fraction of
+the object GETs held back --stall-s more) through the node-local cache (`cache_dir=`,
+`cache_limit=` of every `sluice.read_*`):
+
+    local     local disk, the baseline
+    cold      epoch 1: the bucket, a fresh empty cache_dir for every pass
+    warm      epoch 2: the bucket, a cache_dir a previous pass filled
+    capped    the bucket, cache_limit = a quarter of the dataset's bytes; a fresh cache_dir per
+              round whose first pass is cold and the rest reuse it; a thread sums the sizes of
+              the files under cache_dir every 50 ms (the max seen and whether it passed the cap)
+    nocache   the bucket, cache_dir=False (epoch 1 without the cache, for reference)
+
+    /root/.cache/bench-venv/bin/python benchmarks/bucket.py [--rounds 3] [--min-seconds 6]
+        [--delay-ms 50] [--stall-fraction 0.01] [--stall-s 2] [--cases cv,parquet]
+        [--kinds local,cold,warm,capped,nocache] [--smoke]
+
+Cases run interleaved, round after round, each for passes lasting at least --min-seconds; the
+table gives medians over rounds. Throughput counts each pass after its first batch (the time
+to the first batch is its own column). The gaps between consecutive batches at the consumer
+(within a pass) are pooled over rounds for their p50/p99. The server logs every request, so the
+table also gives the object GETs per pass and how many of them stalled; repeats of the same
+object and range within a pass (hedges, retries) are in the JSON. Server CPU is per wall second
+of the case's windows. `--smoke` checks the script: one round, 1 s windows, one class folder
+(200 photos) and the 4-file corpus, written to results/bucket-smoke.*. Needs what remote.py
+needs (the bench venv with pyarrow, ~/.cache/sluice-bench, a sluice build, imported from
+python/ when not installed). Writes benchmarks/results/bucket.{json,md}; cache folders go
+under --work (default ~/.cache/sluice-bench/bucket-work, on disk rather than tmpfs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import inspect
+import json
+import math
+import os
+import shlex
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from remote import DATA, KEYS, cpu_seconds, cv_pipeline  # noqa: E402  (this puts python/ on the path)
+import sluice  # noqa: E402
+from formats import parquet_corpus  # noqa: E402
+from peers import common as C  # noqa: E402
+
+BUCKET = "bucket-bench"
+KINDS = ("local", "cold", "warm", "capped", "nocache")
+LABELS = {"local": "local disk", "cold": "bucket, epoch 1 (cold cache)", "warm": "bucket, epoch 2 (warm cache)",
+          "capped": "bucket, cache capped at 1/4", "nocache": "bucket, no cache"}
+
+
+def has_cache_api() -> bool:
+    try:
+        return all("cache_dir" in inspect.signature(f).parameters for f in (sluice.read_images, sluice.read_parquet))
+    except (TypeError, ValueError):
+        return False
+
+
+def start_server(root: Path, args, log: Path) -> tuple[subprocess.Popen, str]:
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        port = sk.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, str(HERE / "s3_server.py"), str(root), "--port", str(port),
+                             "--delay-ms", str(args.delay_ms), "--stall-fraction", str(args.stall_fraction),
+                             "--stall-s", str(args.stall_s), "--seed", str(args.seed), "--log", str(log)])
+    for _ in range(300):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return proc, f"http://127.0.0.1:{port}"
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise SystemExit("s3_server did not start")
+
+
+def bucket_root(links: dict[str, Path]) -> Path:
+    """The bucket's tree: a folder of links to the datasets."""
+    root = DATA / "bucket-bench"
+    root.mkdir(exist_ok=True)
+    for name, target in links.items():
+        link = root / name
+        if not link.exists():
+            link.symlink_to(target)
+    return root
+
+
+def dataset_bytes(folder: Path) -> int:
+    """The sum of the sizes of the objects under `folder` (links followed; dot files left out)."""
+    return sum(os.stat(Path(d) / f).st_size for d, _, files in os.walk(folder, followlinks=True)
+               for f in files if not f.startswith("."))
+
+
+def dir_bytes(path: str) -> int:
+    """The sum of st_size of every file under `path` (files vanishing meanwhile count 0)."""
+    total, stack = 0, [path]
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as it:
+                for e in it:
+                    try:
+                        if e.is_dir(follow_symlinks=False):
+                            stack.append(e.path)
+                        else:
+                            total += e.stat(follow_symlinks=False).st_size
+                    except FileNotFoundError:
+                        pass
+        except FileNotFoundError:
+            pass
+    return total
+
+
+class Sampler(threading.Thread):
+    """The largest size of `path` seen, sampled every `every` seconds until stop()."""
+
+    def __init__(self, path: str, every: float = 0.05):
+        super().__init__(daemon=True)
+        self.path, self.every, self.max, self.samples, self.done = path, every, 0, 0, threading.Event()
+        self.start()
+
+    def run(self) -> None:
+        while True:
+            self.max, self.samples = max(self.max, dir_bytes(self.path)), self.samples + 1
+            if self.done.wait(self.every):
+                return
+
+    def stop(self) -> int:
+        self.done.set()
+        self.join()
+        return max(self.max, dir_bytes(self.path))
+
+
+def one_pass(workload: str, where: str, cache: dict) -> dict:
+    """One epoch: units after the first batch, seconds after it, seconds to it, the gaps
+    between consecutive batches after it, and its start and end on the monotonic clock (which
+    the server's log shares)."""
+    m0 = time.monotonic()
+    if workload == "cv":
+        ds, field = cv_pipeline(sluice.read_images(where, labels="parent_dir", **cache).shuffle(seed=0)), "label"
+    else:
+        ds, field = sluice.read_parquet(where, **cache).batch(1024), "text"
+    t0 = time.perf_counter()
+    it = iter(ds)
+    next(it)
+    t1 = last = time.perf_counter()
+    n, gaps = 0, []
+    for batch in it:
+        now = time.perf_counter()
+        gaps.append(now - last)
+        last = now
+        n += len(batch[field])
+    end = time.perf_counter()
+    del it, ds
+    return {"units": n, "seconds": end - t1, "first": t1 - t0, "gaps": gaps, "t": (m0, time.monotonic())}
+
+
+class Case:
+    def __init__(self, workload: str, kind: str, where: str, work: Path, size: int):
+        self.workload, self.kind, self.where, self.size = workload, kind, where, size
+        self.top = work / f"{workload}-{kind}"
+        self.dir, self.fresh_count = self.top / "0000", 0
+        self.limit = size // 4 if kind == "capped" else None
+        self.rounds: list[dict] = []
+        self.error: str | None = None
+
+    def cache(self, cache_dir) -> dict:
+        """The source's cache arguments; none for local disk (as users read it) or, without
+        the cache API, for `nocache`."""
+        if self.kind == "local" or (self.kind == "nocache" and not has_cache_api()):
+            return {}
+        if self.kind == "nocache":
+            return {"cache_dir": False}
+        kw = {"cache_dir": str(cache_dir)}
+        if self.limit is not None:
+            kw["cache_limit"] = self.limit
+        return kw
+
+    def fresh(self) -> Path:
+        """A new empty cache_dir under a name not used before (as on a new node), the last
+        one removed."""
+        shutil.rmtree(self.dir, ignore_errors=True)
+        self.fresh_count += 1
+        self.dir = self.top / f"{self.fresh_count:04d}"
+        self.dir.mkdir(parents=True)
+        return self.dir
+
+    def warm_up(self) -> None:
+        """One untimed pass: page cache, the server's memory, and the warm case's cache_dir."""
+        cached = self.kind in ("cold", "warm", "capped")
+        one_pass(self.workload, self.where, self.cache(self.fresh() if cached else None))
+        if cached and self.kind != "warm":
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def window(self, min_seconds: float, server_pid: int | None) -> dict:
+        passes, cache_sizes, sampler = [], [], None
+        if self.kind == "capped":
+            sampler = Sampler(str(self.fresh()))
+        cpu0, w0 = (cpu_seconds(server_pid) if server_pid else 0.0), time.perf_counter()
+        while True:
+            if self.kind == "cold":
+                self.fresh()
+            p = one_pass(self.workload, self.where, self.cache(self.dir))
+            if self.kind in ("cold", "warm"):
+                cache_sizes.append(dir_bytes(str(self.dir)))
+            passes.append(p)
+            if time.perf_counter() - w0 >= min_seconds:
+                break
+        wall = time.perf_counter() - w0
+        out = {"rate": sum(p["units"] for p in passes) / sum(p["seconds"] for p in passes),
+               "first_s": statistics.median(p["first"] for p in passes), "passes": passes,
+               "server_cores": (cpu_seconds(server_pid) - cpu0) / wall if server_pid else 0.0}
+        if sampler is not None:
+            out["cache_max"], out["cache_samples"] = sampler.stop(), sampler.samples
+            out["rate_first_pass"] = passes[0]["units"] / passes[0]["seconds"]
+            if len(passes) > 1:
+                out["rate_later_passes"] = sum(p["units"] for p in passes[1:]) / sum(p["seconds"] for p in passes[1:])
+        if cache_sizes:
+            out["cache_max"] = max(cache_sizes)
+        if self.kind == "cold" or self.kind == "capped":
+            shutil.rmtree(self.dir, ignore_errors=True)
+        return out
+
+
+def pct(values: list[float], q: float) -> float:
+    """The nearest-rank q-quantile (NaN when empty)."""
+    if not values:
+        return math.nan
+    s = sorted(values)
+    return s[max(0, math.ceil(q * len(s)) - 1)]
+
+
+def requests_in(log: list[dict], t: tuple[float, float]) -> dict:
+    """The server's object GETs that started within a pass: how many, stalled, 503s, and
+    repeats of an object and range already asked for in the pass (hedges, retries)."""
+    gets = [r for r in log if r["method"] == "GET" and r["key"] and t[0] <= r["t"] <= t[1]]
+    return {"gets": len(gets), "stalled": sum(r["stalled"] for r in gets),
+            "errors": sum(r["status"] >= 500 for r in gets),
+            "repeats": len(gets) - len({(r["key"], r["range"]) for r in gets})}
+
+
+def cpu_line() -> tuple[str, int]:
+    """lscpu's model name and CPU count (/proc/cpuinfo's and os.cpu_count() without lscpu)."""
+    try:
+        info = dict(ln.split(":", 1) for ln in subprocess.run(["lscpu"], capture_output=True, text=True,
+                                                               timeout=10).stdout.splitlines() if ":" in ln)
+        return info["Model name"].strip(), int(info["CPU(s)"])
+    except (OSError, KeyError, ValueError, subprocess.SubprocessError):
+        return C.cpu_model(), os.cpu_count() or 0
+
+
+def mb(n: float) -> str:
+    return f"{n / 1e6:,.1f} MB"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--min-seconds", type=float, default=6.0)
+    ap.add_argument("--delay-ms", type=float, default=50.0)
+    ap.add_argument("--stall-fraction", type=float, default=0.01)
+    ap.add_argument("--stall-s", type=float, default=2.0)
+    ap.add_argument("--seed", type=int, default=0, help="the server's choice of stalled requests")
+    ap.add_argument("--cases", default="cv,parquet", help="workloads: cv, parquet")
+    ap.add_argument("--kinds", default=",".join(KINDS), help="which of " + ", ".join(KINDS))
+    ap.add_argument("--work", type=Path, default=DATA / "bucket-work", help="cache folders and the server's log")
+    ap.add_argument("--smoke", action="store_true", help="1 round, 1 s windows, a small subset: checks the script")
+    args = ap.parse_args()
+    if args.smoke:
+        args.rounds, args.min_seconds = 1, 1.0
+    workloads, kinds = args.cases.split(","), args.kinds.split(",")
+    cache_api = has_cache_api()
+    if not cache_api:
+        dropped = [k for k in kinds if k in ("cold", "warm", "capped")]
+        kinds = [k for k in kinds if k not in dropped]
+        print(f"this sluice has no cache_dir= on its sources: {', '.join(dropped) or 'nothing'} left out, "
+              "nocache reads without the argument", flush=True)
+
+    if args.smoke:  # one class folder, the 4-file corpus
+        local = {"cv": DATA / "images" / "class_00", "parquet": parquet_corpus(copies=1)}
+        root = bucket_root({"train": DATA / "images", "corpus4": local["parquet"]})
+        remote = {"cv": "train/class_00/", "parquet": "corpus4/"}
+    else:  # the 2,000 photos; 40 files, 3.5 M rows
+        local = {"cv": DATA / "images", "parquet": parquet_corpus(copies=10)}
+        root = bucket_root({"train": local["cv"], "corpus40": local["parquet"]})
+        remote = {"cv": "train/", "parquet": "corpus40/"}
+    args.work.mkdir(parents=True, exist_ok=True)
+    log_path = args.work / "server.jsonl"
+    log_path.unlink(missing_ok=True)
+    sizes = {w: dataset_bytes(local[w]) for w in workloads}
+    cases = [Case(w, k, str(local[w]) if k == "local" else f"s3://{BUCKET}/{remote[w]}", args.work, sizes[w])
+             for w in workloads for k in KINDS if k in kinds]
+
+    proc, endpoint = start_server(root, args, log_path)
+    try:
+        os.environ.update(KEYS)
+        sluice.configure_storage(f"s3://{BUCKET}", endpoint=endpoint)
+        for case in cases:
+            try:
+                case.warm_up()
+            except Exception as e:  # noqa: BLE001 - reported, the other cases go on
+                case.error = f"{type(e).__name__}: {e}"
+                print(f"warm-up {case.workload} {case.kind}: {case.error}", flush=True)
+        for r in range(args.rounds):
+            for case in cases:
+                if case.error:
+                    continue
+                try:
+                    res = case.window(args.min_seconds, None if case.kind == "local" else proc.pid)
+                except Exception as e:  # noqa: BLE001
+                    case.error = f"{type(e).__name__}: {e}"
+                    print(f"round {r}: {case.workload} {case.kind}: {case.error}", flush=True)
+                    continue
+                case.rounds.append(res)
+                print(f"round {r}: {case.workload:8s} {case.kind:8s} {res['rate']:10.1f}/s  "
+                      f"{len(res['passes'])} passes, first batch {res['first_s'] * 1000:.0f} ms", flush=True)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        for case in cases:
+            shutil.rmtree(case.top, ignore_errors=True)
+    log = [json.loads(ln) for ln in log_path.read_text().splitlines()] if log_path.exists() else []
+
+    rows = []
+    for case in cases:
+        row = {"workload": case.workload, "kind": case.kind, "case": LABELS[case.kind], "where": case.where,
+               "unit": "img/s" if case.workload == "cv" else "rows/s", "dataset_bytes": case.size,
+               "cache_limit": case.limit, "error": case.error}
+        if case.rounds:
+            gaps = [g for res in case.rounds for p in res["passes"] for g in p["gaps"]]
+            reqs = [requests_in(log, p["t"]) for res in case.rounds for p in res["passes"]]
+            row.update({
+                "median": statistics.median(res["rate"] for res in case.rounds),
+                "runs": [res["rate"] for res in case.rounds],
+                "first_batch_s": statistics.median(res["first_s"] for res in case.rounds),
+                "gap_p50_s": pct(gaps, 0.5), "gap_p99_s": pct(gaps, 0.99), "gaps": len(gaps),
+                "passes": sum(len(res["passes"]) for res in case.rounds),
+                "server_cores": statistics.median(res["server_cores"] for res in case.rounds),
+                "requests_per_pass": {k: statistics.mean(q[k] for q in reqs) for k in reqs[0]},
+                "per_round": [{k: v for k, v in res.items() if k != "passes"} |
+                              {"passes": [{k: v for k, v in p.items() if k != "gaps"} for p in res["passes"]]}
+                              for res in case.rounds],
+            })
+            if "cache_max" in case.rounds[0]:
+                row["cache_max"] = max(res["cache_max"] for res in case.rounds)
+            if case.limit is not None:
+                row["over_cap"] = row["cache_max"] > case.limit
+                later = [res["rate_later_passes"] for res in case.rounds if "rate_later_passes" in res]
+                row["later_passes_median"] = statistics.median(later) if later else None
+        rows.append(row)
+    base = {r["workload"]: r for r in rows if r["kind"] == "local" and "median" in r}
+    for row in rows:
+        if "median" in row and row["workload"] in base:
+            row["vs_local"] = row["median"] / base[row["workload"]]["median"]
+            row["p99_vs_local"] = row["gap_p99_s"] / base[row["workload"]]["gap_p99_s"]
+
+    cpu, ncpu = cpu_line()
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    command = " ".join(shlex.quote(a) for a in [Path(sys.executable).name, "benchmarks/bucket.py", *sys.argv[1:]])
+    out = HERE / "results"
+    out.mkdir(exist_ok=True)
+    name = "bucket-smoke" if args.smoke else "bucket"
+    (out / f"{name}.json").write_text(json.dumps(
+        {"time": stamp, "cpu": cpu, "cpus": ncpu, "command": command, "cache_api": cache_api,
+         "args": {k: str(v) for k, v in vars(args).items()}, "rows": rows}, indent=1))
+    rounds = f"{args.rounds} round{'s' * (args.rounds != 1)}"
+    lines = [f"{stamp}, {cpu}, {ncpu} CPUs; `{command}`: {rounds} of ≥ {args.min_seconds:g} s, "
+             f"server first byte {args.delay_ms:g} ms, {args.stall_fraction:g} of object GETs stalled "
+             f"{args.stall_s:g} s.", "",
+             "| workload | read from | throughput | vs local | first batch | batch gap p50 | p99 | p99 vs local "
+             "| object GETs / pass (stalled) | cache max | server's CPU |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for row in rows:
+        if "median" not in row:
+            lines.append(f"| {row['workload']} | {row['case']} | failed: {row['error']} |||||||||")
+            continue
+        q = row["requests_per_pass"]
+        gets = "—" if row["kind"] == "local" else f"{q['gets']:,.0f} ({q['stalled']:.1f})"
+        cache = "—"
+        if "cache_max" in row:
+            cache = mb(row["cache_max"])
+            if row["cache_limit"] is not None:
+                cache += f" / {mb(row['cache_limit'])} cap{' (over)' if row['over_cap'] else ''}"
+        lines.append(f"| {row['workload']} | {row['case']} | {row['median']:,.0f} {row['unit']} "
+                     f"| {row.get('vs_local', math.nan):.2f}× | {row['first_batch_s'] * 1000:,.0f} ms "
+                     f"| {row['gap_p50_s'] * 1000:,.1f} ms | {row['gap_p99_s'] * 1000:,.1f} ms "
+                     f"| {row.get('p99_vs_local', math.nan):.2f}× | {gets} | {cache} "
+                     f"| {row['server_cores']:.2f} cores |")
+    if not cache_api:
+        lines += ["", "This sluice build has no `cache_dir=`: the cached cases were not run."]
+    md = "\n".join(lines)
+    (out / f"{name}.md").write_text(md + "\n")
+    print(f"\n{md}")
+
+
+if __name__ == "__main__":
+    main()

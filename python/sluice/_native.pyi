@@ -290,16 +290,27 @@ def _serve_worker(fd_in: int, fd_out: int) -> None:
 def open_source(spec: str) -> tuple[Dataset, int]: ...
 def load_pipeline(path: str) -> tuple[Dataset, int, int | None]: ...
 def configure_storage(prefix: str, options: dict[str, str]) -> None: ...
-def read_files(paths: list[str]) -> Dataset: ...
-def read_images(paths: list[str], parent_dir_labels: bool) -> Dataset: ...
-def read_parquet(paths: list[str], columns: list[str] | None = None) -> Dataset: ...
+# cache: (cache_dir, cache_limit) of the node-local object cache; None: the default one;
+# limit 0: no cache.
+_Cache = tuple[str | None, int | None] | None
+
+def read_files(paths: list[str], cache: _Cache = None) -> Dataset: ...
+def read_images(paths: list[str], parent_dir_labels: bool, cache: _Cache = None) -> Dataset: ...
+def read_parquet(paths: list[str], columns: list[str] | None = None, cache: _Cache = None) -> Dataset: ...
 def read_csv(
-    paths: list[str], schema: dict[str, str], delimiter: str | None = None, has_header: bool = True, on_error: str = "raise"
+    paths: list[str],
+    schema: dict[str, str],
+    delimiter: str | None = None,
+    has_header: bool = True,
+    on_error: str = "raise",
+    cache: _Cache = None,
 ) -> tuple[Dataset, int]: ...
 def read_jsonl(
-    paths: list[str], schema: dict[str, str], on_error: str = "raise", errors: str = "strict"
+    paths: list[str], schema: dict[str, str], on_error: str = "raise", errors: str = "strict", cache: _Cache = None
 ) -> tuple[Dataset, int]: ...
-def read_text(paths: list[str], on_error: str = "raise", errors: str = "strict") -> tuple[Dataset, int]: ...
+def read_text(
+    paths: list[str], on_error: str = "raise", errors: str = "strict", cache: _Cache = None
+) -> tuple[Dataset, int]: ...
 def read_webdataset(
     paths: list[str],
     rank: int | None = None,
@@ -308,6 +319,7 @@ def read_webdataset(
     shuffle_seed: int | None = None,
     on_error: str = "raise",
     max_member_size: int = 1073741824,
+    cache: _Cache = None,
 ) -> Dataset: ...
 def read_tfrecord(
     paths: list[str],
@@ -315,6 +327,7 @@ def read_tfrecord(
     index: list[str] | None = None,
     features: list[str] | None = None,
     parse: bool = True,
+    cache: _Cache = None,
 ) -> Dataset: ...
 
 # The user's own data (crates/sluice-py/src/user_source.rs).

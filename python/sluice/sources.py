@@ -1,6 +1,12 @@
 """Sources: where a pipeline's samples come from — a range, memory, files, images, text and
 JSON lines, Parquet, CSV, TFRecord, WebDataset shards, Arrow and pandas, and a mix of datasets. Each is
-recorded (``_recipe.source``) so the dataset pickles as its source spec or its call."""
+recorded (``_recipe.source``) so the dataset pickles as its source spec or its call.
+
+Every ``read_*`` takes ``cache_dir=`` / ``cache_limit=``: objects read from a bucket are kept
+in a node-local cache shared by every process on the machine (default
+``$SLUICE_CACHE_DIR`` or ``~/.cache/sluice/objects``, at most half the free disk;
+``cache_limit`` in bytes or ``"20GB"``; ``cache_dir=False`` turns it off), so a second epoch
+or another job reads them from disk. See docs/READING.md, "The object cache"."""
 
 from __future__ import annotations
 
@@ -9,7 +15,7 @@ import os
 from typing import Any, Iterable, Mapping, Sequence
 
 from . import _native, _recipe
-from ._args import PathLike, _int, _paths
+from ._args import PathLike, _cache, _int, _paths
 from .dataset import Dataset
 
 # Skips and retries are reported on the "sluice" logger, where users route their own logs.
@@ -64,25 +70,34 @@ def from_items(items: Iterable[Any]) -> Dataset:
 
 
 @_recipe.source
-def read_files(paths: PathLike) -> Dataset:
+def read_files(paths: PathLike, *, cache_dir: Any = None, cache_limit: Any = None) -> Dataset:
     """``{path, bytes}`` per file of paths, directories (recursive) or globs, in sorted order.
     Missing paths raise FileNotFoundError here, before iteration."""
-    return Dataset(_native.read_files(_paths(paths)))
+    return Dataset(_native.read_files(_paths(paths), _cache(cache_dir, cache_limit)))
 
 
 @_recipe.source
-def read_images(paths: PathLike, labels: str | None = "parent_dir") -> Dataset:
+def read_images(
+    paths: PathLike, labels: str | None = "parent_dir", *, cache_dir: Any = None, cache_limit: Any = None
+) -> Dataset:
     """``{path, bytes, label}`` per image file; ``label`` (an int) indexes the sorted
     parent-directory names, which ``ds.class_names`` lists (ImageFolder's ``classes``) on
     this dataset and every one derived from it. ``labels=None``: ``{path, bytes}`` and
     ``class_names`` is None. Decoding is a separate op (``sluice.image.decode``)."""
     if labels not in ("parent_dir", None):
         raise ValueError(f"labels must be 'parent_dir' or None, got {labels!r}")
-    return Dataset(_native.read_images(_paths(paths), labels == "parent_dir"))
+    return Dataset(_native.read_images(_paths(paths), labels == "parent_dir", _cache(cache_dir, cache_limit)))
 
 
 @_recipe.source
-def read_text(paths: PathLike, errors: str = "strict", *, on_error: str = "raise") -> Dataset:
+def read_text(
+    paths: PathLike,
+    errors: str = "strict",
+    *,
+    on_error: str = "raise",
+    cache_dir: Any = None,
+    cache_limit: Any = None,
+) -> Dataset:
     """``{text}`` per non-empty line of local files or ``s3://`` / ``gs://`` / ``http(s)://``
     objects. Invalid UTF-8 raises naming ``file:line``; ``errors="replace"`` substitutes it;
     ``on_error="skip"`` checks every line when the files are opened and leaves such lines out
@@ -92,7 +107,7 @@ def read_text(paths: PathLike, errors: str = "strict", *, on_error: str = "raise
         raise ValueError(f"errors must be 'strict' or 'replace', got {errors!r}")
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
-    native, skipped = _native.read_text(_paths(paths), on_error, errors)
+    native, skipped = _native.read_text(_paths(paths), on_error, errors, _cache(cache_dir, cache_limit))
     if skipped:
         logger.warning("read_text skipped %d line(s) that are not UTF-8", skipped)
     return Dataset(native)
@@ -105,6 +120,8 @@ def read_jsonl(
     *,
     on_error: str = "raise",
     errors: str = "strict",
+    cache_dir: Any = None,
+    cache_limit: Any = None,
 ) -> Dataset:
     """One sample per JSON-object line (local files or bucket URLs); numeric arrays become
     numpy arrays.
@@ -130,14 +147,22 @@ def read_jsonl(
         raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
     if schema is not None and not isinstance(schema, dict):
         raise TypeError("schema must be a dict {field: type}")
-    native, skipped = _native.read_jsonl(_paths(paths), dict(schema or {}), on_error, errors)
+    native, skipped = _native.read_jsonl(
+        _paths(paths), dict(schema or {}), on_error, errors, _cache(cache_dir, cache_limit)
+    )
     if skipped:
         logger.warning("read_jsonl skipped %d invalid line(s)", skipped)
     return Dataset(native)
 
 
 @_recipe.source
-def read_parquet(paths: "PathLike", columns: Sequence[str] | None = None) -> "Dataset":
+def read_parquet(
+    paths: "PathLike",
+    columns: Sequence[str] | None = None,
+    *,
+    cache_dir: Any = None,
+    cache_limit: Any = None,
+) -> "Dataset":
     """One sample per row of Parquet files; ``columns`` reads only those (projection).
 
     Random access by row (index → file, row group, row) from the file footers alone, so
@@ -145,7 +170,11 @@ def read_parquet(paths: "PathLike", columns: Sequence[str] | None = None) -> "Da
     """
     if isinstance(columns, str):
         raise TypeError("columns must be a list of names, not a string")
-    return Dataset(_native.read_parquet(_paths(paths), None if columns is None else list(columns)))
+    return Dataset(
+        _native.read_parquet(
+            _paths(paths), None if columns is None else list(columns), _cache(cache_dir, cache_limit)
+        )
+    )
 
 
 @_recipe.source
@@ -156,6 +185,8 @@ def read_csv(
     delimiter: str = ",",
     has_header: bool = True,
     on_error: str = "raise",
+    cache_dir: Any = None,
+    cache_limit: Any = None,
 ) -> "Dataset":
     """One sample per CSV record, with random access through a record-offset index.
 
@@ -171,7 +202,7 @@ def read_csv(
     """
     _on_error(on_error)
     native, skipped = _native.read_csv(
-        _paths(paths), dict(schema or {}), delimiter, bool(has_header), on_error
+        _paths(paths), dict(schema or {}), delimiter, bool(has_header), on_error, _cache(cache_dir, cache_limit)
     )
     if skipped:
         logger.warning("read_csv skipped %d record(s) that did not parse", skipped)
@@ -192,6 +223,8 @@ def read_webdataset(
     shuffle_shards: "bool | int" = False,
     on_error: str = "raise",
     max_member_size: int = 1 << 30,
+    cache_dir: Any = None,
+    cache_limit: Any = None,
 ) -> "Dataset":
     """Samples ``{__key__, __url__, <ext>: bytes}`` from WebDataset tar shards, streamed.
 
@@ -221,7 +254,9 @@ def read_webdataset(
     if isinstance(max_member_size, bool) or not isinstance(max_member_size, int) or max_member_size <= 0:
         raise ValueError(f"max_member_size must be a positive int (bytes), got {max_member_size!r}")
     return Dataset(
-        _native.read_webdataset(_paths(shards), rank, world_size, shuffle, seed, on_error, max_member_size)
+        _native.read_webdataset(
+            _paths(shards), rank, world_size, shuffle, seed, on_error, max_member_size, _cache(cache_dir, cache_limit)
+        )
     )
 
 
@@ -233,6 +268,8 @@ def read_tfrecord(
     index: "PathLike | None" = None,
     features: Sequence[str] | None = None,
     parse: bool = True,
+    cache_dir: Any = None,
+    cache_limit: Any = None,
 ) -> "Dataset":
     """One sample per TFRecord record, with random access through a record-offset index.
 
@@ -258,6 +295,7 @@ def read_tfrecord(
         None if index is None else _paths(index),
         None if features is None else list(features),
         bool(parse),
+        _cache(cache_dir, cache_limit),
     )
     return Dataset(native)
 

@@ -1,8 +1,11 @@
 import contextlib
 import logging
+import os
 import pathlib
 import re
+import shutil
 import signal
+import tempfile
 
 import pytest
 
@@ -37,6 +40,16 @@ def pytest_configure(config: pytest.Config) -> None:
     # forever. A handler here makes the kernel give children the default disposition on exec.
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    # Objects the tests read from loopback buckets go to a cache of this session (and of
+    # every process it starts), not the user's ~/.cache/sluice/objects.
+    if "SLUICE_CACHE_DIR" not in os.environ:
+        config._sluice_cache_dir = os.environ["SLUICE_CACHE_DIR"] = tempfile.mkdtemp(prefix="sluice-test-objects-")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    made = getattr(config, "_sluice_cache_dir", None)
+    if made:
+        shutil.rmtree(made, ignore_errors=True)
 
 
 JAX_IMPORTERS = {"test_jax.py", "test_docs.py", "frameworks.py"}

@@ -440,8 +440,10 @@ impl CsvSource {
     /// a worker never re-infers them differently.
     pub fn source_spec(&self) -> SourceSpec {
         let ix = &self.index;
+        let paths: Vec<String> = ix.files.iter().map(|f| f.name().to_string()).collect();
         SourceSpec::ReadCsv {
-            paths: ix.files.iter().map(|f| f.name().to_string()).collect(),
+            cache: crate::store::cache::spec_of(&paths),
+            paths,
             schema: self.schema().into_iter().collect(),
             delimiter: Some(ix.delimiter as char),
             has_header: ix.has_header,

@@ -265,15 +265,18 @@ impl FilesSource {
     /// The spec that reopens exactly these files, in this order.
     pub fn source_spec(&self) -> SourceSpec {
         let paths = self.paths.to_vec();
+        let cache = crate::store::cache::spec_of(&paths);
         match (self.images, &self.labels) {
-            (false, _) => SourceSpec::ReadFiles { paths },
+            (false, _) => SourceSpec::ReadFiles { paths, cache },
             (true, None) => SourceSpec::ReadImages {
                 paths,
                 labels: LabelMode::None,
+                cache,
             },
             (true, Some(_)) => SourceSpec::ReadImages {
                 paths,
                 labels: LabelMode::ParentDir,
+                cache,
             },
         }
     }

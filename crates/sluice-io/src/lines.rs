@@ -434,20 +434,23 @@ impl Source for LinesSource {
 impl LinesSource {
     /// The spec that reopens these files with these options.
     pub fn source_spec(&self) -> SourceSpec {
-        let paths = self
+        let paths: Vec<String> = self
             .index
             .files
             .iter()
             .map(|b| b.name().to_string())
             .collect();
+        let cache = crate::store::cache::spec_of(&paths);
         match self.format {
             LinesFormat::Text => SourceSpec::ReadText {
                 paths,
+                cache,
                 errors: self.errors,
                 on_error: self.on_error,
             },
             LinesFormat::Jsonl => SourceSpec::ReadJsonl {
                 paths,
+                cache,
                 schema: self
                     .schema
                     .iter()

@@ -46,16 +46,20 @@ impl SourceSpec {
     /// Opens the source (expanding paths, indexing files, reading footers), with the same
     /// checks and errors as the API call it describes.
     pub fn open(&self) -> Result<SourceRef> {
+        if let Some((paths, cache)) = self.paths_and_cache() {
+            crate::store::cache::register(paths, cache)?;
+        }
         Ok(match self {
             SourceSpec::Range { n } => Arc::new(RangeSource::new(*n)),
-            SourceSpec::ReadFiles { paths } => Arc::new(FilesSource::files(paths)?),
-            SourceSpec::ReadImages { paths, labels } => {
+            SourceSpec::ReadFiles { paths, .. } => Arc::new(FilesSource::files(paths)?),
+            SourceSpec::ReadImages { paths, labels, .. } => {
                 Arc::new(FilesSource::images(paths, *labels)?)
             }
             SourceSpec::ReadText {
                 paths,
                 errors,
                 on_error,
+                ..
             } => {
                 let opts = JsonlOptions {
                     schema: vec![],
@@ -69,6 +73,7 @@ impl SourceSpec {
                 schema,
                 on_error,
                 errors,
+                ..
             } => {
                 let opts = JsonlOptions {
                     schema: schema.iter().map(|(k, t)| (k.clone(), *t)).collect(),
@@ -77,7 +82,7 @@ impl SourceSpec {
                 };
                 Arc::new(LinesSource::open_with(paths, LinesFormat::Jsonl, &opts)?)
             }
-            SourceSpec::ReadParquet { paths, columns } => {
+            SourceSpec::ReadParquet { paths, columns, .. } => {
                 Arc::new(ParquetSource::open(paths, columns.as_deref())?)
             }
             SourceSpec::ReadCsv {
@@ -86,6 +91,7 @@ impl SourceSpec {
                 delimiter,
                 has_header,
                 on_error,
+                ..
             } => Arc::new(CsvSource::open(
                 paths,
                 &csv_options(schema, *delimiter, *has_header, *on_error)?,
@@ -97,6 +103,7 @@ impl SourceSpec {
                 shuffle_shards,
                 on_error,
                 max_member_size,
+                ..
             } => {
                 let ranks = match (rank, world_size) {
                     (Some(r), Some(n)) => Some((*r, *n)),
@@ -120,6 +127,7 @@ impl SourceSpec {
                 index,
                 features,
                 parse,
+                ..
             } => Arc::new(TfrecordSource::open(
                 paths,
                 &TfrecordOptions {

@@ -30,6 +30,8 @@ use serde::{Deserialize, Deserializer, Serialize};
 use sluice_core::Source;
 use sluice_core::{Error, OnError, Result};
 
+use crate::store::CacheSpec;
+
 /// A source that can be reopened from this description (serde tag `source`, the API name).
 /// Options left out take the API's defaults; `null` counts as left out.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -38,16 +40,27 @@ pub enum SourceSpec {
     /// `range(n)`: `{id: i}` for i in 0..n.
     Range { n: u64 },
     /// `read_files(paths)`.
-    ReadFiles { paths: Vec<String> },
+    ReadFiles {
+        paths: Vec<String>,
+        /// The node-local cache of remote objects (`cache_dir`, `cache_limit`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cache: Option<CacheSpec>,
+    },
     /// `read_images(paths, labels)`; a pipeline file's default is no labels.
     ReadImages {
         paths: Vec<String>,
+        /// The node-local cache of remote objects (`cache_dir`, `cache_limit`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cache: Option<CacheSpec>,
         #[serde(default, deserialize_with = "or_default")]
         labels: LabelMode,
     },
     /// `read_text(paths, errors, on_error)`.
     ReadText {
         paths: Vec<String>,
+        /// The node-local cache of remote objects (`cache_dir`, `cache_limit`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cache: Option<CacheSpec>,
         #[serde(default, deserialize_with = "or_default")]
         errors: Utf8Errors,
         /// `skip`: lines that are not UTF-8 (under `errors = "strict"`) are left out, counted.
@@ -57,6 +70,9 @@ pub enum SourceSpec {
     /// `read_jsonl(paths, schema, on_error, errors)`.
     ReadJsonl {
         paths: Vec<String>,
+        /// The node-local cache of remote objects (`cache_dir`, `cache_limit`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cache: Option<CacheSpec>,
         /// Field → `int`, `float`, `bool` or `str`.
         #[serde(default)]
         schema: BTreeMap<String, CsvType>,
@@ -68,12 +84,18 @@ pub enum SourceSpec {
     /// `read_parquet(paths, columns)`.
     ReadParquet {
         paths: Vec<String>,
+        /// The node-local cache of remote objects (`cache_dir`, `cache_limit`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cache: Option<CacheSpec>,
         #[serde(default)]
         columns: Option<Vec<String>>,
     },
     /// `read_csv(paths, schema, delimiter, has_header, on_error)`.
     ReadCsv {
         paths: Vec<String>,
+        /// The node-local cache of remote objects (`cache_dir`, `cache_limit`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cache: Option<CacheSpec>,
         /// Column name → `int`, `float`, `bool` or `str`; others are inferred.
         #[serde(default)]
         schema: BTreeMap<String, CsvType>,
@@ -88,6 +110,9 @@ pub enum SourceSpec {
     /// `read_webdataset(paths, rank, world_size, shuffle_shards, on_error, max_member_size)`.
     ReadWebdataset {
         paths: Vec<String>,
+        /// The node-local cache of remote objects (`cache_dir`, `cache_limit`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cache: Option<CacheSpec>,
         #[serde(default)]
         rank: Option<u64>,
         #[serde(default)]
@@ -106,6 +131,9 @@ pub enum SourceSpec {
     /// `read_tfrecord(paths, compression, index, features, parse)`.
     ReadTfrecord {
         paths: Vec<String>,
+        /// The node-local cache of remote objects (`cache_dir`, `cache_limit`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cache: Option<CacheSpec>,
         /// `"gzip"`, or `None`: by extension.
         #[serde(default)]
         compression: Option<String>,
@@ -236,6 +264,21 @@ impl SourceSpec {
         serde_json::to_value(self).unwrap_or_default()
     }
 
+    /// The paths (files, globs, URLs) the source reads, and its object cache settings.
+    pub fn paths_and_cache(&self) -> Option<(&[String], Option<&CacheSpec>)> {
+        match self {
+            SourceSpec::Range { .. } => None,
+            SourceSpec::ReadFiles { paths, cache }
+            | SourceSpec::ReadImages { paths, cache, .. }
+            | SourceSpec::ReadText { paths, cache, .. }
+            | SourceSpec::ReadJsonl { paths, cache, .. }
+            | SourceSpec::ReadParquet { paths, cache, .. }
+            | SourceSpec::ReadCsv { paths, cache, .. }
+            | SourceSpec::ReadWebdataset { paths, cache, .. }
+            | SourceSpec::ReadTfrecord { paths, cache, .. } => Some((paths, cache.as_ref())),
+        }
+    }
+
     /// The API name (`read_csv`, ...), as [`Source::name`] gives it.
     pub fn name(&self) -> &'static str {
         match self {
@@ -258,11 +301,11 @@ impl SourceSpec {
     pub fn summary(&self, len: Option<u64>, skipped: u64) -> serde_json::Value {
         let summary = match self {
             SourceSpec::Range { n } => Summary::Range { n: *n },
-            SourceSpec::ReadFiles { paths } => Summary::ReadFiles {
+            SourceSpec::ReadFiles { paths, .. } => Summary::ReadFiles {
                 files: paths.len(),
                 labels: false,
             },
-            SourceSpec::ReadImages { paths, labels } => Summary::ReadImages {
+            SourceSpec::ReadImages { paths, labels, .. } => Summary::ReadImages {
                 files: paths.len(),
                 labels: *labels == LabelMode::ParentDir,
             },
@@ -278,7 +321,7 @@ impl SourceSpec {
                 schema: (!schema.is_empty()).then_some(schema),
                 skipped: (skipped > 0).then_some(skipped),
             },
-            SourceSpec::ReadParquet { paths, columns } => Summary::ReadParquet {
+            SourceSpec::ReadParquet { paths, columns, .. } => Summary::ReadParquet {
                 files: paths.len(),
                 rows: len,
                 columns,
@@ -295,6 +338,7 @@ impl SourceSpec {
                 shuffle_shards,
                 on_error,
                 max_member_size,
+                ..
             } => Summary::ReadWebdataset {
                 shards: paths.len(),
                 rank: rank.zip(*world_size),
@@ -453,28 +497,34 @@ mod tests {
             SourceSpec::Range { n: 4 },
             SourceSpec::ReadFiles {
                 paths: vec![d("t.txt"), d("j.jsonl")],
+                cache: None,
             },
             SourceSpec::ReadImages {
                 paths: vec![d("img")],
+                cache: None,
                 labels: LabelMode::ParentDir,
             },
             SourceSpec::ReadText {
                 paths: vec![d("t.txt")],
+                cache: None,
                 errors: Utf8Errors::Strict,
                 on_error: OnError::Skip,
             },
             SourceSpec::ReadJsonl {
                 paths: vec![d("j.jsonl")],
+                cache: None,
                 schema: schema(&[("id", CsvType::Int)]),
                 on_error: OnError::Skip,
                 errors: Utf8Errors::Replace,
             },
             SourceSpec::ReadParquet {
                 paths: vec![d("pq")],
+                cache: None,
                 columns: Some(vec!["id".into()]),
             },
             SourceSpec::ReadCsv {
                 paths: vec![d("a.tsv")],
+                cache: None,
                 schema: schema(&[("x", CsvType::Float)]),
                 delimiter: Some('\t'),
                 has_header: true,
@@ -482,6 +532,7 @@ mod tests {
             },
             SourceSpec::ReadWebdataset {
                 paths: vec![d("s*.tar")],
+                cache: None,
                 rank: Some(1),
                 world_size: Some(2),
                 shuffle_shards: ShuffleShards::Seed(3),
@@ -490,6 +541,7 @@ mod tests {
             },
             SourceSpec::ReadTfrecord {
                 paths: vec![d("r.tfrecord")],
+                cache: None,
                 compression: None,
                 index: None,
                 features: None,
@@ -573,6 +625,7 @@ mod tests {
         }
         let plain = SourceSpec::ReadWebdataset {
             paths: vec!["a.tar".into()],
+            cache: None,
             rank: None,
             world_size: None,
             shuffle_shards: ShuffleShards::Flag(true),
@@ -595,6 +648,7 @@ mod tests {
             spec,
             SourceSpec::ReadWebdataset {
                 paths: vec!["a.tar".into()],
+                cache: None,
                 rank: None,
                 world_size: None,
                 shuffle_shards: ShuffleShards::Flag(false),

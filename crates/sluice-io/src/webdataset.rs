@@ -434,6 +434,7 @@ impl WebDatasetSource {
     /// The spec that reopens these shards with this rank, shuffle and options.
     pub fn source_spec(&self) -> SourceSpec {
         SourceSpec::ReadWebdataset {
+            cache: crate::store::cache::spec_of(&self.all),
             paths: self.all.to_vec(),
             rank: self.rank.map(|r| r.0),
             world_size: self.rank.map(|r| r.1),

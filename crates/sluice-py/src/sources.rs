@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use pyo3::prelude::*;
-use sluice::{CsvType, Dataset, LabelMode, ShuffleShards, SourceSpec, Utf8Errors};
+use sluice::{CacheSpec, CsvType, Dataset, LabelMode, ShuffleShards, SourceSpec, Utf8Errors};
 
 use crate::dataset::PyDataset;
 use crate::errors::IntoPy;
@@ -63,34 +63,66 @@ fn open_source(py: Python<'_>, spec: &str) -> PyResult<(PyDataset, u64)> {
     open(py, spec)
 }
 
-#[pyfunction]
-fn read_files(py: Python<'_>, paths: Vec<String>) -> PyResult<PyDataset> {
-    open_ds(py, SourceSpec::ReadFiles { paths })
+/// A source's `cache=(cache_dir, cache_limit)` (`None`: the default cache; limit 0: none).
+type Cache = Option<(Option<String>, Option<u64>)>;
+
+fn cache_spec(cache: Cache) -> Option<CacheSpec> {
+    cache.map(|(dir, limit)| CacheSpec { dir, limit })
 }
 
 #[pyfunction]
-fn read_images(py: Python<'_>, paths: Vec<String>, parent_dir_labels: bool) -> PyResult<PyDataset> {
+#[pyo3(signature = (paths, cache=None))]
+fn read_files(py: Python<'_>, paths: Vec<String>, cache: Cache) -> PyResult<PyDataset> {
+    let cache = cache_spec(cache);
+    open_ds(py, SourceSpec::ReadFiles { paths, cache })
+}
+
+#[pyfunction]
+#[pyo3(signature = (paths, parent_dir_labels, cache=None))]
+fn read_images(
+    py: Python<'_>,
+    paths: Vec<String>,
+    parent_dir_labels: bool,
+    cache: Cache,
+) -> PyResult<PyDataset> {
+    let cache = cache_spec(cache);
     let labels = if parent_dir_labels {
         LabelMode::ParentDir
     } else {
         LabelMode::None
     };
-    open_ds(py, SourceSpec::ReadImages { paths, labels })
+    open_ds(
+        py,
+        SourceSpec::ReadImages {
+            paths,
+            labels,
+            cache,
+        },
+    )
 }
 
 #[pyfunction]
-#[pyo3(signature = (paths, columns=None))]
+#[pyo3(signature = (paths, columns=None, cache=None))]
 fn read_parquet(
     py: Python<'_>,
     paths: Vec<String>,
     columns: Option<Vec<String>>,
+    cache: Cache,
 ) -> PyResult<PyDataset> {
-    open_ds(py, SourceSpec::ReadParquet { paths, columns })
+    let cache = cache_spec(cache);
+    open_ds(
+        py,
+        SourceSpec::ReadParquet {
+            paths,
+            columns,
+            cache,
+        },
+    )
 }
 
 /// Returns the dataset and the number of malformed records skipped.
 #[pyfunction]
-#[pyo3(signature = (paths, schema, delimiter=None, has_header=true, on_error="raise"))]
+#[pyo3(signature = (paths, schema, delimiter=None, has_header=true, on_error="raise", cache=None))]
 fn read_csv(
     py: Python<'_>,
     paths: Vec<String>,
@@ -98,9 +130,11 @@ fn read_csv(
     delimiter: Option<char>,
     has_header: bool,
     on_error: &str,
+    cache: Cache,
 ) -> PyResult<(PyDataset, u64)> {
     let spec = SourceSpec::ReadCsv {
         paths,
+        cache: cache_spec(cache),
         schema: types(schema)?,
         delimiter,
         has_header,
@@ -111,16 +145,18 @@ fn read_csv(
 
 /// Returns the dataset and the number of invalid lines skipped.
 #[pyfunction]
-#[pyo3(signature = (paths, schema, on_error="raise", errors="strict"))]
+#[pyo3(signature = (paths, schema, on_error="raise", errors="strict", cache=None))]
 fn read_jsonl(
     py: Python<'_>,
     paths: Vec<String>,
     schema: BTreeMap<String, String>,
     on_error: &str,
     errors: &str,
+    cache: Cache,
 ) -> PyResult<(PyDataset, u64)> {
     let spec = SourceSpec::ReadJsonl {
         paths,
+        cache: cache_spec(cache),
         schema: types(schema)?,
         on_error: on_error.parse().py()?,
         errors: errors.parse::<Utf8Errors>().py()?,
@@ -130,15 +166,17 @@ fn read_jsonl(
 
 /// Returns the dataset and the number of lines skipped (`on_error="skip"`: not UTF-8).
 #[pyfunction]
-#[pyo3(signature = (paths, on_error="raise", errors="strict"))]
+#[pyo3(signature = (paths, on_error="raise", errors="strict", cache=None))]
 fn read_text(
     py: Python<'_>,
     paths: Vec<String>,
     on_error: &str,
     errors: &str,
+    cache: Cache,
 ) -> PyResult<(PyDataset, u64)> {
     let spec = SourceSpec::ReadText {
         paths,
+        cache: cache_spec(cache),
         errors: errors.parse().py()?,
         on_error: on_error.parse().py()?,
     };
@@ -149,7 +187,7 @@ fn read_text(
 /// rather than the iteration's. `on_error` and `max_member_size`: [`sluice::WdsOptions`].
 #[pyfunction]
 #[pyo3(signature = (paths, rank=None, world_size=None, shuffle_shards=false, shuffle_seed=None,
-                    on_error="raise", max_member_size=sluice::DEFAULT_MAX_MEMBER_SIZE))]
+                    on_error="raise", max_member_size=sluice::DEFAULT_MAX_MEMBER_SIZE, cache=None))]
 #[allow(clippy::too_many_arguments)]
 fn read_webdataset(
     py: Python<'_>,
@@ -160,6 +198,7 @@ fn read_webdataset(
     shuffle_seed: Option<u64>,
     on_error: &str,
     max_member_size: u64,
+    cache: Cache,
 ) -> PyResult<PyDataset> {
     let shuffle_shards = match (shuffle_shards, shuffle_seed) {
         (true, Some(seed)) => ShuffleShards::Seed(seed),
@@ -167,6 +206,7 @@ fn read_webdataset(
     };
     let spec = SourceSpec::ReadWebdataset {
         paths,
+        cache: cache_spec(cache),
         rank,
         world_size,
         shuffle_shards,
@@ -179,7 +219,7 @@ fn read_webdataset(
 /// `compression`: `"gzip"` or by extension; `index`: one index file per data file;
 /// `features`: those to keep; `parse = false`: raw `{record: bytes}`.
 #[pyfunction]
-#[pyo3(signature = (paths, compression=None, index=None, features=None, parse=true))]
+#[pyo3(signature = (paths, compression=None, index=None, features=None, parse=true, cache=None))]
 fn read_tfrecord(
     py: Python<'_>,
     paths: Vec<String>,
@@ -187,9 +227,11 @@ fn read_tfrecord(
     index: Option<Vec<String>>,
     features: Option<Vec<String>>,
     parse: bool,
+    cache: Cache,
 ) -> PyResult<PyDataset> {
     let spec = SourceSpec::ReadTfrecord {
         paths,
+        cache: cache_spec(cache),
         compression,
         index,
         features,

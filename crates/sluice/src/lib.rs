@@ -40,7 +40,7 @@ pub use sluice_core::{
 // their endpoint, the engine's interrupt flag, recycled batch buffers, the field-name and
 // tensor-data macros.
 pub use sluice_core::{exec, field_names, interrupt, recycle, stats, with_tensor_data};
-pub use sluice_io::store::configure_storage;
+pub use sluice_io::store::{configure_storage, CacheSpec};
 pub use sluice_io::{
     arrow_array, arrow_conv::value_at as arrow_value_at, arrow_conv::ArrowColumn,
     arrow_conv::Records, arrow_schema, CsvOnError, CsvOptions, CsvSource, CsvType, SinkOptions,

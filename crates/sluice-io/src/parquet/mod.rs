@@ -120,13 +120,15 @@ impl ParquetSource {
 
     /// The spec that reopens exactly these files, in this order, with this projection.
     pub fn source_spec(&self) -> SourceSpec {
+        let paths: Vec<String> = self
+            .inner
+            .files
+            .iter()
+            .map(|f| f.blob.name().to_string())
+            .collect();
         SourceSpec::ReadParquet {
-            paths: self
-                .inner
-                .files
-                .iter()
-                .map(|f| f.blob.name().to_string())
-                .collect(),
+            cache: crate::store::cache::spec_of(&paths),
+            paths,
             columns: self.inner.columns.clone(),
         }
     }

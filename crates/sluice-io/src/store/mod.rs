@@ -9,9 +9,13 @@
 //! Whole objects wanted soon are fetched ahead of need by [`ReadAhead`].
 
 mod ahead;
+pub mod cache;
 mod connect;
+pub mod disk;
+pub mod hedge;
 
 pub use ahead::ReadAhead;
+pub use cache::CacheSpec;
 pub use connect::{configure_storage, MAX_REQUESTS};
 
 use std::collections::HashMap;
@@ -82,14 +86,8 @@ pub(crate) fn spawn_fetch(url: &str) -> Result<tokio::task::JoinHandle<Result<By
                 .map_err(|e| Error::io(&url, e))
         }));
     }
-    let (store, path) = store_for(&url)?;
-    Ok(rt.spawn(async move {
-        let got = store.get(&ObjPath::from(path)).await;
-        match got {
-            Ok(r) => r.bytes().await.map_err(|e| store_error(&url, e)),
-            Err(e) => Err(store_error(&url, e)),
-        }
-    }))
+    let (store, path, lat) = store_for(&url)?;
+    Ok(rt.spawn(cache::fetch_object(store, ObjPath::from(path), url, lat)))
 }
 
 /// Whether `entry` names an object in a store rather than a local path.
@@ -130,9 +128,10 @@ fn split_url(url: &str) -> Result<(String, String)> {
     Ok((base, path))
 }
 
-/// The (cached) store serving `url`, and the object path inside it.
-fn store_for(url: &str) -> Result<(Arc<dyn ObjectStore>, String)> {
+/// The (cached) store serving `url`, the object path inside it and the store's latencies.
+fn store_for(url: &str) -> Result<(Arc<dyn ObjectStore>, String, Arc<hedge::Latency>)> {
     let (base, path) = split_url(url)?;
+    let lat = hedge::latency_of(&base);
     let mut stores = STORES.lock().unwrap_or_else(|p| p.into_inner());
     let store = match stores.get(&base) {
         Some(c) => c.store.clone(),
@@ -142,7 +141,7 @@ fn store_for(url: &str) -> Result<(Arc<dyn ObjectStore>, String)> {
             c.store
         }
     };
-    Ok((store, path))
+    Ok((store, path, lat))
 }
 
 /// Drops the connected stores under `prefix`, so the next use reconnects (new options).
@@ -215,9 +214,11 @@ enum Inner {
     Remote {
         store: Arc<dyn ObjectStore>,
         path: ObjPath,
-        /// A complete local copy, once a [`Blob::reader_keeping_copy`] read it to the end:
-        /// later reads are local preads instead of one request each.
-        copy: OnceLock<File>,
+        /// A complete local copy — the object cache's, or one a [`Blob::reader_keeping_copy`]
+        /// read to the end: reads are local preads instead of one request each.
+        copy: Arc<OnceLock<File>>,
+        /// The object's download into the cache, while it runs.
+        fill: Option<Arc<cache::Filling>>,
     },
 }
 
@@ -272,16 +273,37 @@ impl Blob {
                 stale: false.into(),
             });
         }
-        let (store, path) = store_for(entry)?;
+        let (store, path, lat) = store_for(entry)?;
         let path = ObjPath::from(path);
-        let meta = block_on(store.head(&path))?.map_err(|e| store_error(entry, e))?;
+        let meta = block_on(hedge::hedged(&lat, || store.head(&path)))?
+            .map_err(|e| store_error(entry, e))?;
+        cache::saw(entry, meta.size, meta.e_tag.as_deref());
+        let version = disk::Version {
+            size: meta.size,
+            etag: meta.e_tag,
+        };
+        let copy = Arc::new(OnceLock::new());
+        let mut fill = None;
+        if let Some(c) = cache::cache_for(entry) {
+            match cache::cached_copy(&c, entry, &version) {
+                Some(file) => {
+                    let _ = copy.set(file);
+                }
+                // An object over half the cap would evict everything else: read it directly.
+                None if version.size <= c.limit() / 2 => {
+                    fill = cache::start_fill(&c, &store, &path, entry, version, &lat, &copy);
+                }
+                None => {}
+            }
+        }
         Ok(Blob {
             name: entry.to_string(),
             size: meta.size,
             inner: Inner::Remote {
                 store,
                 path,
-                copy: OnceLock::new(),
+                copy,
+                fill,
             },
             modified: None,
             checked_ms: 0.into(),
@@ -333,8 +355,20 @@ impl Blob {
                     Ok(Bytes::from(buf))
                 })
                 .collect(),
-            (None, Inner::Remote { store, path, .. }) => {
-                block_on(store.get_ranges(path, ranges))?.map_err(|e| store_error(&self.name, e))
+            (
+                None,
+                Inner::Remote {
+                    store, path, fill, ..
+                },
+            ) => {
+                let landed: Option<Vec<Bytes>> = fill
+                    .as_ref()
+                    .and_then(|f| ranges.iter().map(|r| f.read(r)).collect());
+                match landed {
+                    Some(parts) => Ok(parts),
+                    None => block_on(store.get_ranges(path, ranges))?
+                        .map_err(|e| store_error(&self.name, e)),
+                }
             }
             (None, Inner::Local(_)) => Err(Error::Internal("a local blob without its file".into())),
         }
@@ -382,10 +416,17 @@ impl Blob {
     /// Starts fetching `ranges` in the background, for objects in a store (`None` for local
     /// files: the page cache reads ahead for them). [`join`] waits for the result.
     pub fn fetch_ahead(&self, ranges: Vec<Range<u64>>) -> Option<Fetch<Vec<Bytes>>> {
-        let Inner::Remote { store, path, copy } = &self.inner else {
+        let Inner::Remote {
+            store,
+            path,
+            copy,
+            fill,
+        } = &self.inner
+        else {
             return None;
         };
-        if copy.get().is_some() {
+        // A local copy or a download in progress serves the reads.
+        if copy.get().is_some() || fill.is_some() {
             return None;
         }
         if ranges.iter().any(|r| r.end > self.size || r.start > r.end) {
@@ -424,8 +465,13 @@ impl Blob {
     /// the blob come from that copy. For formats indexed by one pass and then read record by
     /// record (text, JSON lines, CSV): a record would otherwise cost a request each.
     pub fn reader_keeping_copy(self: &Arc<Self>) -> Result<Box<dyn Read + Send>> {
-        if matches!(self.inner, Inner::Local(_)) {
-            return self.reader();
+        match &self.inner {
+            Inner::Local(_) => return self.reader(),
+            // The object cache keeps the copy.
+            Inner::Remote { copy, fill, .. } if copy.get().is_some() || fill.is_some() => {
+                return self.reader()
+            }
+            Inner::Remote { .. } => {}
         }
         Ok(Box::new(ChunkedReader {
             blob: self.clone(),
@@ -540,7 +586,7 @@ pub fn expand_list(entries: &[String], extensions: Option<&[&str]>) -> Result<Pa
             out.push(entry);
             continue;
         }
-        let (store, path) = store_for(entry)?;
+        let (store, path, _) = store_for(entry)?;
         let (base, _) = split_url(entry)?;
         let literal_end = path.find(['*', '?', '[']).unwrap_or(path.len());
         let prefix = match (is_glob, path[..literal_end].rfind('/')) {
@@ -560,7 +606,12 @@ pub fn expand_list(entries: &[String], extensions: Option<&[&str]>) -> Result<Pa
             .map_err(|e| store_error(entry, e))?;
         let mut found: Vec<String> = keys
             .into_iter()
-            .filter(|key| match &pattern {
+            .map(|m| {
+                let url = format!("{base}/{}", m.location);
+                cache::saw(&url, m.size, m.e_tag.as_deref());
+                (m.location.to_string(), url)
+            })
+            .filter(|(key, _)| match &pattern {
                 Some(p) => p.matches_with(
                     key,
                     glob::MatchOptions {
@@ -572,7 +623,7 @@ pub fn expand_list(entries: &[String], extensions: Option<&[&str]>) -> Result<Pa
                     has_extension(key.rsplit('/').next().unwrap_or_default(), exts)
                 }),
             })
-            .map(|key| format!("{base}/{key}"))
+            .map(|(_, url)| url)
             .collect();
         if found.is_empty() {
             return Err(Error::FileNotFound(format!("{entry}: matched no objects")));
@@ -592,27 +643,17 @@ const LIST_CONCURRENCY: usize = 32;
 async fn list_concurrently(
     store: Arc<dyn ObjectStore>,
     prefix: String,
-) -> std::result::Result<Vec<String>, object_store::Error> {
+) -> std::result::Result<Vec<object_store::ObjectMeta>, object_store::Error> {
     use futures::StreamExt;
     let prefix_path = (!prefix.is_empty()).then(|| ObjPath::from(prefix.as_str()));
     let top = store.list_with_delimiter(prefix_path.as_ref()).await?;
-    let mut keys: Vec<String> = top
-        .objects
-        .into_iter()
-        .map(|m| m.location.to_string())
-        .collect();
+    let mut keys = top.objects;
     let listings = futures::stream::iter(top.common_prefixes.into_iter().map(|p| {
         let store = store.clone();
-        async move {
-            store
-                .list(Some(&p))
-                .map_ok(|m| m.location.to_string())
-                .try_collect::<Vec<String>>()
-                .await
-        }
+        async move { store.list(Some(&p)).try_collect::<Vec<_>>().await }
     }))
     .buffer_unordered(LIST_CONCURRENCY)
-    .try_collect::<Vec<Vec<String>>>()
+    .try_collect::<Vec<Vec<_>>>()
     .await?;
     keys.extend(listings.into_iter().flatten());
     Ok(keys)
@@ -624,7 +665,7 @@ async fn list_concurrently(
 pub fn write_atomic(dest: &str, data: impl Into<Bytes>) -> Result<()> {
     let data = data.into();
     if is_url(dest) {
-        let (store, path) = store_for(dest)?;
+        let (store, path, _) = store_for(dest)?;
         block_on(store.put(&ObjPath::from(path), PutPayload::from_bytes(data)))?
             .map_err(|e| store_error(dest, e))?;
         return Ok(());

@@ -187,13 +187,15 @@ impl TfrecordSource {
 
     /// The spec that reopens these files with these options.
     pub fn source_spec(&self) -> SourceSpec {
+        let paths: Vec<String> = self
+            .index
+            .files
+            .iter()
+            .map(|f| f.name().to_string())
+            .collect();
         SourceSpec::ReadTfrecord {
-            paths: self
-                .index
-                .files
-                .iter()
-                .map(|f| f.name().to_string())
-                .collect(),
+            cache: crate::store::cache::spec_of(&paths),
+            paths,
             compression: self.opts.compression.clone(),
             index: self.opts.index.clone(),
             features: self.opts.features.clone(),

@@ -1,0 +1,427 @@
+//! Which node-local cache ([`DiskCache`]) serves a URL, the object versions listings and HEADs
+//! saw, and the two ways objects enter the cache: whole objects ([`fetch_object`], for
+//! `read_files` / `read_images`) and large objects read by range (a [`Filling`]: Parquet, tar,
+//! TFRecord and text files are downloaded in parallel 8 MiB parts while their readers read the
+//! parts as they land).
+//!
+//! A source's `cache_dir` / `cache_limit` ([`CacheSpec`]) apply to the buckets its paths name,
+//! in this process, from when it is opened (the last source opened on a bucket sets it). Without
+//! one the default cache is used: `$SLUICE_CACHE_DIR`, else `~/.cache/sluice/objects`, capped at
+//! half the disk space free when it is first used.
+//!
+//! A cached object is used when its size and ETag match what the store said in this process (a
+//! listing or a HEAD); when the store has not been asked, a conditional GET (`If-None-Match`)
+//! checks it for the price of a request without a body.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::ops::Range;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, LazyLock, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures::StreamExt;
+use object_store::path::Path as ObjPath;
+use object_store::{GetOptions, GetRange, ObjectStore};
+use serde::{Deserialize, Serialize};
+use sluice_core::{Error, Result};
+
+use super::disk::{DiskCache, Fill, Version};
+use super::hedge::{hedged, Latency};
+use super::{is_url, split_url, store_error};
+
+/// A source's `cache_dir` / `cache_limit`, as its spec carries them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CacheSpec {
+    /// The cache directory (`None`: the default one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dir: Option<String>,
+    /// The cap in bytes (`None`: half the free disk; 0: no cache).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u64>,
+}
+
+/// Bytes per ranged request when a large object is downloaded.
+const PART: u64 = 8 << 20;
+/// Parts of one object in flight at once.
+const PARTS_IN_FLIGHT: usize = 8;
+/// How long a reader waits for another process's download of the same object before
+/// fetching it itself (that process may be stopped).
+const WAIT_FOR_OTHER: Duration = Duration::from_secs(10);
+
+static RULES: LazyLock<Mutex<HashMap<String, CacheSpec>>> = LazyLock::new(Default::default);
+/// Open caches by (directory, cap asked for).
+type OpenCaches = HashMap<(PathBuf, Option<u64>), Arc<DiskCache>>;
+static OPEN: LazyLock<Mutex<OpenCaches>> = LazyLock::new(Default::default);
+/// URL hash → (size, ETag hash) as the store last said.
+static VERSIONS: LazyLock<Mutex<HashMap<u64, (u64, u64)>>> = LazyLock::new(Default::default);
+
+fn fnv(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// The default cache directory: `$SLUICE_CACHE_DIR`, else `$XDG_CACHE_HOME/sluice/objects`,
+/// else `~/.cache/sluice/objects`.
+pub fn default_dir() -> PathBuf {
+    let var = |k: &str| {
+        std::env::var_os(k)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    if let Some(d) = var("SLUICE_CACHE_DIR") {
+        return d;
+    }
+    let base = var("XDG_CACHE_HOME")
+        .or_else(|| var("HOME").map(|h| h.join(".cache")))
+        .unwrap_or_else(std::env::temp_dir);
+    base.join("sluice").join("objects")
+}
+
+/// Half the space free on the disk holding `dir`.
+fn half_free(dir: &Path) -> u64 {
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else {
+        return 0;
+    };
+    // SAFETY: a valid C string and a zeroed out-parameter.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return 0;
+    }
+    (st.f_bavail as u64).saturating_mul(st.f_frsize as u64) / 2
+}
+
+/// The open cache `spec` names (`None`: caching is off).
+fn resolve(spec: &CacheSpec) -> Result<Option<Arc<DiskCache>>> {
+    if spec.limit == Some(0) {
+        return Ok(None);
+    }
+    let dir = spec.dir.as_ref().map_or_else(default_dir, PathBuf::from);
+    let mut open = OPEN.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(c) = open.get(&(dir.clone(), spec.limit)) {
+        return Ok(Some(c.clone()));
+    }
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| Error::io(format!("{} (cache_dir)", dir.display()), e))?;
+    let limit = spec.limit.unwrap_or_else(|| half_free(&dir));
+    let cache = Arc::new(DiskCache::open(&dir, limit)?);
+    open.insert((dir, spec.limit), cache.clone());
+    Ok(Some(cache))
+}
+
+/// Sets the cache of the buckets `paths` name (the default one for `None`); checks that the
+/// cache directory can be made.
+pub fn register(paths: &[String], spec: Option<&CacheSpec>) -> Result<()> {
+    let spec = spec.cloned().unwrap_or_default();
+    let mut last: Option<String> = None;
+    for p in paths.iter().filter(|p| is_url(p)) {
+        if last.as_ref().is_some_and(|b| p.starts_with(b.as_str())) {
+            continue;
+        }
+        let (base, _) = split_url(p)?;
+        resolve(&spec)?;
+        RULES
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(base.clone(), spec.clone());
+        last = Some(base + "/");
+    }
+    Ok(())
+}
+
+/// The cache settings a source over `paths` was opened with, for its spec (`None`: local
+/// paths or the default cache).
+pub fn spec_of(paths: &[String]) -> Option<CacheSpec> {
+    let url = paths.iter().find(|p| is_url(p))?;
+    let (base, _) = split_url(url).ok()?;
+    let rules = RULES.lock().unwrap_or_else(|p| p.into_inner());
+    rules
+        .get(&base)
+        .filter(|s| **s != CacheSpec::default())
+        .cloned()
+}
+
+/// The cache serving `url`, if caching is on for its bucket.
+pub fn cache_for(url: &str) -> Option<Arc<DiskCache>> {
+    let (base, _) = split_url(url).ok()?;
+    let spec = RULES
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&base)
+        .cloned()
+        .unwrap_or_default();
+    resolve(&spec).ok().flatten()
+}
+
+/// Notes what the store said `url` is (a listing, a HEAD, a GET).
+pub fn saw(url: &str, size: u64, etag: Option<&str>) {
+    let mut v = VERSIONS.lock().unwrap_or_else(|p| p.into_inner());
+    v.insert(fnv(url), (size, etag.map_or(0, fnv)));
+}
+
+/// Whether `v` is the version of `url` the store last gave (`None`: it was not asked).
+fn is_current(url: &str, v: &Version) -> Option<bool> {
+    let known = *VERSIONS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&fnv(url))?;
+    Some(known == (v.size, v.etag.as_deref().map_or(0, fnv)))
+}
+
+fn io_error(url: &str, e: std::io::Error) -> Error {
+    Error::io(format!("{url} (cached copy)"), e)
+}
+
+/// One GET of a whole object (hedged), with its version; `Ok(None)` when `if_none_match` is
+/// still its ETag.
+async fn get_whole(
+    store: &Arc<dyn ObjectStore>,
+    path: &ObjPath,
+    url: &str,
+    lat: &Latency,
+    if_none_match: Option<String>,
+) -> Result<Option<(Bytes, Version)>> {
+    let opts = GetOptions {
+        if_none_match,
+        ..Default::default()
+    };
+    let got = hedged(lat, || store.get_opts(path, opts.clone())).await;
+    let got = match got {
+        Ok(g) => g,
+        Err(object_store::Error::NotModified { .. }) => return Ok(None),
+        Err(e) => return Err(store_error(url, e)),
+    };
+    let version = Version {
+        size: got.meta.size,
+        etag: got.meta.e_tag.clone(),
+    };
+    saw(url, version.size, version.etag.as_deref());
+    let bytes = got.bytes().await.map_err(|e| store_error(url, e))?;
+    Ok(Some((bytes, version)))
+}
+
+/// A whole object, through the cache of its bucket: a current cached copy is read from disk;
+/// otherwise one process on the node downloads it (hedged) and stores it while the others wait.
+pub(crate) async fn fetch_object(
+    store: Arc<dyn ObjectStore>,
+    path: ObjPath,
+    url: String,
+    lat: Arc<Latency>,
+) -> Result<Bytes> {
+    let Some(cache) = cache_for(&url) else {
+        let got = get_whole(&store, &path, &url, &lat, None).await?;
+        return Ok(got.map(|g| g.0).unwrap_or_default());
+    };
+    let started = Instant::now();
+    let mut pause = Duration::from_millis(2);
+    loop {
+        if let Some(hit) = cache.lookup(&url, |v| is_current(&url, v) != Some(false)) {
+            let data = hit.read_all().map_err(|e| io_error(&url, e))?;
+            if is_current(&url, &hit.version).is_some() {
+                return Ok(data.into());
+            }
+            match get_whole(&store, &path, &url, &lat, hit.version.etag.clone()).await? {
+                None => {
+                    saw(&url, hit.version.size, hit.version.etag.as_deref());
+                    return Ok(data.into());
+                }
+                Some((bytes, version)) => {
+                    store_whole(&cache, &url, &version, &bytes)?;
+                    return Ok(bytes);
+                }
+            }
+        }
+        if started.elapsed() > WAIT_FOR_OTHER {
+            let got = get_whole(&store, &path, &url, &lat, None).await?;
+            return Ok(got.map(|g| g.0).unwrap_or_default());
+        }
+        match cache.begin(&url)? {
+            Some(fill) => {
+                let (bytes, version) = get_whole(&store, &path, &url, &lat, None)
+                    .await?
+                    .unwrap_or_default();
+                commit(fill, &url, &version, &bytes);
+                return Ok(bytes);
+            }
+            None => {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(50));
+            }
+        }
+    }
+}
+
+fn store_whole(cache: &Arc<DiskCache>, url: &str, version: &Version, bytes: &[u8]) -> Result<()> {
+    if let Some(fill) = cache.begin(url)? {
+        commit(fill, url, version, bytes);
+    }
+    Ok(())
+}
+
+/// Stores a downloaded object; a cache that cannot take it (a full disk) only costs the
+/// next read a request.
+fn commit(fill: Fill, url: &str, version: &Version, bytes: &[u8]) {
+    if let Err(e) = fill.commit(version, bytes) {
+        log_once(url, &e);
+    }
+}
+
+fn log_once(url: &str, e: &Error) {
+    static SAID: OnceLock<()> = OnceLock::new();
+    if SAID.set(()).is_ok() {
+        eprintln!("sluice: the object cache could not store {url}: {e} (reading without it)");
+    }
+}
+
+/// A large object being downloaded into the cache, part by part, readable as parts land.
+#[derive(Debug)]
+pub(crate) struct Filling {
+    file: File,
+    size: u64,
+    /// Per part: 0 not started, 1 in flight, 2 landed, 3 failed.
+    parts: Mutex<Vec<u8>>,
+    landed: Condvar,
+}
+
+impl Filling {
+    /// The bytes of `r` from the download, waiting for parts in flight; `None` when a part
+    /// is not started or failed (read it from the store).
+    pub(crate) fn read(&self, r: &Range<u64>) -> Option<Bytes> {
+        if r.start >= r.end {
+            return Some(Bytes::new());
+        }
+        let (first, last) = ((r.start / PART) as usize, ((r.end - 1) / PART) as usize);
+        let mut parts = self.parts.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            // Parts start in order, a window at a time: one within the next window while the
+            // download is moving is worth waiting for; one further on (a footer read at the
+            // end), or any while nothing is in flight, is read from the store.
+            let moving = parts.contains(&1);
+            let next = parts.iter().position(|&s| s == 0).unwrap_or(parts.len());
+            let states = &parts[first..=last];
+            let far =
+                (first..=last).any(|p| parts[p] == 0 && (!moving || p >= next + PARTS_IN_FLIGHT));
+            if far || states.contains(&3) {
+                return None;
+            }
+            if states.iter().all(|&s| s == 2) {
+                break;
+            }
+            let (next, waited) = self
+                .landed
+                .wait_timeout(parts, WAIT_FOR_OTHER)
+                .unwrap_or_else(|p| p.into_inner());
+            if waited.timed_out() {
+                return None;
+            }
+            parts = next;
+        }
+        drop(parts);
+        let mut buf = vec![0u8; (r.end - r.start) as usize];
+        self.file.read_exact_at(&mut buf, r.start).ok()?;
+        Some(buf.into())
+    }
+
+    fn mark(&self, part: usize, state: u8) {
+        let mut parts = self.parts.lock().unwrap_or_else(|p| p.into_inner());
+        parts[part] = state;
+        self.landed.notify_all();
+    }
+}
+
+/// Starts downloading `url` (of `version`) into its cache, unless another process is; when the
+/// download completes the object's copy is set in `copy` (reads become local preads).
+pub(crate) fn start_fill(
+    cache: &Arc<DiskCache>,
+    store: &Arc<dyn ObjectStore>,
+    path: &ObjPath,
+    url: &str,
+    version: Version,
+    lat: &Arc<Latency>,
+    copy: &Arc<OnceLock<File>>,
+) -> Option<Arc<Filling>> {
+    let mut fill = cache.begin(url).ok()??;
+    if !fill.reserve(version.size).ok()? {
+        return None;
+    }
+    let file = fill.file()?.try_clone().ok()?;
+    let n = version.size.div_ceil(PART) as usize;
+    let filling = Arc::new(Filling {
+        file,
+        size: version.size,
+        parts: Mutex::new(vec![0; n]),
+        landed: Condvar::new(),
+    });
+    let rt = super::RUNTIME.as_ref().ok()?;
+    let (f, store, path, url, lat, cache, copy) = (
+        filling.clone(),
+        store.clone(),
+        path.clone(),
+        url.to_string(),
+        lat.clone(),
+        cache.clone(),
+        copy.clone(),
+    );
+    rt.spawn(async move {
+        // However the task ends (a failure, the runtime shutting down), readers waiting on a
+        // part that will not land go to the store instead.
+        struct Abandon(Arc<Filling>);
+        impl Drop for Abandon {
+            fn drop(&mut self) {
+                let mut parts = self.0.parts.lock().unwrap_or_else(|p| p.into_inner());
+                parts.iter_mut().filter(|s| **s != 2).for_each(|s| *s = 3);
+                self.0.landed.notify_all();
+            }
+        }
+        let _abandon = Abandon(f.clone());
+        let parts = futures::stream::iter(0..n)
+            .map(|i| {
+                let (f, store, path, lat) = (&f, &store, &path, &lat);
+                async move {
+                    f.mark(i, 1);
+                    let r = i as u64 * PART..((i as u64 + 1) * PART).min(f.size);
+                    let opts = GetOptions {
+                        range: Some(GetRange::Bounded(r.clone())),
+                        ..Default::default()
+                    };
+                    let got = match hedged(lat, || store.get_opts(path, opts.clone())).await {
+                        Ok(g) => g.bytes().await,
+                        Err(e) => Err(e),
+                    };
+                    let ok = got.is_ok_and(|b| {
+                        b.len() as u64 == r.end - r.start
+                            && f.file.write_all_at(&b, r.start).is_ok()
+                    });
+                    f.mark(i, if ok { 2 } else { 3 });
+                    ok
+                }
+            })
+            .buffer_unordered(PARTS_IN_FLIGHT)
+            .collect::<Vec<bool>>()
+            .await;
+        if parts.iter().all(|&ok| ok) {
+            match fill.finish(&version) {
+                Ok(()) => {
+                    if let Some(hit) = cache.lookup(&url, |v| v == &version) {
+                        let _ = copy.set(hit.file);
+                    }
+                }
+                Err(e) => log_once(&url, &e),
+            }
+        }
+    });
+    Some(filling)
+}
+
+/// The cached copy of `url` if it is `version`.
+pub(crate) fn cached_copy(cache: &DiskCache, url: &str, version: &Version) -> Option<File> {
+    cache.lookup(url, |v| v == version).map(|c| c.file)
+}
+
+#[cfg(test)]
+#[path = "cache_tests.rs"]
+mod tests;

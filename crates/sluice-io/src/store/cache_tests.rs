@@ -1,0 +1,86 @@
+use super::*;
+
+#[test]
+fn a_source_sets_the_cache_of_its_buckets_and_its_spec_carries_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = CacheSpec {
+        dir: Some(dir.path().display().to_string()),
+        limit: Some(1 << 20),
+    };
+    let paths = vec![
+        "s3://reg-a/x/1.jpg".to_string(),
+        "s3://reg-a/x/2.jpg".to_string(),
+        "local/file.jpg".to_string(),
+    ];
+    register(&paths, Some(&spec)).unwrap();
+    assert_eq!(spec_of(&paths), Some(spec.clone()));
+    let cache = cache_for("s3://reg-a/y/3.jpg").unwrap();
+    assert_eq!((cache.dir(), cache.limit()), (dir.path(), 1 << 20));
+    // Local paths only: nothing to carry.
+    assert_eq!(spec_of(&paths[2..]), None);
+    // `cache_limit=0` turns it off for the bucket.
+    let off = CacheSpec {
+        dir: None,
+        limit: Some(0),
+    };
+    register(&paths[..1], Some(&off)).unwrap();
+    assert!(cache_for("s3://reg-a/x/1.jpg").is_none());
+    assert_eq!(spec_of(&paths), Some(off));
+}
+
+#[test]
+fn a_cache_dir_that_cannot_be_made_is_an_error_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("plain-file");
+    std::fs::write(&file, b"").unwrap();
+    let spec = CacheSpec {
+        dir: Some(file.join("sub").display().to_string()),
+        limit: None,
+    };
+    let e = register(&["s3://reg-b/x".to_string()], Some(&spec)).unwrap_err();
+    assert!(e.to_string().contains("plain-file"), "{e}");
+}
+
+#[test]
+fn versions_the_store_gave_decide_whether_a_copy_is_current() {
+    let url = "s3://reg-c/k";
+    let v = Version {
+        size: 3,
+        etag: Some("\"a\"".into()),
+    };
+    assert_eq!(is_current(url, &v), None);
+    saw(url, 3, Some("\"a\""));
+    assert_eq!(is_current(url, &v), Some(true));
+    saw(url, 3, Some("\"b\""));
+    assert_eq!(is_current(url, &v), Some(false));
+}
+
+#[test]
+fn reads_of_a_download_wait_for_parts_in_flight_and_skip_parts_far_ahead() {
+    let file = tempfile::tempfile().unwrap();
+    let parts = (PARTS_IN_FLIGHT + 4) as u64;
+    file.set_len(parts * PART).unwrap();
+    file.write_all_at(b"part0", 0).unwrap();
+    let f = Arc::new(Filling {
+        file,
+        size: parts * PART,
+        parts: Mutex::new(vec![0; parts as usize]),
+        landed: Condvar::new(),
+    });
+    // Nothing in flight: read from the store.
+    assert!(f.read(&(0..5)).is_none());
+    f.mark(0, 1);
+    let reader = {
+        let f = f.clone();
+        std::thread::spawn(move || f.read(&(0..5)))
+    };
+    f.mark(0, 2);
+    assert_eq!(&reader.join().unwrap().unwrap()[..], b"part0");
+    // A part a window past the ones started (a footer at the end): not waited for.
+    f.mark(1, 1);
+    let last = (parts - 1) * PART;
+    assert!(f.read(&(last..last + 8)).is_none());
+    // A failed part: read from the store.
+    f.mark(1, 3);
+    assert!(f.read(&(PART..PART + 1)).is_none());
+}

@@ -1,0 +1,471 @@
+//! The node-local cache of remote objects: one directory shared by every process, rank and job
+//! on a node, capped in bytes, least recently used evicted first.
+//!
+//! Layout under the cache directory:
+//! - `objects/<2 hex>/<32 hex>`: a cached object, its bytes then a trailer naming its URL, its
+//!   ETag and its size (a hash collision or an object changed in its bucket is a miss, never
+//!   wrong bytes; a file cut short fails the trailer check);
+//! - `tmp/<32 hex>.<pid>.<n>`: a download in progress, made as long as the object at once, so
+//!   the bytes it will take count against the cap from the start;
+//! - `usage`: the bytes held (objects + downloads in progress), a counter every process updates;
+//! - `lock`: open file description locks ([`libc::F_OFD_SETLK`]) on single bytes — byte 0
+//!   guards `usage` and eviction, byte `1 + hash` is held by the one process downloading that
+//!   object. The kernel drops them when their holder exits, so a killed download never blocks
+//!   anyone; its temporary file is removed by the next eviction scan (its lock is free).
+//!
+//! A download becomes visible by `rename` only once complete, so a partial object is never read.
+//! Eviction scans the directory only when the counter passes the cap, removes the least
+//! recently used objects down to 90 % of it and resets the counter from what it found
+//! (healing counts a crash left behind). Readers with a file open keep reading an evicted object.
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use sluice_core::{Error, Result};
+
+const MAGIC: u64 = 0x3145_4843_4143_4c53; // "SLCACHE1", little-endian
+/// Fixed part of the trailer: url length, etag length (u32 each), size, magic (u64 each).
+const FIXED: u64 = 24;
+/// Eviction frees down to this share of the cap, so a full cache is not scanned per download.
+const EVICT_TO: f64 = 0.9;
+/// A hit refreshes an object's recency at most this often (one `futimens`).
+const TOUCH_EVERY: Duration = Duration::from_secs(30);
+
+/// What an object is in its store: its size and, when the store gives one, its ETag.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Version {
+    pub size: u64,
+    pub etag: Option<String>,
+}
+
+/// A cached object, open: its first `size` bytes are the object's.
+#[derive(Debug)]
+pub struct Cached {
+    pub file: File,
+    pub version: Version,
+}
+
+impl Cached {
+    /// The whole object in memory.
+    pub fn read_all(&self) -> io::Result<Vec<u8>> {
+        let mut buf = vec![0u8; self.version.size as usize];
+        self.file.read_exact_at(&mut buf, 0)?;
+        Ok(buf)
+    }
+}
+
+/// Counters of one cache directory in this process.
+#[derive(Debug, Default)]
+pub struct DiskStats {
+    pub hits: AtomicU64,
+    pub misses: AtomicU64,
+    pub bytes_written: AtomicU64,
+    pub evicted: AtomicU64,
+}
+
+/// One cache directory with its byte cap.
+///
+/// ```
+/// use sluice_io::store::disk::{DiskCache, Version};
+/// let dir = tempfile::tempdir().unwrap();
+/// let cache = std::sync::Arc::new(DiskCache::open(dir.path(), 1 << 20).unwrap());
+/// let v = Version { size: 5, etag: Some("\"e1\"".into()) };
+/// let fill = cache.begin("s3://b/k").unwrap().expect("nobody else is filling it");
+/// fill.commit(&v, b"hello").unwrap();
+/// let hit = cache.lookup("s3://b/k", |got| got == &v).unwrap();
+/// assert_eq!(hit.read_all().unwrap(), b"hello");
+/// // The object changed in its bucket: a miss.
+/// assert!(cache.lookup("s3://b/k", |got| got.etag.as_deref() == Some("\"e2\"")).is_none());
+/// ```
+#[derive(Debug)]
+pub struct DiskCache {
+    dir: PathBuf,
+    limit: u64,
+    pub stats: DiskStats,
+}
+
+/// The download of one object, holding its lock: [`Fill::commit`] (or [`Fill::finish`] after
+/// writing through [`Fill::file`]) makes it visible; dropped unfinished, it leaves nothing.
+#[derive(Debug)]
+pub struct Fill {
+    cache: Arc<DiskCache>,
+    url: String,
+    hash: u128,
+    _lock: File,
+    tmp: Option<(PathBuf, File)>,
+    /// Bytes counted in `usage` for the download (0 until [`Fill::reserve`]).
+    reserved: u64,
+}
+
+/// A 128-bit hash of a URL (two FNV-1a passes with other offsets): file names, not security —
+/// the trailer holds the URL, so a collision is a miss.
+fn hash_url(url: &str) -> u128 {
+    let pass = |mut h: u64| {
+        for b in url.bytes() {
+            h ^= b as u64;
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        h
+    };
+    ((pass(0xcbf2_9ce4_8422_2325) as u128) << 64) | pass(0x84222325cbf29ce4) as u128
+}
+
+fn trailer(url: &str, v: &Version) -> Vec<u8> {
+    let etag = v.etag.as_deref().unwrap_or("");
+    let mut t = Vec::with_capacity(url.len() + etag.len() + FIXED as usize);
+    t.extend_from_slice(url.as_bytes());
+    t.extend_from_slice(etag.as_bytes());
+    t.extend_from_slice(&(url.len() as u32).to_le_bytes());
+    t.extend_from_slice(&(etag.len() as u32).to_le_bytes());
+    t.extend_from_slice(&v.size.to_le_bytes());
+    t.extend_from_slice(&MAGIC.to_le_bytes());
+    t
+}
+
+/// The URL and version a cached file's trailer names (`None`: not a complete cached object).
+fn read_trailer(file: &File) -> Option<(String, Version)> {
+    let len = file.metadata().ok()?.len();
+    let mut fixed = [0u8; FIXED as usize];
+    file.read_exact_at(&mut fixed, len.checked_sub(FIXED)?)
+        .ok()?;
+    let word = |i: usize| u64::from_le_bytes(fixed[i..i + 8].try_into().unwrap_or_default());
+    let url_len = u32::from_le_bytes(fixed[0..4].try_into().ok()?) as u64;
+    let etag_len = u32::from_le_bytes(fixed[4..8].try_into().ok()?) as u64;
+    let size = word(8);
+    if word(16) != MAGIC || size.checked_add(url_len + etag_len + FIXED)? != len {
+        return None;
+    }
+    let mut names = vec![0u8; (url_len + etag_len) as usize];
+    file.read_exact_at(&mut names, size).ok()?;
+    let etag = String::from_utf8(names.split_off(url_len as usize)).ok()?;
+    let url = String::from_utf8(names).ok()?;
+    let etag = (!etag.is_empty()).then_some(etag);
+    Some((url, Version { size, etag }))
+}
+
+/// Takes an open-file-description write lock on byte `at` of `file`; `false` when another
+/// holder has it and `wait` is false. Released when the file is closed.
+fn lock_byte(file: &File, at: u64, wait: bool) -> io::Result<bool> {
+    // SAFETY: `flock` is plain data; zeroed is a valid value before the fields are set.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = libc::F_WRLCK as _;
+    fl.l_whence = libc::SEEK_SET as _;
+    fl.l_start = at as libc::off_t;
+    fl.l_len = 1;
+    let cmd = if wait {
+        libc::F_OFD_SETLKW
+    } else {
+        libc::F_OFD_SETLK
+    };
+    loop {
+        // SAFETY: a valid descriptor and a pointer to a live `flock`.
+        if unsafe { libc::fcntl(file.as_raw_fd(), cmd, &fl) } == 0 {
+            return Ok(true);
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::EAGAIN) | Some(libc::EACCES) if !wait => return Ok(false),
+            _ => return Err(e),
+        }
+    }
+}
+
+impl DiskCache {
+    /// Opens (creating) the cache at `dir`, holding at most `limit` bytes.
+    pub fn open(dir: &Path, limit: u64) -> Result<DiskCache> {
+        for sub in ["objects", "tmp"] {
+            std::fs::create_dir_all(dir.join(sub))
+                .map_err(|e| Error::io(format!("{} (object cache)", dir.display()), e))?;
+        }
+        let cache = DiskCache {
+            dir: dir.to_path_buf(),
+            limit,
+            stats: DiskStats::default(),
+        };
+        cache.lock_file()?;
+        Ok(cache)
+    }
+
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The cap in bytes.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    fn err(&self, what: impl std::fmt::Display, e: io::Error) -> Error {
+        Error::io(format!("{} (object cache: {what})", self.dir.display()), e)
+    }
+
+    /// A new open file description of `lock` (each lock holder needs its own: locks on one
+    /// description do not exclude each other).
+    fn lock_file(&self) -> Result<File> {
+        File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(self.dir.join("lock"))
+            .map_err(|e| self.err("lock file", e))
+    }
+
+    fn object_path(&self, hash: u128) -> PathBuf {
+        let name = format!("{hash:032x}");
+        self.dir.join("objects").join(&name[..2]).join(name)
+    }
+
+    /// The cached copy of `url`, if there is one whose version `fits` (the caller compares it
+    /// with what the store says, or asks the store).
+    pub fn lookup(&self, url: &str, fits: impl Fn(&Version) -> bool) -> Option<Cached> {
+        let file = File::open(self.object_path(hash_url(url))).ok()?;
+        let (named, version) = read_trailer(&file)?;
+        let fits = named == url && fits(&version);
+        if !fits {
+            return None;
+        }
+        let now = SystemTime::now();
+        let stale = file
+            .metadata()
+            .and_then(|m| m.modified())
+            .is_ok_and(|m| now.duration_since(m).is_ok_and(|d| d > TOUCH_EVERY));
+        if stale {
+            // Recency for eviction; a read-only file of another user cannot be touched.
+            let _ = file.set_modified(now);
+        }
+        self.stats.hits.fetch_add(1, Relaxed);
+        Some(Cached { file, version })
+    }
+
+    /// Starts filling `url`: `None` when another process or thread is downloading it now
+    /// (look it up again a little later).
+    pub fn begin(self: &Arc<Self>, url: &str) -> Result<Option<Fill>> {
+        let hash = hash_url(url);
+        let lock = self.lock_file()?;
+        let at = 1 + (hash as u64 & ((1 << 40) - 1));
+        if !lock_byte(&lock, at, false).map_err(|e| self.err("lock", e))? {
+            return Ok(None);
+        }
+        self.stats.misses.fetch_add(1, Relaxed);
+        Ok(Some(Fill {
+            cache: self.clone(),
+            url: url.to_string(),
+            hash,
+            _lock: lock,
+            tmp: None,
+            reserved: 0,
+        }))
+    }
+
+    /// Runs `change` under the accounting lock with the bytes held; it returns how that
+    /// count changes. Every change to what the directory holds (a download reserved, sealed or
+    /// dropped) goes through here, so a scan never misses a reservation made beside it.
+    fn with_usage<T>(&self, change: impl FnOnce(&Self, u64) -> Result<(i64, T)>) -> Result<T> {
+        let lock = self.lock_file()?;
+        lock_byte(&lock, 0, true).map_err(|e| self.err("lock", e))?;
+        let usage = File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(self.dir.join("usage"))
+            .map_err(|e| self.err("usage", e))?;
+        let mut word = [0u8; 8];
+        let held = match usage.read_exact_at(&mut word, 0) {
+            Ok(()) => u64::from_le_bytes(word),
+            Err(_) => self.scan_and_evict(u64::MAX)?,
+        };
+        let (delta, out) = change(self, held)?;
+        usage
+            .write_all_at(&held.saturating_add_signed(delta).to_le_bytes(), 0)
+            .map_err(|e| self.err("usage", e))?;
+        Ok(out)
+    }
+
+    /// Makes room for `size` more bytes within the cap (evicting if needed); under the
+    /// accounting lock, given the bytes held. Returns the bytes held after eviction, or `None`
+    /// when `size` does not fit even so.
+    fn make_room(&self, held: u64, size: u64) -> Result<Option<u64>> {
+        if size > self.limit {
+            return Ok(None);
+        }
+        if held + size <= self.limit {
+            return Ok(Some(held));
+        }
+        let target = ((self.limit as f64 * EVICT_TO) as u64).saturating_sub(size);
+        let after = self.scan_and_evict(target)?;
+        // What is left may be downloads in progress elsewhere.
+        Ok((after + size <= self.limit).then_some(after))
+    }
+
+    /// Under the accounting lock: removes abandoned downloads, then the least recently used
+    /// objects until at most `target` bytes are held; returns the bytes held after.
+    fn scan_and_evict(&self, target: u64) -> Result<u64> {
+        let mut held = 0u64;
+        let tmp_dir = self.dir.join("tmp");
+        for entry in std::fs::read_dir(&tmp_dir).map_err(|e| self.err("tmp", e))? {
+            let Ok(entry) = entry else { continue };
+            let path = entry.path();
+            let len = entry.metadata().map(|m| m.len()).unwrap_or(0);
+            let hash = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.split('.').next())
+                .and_then(|h| u128::from_str_radix(h, 16).ok());
+            // Its download's lock is free: the process that made it is gone.
+            let abandoned = match hash {
+                Some(h) => {
+                    let probe = self.lock_file()?;
+                    lock_byte(&probe, 1 + (h as u64 & ((1 << 40) - 1)), false).unwrap_or(false)
+                }
+                None => true,
+            };
+            if abandoned {
+                let _ = std::fs::remove_file(&path);
+            } else {
+                held += len;
+            }
+        }
+        let mut objects: Vec<(SystemTime, u64, PathBuf)> = Vec::new();
+        let top =
+            std::fs::read_dir(self.dir.join("objects")).map_err(|e| self.err("objects", e))?;
+        for sub in top.flatten() {
+            let Ok(files) = std::fs::read_dir(sub.path()) else {
+                continue;
+            };
+            for f in files.flatten() {
+                if let Ok(m) = f.metadata() {
+                    let when = m.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+                    objects.push((when, m.len(), f.path()));
+                }
+            }
+        }
+        held += objects.iter().map(|o| o.1).sum::<u64>();
+        objects.sort_unstable_by_key(|o| o.0);
+        for (_, len, path) in objects {
+            if held <= target {
+                break;
+            }
+            if std::fs::remove_file(&path).is_ok() {
+                held -= len;
+                self.stats.evicted.fetch_add(1, Relaxed);
+            }
+        }
+        Ok(held)
+    }
+
+    /// Bytes the cache holds now (objects and downloads in progress), from its directory.
+    pub fn held_bytes(&self) -> Result<u64> {
+        let lock = self.lock_file()?;
+        lock_byte(&lock, 0, true).map_err(|e| self.err("lock", e))?;
+        self.scan_and_evict(u64::MAX)
+    }
+}
+
+impl Fill {
+    /// Counts `size` bytes of object (plus its trailer) against the cap and makes the
+    /// temporary file that long; `false`: it does not fit (read it without caching).
+    pub fn reserve(&mut self, size: u64) -> Result<bool> {
+        let total = size + trailer(&self.url, &Version { size, etag: None }).len() as u64 + 256;
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, Relaxed);
+        let path = self.cache.dir.join("tmp").join(format!(
+            "{:032x}.{}.{n}",
+            self.hash,
+            std::process::id()
+        ));
+        let file = self.cache.with_usage(|cache, held| {
+            let Some(after) = cache.make_room(held, total)? else {
+                return Ok((0, None));
+            };
+            let file = File::options()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(&path)
+                .and_then(|f| f.set_len(total).map(|()| f))
+                .map_err(|e| cache.err("download", e))?;
+            Ok((after as i64 - held as i64 + total as i64, Some(file)))
+        })?;
+        let Some(file) = file else {
+            return Ok(false);
+        };
+        self.reserved = total;
+        self.tmp = Some((path, file));
+        Ok(true)
+    }
+
+    /// The temporary file to write the object's bytes into (at their offsets), after
+    /// [`Fill::reserve`].
+    pub fn file(&self) -> Option<&File> {
+        self.tmp.as_ref().map(|(_, f)| f)
+    }
+
+    /// Stores `data` as the object `version` describes (reserving it first if not done).
+    pub fn commit(mut self, version: &Version, data: &[u8]) -> Result<()> {
+        if self.tmp.is_none() && !self.reserve(data.len() as u64)? {
+            return Ok(());
+        }
+        if let Some((_, f)) = &self.tmp {
+            f.write_all_at(data, 0)
+                .map_err(|e| self.cache.err("download", e))?;
+        }
+        self.finish(version)
+    }
+
+    /// Seals the bytes written through [`Fill::file`] with their trailer and makes the object
+    /// visible (an atomic rename over any older copy).
+    pub fn finish(mut self, version: &Version) -> Result<()> {
+        let Some((path, file)) = self.tmp.take() else {
+            return Ok(());
+        };
+        let t = trailer(&self.url, version);
+        let total = version.size + t.len() as u64;
+        let dest = self.cache.object_path(self.hash);
+        let reserved = std::mem::take(&mut self.reserved);
+        let sealed = self.cache.with_usage(|cache, _| {
+            let replaced = std::fs::metadata(&dest).map_or(0, |m| m.len());
+            let done = file
+                .write_all_at(&t, version.size)
+                .and_then(|()| file.set_len(total))
+                .and_then(|()| std::fs::create_dir_all(dest.parent().unwrap_or(Path::new("."))))
+                .and_then(|()| std::fs::rename(&path, &dest));
+            match done {
+                // The reservation becomes the object's size; an older copy it replaced is freed.
+                Ok(()) => Ok((total as i64 - (reserved + replaced) as i64, Ok(()))),
+                Err(e) => {
+                    let _ = std::fs::remove_file(&path);
+                    Ok((-(reserved as i64), Err(cache.err("download", e))))
+                }
+            }
+        })?;
+        sealed?;
+        self.cache.stats.bytes_written.fetch_add(total, Relaxed);
+        Ok(())
+    }
+}
+
+impl Drop for Fill {
+    fn drop(&mut self) {
+        if let Some((path, _)) = self.tmp.take() {
+            let reserved = std::mem::take(&mut self.reserved) as i64;
+            let _ = self.cache.with_usage(|_, _| {
+                let _ = std::fs::remove_file(&path);
+                Ok((-reserved, ()))
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "disk_tests.rs"]
+mod tests;

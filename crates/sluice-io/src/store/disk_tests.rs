@@ -1,0 +1,196 @@
+use super::*;
+
+fn v(size: u64, etag: &str) -> Version {
+    Version {
+        size,
+        etag: Some(etag.into()),
+    }
+}
+
+fn open(dir: &Path, limit: u64) -> Arc<DiskCache> {
+    Arc::new(DiskCache::open(dir, limit).unwrap())
+}
+
+fn put(cache: &Arc<DiskCache>, url: &str, data: &[u8]) {
+    let fill = cache.begin(url).unwrap().expect("not filling");
+    fill.commit(&v(data.len() as u64, "e"), data).unwrap();
+}
+
+/// Every file under the cache directory but its two bookkeeping files.
+fn bytes_on_disk(dir: &Path) -> u64 {
+    fn walk(p: &Path) -> u64 {
+        std::fs::read_dir(p)
+            .unwrap()
+            .flatten()
+            .map(|e| {
+                let m = e.metadata().unwrap();
+                if m.is_dir() {
+                    walk(&e.path())
+                } else {
+                    m.len()
+                }
+            })
+            .sum()
+    }
+    walk(&dir.join("objects")) + walk(&dir.join("tmp"))
+}
+
+#[test]
+fn a_stored_object_reads_back_and_a_changed_one_misses() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = open(dir.path(), 1 << 20);
+    assert!(cache.lookup("s3://b/x", |_| true).is_none());
+    put(&cache, "s3://b/x", b"abc");
+    let hit = cache.lookup("s3://b/x", |got| got == &v(3, "e")).unwrap();
+    assert_eq!(hit.read_all().unwrap(), b"abc");
+    assert!(cache
+        .lookup("s3://b/x", |got| got == &v(3, "other"))
+        .is_none());
+    assert!(cache.lookup("s3://b/y", |_| true).is_none());
+    // Stored again (the object changed in its bucket): the new bytes replace the old.
+    let fill = cache.begin("s3://b/x").unwrap().unwrap();
+    fill.commit(&v(4, "e2"), b"abcd").unwrap();
+    let hit = cache.lookup("s3://b/x", |_| true).unwrap();
+    assert_eq!(
+        (hit.read_all().unwrap(), hit.version),
+        (b"abcd".to_vec(), v(4, "e2"))
+    );
+    assert_eq!(cache.held_bytes().unwrap(), bytes_on_disk(dir.path()));
+}
+
+#[test]
+fn one_download_at_a_time_and_an_abandoned_one_leaves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = open(dir.path(), 1 << 20);
+    let mut fill = cache.begin("s3://b/x").unwrap().unwrap();
+    // Another thread or process (another open file description) finds it taken.
+    assert!(cache.begin("s3://b/x").unwrap().is_none());
+    assert!(cache.begin("s3://b/other").unwrap().is_some());
+    assert!(fill.reserve(1000).unwrap());
+    fill.file().unwrap().write_all_at(b"partial", 0).unwrap();
+    // A partial download is never visible.
+    assert!(cache.lookup("s3://b/x", |_| true).is_none());
+    drop(fill);
+    assert!(cache.lookup("s3://b/x", |_| true).is_none());
+    assert_eq!(bytes_on_disk(dir.path()), 0);
+    assert_eq!(cache.held_bytes().unwrap(), 0);
+    assert!(cache.begin("s3://b/x").unwrap().is_some());
+}
+
+#[test]
+fn a_download_whose_process_died_is_cleaned_up_by_the_next_scan() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = open(dir.path(), 1 << 20);
+    // What a killed process leaves: a temporary file nobody holds the lock of.
+    let orphan = dir
+        .path()
+        .join("tmp")
+        .join(format!("{:032x}.99999.0", hash_url("s3://b/dead")));
+    std::fs::write(&orphan, vec![0u8; 5000]).unwrap();
+    assert_eq!(cache.held_bytes().unwrap(), 0);
+    assert!(!orphan.exists());
+}
+
+#[test]
+fn eviction_keeps_the_cap_and_drops_the_least_recently_used() {
+    let dir = tempfile::tempdir().unwrap();
+    let cap = 20_000;
+    let cache = open(dir.path(), cap);
+    let old = SystemTime::now() - Duration::from_secs(3600);
+    for i in 0..40 {
+        let url = format!("s3://b/{i}");
+        put(&cache, &url, &vec![i as u8; 1000]);
+        assert!(bytes_on_disk(dir.path()) <= cap, "over the cap after {i}");
+        // Object 0 is read all along (recent); the others age as they are written.
+        let when = if i == 0 {
+            SystemTime::now()
+        } else {
+            old + Duration::from_secs(i)
+        };
+        if let Some(hit) = cache.lookup(&url, |_| true) {
+            hit.file.set_modified(when).unwrap();
+        }
+        if let Some(hit) = cache.lookup("s3://b/0", |_| true) {
+            hit.file.set_modified(SystemTime::now()).unwrap();
+        }
+    }
+    assert!(
+        cache.lookup("s3://b/0", |_| true).is_some(),
+        "the recently read one stays"
+    );
+    assert!(
+        cache.lookup("s3://b/39", |_| true).is_some(),
+        "the newest stays"
+    );
+    assert!(
+        cache.lookup("s3://b/1", |_| true).is_none(),
+        "the oldest went"
+    );
+    assert!(cache.stats.evicted.load(Relaxed) > 0);
+    assert_eq!(cache.held_bytes().unwrap(), bytes_on_disk(dir.path()));
+}
+
+#[test]
+fn an_object_over_the_cap_is_not_cached() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = open(dir.path(), 100);
+    let mut fill = cache.begin("s3://b/big").unwrap().unwrap();
+    assert!(!fill.reserve(1000).unwrap());
+    drop(fill);
+    put(&cache, "s3://b/big", &[7u8; 1000]);
+    assert!(cache.lookup("s3://b/big", |_| true).is_none());
+    assert_eq!(bytes_on_disk(dir.path()), 0);
+}
+
+#[test]
+fn a_damaged_cached_file_is_a_miss() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = open(dir.path(), 1 << 20);
+    put(&cache, "s3://b/x", &[1u8; 100]);
+    let path = cache.object_path(hash_url("s3://b/x"));
+    let f = File::options().write(true).open(&path).unwrap();
+    f.set_len(60).unwrap();
+    assert!(cache.lookup("s3://b/x", |_| true).is_none());
+}
+
+#[test]
+fn concurrent_fills_never_pass_the_cap() {
+    let dir = tempfile::tempdir().unwrap();
+    let cap = 25_000;
+    let cache = open(dir.path(), cap);
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Measured under the accounting lock: a walk beside the writers could count an object
+    // before its eviction and the download that replaced it after.
+    let watcher = {
+        let (done, cache) = (done.clone(), cache.clone());
+        std::thread::spawn(move || {
+            let mut most = 0;
+            while !done.load(Relaxed) {
+                most = most.max(cache.held_bytes().unwrap());
+            }
+            most
+        })
+    };
+    let workers: Vec<_> = (0..4u64)
+        .map(|t| {
+            let cache = cache.clone();
+            std::thread::spawn(move || {
+                for i in 0..300u64 {
+                    let url = format!("s3://b/{}", (i * 7 + t * 13) % 40);
+                    if cache.lookup(&url, |_| true).is_none() {
+                        if let Some(fill) = cache.begin(&url).unwrap() {
+                            fill.commit(&v(1000, "e"), &[t as u8; 1000]).unwrap();
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    done.store(true, Relaxed);
+    let most = watcher.join().unwrap();
+    assert!(most <= cap, "{most} bytes on disk, cap {cap}");
+    assert_eq!(cache.held_bytes().unwrap(), bytes_on_disk(dir.path()));
+}

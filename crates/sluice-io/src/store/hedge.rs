@@ -1,0 +1,232 @@
+//! Reads that hide a bucket's tail: every request's time to its first byte is measured per
+//! store, and a request still unanswered after the recent 95th percentile is sent a second time
+//! — whichever answers first is used, the other is dropped (the "hedged request" of Dean &
+//! Barroso's *The Tail at Scale*). At most one request in ten is hedged, so a store that slows
+//! down as a whole is not sent twice the load.
+//!
+//! The same measurements size how many requests to keep in flight (Little's law: in flight =
+//! rate × latency), so no user sets a concurrency.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::{Duration, Instant};
+
+/// Latencies kept per store.
+const WINDOW: usize = 256;
+/// No hedging before this many requests were measured.
+const MIN_SAMPLES: usize = 16;
+/// The hedge threshold never drops under this (a loopback store answers in microseconds).
+const FLOOR: Duration = Duration::from_millis(2);
+
+/// Recent first-byte latencies of one store, and its hedging counters.
+#[derive(Debug, Default)]
+pub struct Latency {
+    ring: Mutex<Ring>,
+    pub requests: AtomicU64,
+    pub hedged: AtomicU64,
+    /// Hedges whose second request answered first.
+    pub hedge_won: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct Ring {
+    micros: Vec<u32>,
+    next: usize,
+    recorded: u64,
+    /// (p50, p95), refreshed every 32 samples.
+    quantiles: Option<(Duration, Duration)>,
+}
+
+impl Latency {
+    /// Records one request's time to first byte.
+    pub fn record(&self, took: Duration) {
+        let mut r = self.ring.lock().unwrap_or_else(|p| p.into_inner());
+        let us = took.as_micros().min(u32::MAX as u128) as u32;
+        if r.micros.len() < WINDOW {
+            r.micros.push(us);
+        } else {
+            let i = r.next;
+            r.micros[i] = us;
+        }
+        r.next = (r.next + 1) % WINDOW;
+        r.recorded += 1;
+        if r.micros.len() >= MIN_SAMPLES && (r.recorded.is_multiple_of(32) || r.quantiles.is_none())
+        {
+            let mut v = r.micros.clone();
+            v.sort_unstable();
+            let at = |q: f64| Duration::from_micros(v[((v.len() - 1) as f64 * q) as usize] as u64);
+            r.quantiles = Some((at(0.5), at(0.95)));
+        }
+    }
+
+    /// The median and 95th percentile of recent latencies (`None` until enough were measured).
+    pub fn quantiles(&self) -> Option<(Duration, Duration)> {
+        self.ring
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .quantiles
+    }
+
+    /// When to send a second request, if one may be sent now.
+    fn hedge_after(&self) -> Option<Duration> {
+        let (_, p95) = self.quantiles()?;
+        let budget = self.requests.load(Relaxed) / 10;
+        (self.hedged.load(Relaxed) < budget.max(1)).then_some(p95.max(FLOOR))
+    }
+
+    /// Requests to keep in flight to sustain `rate` per second: twice rate × p95 (Little's
+    /// law with room for the tail), within `lo..=hi`.
+    pub fn in_flight_for(&self, rate: f64, lo: usize, hi: usize) -> usize {
+        let Some((_, p95)) = self.quantiles() else {
+            return hi;
+        };
+        ((2.0 * rate * p95.as_secs_f64()).ceil() as usize).clamp(lo, hi)
+    }
+}
+
+static STORES: LazyLock<Mutex<HashMap<String, Arc<Latency>>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+
+/// The latency record of the store at `base` (`s3://bucket`).
+pub fn latency_of(base: &str) -> Arc<Latency> {
+    let mut all = STORES.lock().unwrap_or_else(|p| p.into_inner());
+    all.entry(base.to_string()).or_default().clone()
+}
+
+/// Runs the request `start` makes, and a second one if the first has not answered after the
+/// store's recent p95; the first answer wins (a failed answer waits for the other).
+pub async fn hedged<F, Fut, T, E>(lat: &Latency, mut start: F) -> Result<T, E>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+{
+    use futures::future::{select, Either};
+    lat.requests.fetch_add(1, Relaxed);
+    let t0 = Instant::now();
+    let first = Box::pin(start());
+    let Some(after) = lat.hedge_after() else {
+        let got = first.await;
+        lat.record(t0.elapsed());
+        return got;
+    };
+    let first = match select(first, Box::pin(tokio::time::sleep(after))).await {
+        Either::Left((got, _)) => {
+            lat.record(t0.elapsed());
+            return got;
+        }
+        Either::Right(((), first)) => first,
+    };
+    lat.hedged.fetch_add(1, Relaxed);
+    let second = Box::pin(start());
+    match select(first, second).await {
+        Either::Left((Ok(v), _)) => {
+            lat.record(t0.elapsed());
+            Ok(v)
+        }
+        Either::Right((Ok(v), _)) => {
+            lat.hedge_won.fetch_add(1, Relaxed);
+            // The second request's own latency, not the stalled one's.
+            lat.record(t0.elapsed().saturating_sub(after));
+            Ok(v)
+        }
+        Either::Left((Err(_), other)) => other.await,
+        Either::Right((Err(_), other)) => other.await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rt() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    /// A request that answers after `ms` (its number `n` picks the delay).
+    async fn answer(ms: u64, n: u32) -> Result<u32, ()> {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+        Ok(n)
+    }
+
+    #[test]
+    fn quantiles_come_from_the_recent_window() {
+        let lat = Latency::default();
+        assert!(lat.quantiles().is_none());
+        for i in 0..100u64 {
+            lat.record(Duration::from_millis(if i < 95 { 10 } else { 500 }));
+        }
+        // 5 slow requests in 100 stay above the 95th percentile.
+        let (p50, p95) = lat.quantiles().unwrap();
+        assert_eq!(
+            (p50, p95),
+            (Duration::from_millis(10), Duration::from_millis(10))
+        );
+        // 1,000 objects/s at 10 ms: 10 in flight, twice that for the tail.
+        assert_eq!(lat.in_flight_for(1000.0, 4, 1000), 20);
+        assert_eq!(lat.in_flight_for(1.0, 4, 1000), 4);
+    }
+
+    #[test]
+    fn a_stalled_request_is_answered_by_its_hedge() {
+        let lat = Latency::default();
+        for _ in 0..64 {
+            lat.record(Duration::from_millis(5));
+        }
+        lat.requests.store(100, Relaxed);
+        let mut calls = 0u32;
+        // The first call stalls 5 s; the hedge, sent after ~5 ms, answers in 5 ms.
+        let got = rt().block_on(hedged(&lat, || {
+            calls += 1;
+            answer(if calls == 1 { 5_000 } else { 5 }, calls)
+        }));
+        assert_eq!(got, Ok(2));
+        assert_eq!(lat.hedged.load(Relaxed), 1);
+        assert_eq!(lat.hedge_won.load(Relaxed), 1);
+    }
+
+    #[test]
+    fn hedges_stay_within_their_budget() {
+        let lat = Latency::default();
+        for _ in 0..64 {
+            lat.record(Duration::from_millis(1));
+        }
+        // 10 requests so far, one hedge already spent: the next slow one is not hedged.
+        lat.requests.store(9, Relaxed);
+        lat.hedged.store(1, Relaxed);
+        let mut calls = 0u32;
+        let got = rt().block_on(hedged(&lat, || {
+            calls += 1;
+            answer(30, calls)
+        }));
+        assert_eq!((got, calls), (Ok(1), 1));
+    }
+
+    #[test]
+    fn a_failed_first_answer_waits_for_the_hedge() {
+        let lat = Latency::default();
+        for _ in 0..64 {
+            lat.record(Duration::from_millis(2));
+        }
+        lat.requests.store(100, Relaxed);
+        let mut calls = 0u32;
+        let got: Result<u32, ()> = rt().block_on(hedged(&lat, || {
+            calls += 1;
+            let n = calls;
+            async move {
+                if n == 1 {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    Err(())
+                } else {
+                    tokio::time::sleep(Duration::from_millis(40)).await;
+                    Ok(n)
+                }
+            }
+        }));
+        assert_eq!(got, Ok(2));
+    }
+}

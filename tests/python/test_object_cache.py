@@ -1,0 +1,270 @@
+"""The node-local object cache and hedged reads (issue 38), against a real S3-compatible server
+on loopback (benchmarks/s3_server.py: real HTTP, ranges, listings with ETags, a request log,
+injected stalls): epoch 2 reads from the cache, processes on one node share it and never
+download one object twice at once, a killed download leaves nothing readable, the cap holds,
+a changed object is fetched again, and a stalled request is answered by its hedge.
+
+Assertions count requests in the server's log and compare bytes — never a clock."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import sluice
+from bucket_server import KEYS, object_gets, requests, s3_server
+
+TIMEOUT = 120  # a hang guard for child processes, never a speed assertion
+
+
+@pytest.fixture(autouse=True)
+def _keys(monkeypatch):
+    for k, v in KEYS.items():
+        monkeypatch.setenv(k, v)
+
+
+def _files(root: pathlib.Path, n: int, size: int = 3000) -> dict[str, bytes]:
+    """n objects of distinct bytes under root/data/c{0,1}/ (the server serves root as every bucket)."""
+    got = {}
+    for i in range(n):
+        p = root / "data" / f"c{i % 2}" / f"f{i:03d}.bin"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        data = bytes([i % 251]) * size + i.to_bytes(4, "little")
+        p.write_bytes(data)
+        got[f"data/c{i % 2}/f{i:03d}.bin"] = data
+    return got
+
+
+def _use(endpoint: str, bucket: str = "bkt") -> None:
+    sluice.configure_storage(f"s3://{bucket}", endpoint=endpoint, allow_http=True)
+
+
+def _dir_bytes(d: pathlib.Path) -> int:
+    """Bytes the cache holds, measured holding its accounting lock (byte 0 of `lock`, an open
+    file description lock as the cache takes: a POSIX record lock would be dropped whenever the
+    process closes any descriptor of the file): a walk beside the readers could count an object
+    before its eviction and the download replacing it after."""
+    import fcntl
+    import struct
+
+    def lock(kind):
+        return struct.pack("hhxxxxqqixxxx", kind, os.SEEK_SET, 0, 1, 0)
+
+    with open(d / "lock", "a+b") as f:
+        fcntl.fcntl(f, fcntl.F_OFD_SETLKW, lock(fcntl.F_WRLCK))
+        try:
+            return sum(f.stat().st_size for f in d.rglob("*") if f.is_file() and f.name not in ("lock", "usage"))
+        finally:
+            fcntl.fcntl(f, fcntl.F_OFD_SETLK, lock(fcntl.F_UNLCK))
+
+
+def test_the_second_epoch_reads_every_object_from_the_cache(tmp_path):
+    root, log, cache = tmp_path / "root", tmp_path / "log", tmp_path / "cache"
+    files = _files(root, 24)
+    with s3_server(root, "--log", log) as endpoint:
+        _use(endpoint)
+        ds = sluice.read_files("s3://bkt/data/", cache_dir=cache)
+        first = {s["path"].split("bkt/")[1]: bytes(s["bytes"]) for s in ds}
+        assert first == files
+        assert len(object_gets(log)) == 24
+        second = {s["path"].split("bkt/")[1]: bytes(s["bytes"]) for s in ds}
+        assert second == files
+        assert len(object_gets(log)) == 24, "epoch 2 fetched objects again"
+        # A new dataset (another job on the node) lists the bucket and reads from the cache.
+        again = sluice.read_files("s3://bkt/data/", cache_dir=cache)
+        assert sorted(bytes(s["bytes"]) for s in again) == sorted(files.values())
+        assert len(object_gets(log)) == 24
+        # Without the cache every epoch fetches.
+        off = sluice.read_files("s3://bkt/data/", cache_dir=False)
+        assert len(list(off)) == 24
+        assert len(object_gets(log)) == 48
+
+
+def test_a_parquet_file_is_downloaded_once_and_read_locally_after(tmp_path):
+    root, log, cache = tmp_path / "root", tmp_path / "log", tmp_path / "cache"
+    root.mkdir(parents=True)
+    table = pa.table({"x": np.arange(50_000), "s": [f"row {i}" for i in range(50_000)]})
+    pq.write_table(table, root / "t.parquet", row_group_size=5_000)
+    with s3_server(root, "--log", log) as endpoint:
+        _use(endpoint)
+        ds = sluice.read_parquet("s3://bkt/t.parquet", cache_dir=cache)
+        assert [s["x"] for s in ds] == list(range(50_000))
+        n = len(object_gets(log))
+        assert n >= 1
+        ds2 = sluice.read_parquet("s3://bkt/t.parquet", cache_dir=cache)
+        assert [s["s"] for s in ds2.take(3)] == ["row 0", "row 1", "row 2"]
+        assert len(ds2) == 50_000
+        assert len(object_gets(log)) == n, "a second open read the bucket again"
+
+
+def test_a_changed_object_is_fetched_again(tmp_path):
+    root, log, cache = tmp_path / "root", tmp_path / "log", tmp_path / "cache"
+    files = _files(root, 4)
+    with s3_server(root, "--log", log) as endpoint:
+        _use(endpoint)
+        assert sorted(bytes(s["bytes"]) for s in sluice.read_files("s3://bkt/data/", cache_dir=cache)) == sorted(files.values())
+        target = root / "data" / "c0" / "f000.bin"
+        target.write_bytes(b"new bytes")
+        os.utime(target, ns=(time.time_ns() + 10**9, time.time_ns() + 10**9))
+        # The listing gives the new ETag and size: the stale copy is not used.
+        got = {s["path"].rsplit("/", 1)[1]: bytes(s["bytes"]) for s in sluice.read_files("s3://bkt/data/", cache_dir=cache)}
+        assert got["f000.bin"] == b"new bytes"
+        assert got["f002.bin"] == files["data/c0/f002.bin"]
+        assert len(object_gets(log)) == 5
+
+
+def test_the_cap_holds_while_reading_four_times_its_size(tmp_path):
+    root, cache = tmp_path / "root", tmp_path / "cache"
+    files = _files(root, 40, size=10_000)
+    total = sum(len(b) for b in files.values())
+    cap = total // 4
+    with s3_server(root) as endpoint:
+        _use(endpoint)
+        ds = sluice.read_files("s3://bkt/data/", cache_dir=cache, cache_limit=cap)
+        for _ in range(2):
+            seen = 0
+            for s in ds.iter(num_threads=2):
+                assert bytes(s["bytes"]) == files[s["path"].split("bkt/")[1]]
+                seen += 1
+                assert _dir_bytes(cache) <= cap
+            assert seen == 40
+        assert 0 < _dir_bytes(cache) <= cap
+        assert not list((cache / "tmp").iterdir())
+
+
+_READER = """
+import json, os, sys, sluice
+sluice.configure_storage("s3://bkt", endpoint=sys.argv[1], allow_http=True)
+kind = sys.argv[3]
+ds = (sluice.read_files("s3://bkt/data/", cache_dir=sys.argv[2]) if kind == "files"
+      else sluice.read_parquet("s3://bkt/pq/", cache_dir=sys.argv[2]))
+n = sum(1 for _ in ds.iter(num_threads=2))
+print(json.dumps(n), flush=True)
+"""
+
+
+def test_processes_on_a_node_share_the_cache_and_never_fetch_one_object_twice(tmp_path):
+    root, log, cache = tmp_path / "root", tmp_path / "log", tmp_path / "cache"
+    _files(root, 60)
+    (root / "pq").mkdir(parents=True)
+    for i in range(3):
+        pq.write_table(pa.table({"x": np.arange(i * 1000, (i + 1) * 1000)}), root / "pq" / f"{i}.parquet")
+    # Every response waits 20 ms, so the three readers overlap.
+    with s3_server(root, "--log", log, "--delay-ms", 20) as endpoint:
+        env = {**os.environ, **KEYS}
+        for kind, want in (("files", 60), ("parquet", 3000)):
+            procs = [subprocess.Popen([sys.executable, "-c", _READER, endpoint, str(cache), kind],
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                     for _ in range(3)]
+            for p in procs:
+                out, err = p.communicate(timeout=TIMEOUT)
+                assert p.returncode == 0, err
+                assert json.loads(out) == want
+        gets = object_gets(log)
+        data = [g for g in gets if g["key"].startswith("data/")]
+        assert len(data) == 60, f"{len(data)} GETs for 60 objects read by 3 processes"
+        # Parquet files are downloaded whole once; later readers read the cached copies
+        # (a reader that opened a file while it was downloading may read a few ranges itself).
+        pq_keys = {g["key"] for g in gets if g["key"].startswith("pq/")}
+        assert pq_keys == {f"pq/{i}.parquet" for i in range(3)}
+
+
+def test_a_download_killed_midway_leaves_nothing_readable(tmp_path):
+    root, cache = tmp_path / "root", tmp_path / "cache"
+    root.mkdir(parents=True)
+    big = np.random.default_rng(0).integers(0, 255, 24 << 20, dtype=np.uint8).tobytes()
+    (root / "big.txt").write_bytes(big.replace(b"\n", b"x")[: (24 << 20) - 1] + b"\n")
+    (root / "small.bin").write_bytes(b"s" * 1000)
+    # Every object GET stalls 30 s: the child is killed while its download is in flight.
+    with s3_server(root, "--stall-fraction", 1.0, "--stall-s", 30) as endpoint:
+        env = {**os.environ, **KEYS}
+        code = textwrap.dedent("""
+            import sys, sluice
+            sluice.configure_storage("s3://bkt", endpoint=sys.argv[1], allow_http=True)
+            ds = sluice.read_text("s3://bkt/big.txt", cache_dir=sys.argv[2], errors="replace")
+        """)
+        child = subprocess.Popen([sys.executable, "-c", code, endpoint, str(cache)], env=env,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + TIMEOUT
+        while not list((cache / "tmp").glob("*")) if (cache / "tmp").exists() else True:
+            assert time.monotonic() < deadline, "the download never started"
+            assert child.poll() is None
+            time.sleep(0.05)
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=TIMEOUT)
+    assert list((cache / "tmp").iterdir()), "the partial download is where the kill left it"
+    assert not [f for f in (cache / "objects").rglob("*") if f.is_file()], "a partial object became visible"
+    with s3_server(root) as endpoint:
+        _use(endpoint)
+        ds = sluice.read_text("s3://bkt/big.txt", cache_dir=cache, errors="replace")
+        assert len(ds) == 1
+        # Storing another object under a cap the two big files pass makes the cache scan its
+        # directory: the dead download's file is swept (its lock is free).
+        sluice.read_files("s3://bkt/small.bin", cache_dir=cache, cache_limit=30 << 20).take(1)
+    assert not list((cache / "tmp").iterdir())
+
+
+def test_stalled_requests_are_hedged(tmp_path):
+    root, log, cache = tmp_path / "root", tmp_path / "log", tmp_path / "cache"
+    files = _files(root, 200, size=500)
+    # One GET in 20 stalls 3 s. A bucket of its own: its latency record starts empty here.
+    with s3_server(root, "--log", log, "--stall-fraction", 0.05, "--stall-s", 3, "--seed", 3) as endpoint:
+        _use(endpoint, "hedge")
+        got = {s["path"].split("hedge/")[1]: bytes(s["bytes"]) for s in sluice.read_files("s3://hedge/data/", cache_dir=cache)}
+        assert got == files
+        # The server logs a request once answered (a stalled one after its stall, also when its
+        # client gave up on it). Hedges begin once 16 requests were measured and stay within
+        # one request in ten, so not every stall is hedged: some stalled object must have had
+        # a second GET. The wait is a hang guard, not a speed check.
+        deadline = time.monotonic() + 30
+        while True:
+            per_key: dict[str, int] = {}
+            for g in object_gets(log):
+                per_key[g["key"]] = per_key.get(g["key"], 0) + 1
+            stalled = [r["key"] for r in requests(log) if r.get("stalled")]
+            if any(per_key.get(k, 0) >= 2 for k in stalled) or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+    assert set(per_key) == set(files)
+    assert any(per_key.get(k, 0) >= 2 for k in stalled), (stalled, per_key)
+
+
+def test_bad_cache_arguments_name_the_argument(tmp_path):
+    with pytest.raises(ValueError, match="cache_limit"):
+        sluice.read_files(str(tmp_path), cache_limit="lots")
+    with pytest.raises(ValueError, match="cache_limit"):
+        sluice.read_files(str(tmp_path), cache_limit=-1)
+    with pytest.raises(TypeError, match="cache_dir"):
+        sluice.read_files(str(tmp_path), cache_dir=3)
+    f = tmp_path / "a.bin"
+    f.write_bytes(b"x")
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_bytes(b"")
+    with pytest.raises(OSError, match="not-a-dir"):
+        sluice.read_files("s3://bkt/a.bin", cache_dir=blocker / "sub")
+
+
+def test_the_cache_settings_travel_with_the_dataset(tmp_path):
+    import pickle
+    root, log, cache = tmp_path / "root", tmp_path / "log", tmp_path / "cache"
+    files = _files(root, 4)
+    with s3_server(root, "--log", log) as endpoint:
+        _use(endpoint)
+        ds = sluice.read_files("s3://bkt/data/", cache_dir=cache, cache_limit="1MB")
+        spec = json.loads(ds._native.source_spec())
+        assert spec["cache"] == {"dir": str(cache), "limit": 1_000_000}
+        back = pickle.loads(pickle.dumps(ds))
+        assert sorted(bytes(s["bytes"]) for s in back) == sorted(files.values())
+        assert [f for f in cache.rglob("*") if f.is_file() and f.parent.parent.name == "objects"]

@@ -103,7 +103,28 @@ def dataset_bytes(folder: Path) -> int:
 
 
 def dir_bytes(path: str) -> int:
-    """The sum of st_size of every file under `path` (files vanishing meanwhile count 0)."""
+    """The sum of st_size of every file under `path` but the cache's `lock` and `usage`,
+    walked holding the cache's accounting lock (an open-file-description lock on byte 0 of
+    `lock`, as the cache takes it): a walk beside the readers could count an object before its
+    eviction and the download replacing it after, a sum that never existed."""
+    import fcntl
+    import struct
+    lock_path = os.path.join(path, "lock")
+    if not os.path.exists(lock_path):
+        return _walk_bytes(path)
+
+    def lk(kind):
+        return struct.pack("hhxxxxqqixxxx", kind, os.SEEK_SET, 0, 1, 0)
+
+    with open(lock_path, "a+b") as f:
+        fcntl.fcntl(f, fcntl.F_OFD_SETLKW, lk(fcntl.F_WRLCK))
+        try:
+            return _walk_bytes(path)
+        finally:
+            fcntl.fcntl(f, fcntl.F_OFD_SETLK, lk(fcntl.F_UNLCK))
+
+
+def _walk_bytes(path: str) -> int:
     total, stack = 0, [path]
     while stack:
         try:
@@ -112,7 +133,7 @@ def dir_bytes(path: str) -> int:
                     try:
                         if e.is_dir(follow_symlinks=False):
                             stack.append(e.path)
-                        else:
+                        elif e.name not in ("lock", "usage"):
                             total += e.stat(follow_symlinks=False).st_size
                     except FileNotFoundError:
                         pass

@@ -15,8 +15,9 @@ pub use crate::spec::LabelMode;
 use crate::spec::SourceSpec;
 use crate::store::{expand_list, is_url, ReadAhead};
 
-/// Objects fetched ahead of need per remote source (its memory bound: this many objects).
-pub const READ_AHEAD_OBJECTS: usize = 256;
+/// Objects fetched ahead of need per remote source at most (its memory bound: this many
+/// objects; how many are in flight follows the store's latency and the rate they are read).
+pub const READ_AHEAD_OBJECTS: usize = 512;
 
 /// File extensions `read_images` picks up when given a directory.
 pub const IMAGE_EXTENSIONS: &[&str] = &["jpg", "jpeg", "png", "bmp", "gif", "webp", "tif", "tiff"];
@@ -381,6 +382,14 @@ impl Source for FilesSource {
     }
     fn ship(&self) -> Option<serde_json::Value> {
         Some(self.source_spec().to_json())
+    }
+    fn will_need_ahead(&self) -> u64 {
+        // Named well past what the queues hold, so a bucket's latency is hidden whatever the
+        // pipeline's queue depths.
+        match self.ahead {
+            Some(_) => crate::store::ahead::NAMED_AHEAD,
+            None => 0,
+        }
     }
     fn will_need(&self, indices: &[u64]) {
         if let Some(ahead) = &self.ahead {

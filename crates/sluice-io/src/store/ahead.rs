@@ -1,22 +1,39 @@
 //! Whole objects fetched ahead of need. A bucket answers each GET after a first-byte latency
 //! of tens of milliseconds; fetched one by one when a worker needs them, objects would keep
-//! the workers waiting most of the time. The source thread names the samples it has just
-//! queued ([`sluice_core::Source::will_need`]), their objects are requested at once, and the
-//! worker that reads them later finds them fetched (or in flight).
+//! the workers waiting most of the time. The source thread names the samples it will need
+//! ([`sluice_core::Source::will_need`], well ahead: [`NAMED_AHEAD`]), their objects are
+//! requested in that order, and the worker that reads them later finds them fetched (or in
+//! flight).
+//!
+//! How many are in flight follows Little's law — objects taken per second × the store's recent
+//! p95 latency, with room for the rate to grow ([`super::hedge::Latency::in_flight_for`]) —
+//! within `32..=capacity`, so a fast local store holds few objects and a slow bucket many, and no one
+//! sets a concurrency.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use bytes::Bytes;
 use sluice_core::Result;
+
+use super::hedge::Latency;
 type Fetch = super::Fetch<Bytes>;
 
-/// A bounded set of whole-object fetches in flight or done, by sample index.
+/// Samples a source over remote objects names ahead of those queued
+/// ([`sluice_core::Source::will_need_ahead`]): enough for the window at ~5,000 objects/s and
+/// 50 ms, whatever the pipeline's queue depths.
+pub const NAMED_AHEAD: u64 = 512;
+/// The fewest objects kept in flight once hints are waiting.
+const MIN_WINDOW: usize = 32;
+
+/// A bounded set of whole-object fetches in flight or done, by sample index, and the hints
+/// waiting for room.
 ///
-/// At most `capacity` objects are held; hints beyond that are dropped (those objects are
-/// fetched when read, a chunk's worth at once), so memory stays bounded by the capacity
-/// times the object size whatever the dataset's size. An entry not taken long after its hint
-/// (an iteration stopped early) is evicted.
+/// At most `capacity` objects are held (its memory bound: that many objects); hints beyond the
+/// current window wait in order (at most 4 × capacity of them, older ones dropped: those
+/// objects are fetched when read). An entry not taken long after its hint (an iteration
+/// stopped early) is evicted.
 ///
 /// ```no_run
 /// let ahead = sluice_io::store::ReadAhead::new(64);
@@ -29,11 +46,19 @@ pub struct ReadAhead {
     state: Mutex<State>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct State {
     /// Fetches by sample index, with the hint's sequence number.
     fetches: HashMap<u64, (u64, Fetch)>,
+    /// Hints not started yet, in order, with their sequence numbers.
+    waiting: VecDeque<(u64, u64, String)>,
     seq: u64,
+    /// The store's latencies (of the first object hinted).
+    lat: Option<Arc<Latency>>,
+    /// Objects taken, and since when (a rate over the last second or so).
+    taken: u64,
+    since: Instant,
+    rate: f64,
 }
 
 impl ReadAhead {
@@ -41,7 +66,15 @@ impl ReadAhead {
     pub fn new(capacity: usize) -> Self {
         ReadAhead {
             capacity: capacity.max(1),
-            state: Mutex::new(State::default()),
+            state: Mutex::new(State {
+                fetches: HashMap::new(),
+                waiting: VecDeque::new(),
+                seq: 0,
+                lat: None,
+                taken: 0,
+                since: Instant::now(),
+                rate: 0.0,
+            }),
         }
     }
 
@@ -49,33 +82,60 @@ impl ReadAhead {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Starts fetching the objects of these `(index, url)` pairs (not already started).
-    pub fn start(&self, wanted: &[(u64, String)]) {
-        let mut st = self.lock();
-        for (index, url) in wanted {
-            st.seq += 1;
-            if st.fetches.contains_key(index) {
+    /// Objects to keep in flight now.
+    fn window(&self, st: &State) -> usize {
+        match &st.lat {
+            // Until the first rate is known, the whole capacity: the first pass must not
+            // start slower than the store allows.
+            Some(lat) if st.rate > 0.0 => lat.in_flight_for(st.rate, MIN_WINDOW, self.capacity),
+            _ => self.capacity,
+        }
+    }
+
+    /// Starts waiting hints while the window has room.
+    fn pump(&self, st: &mut State) {
+        let window = self.window(st);
+        while st.fetches.len() < window {
+            let Some((index, seq, url)) = st.waiting.pop_front() else {
+                break;
+            };
+            if st.fetches.contains_key(&index) {
                 continue;
             }
-            if st.fetches.len() >= self.capacity {
-                // Entries hinted this long ago would have been taken by a running iteration.
-                let stale = st.seq.saturating_sub(4 * self.capacity as u64);
-                st.fetches.retain(|_, (s, f)| {
-                    let keep = *s >= stale;
-                    if !keep {
-                        f.abort();
-                    }
-                    keep
-                });
-                if st.fetches.len() >= self.capacity {
-                    continue;
-                }
-            }
-            if let Ok(f) = super::spawn_fetch(url) {
-                let seq = st.seq;
-                st.fetches.insert(*index, (seq, f));
+            if let Ok(f) = super::spawn_fetch(&url) {
+                st.fetches.insert(index, (seq, f));
             }
         }
+    }
+
+    /// Names the objects of these `(index, url)` pairs as needed soon, in order.
+    pub fn start(&self, wanted: &[(u64, String)]) {
+        let mut st = self.lock();
+        if st.lat.is_none() {
+            st.lat = wanted
+                .first()
+                .filter(|(_, url)| super::is_url(url))
+                .and_then(|(_, url)| super::split_url(url).ok())
+                .map(|(base, _)| super::hedge::latency_of(&base));
+        }
+        // Entries hinted this long ago would have been taken by a running iteration.
+        let stale = st.seq.saturating_sub(8 * self.capacity as u64);
+        st.fetches.retain(|_, (s, f)| {
+            let keep = *s >= stale;
+            if !keep {
+                f.abort();
+            }
+            keep
+        });
+        for (index, url) in wanted {
+            st.seq += 1;
+            let seq = st.seq;
+            st.waiting.push_back((*index, seq, url.clone()));
+        }
+        while st.waiting.len() > 4 * self.capacity {
+            st.waiting.pop_front();
+        }
+        self.pump(&mut st);
     }
 
     /// The objects of these `(index, url)` pairs, in order: each from its fetch if one was
@@ -83,10 +143,26 @@ impl ReadAhead {
     pub fn take_many(&self, wanted: &[(u64, String)]) -> Vec<Result<Bytes>> {
         let started: Vec<Option<Fetch>> = {
             let mut st = self.lock();
-            wanted
+            let got = wanted
                 .iter()
                 .map(|(i, _)| st.fetches.remove(i).map(|(_, f)| f))
-                .collect()
+                .collect();
+            // Those not started are fetched below, now: not again from the hints.
+            let now: std::collections::HashSet<u64> = wanted.iter().map(|(i, _)| *i).collect();
+            st.waiting.retain(|(i, _, _)| !now.contains(i));
+            st.taken += wanted.len() as u64;
+            let secs = st.since.elapsed().as_secs_f64();
+            if secs >= 0.5 {
+                let now = st.taken as f64 / secs;
+                st.rate = if st.rate == 0.0 {
+                    now
+                } else {
+                    0.5 * st.rate + 0.5 * now
+                };
+                (st.taken, st.since) = (0, Instant::now());
+            }
+            self.pump(&mut st);
+            got
         };
         let fetches: Vec<Result<Fetch>> = started
             .into_iter()
@@ -134,8 +210,12 @@ mod tests {
         let ahead = ReadAhead::new(4);
         ahead.start(&wanted);
         assert_eq!(ahead.held(), 4);
-        let got = ahead.take_many(&wanted);
+        // Taking the first four makes room: the next hints start.
+        let first = ahead.take_many(&wanted[..4]);
+        assert_eq!(ahead.held(), 4);
+        let rest = ahead.take_many(&wanted[4..]);
         assert_eq!(ahead.held(), 0);
+        let got: Vec<_> = first.into_iter().chain(rest).collect();
         for (i, b) in got.into_iter().enumerate() {
             assert_eq!(b.unwrap(), vec![i as u8; i]);
         }

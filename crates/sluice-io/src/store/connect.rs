@@ -35,8 +35,11 @@ use object_store::limit::LimitStore;
 use object_store::{ClientConfigKey, ObjectStore, RetryConfig};
 use sluice_core::{Error, Result};
 
-/// Requests in flight per object store (bounded so a wide pipeline cannot flood a bucket).
-pub const MAX_REQUESTS: usize = 64;
+/// Requests in flight per object store at most (bounded so a wide pipeline cannot flood a
+/// bucket): a ceiling above the permits data reads take ([`super::hedge::MAX_IN_FLIGHT`],
+/// which pace them), so a response whose body is still being read does not hold up the next
+/// request's clock.
+pub const MAX_REQUESTS: usize = 512;
 
 /// A connected store and the credential lookups that chose how it signs.
 #[derive(Debug, Clone)]

@@ -4,6 +4,10 @@
 //! Barroso's *The Tail at Scale*). At most one request in ten is hedged, so a store that slows
 //! down as a whole is not sent twice the load.
 //!
+//! Requests wait for one of the store's [`MAX_IN_FLIGHT`] permits before their clock starts:
+//! a latency that counted time queued behind a burst of requests would hedge the whole burst
+//! and spend the budget the stalls need.
+//!
 //! The same measurements size how many requests to keep in flight (Little's law: in flight =
 //! rate × latency), so no user sets a concurrency.
 
@@ -20,14 +24,38 @@ const MIN_SAMPLES: usize = 16;
 /// The hedge threshold never drops under this (a loopback store answers in microseconds).
 const FLOOR: Duration = Duration::from_millis(2);
 
-/// Recent first-byte latencies of one store, and its hedging counters.
-#[derive(Debug, Default)]
+/// Requests in flight per store (and an eighth more for hedges). By Little's law 256 sustain
+/// 5,000 requests/s at 50 ms.
+pub const MAX_IN_FLIGHT: usize = 256;
+/// Before a store's latency is known, a request still unanswered after this is hedged (a
+/// bucket's first byte is tens of milliseconds; its p99 a few hundred).
+const UNMEASURED: Duration = Duration::from_millis(300);
+
+/// Recent first-byte latencies of one store, its request permits and hedging counters.
+#[derive(Debug)]
 pub struct Latency {
     ring: Mutex<Ring>,
+    permits: tokio::sync::Semaphore,
+    /// Hedges take permits of their own: a burst that holds every request permit (the first
+    /// read-ahead window) is when a stall hurts most.
+    hedge_permits: tokio::sync::Semaphore,
     pub requests: AtomicU64,
     pub hedged: AtomicU64,
     /// Hedges whose second request answered first.
     pub hedge_won: AtomicU64,
+}
+
+impl Default for Latency {
+    fn default() -> Self {
+        Latency {
+            ring: Mutex::default(),
+            permits: tokio::sync::Semaphore::new(MAX_IN_FLIGHT),
+            hedge_permits: tokio::sync::Semaphore::new(MAX_IN_FLIGHT / 8),
+            requests: AtomicU64::new(0),
+            hedged: AtomicU64::new(0),
+            hedge_won: AtomicU64::new(0),
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -71,18 +99,22 @@ impl Latency {
 
     /// When to send a second request, if one may be sent now.
     fn hedge_after(&self) -> Option<Duration> {
-        let (_, p95) = self.quantiles()?;
+        let after = self
+            .quantiles()
+            .map_or(UNMEASURED, |(_, p95)| p95.max(FLOOR));
         let budget = self.requests.load(Relaxed) / 10;
-        (self.hedged.load(Relaxed) < budget.max(1)).then_some(p95.max(FLOOR))
+        (self.hedged.load(Relaxed) < budget.max(1)).then_some(after)
     }
 
-    /// Requests to keep in flight to sustain `rate` per second: twice rate × p95 (Little's
-    /// law with room for the tail), within `lo..=hi`.
+    /// Requests to keep in flight to sustain `rate` per second and let it grow: rate × p95
+    /// (Little's law) four times over — an object's turn from hint to use is longer than its
+    /// first byte, and a window sized to the rate it feeds would hold that rate where it is —
+    /// plus `lo`, within `lo..=hi`.
     pub fn in_flight_for(&self, rate: f64, lo: usize, hi: usize) -> usize {
         let Some((_, p95)) = self.quantiles() else {
             return hi;
         };
-        ((2.0 * rate * p95.as_secs_f64()).ceil() as usize).clamp(lo, hi)
+        (lo + (4.0 * rate * p95.as_secs_f64()).ceil() as usize).clamp(lo, hi)
     }
 }
 
@@ -103,6 +135,8 @@ where
     Fut: Future<Output = Result<T, E>>,
 {
     use futures::future::{select, Either};
+    // The semaphore is never closed: a failed acquire only means no permit is held.
+    let _permit = lat.permits.acquire().await.ok();
     lat.requests.fetch_add(1, Relaxed);
     let t0 = Instant::now();
     let first = Box::pin(start());
@@ -117,6 +151,13 @@ where
             return got;
         }
         Either::Right(((), first)) => first,
+    };
+    // The hedge needs a hedge permit; with none free many requests are slow at once (the store
+    // as a whole, not one request), and more would only add load.
+    let Ok(_hedge_permit) = lat.hedge_permits.try_acquire() else {
+        let got = first.await;
+        lat.record(t0.elapsed());
+        return got;
     };
     lat.hedged.fetch_add(1, Relaxed);
     let second = Box::pin(start());
@@ -166,9 +207,10 @@ mod tests {
             (p50, p95),
             (Duration::from_millis(10), Duration::from_millis(10))
         );
-        // 1,000 objects/s at 10 ms: 10 in flight, twice that for the tail.
-        assert_eq!(lat.in_flight_for(1000.0, 4, 1000), 20);
-        assert_eq!(lat.in_flight_for(1.0, 4, 1000), 4);
+        // 1,000 objects/s at 10 ms: 10 in flight, four times that to let the rate grow.
+        assert_eq!(lat.in_flight_for(1000.0, 4, 1000), 44);
+        assert_eq!(lat.in_flight_for(1.0, 4, 1000), 5);
+        assert_eq!(lat.in_flight_for(1e6, 4, 1000), 1000);
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //! ([`connect`]'s module doc); [`configure_storage`] passes options explicitly.
 //! Whole objects wanted soon are fetched ahead of need by [`ReadAhead`].
 
-mod ahead;
+pub mod ahead;
 pub mod cache;
 mod connect;
 pub mod disk;
@@ -219,6 +219,8 @@ enum Inner {
         copy: Arc<OnceLock<File>>,
         /// The object's download into the cache, while it runs.
         fill: Option<Arc<cache::Filling>>,
+        /// The store's latencies: ranged reads are hedged too.
+        lat: Arc<hedge::Latency>,
     },
 }
 
@@ -304,6 +306,7 @@ impl Blob {
                 path,
                 copy,
                 fill,
+                lat,
             },
             modified: None,
             checked_ms: 0.into(),
@@ -421,6 +424,7 @@ impl Blob {
             path,
             copy,
             fill,
+            lat,
         } = &self.inner
         else {
             return None;
@@ -433,10 +437,10 @@ impl Blob {
             return None; // read_ranges reports it when the bytes are needed
         }
         let rt = RUNTIME.as_ref().ok()?;
-        let (store, path, name) = (store.clone(), path.clone(), self.name.clone());
+        let (store, path, name, lat) =
+            (store.clone(), path.clone(), self.name.clone(), lat.clone());
         Some(rt.spawn(async move {
-            store
-                .get_ranges(&path, &ranges)
+            hedge::hedged(&lat, || store.get_ranges(&path, &ranges))
                 .await
                 .map_err(|e| store_error(&name, e))
         }))

@@ -39,7 +39,6 @@ import math
 import os
 import shlex
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -51,6 +50,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from remote import DATA, KEYS, cpu_seconds, cv_pipeline  # noqa: E402  (this puts python/ on the path)
+import s3_server  # noqa: E402
 import sluice  # noqa: E402
 from formats import parquet_corpus  # noqa: E402
 from peers import common as C  # noqa: E402
@@ -69,20 +69,8 @@ def has_cache_api() -> bool:
 
 
 def start_server(root: Path, args, log: Path) -> tuple[subprocess.Popen, str]:
-    with socket.socket() as sk:
-        sk.bind(("127.0.0.1", 0))
-        port = sk.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, str(HERE / "s3_server.py"), str(root), "--port", str(port),
-                             "--delay-ms", str(args.delay_ms), "--stall-fraction", str(args.stall_fraction),
-                             "--stall-s", str(args.stall_s), "--seed", str(args.seed), "--log", str(log)])
-    for _ in range(300):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return proc, f"http://127.0.0.1:{port}"
-        except OSError:
-            time.sleep(0.1)
-    proc.kill()
-    raise SystemExit("s3_server did not start")
+    return s3_server.start(root, "--delay-ms", str(args.delay_ms), "--stall-fraction", str(args.stall_fraction),
+                           "--stall-s", str(args.stall_s), "--seed", str(args.seed), "--log", str(log))
 
 
 def bucket_root(links: dict[str, Path]) -> Path:

@@ -18,7 +18,6 @@ benchmarks/results/remote.{json,md}.
 from __future__ import annotations
 
 import argparse
-import socket
 import json
 import os
 import statistics
@@ -33,6 +32,7 @@ sys.path.insert(0, str(REPO / "python"))
 sys.path.insert(0, str(HERE))
 
 
+import s3_server  # noqa: E402
 import sluice  # noqa: E402
 from formats import parquet_corpus  # noqa: E402
 from peers import common as C  # noqa: E402
@@ -43,19 +43,7 @@ KEYS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_REG
 
 
 def start_server(root: Path, delay_ms: float) -> tuple[subprocess.Popen, str]:
-    with socket.socket() as sk:
-        sk.bind(("127.0.0.1", 0))
-        port = sk.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, str(HERE / "s3_server.py"), str(root),
-                             "--port", str(port), "--delay-ms", str(delay_ms)])
-    for _ in range(300):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return proc, f"http://127.0.0.1:{port}"
-        except OSError:
-            time.sleep(0.1)
-    proc.kill()
-    raise SystemExit("s3_server did not start")
+    return s3_server.start(root, "--delay-ms", str(delay_ms))
 
 
 def bucket_root(images: Path, corpus: Path) -> Path:

@@ -237,6 +237,27 @@ async def handle(reader, writer, bucket: Bucket, delay: float, bearer: str | Non
         writer.close()
 
 
+def start(root: Path, *flags: str) -> "tuple[subprocess.Popen, str]":
+    """This server in a child process on a free loopback port, serving `root` with `flags`;
+    returns it and its endpoint URL once it accepts connections (for the benchmarks)."""
+    import socket
+    import subprocess
+    import sys
+    import time
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        port = sk.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, __file__, str(root), "--port", str(port), *map(str, flags)])
+    for _ in range(300):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return proc, f"http://127.0.0.1:{port}"
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise SystemExit("s3_server did not start")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("root", type=Path)

@@ -6,40 +6,22 @@ import contextlib
 import http.client
 import json
 import os
-import socket
-import subprocess
-import sys
 import time
 
 import pytest
 
-from procs import ROOT_DIR
-
-SERVER = ROOT_DIR / "benchmarks" / "s3_server.py"
+import bucket_server
 
 
 @contextlib.contextmanager
 def s3_server(root, *flags):
-    """The server on a free loopback port, serving `root`; yields a function making one request
+    """The server (bucket_server.s3_server) serving `root`; yields a function making one request
     (method, path, headers, body) -> (status, headers, body, seconds)."""
-    with socket.socket() as sk:
-        sk.bind(("127.0.0.1", 0))
-        port = sk.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, str(SERVER), str(root), "--port", str(port), *map(str, flags)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                assert proc.poll() is None, "s3_server exited"
-                assert time.monotonic() < deadline, "s3_server did not start"
-                time.sleep(0.05)
+    with bucket_server.s3_server(root, *flags) as endpoint:
+        host, port = endpoint.removeprefix("http://").split(":")
 
         def request(method, path, headers=None, body=None):
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            conn = http.client.HTTPConnection(host, int(port), timeout=10)
             try:
                 t0 = time.monotonic()
                 conn.request(method, path, body=body, headers=headers or {})
@@ -50,9 +32,6 @@ def s3_server(root, *flags):
                 conn.close()
 
         yield request
-    finally:
-        proc.kill()
-        proc.wait(timeout=10)
 
 
 def log_lines(log, n):

@@ -10,6 +10,7 @@
 
 pub mod ahead;
 pub mod cache;
+mod chunked;
 mod connect;
 pub mod disk;
 pub mod hedge;
@@ -33,6 +34,7 @@ use sluice_core::{Error, Result};
 
 use crate::files::{expand_path_list, has_extension};
 use crate::pathlist::PathList;
+use chunked::{spool_file, ChunkedReader};
 
 /// Bytes fetched per request when a remote object is read sequentially.
 const STREAM_CHUNK: usize = 8 << 20;
@@ -487,82 +489,6 @@ impl Blob {
     }
 }
 
-/// Sequential reads over ranged requests, the next chunk always in flight while this one is
-/// read (so a bucket's latency overlaps the reader's work): memory is two chunks.
-struct ChunkedReader {
-    blob: Arc<Blob>,
-    pos: u64,
-    buf: Bytes,
-    next: Option<Fetch<Vec<Bytes>>>,
-    /// Where a copy is kept (see [`Blob::reader_keeping_copy`]).
-    spool: Option<File>,
-}
-
-/// An unlinked temporary file (it lives while open) for a local copy of `name`.
-fn spool_file(name: &str) -> Result<File> {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let path = std::env::temp_dir().join(format!(".sluice-copy-{}-{n}", std::process::id()));
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .open(&path)
-        .map_err(|e| Error::io(format!("{} (local copy of {name})", path.display()), e))?;
-    let _ = std::fs::remove_file(&path);
-    Ok(file)
-}
-
-impl ChunkedReader {
-    fn range_at(&self, pos: u64) -> Option<Range<u64>> {
-        let left = self.blob.size - pos;
-        (left > 0).then(|| pos..pos + left.min(STREAM_CHUNK as u64))
-    }
-}
-
-impl Read for ChunkedReader {
-    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
-        if self.buf.is_empty() {
-            let Some(range) = self.range_at(self.pos) else {
-                return Ok(0);
-            };
-            let fetched = match self.next.take() {
-                Some(f) => join(f).map(|mut v| v.pop().unwrap_or_default()),
-                None => self
-                    .blob
-                    .read_at(range.start, (range.end - range.start) as usize),
-            };
-            self.buf = fetched.map_err(|e| std::io::Error::other(e.to_string()))?;
-            if let Some(spool) = &self.spool {
-                spool.write_all_at(&self.buf, range.start)?;
-                if range.end == self.blob.size {
-                    if let (Inner::Remote { copy, .. }, Ok(file)) =
-                        (&self.blob.inner, spool.try_clone())
-                    {
-                        let _ = copy.set(file);
-                    }
-                }
-            }
-            self.pos = range.end;
-            self.next = self
-                .range_at(self.pos)
-                .and_then(|r| self.blob.fetch_ahead(vec![r]));
-        }
-        let n = out.len().min(self.buf.len());
-        out[..n].copy_from_slice(&self.buf[..n]);
-        self.buf = self.buf.slice(n..);
-        Ok(n)
-    }
-}
-
-impl Drop for ChunkedReader {
-    fn drop(&mut self) {
-        if let Some(f) = self.next.take() {
-            f.abort();
-        }
-    }
-}
-
 /// Expands local paths, directories and globs (see [`expand_paths`]) and URLs: a URL ending in
 /// `/` lists everything under that prefix, a URL with `*`, `?` or `[` lists its prefix and keeps
 /// the matches, any other URL is taken as one object. `extensions` filters directory and
@@ -691,84 +617,5 @@ pub fn write_atomic(dest: &str, data: impl Into<Bytes>) -> Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn urls_split_into_store_and_key() {
-        let (b, p) = split_url("s3://bucket/a/b/*.parquet").unwrap();
-        assert_eq!((b.as_str(), p.as_str()), ("s3://bucket", "a/b/*.parquet"));
-        let (b, p) = split_url("http://127.0.0.1:9000/x/y.tar").unwrap();
-        assert_eq!(
-            (b.as_str(), p.as_str()),
-            ("http://127.0.0.1:9000", "x/y.tar")
-        );
-    }
-
-    #[test]
-    fn gs_and_az_urls_split_too() {
-        let (b, p) = split_url("gs://bucket/a/*.tar").unwrap();
-        assert_eq!((b.as_str(), p.as_str()), ("gs://bucket", "a/*.tar"));
-        let (b, p) = split_url("az://container/train/x.jpg").unwrap();
-        assert_eq!((b.as_str(), p.as_str()), ("az://container", "train/x.jpg"));
-        let (b, _) = split_url("abfss://c@acct.dfs.core.windows.net/x").unwrap();
-        assert_eq!(b, "abfss://c@acct.dfs.core.windows.net");
-    }
-
-    #[test]
-    fn local_blob_reads_ranges_and_streams() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("x.bin");
-        std::fs::write(&p, b"0123456789").unwrap();
-        let blob = Arc::new(Blob::open(&p.display().to_string()).unwrap());
-        let parts = blob.read_ranges(&[0..2, 8..10]).unwrap();
-        assert_eq!((&parts[0][..], &parts[1][..]), (&b"01"[..], &b"89"[..]));
-        assert!(blob
-            .read_at(8, 5)
-            .unwrap_err()
-            .to_string()
-            .contains("truncated"));
-        let mut all = Vec::new();
-        blob.reader().unwrap().read_to_end(&mut all).unwrap();
-        assert_eq!(all, b"0123456789");
-    }
-
-    #[test]
-    fn a_local_file_changed_after_it_was_opened_is_refused_not_read() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("f.txt");
-        std::fs::write(&p, b"aaaa\nbbbb\n").unwrap();
-        let blob = Blob::open(&p.display().to_string()).unwrap();
-        assert_eq!(&blob.read_at(5, 4).unwrap()[..], b"bbbb");
-        // The same length, other bytes: every record boundary stays where the index put it.
-        std::fs::write(&p, b"aaaa\ncccc\n").unwrap();
-        let later = std::time::SystemTime::now() + std::time::Duration::from_secs(5);
-        std::fs::File::options()
-            .write(true)
-            .open(&p)
-            .unwrap()
-            .set_modified(later)
-            .unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(CHECK_EVERY_MS + 10));
-        let e = blob.read_at(5, 4).unwrap_err().to_string();
-        assert!(
-            e.contains("f.txt: the file changed since it was opened"),
-            "{e}"
-        );
-        assert!(blob.changed());
-        // At once again, before the next check is due: a retried read gets no new bytes.
-        assert!(blob.read_at(0, 4).is_err());
-    }
-
-    #[test]
-    fn atomic_write_leaves_no_temp_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let dest = dir.path().join("part-00000.jsonl");
-        write_atomic(&dest.display().to_string(), Bytes::from_static(b"{}\n")).unwrap();
-        let names: Vec<_> = std::fs::read_dir(dir.path())
-            .unwrap()
-            .map(|e| e.unwrap().file_name())
-            .collect();
-        assert_eq!(names, ["part-00000.jsonl"]);
-    }
-}
+#[path = "tests.rs"]
+mod tests;

@@ -50,5 +50,20 @@ def requests(log: pathlib.Path) -> list[dict]:
 
 
 def object_gets(log: pathlib.Path) -> list[dict]:
-    """Logged GETs of object bytes (not listings)."""
+    """Logged GETs of object bytes (not listings), once the log has settled: the server writes
+    a request's line after answering it, so the last lines of a pass may land a moment after
+    the client has its bytes. Waits until two reads 0.2 s apart agree (10 s at most: a hang
+    guard, not a speed check)."""
+    deadline = time.monotonic() + 10
+    got = _gets(log)
+    while time.monotonic() < deadline:
+        time.sleep(0.2)
+        again = _gets(log)
+        if len(again) == len(got):
+            break
+        got = again
+    return got
+
+
+def _gets(log: pathlib.Path) -> list[dict]:
     return [r for r in requests(log) if r["method"] == "GET" and r["key"] and r["status"] in (200, 206)]

@@ -17,7 +17,6 @@ import argparse
 import io
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -88,19 +87,10 @@ def build_inputs(shard_samples: int, shards: int) -> tuple[Path, Path]:
 
 
 def start_moto() -> tuple[subprocess.Popen, str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            env={**os.environ, **KEYS}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for _ in range(300):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return proc, f"http://127.0.0.1:{port}"
-        except OSError:
-            time.sleep(0.1)
-    proc.kill()
-    raise SystemExit("moto server did not start")
+    from s3_server import start_on_free_port
+    return start_on_free_port(lambda port: [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                              "moto server", env={**os.environ, **KEYS},
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def upload(endpoint: str, corpus: Path, wds: Path) -> None:

@@ -237,17 +237,16 @@ async def handle(reader, writer, bucket: Bucket, delay: float, bearer: str | Non
         writer.close()
 
 
-def start(root: Path, *flags: str) -> "tuple[subprocess.Popen, str]":
-    """This server in a child process on a free loopback port, serving `root` with `flags`;
-    returns it and its endpoint URL once it accepts connections (for the benchmarks)."""
+def start_on_free_port(argv_for, what: str, **popen) -> "tuple[subprocess.Popen, str]":
+    """A server process on a free loopback port (`argv_for(port)` is its command line); returns
+    it and its endpoint URL once it accepts connections (for the benchmarks)."""
     import socket
     import subprocess
-    import sys
     import time
     with socket.socket() as sk:
         sk.bind(("127.0.0.1", 0))
         port = sk.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, __file__, str(root), "--port", str(port), *map(str, flags)])
+    proc = subprocess.Popen(argv_for(port), **popen)
     for _ in range(300):
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
@@ -255,7 +254,14 @@ def start(root: Path, *flags: str) -> "tuple[subprocess.Popen, str]":
         except OSError:
             time.sleep(0.1)
     proc.kill()
-    raise SystemExit("s3_server did not start")
+    raise SystemExit(f"{what} did not start")
+
+
+def start(root: Path, *flags: str) -> "tuple[subprocess.Popen, str]":
+    """This server serving `root` with `flags` (see start_on_free_port)."""
+    import sys
+    return start_on_free_port(lambda port: [sys.executable, __file__, str(root), "--port", str(port), *map(str, flags)],
+                              "s3_server")
 
 
 def main() -> None:

@@ -52,7 +52,9 @@ const PARTS_IN_FLIGHT: usize = 8;
 /// fetching it itself (that process may be stopped).
 const WAIT_FOR_OTHER: Duration = Duration::from_secs(10);
 
-static RULES: LazyLock<Mutex<HashMap<String, CacheSpec>>> = LazyLock::new(Default::default);
+/// Per bucket (`s3://bucket`): its settings and the cache they open (`None`: off).
+type Rules = HashMap<String, (CacheSpec, Option<Arc<DiskCache>>)>;
+static RULES: LazyLock<Mutex<Rules>> = LazyLock::new(Default::default);
 /// Open caches by (directory, cap asked for).
 type OpenCaches = HashMap<(PathBuf, Option<u64>), Arc<DiskCache>>;
 static OPEN: LazyLock<Mutex<OpenCaches>> = LazyLock::new(Default::default);
@@ -123,11 +125,11 @@ pub fn register(paths: &[String], spec: Option<&CacheSpec>) -> Result<()> {
             continue;
         }
         let (base, _) = split_url(p)?;
-        resolve(&spec)?;
+        let cache = resolve(&spec)?;
         RULES
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(base.clone(), spec.clone());
+            .insert(base.clone(), (spec.clone(), cache));
         last = Some(base + "/");
     }
     Ok(())
@@ -141,20 +143,22 @@ pub fn spec_of(paths: &[String]) -> Option<CacheSpec> {
     let rules = RULES.lock().unwrap_or_else(|p| p.into_inner());
     rules
         .get(&base)
+        .map(|(spec, _)| spec)
         .filter(|s| **s != CacheSpec::default())
         .cloned()
 }
 
-/// The cache serving `url`, if caching is on for its bucket.
+/// The cache serving `url`, if caching is on for its bucket (a bucket no source named gets
+/// the default cache, resolved once).
 pub fn cache_for(url: &str) -> Option<Arc<DiskCache>> {
     let (base, _) = split_url(url).ok()?;
-    let spec = RULES
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(&base)
-        .cloned()
-        .unwrap_or_default();
-    resolve(&spec).ok().flatten()
+    let mut rules = RULES.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((_, cache)) = rules.get(&base) {
+        return cache.clone();
+    }
+    let cache = resolve(&CacheSpec::default()).ok().flatten();
+    rules.insert(base, (CacheSpec::default(), cache.clone()));
+    cache
 }
 
 /// Notes what the store said `url` is (a listing, a HEAD, a GET).
@@ -220,14 +224,19 @@ pub(crate) async fn fetch_object(
     let mut pause = Duration::from_millis(2);
     loop {
         if let Some(hit) = cache.lookup(&url, |v| is_current(&url, v) != Some(false)) {
-            let data = hit.read_all().map_err(|e| io_error(&url, e))?;
+            // Read once it is known current: a changed object's stale copy is not read at all.
+            let read = |hit: &super::disk::Cached| {
+                hit.read_all()
+                    .map(Bytes::from)
+                    .map_err(|e| io_error(&url, e))
+            };
             if is_current(&url, &hit.version).is_some() {
-                return Ok(data.into());
+                return read(&hit);
             }
             match get_whole(&store, &path, &url, &lat, hit.version.etag.clone()).await? {
                 None => {
                     saw(&url, hit.version.size, hit.version.etag.as_deref());
-                    return Ok(data.into());
+                    return read(&hit);
                 }
                 Some((bytes, version)) => {
                     store_whole(&cache, &url, &version, &bytes)?;

@@ -60,15 +60,6 @@ impl Cached {
     }
 }
 
-/// Counters of one cache directory in this process.
-#[derive(Debug, Default)]
-pub struct DiskStats {
-    pub hits: AtomicU64,
-    pub misses: AtomicU64,
-    pub bytes_written: AtomicU64,
-    pub evicted: AtomicU64,
-}
-
 /// One cache directory with its byte cap.
 ///
 /// ```
@@ -87,7 +78,6 @@ pub struct DiskStats {
 pub struct DiskCache {
     dir: PathBuf,
     limit: u64,
-    pub stats: DiskStats,
 }
 
 /// The download of one object, holding its lock: [`Fill::commit`] (or [`Fill::finish`] after
@@ -187,7 +177,6 @@ impl DiskCache {
         let cache = DiskCache {
             dir: dir.to_path_buf(),
             limit,
-            stats: DiskStats::default(),
         };
         cache.lock_file()?;
         Ok(cache)
@@ -242,7 +231,6 @@ impl DiskCache {
             // Recency for eviction; a read-only file of another user cannot be touched.
             let _ = file.set_modified(now);
         }
-        self.stats.hits.fetch_add(1, Relaxed);
         Some(Cached { file, version })
     }
 
@@ -255,7 +243,6 @@ impl DiskCache {
         if !lock_byte(&lock, at, false).map_err(|e| self.err("lock", e))? {
             return Ok(None);
         }
-        self.stats.misses.fetch_add(1, Relaxed);
         Ok(Some(Fill {
             cache: self.clone(),
             url: url.to_string(),
@@ -293,9 +280,10 @@ impl DiskCache {
 
     /// Makes room for `size` more bytes within the cap (evicting if needed); under the
     /// accounting lock, given the bytes held. Returns the bytes held after eviction, or `None`
-    /// when `size` does not fit even so.
+    /// when `size` does not fit even so — or is over half the cap: one object would evict
+    /// everything else.
     fn make_room(&self, held: u64, size: u64) -> Result<Option<u64>> {
-        if size > self.limit {
+        if size > self.limit / 2 {
             return Ok(None);
         }
         if held + size <= self.limit {
@@ -357,7 +345,6 @@ impl DiskCache {
             }
             if std::fs::remove_file(&path).is_ok() {
                 held -= len;
-                self.stats.evicted.fetch_add(1, Relaxed);
             }
         }
         Ok(held)
@@ -449,7 +436,6 @@ impl Fill {
             }
         })?;
         sealed?;
-        self.cache.stats.bytes_written.fetch_add(total, Relaxed);
         Ok(())
     }
 }

@@ -41,8 +41,6 @@ pub struct Latency {
     hedge_permits: tokio::sync::Semaphore,
     pub requests: AtomicU64,
     pub hedged: AtomicU64,
-    /// Hedges whose second request answered first.
-    pub hedge_won: AtomicU64,
 }
 
 impl Default for Latency {
@@ -53,7 +51,6 @@ impl Default for Latency {
             hedge_permits: tokio::sync::Semaphore::new(MAX_IN_FLIGHT / 8),
             requests: AtomicU64::new(0),
             hedged: AtomicU64::new(0),
-            hedge_won: AtomicU64::new(0),
         }
     }
 }
@@ -63,8 +60,8 @@ struct Ring {
     micros: Vec<u32>,
     next: usize,
     recorded: u64,
-    /// (p50, p95), refreshed every 32 samples.
-    quantiles: Option<(Duration, Duration)>,
+    /// The 95th percentile, refreshed every 32 samples.
+    p95: Option<Duration>,
 }
 
 impl Latency {
@@ -80,28 +77,22 @@ impl Latency {
         }
         r.next = (r.next + 1) % WINDOW;
         r.recorded += 1;
-        if r.micros.len() >= MIN_SAMPLES && (r.recorded.is_multiple_of(32) || r.quantiles.is_none())
-        {
+        if r.micros.len() >= MIN_SAMPLES && (r.recorded.is_multiple_of(32) || r.p95.is_none()) {
             let mut v = r.micros.clone();
-            v.sort_unstable();
-            let at = |q: f64| Duration::from_micros(v[((v.len() - 1) as f64 * q) as usize] as u64);
-            r.quantiles = Some((at(0.5), at(0.95)));
+            let at = (v.len() - 1) * 95 / 100;
+            let (_, p95, _) = v.select_nth_unstable(at);
+            r.p95 = Some(Duration::from_micros(*p95 as u64));
         }
     }
 
-    /// The median and 95th percentile of recent latencies (`None` until enough were measured).
-    pub fn quantiles(&self) -> Option<(Duration, Duration)> {
-        self.ring
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .quantiles
+    /// The 95th percentile of recent latencies (`None` until enough were measured).
+    pub fn p95(&self) -> Option<Duration> {
+        self.ring.lock().unwrap_or_else(|p| p.into_inner()).p95
     }
 
     /// When to send a second request, if one may be sent now.
     fn hedge_after(&self) -> Option<Duration> {
-        let after = self
-            .quantiles()
-            .map_or(UNMEASURED, |(_, p95)| p95.max(FLOOR));
+        let after = self.p95().map_or(UNMEASURED, |p95| p95.max(FLOOR));
         let budget = self.requests.load(Relaxed) / 10;
         (self.hedged.load(Relaxed) < budget.max(1)).then_some(after)
     }
@@ -111,7 +102,7 @@ impl Latency {
     /// first byte, and a window sized to the rate it feeds would hold that rate where it is —
     /// plus `lo`, within `lo..=hi`.
     pub fn in_flight_for(&self, rate: f64, lo: usize, hi: usize) -> usize {
-        let Some((_, p95)) = self.quantiles() else {
+        let Some(p95) = self.p95() else {
             return hi;
         };
         (lo + (4.0 * rate * p95.as_secs_f64()).ceil() as usize).clamp(lo, hi)
@@ -167,7 +158,6 @@ where
             Ok(v)
         }
         Either::Right((Ok(v), _)) => {
-            lat.hedge_won.fetch_add(1, Relaxed);
             // The second request's own latency, not the stalled one's.
             lat.record(t0.elapsed().saturating_sub(after));
             Ok(v)
@@ -197,16 +187,12 @@ mod tests {
     #[test]
     fn quantiles_come_from_the_recent_window() {
         let lat = Latency::default();
-        assert!(lat.quantiles().is_none());
+        assert!(lat.p95().is_none());
         for i in 0..100u64 {
             lat.record(Duration::from_millis(if i < 95 { 10 } else { 500 }));
         }
         // 5 slow requests in 100 stay above the 95th percentile.
-        let (p50, p95) = lat.quantiles().unwrap();
-        assert_eq!(
-            (p50, p95),
-            (Duration::from_millis(10), Duration::from_millis(10))
-        );
+        assert_eq!(lat.p95(), Some(Duration::from_millis(10)));
         // 1,000 objects/s at 10 ms: 10 in flight, four times that to let the rate grow.
         assert_eq!(lat.in_flight_for(1000.0, 4, 1000), 44);
         assert_eq!(lat.in_flight_for(1.0, 4, 1000), 5);
@@ -228,7 +214,6 @@ mod tests {
         }));
         assert_eq!(got, Ok(2));
         assert_eq!(lat.hedged.load(Relaxed), 1);
-        assert_eq!(lat.hedge_won.load(Relaxed), 1);
     }
 
     #[test]

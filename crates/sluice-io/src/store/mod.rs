@@ -293,11 +293,7 @@ impl Blob {
                 Some(file) => {
                     let _ = copy.set(file);
                 }
-                // An object over half the cap would evict everything else: read it directly.
-                None if version.size <= c.limit() / 2 => {
-                    fill = cache::start_fill(&c, &store, &path, entry, version, &lat, &copy);
-                }
-                None => {}
+                None => fill = cache::start_fill(&c, &store, &path, entry, version, &lat, &copy),
             }
         }
         Ok(Blob {

@@ -320,6 +320,8 @@ def read_webdataset(
     on_error: str = "raise",
     max_member_size: int = 1073741824,
     cache: _Cache = None,
+    index: bool = False,
+    index_dir: str | None = None,
 ) -> Dataset: ...
 def read_tfrecord(
     paths: list[str],
@@ -340,6 +342,16 @@ def write_parquet(
     ds: Dataset, dir: str, rows_per_file: int, rows_per_group: int, seed: int = 0, num_threads: int | None = None
 ) -> list[str]: ...
 def write_jsonl(ds: Dataset, dir: str, rows_per_file: int, seed: int = 0, num_threads: int | None = None) -> list[str]: ...
+def write_shards(
+    ds: Dataset,
+    dir: str,
+    format: str,
+    shard_bytes: int,
+    seed: int = 0,
+    num_threads: int | None = None,
+    ray_factory: Callable[[str, int, str], Any] | None = None,
+    actors: int | None = None,
+) -> list[str]: ...
 def to_arrow_stream(ds: Dataset, batch_rows: int, seed: int = 0, num_threads: int | None = None) -> Any: ...
 
 # Caching, profiling and planning (crates/sluice-py/src/optimizer.rs); JSON in and out.

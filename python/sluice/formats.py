@@ -13,9 +13,13 @@ Paths may be local paths, directories, globs, or ``s3://`` / ``gs://`` / ``http(
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import _native
+from ._args import _bytes
+
+if TYPE_CHECKING:
+    from .context import Context
 
 
 class FormatsMixin:
@@ -52,6 +56,46 @@ class FormatsMixin:
         """Writes the outputs into directory ``path`` as ``part-00000.jsonl``, ...; arrays
         become (nested) lists; bytes fields are an error."""
         return _native.write_jsonl(self._native, str(path), rows_per_file, seed, num_threads)
+
+    def write_shards(
+        self,
+        path: str,
+        *,
+        format: str = "webdataset",
+        shard_size: "int | str" = "256MB",
+        seed: int = 0,
+        num_threads: int | None = None,
+        context: "Context | None" = None,
+    ) -> list[str]:
+        """Converts the outputs once into shards made for fast reading, in directory ``path``
+        (local or a bucket prefix): ``format="webdataset"`` writes tar shards
+        ``part-00000.tar`` with their member indexes (``part-00000.tar.idx``), read back with
+        random access by ``read_webdataset(path, index=True)``; ``format="parquet"`` writes
+        ``part-00000.parquet`` files (``read_parquet``). Each shard holds about
+        ``shard_size`` bytes (an int or ``"256MB"``); ``index.json`` lists the shards and
+        their sample counts, written last. Every file appears atomically, and a
+        deterministic pipeline writes the same files byte for byte. Returns the shard files.
+
+        The pipeline runs on ``num_threads`` threads, or with ``context=`` a Ray context its
+        element-wise stages run on the cluster's actors (for big conversions); finished
+        shards are synced or uploaded in the background while the next is written.
+
+        In a tar shard each field is a member ``<key>.<field>``: ``__key__`` when the sample
+        has one, else its position; bytes as they are, text as UTF-8, numbers as text,
+        arrays as ``.npy``, lists as ``.json``. Arrays (decoded images, token ids) read back
+        as arrays from Parquet, as ``.npy`` bytes from tar."""
+        if format not in ("webdataset", "parquet"):
+            raise ValueError(f"format must be 'webdataset' or 'parquet', got {format!r}")
+        shard_bytes = _bytes("shard_size", shard_size)
+        if shard_bytes <= 0:
+            raise ValueError(f"shard_size must be > 0 bytes, got {shard_size!r}")
+        if context is not None and context.remote:
+            context.connect()
+            return _native.write_shards(
+                self._native, str(path), format, shard_bytes, seed, num_threads,
+                ray_factory=context._pool, actors=context.actors(),
+            )
+        return _native.write_shards(self._native, str(path), format, shard_bytes, seed, num_threads)
 
     def __arrow_c_stream__(self, requested_schema: Any = None) -> Any:
         """The Arrow PyCapsule stream protocol: ``pyarrow.table(ds)``, ``polars.DataFrame(ds)``

@@ -225,10 +225,21 @@ def read_webdataset(
     max_member_size: int = 1 << 30,
     cache_dir: Any = None,
     cache_limit: Any = None,
+    index: "bool | str | os.PathLike[str] | None" = None,
 ) -> "Dataset":
-    """Samples ``{__key__, __url__, <ext>: bytes}`` from WebDataset tar shards, streamed.
+    """Samples ``{__key__, __url__, <ext>: bytes}`` from WebDataset tar shards.
 
-    Tar has no index, so use ``shuffle_buffer`` (not ``shuffle``). With ``rank`` and
+    With ``index=True`` (or a directory) the samples are random-access: each shard's member
+    index says where every sample lies, so ``shuffle()`` is a true global permutation,
+    ``shard()`` is exact, resuming is O(1) and a sample is one ranged read of its members.
+    ``index=True`` reads ``<shard>.idx`` beside each shard (``write_shards`` writes them) and
+    builds missing ones in memory by walking the shard's headers once; ``index="<dir>"``
+    keeps them in that directory (local or a bucket prefix), building and writing the missing
+    ones — for shards in a bucket you cannot write to. ``rank``/``world_size`` then split by
+    sample, as ``shard(rank, world_size)`` does; ``shuffle_shards`` does not apply (use
+    ``shuffle()``). Indexed shards must be uncompressed tar.
+
+    Without an index the shards stream: use ``shuffle_buffer`` (not ``shuffle``). With ``rank`` and
     ``world_size`` each rank reads every ``world_size``-th shard (shard-level sharding).
     ``shuffle_shards=True`` permutes the shard order every epoch from the iteration's seed
     and epoch (``shuffle_shards=<int>``: from that seed); ranks split the permuted list, so
@@ -253,11 +264,29 @@ def read_webdataset(
     _on_error(on_error)
     if isinstance(max_member_size, bool) or not isinstance(max_member_size, int) or max_member_size <= 0:
         raise ValueError(f"max_member_size must be a positive int (bytes), got {max_member_size!r}")
-    return Dataset(
+    if index is None or index is False:
+        return Dataset(
+            _native.read_webdataset(
+                _paths(shards), rank, world_size, shuffle, seed, on_error, max_member_size, _cache(cache_dir, cache_limit)
+            )
+        )
+    if index is True:
+        index_dir = None
+    elif isinstance(index, (str, os.PathLike)):
+        index_dir = os.fspath(index)
+    else:
+        raise TypeError(f"index must be True, False or a directory, got {index!r}")
+    if shuffle:
+        raise ValueError("shuffle_shards does not apply with index=: shuffle() is a global permutation of the samples")
+    if (rank is None) != (world_size is None):
+        raise ValueError("give both rank and world_size, or neither")
+    ds = Dataset(
         _native.read_webdataset(
-            _paths(shards), rank, world_size, shuffle, seed, on_error, max_member_size, _cache(cache_dir, cache_limit)
+            _paths(shards), None, None, False, None, on_error, max_member_size, _cache(cache_dir, cache_limit),
+            index=True, index_dir=index_dir,
         )
     )
+    return ds if rank is None else ds.shard(rank, world_size)
 
 
 @_recipe.source

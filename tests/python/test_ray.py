@@ -446,3 +446,14 @@ def test_a_function_before_sort_runs_on_the_actors(cluster):
     rows = list(sluice.range(60).map(pid_of).sort("id").iter(context=ctx(), chunk_size=4))
     assert [r["id"] for r in rows] == list(range(60))
     assert os.getpid() not in {r["pid"] for r in rows}
+
+
+def test_write_shards_runs_the_conversion_on_actors(cluster, images_dir, tmp_path):
+    driver = os.getpid()
+    ds = sluice.read_images(images_dir).map(lambda s: {"jpg": s["bytes"], "pid": os.getpid()})
+    files = ds.write_shards(str(tmp_path / "out"), shard_size=4096, context=ctx())
+    assert files and all(f.endswith(".tar") for f in files)
+    back = list(sluice.read_webdataset(str(tmp_path / "out"), index=True))
+    want = [bytes(s["bytes"]) for s in sluice.read_images(images_dir)]
+    assert [bytes(s["jpg"]) for s in back] == want
+    assert {int(bytes(s["pid"])) for s in back}.isdisjoint({driver})

@@ -103,16 +103,31 @@ impl SourceSpec {
                 shuffle_shards,
                 on_error,
                 max_member_size,
+                index,
                 ..
             } => {
+                let opts = WdsOptions {
+                    on_error: *on_error,
+                    max_member_size: max_member_size.unwrap_or(DEFAULT_MAX_MEMBER_SIZE),
+                };
+                if !index.is_off() {
+                    if rank.is_some() || world_size.is_some() || shuffle_shards.get().is_some() {
+                        return Err(Error::invalid(
+                            "with index=, shuffle() is a global permutation and shard(rank, \
+                             world_size) exact: use them rather than shuffle_shards, rank and \
+                             world_size",
+                        ));
+                    }
+                    return Ok(Arc::new(crate::webdataset::IndexedWebDataset::open(
+                        paths,
+                        index.clone(),
+                        opts,
+                    )?));
+                }
                 let ranks = match (rank, world_size) {
                     (Some(r), Some(n)) => Some((*r, *n)),
                     (None, None) => None,
                     _ => return Err(Error::invalid("give both rank and world_size, or neither")),
-                };
-                let opts = WdsOptions {
-                    on_error: *on_error,
-                    max_member_size: max_member_size.unwrap_or(DEFAULT_MAX_MEMBER_SIZE),
                 };
                 Arc::new(WebDatasetSource::open_with(
                     paths,

@@ -56,7 +56,7 @@ pub fn part_name(dir: &str, n: usize, ext: &str) -> String {
     format!("{}/part-{n:05}.{ext}", dir.trim_end_matches('/'))
 }
 
-fn prepare_dir(dir: &str) -> Result<()> {
+pub(crate) fn prepare_dir(dir: &str) -> Result<()> {
     if !is_url(dir) {
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
         scratch::sweep_files_once(std::path::Path::new(dir), "part-tmp", temp_owner);
@@ -94,7 +94,7 @@ pub(crate) fn create_temp(dest: &std::path::Path) -> Result<(std::path::PathBuf,
 
 /// Removes `part-NNNNN.ext` files other than the `written` ones, left by an earlier run
 /// (local directories only), so the directory holds exactly this run's output.
-fn remove_stale(dir: &str, written: &[String], ext: &str) -> Result<()> {
+pub(crate) fn remove_stale(dir: &str, written: &[String], ext: &str) -> Result<()> {
     if is_url(dir) {
         return Ok(());
     }
@@ -132,14 +132,14 @@ fn out_of_order(part: usize, last: usize) -> Error {
 
 /// Where a part file's bytes go before it is published: a hidden temporary file beside the
 /// destination, or memory for an upload to a store.
-struct Staging {
+pub(crate) struct Staging {
     tmp: Option<std::path::PathBuf>,
     file: Option<std::io::BufWriter<std::fs::File>>,
     mem: Vec<u8>,
 }
 
 impl Staging {
-    fn new(dest: &str) -> Result<Self> {
+    pub(crate) fn new(dest: &str) -> Result<Self> {
         if is_url(dest) {
             return Ok(Staging {
                 tmp: None,
@@ -154,7 +154,7 @@ impl Staging {
             mem: Vec::new(),
         })
     }
-    fn publish(mut self, dest: &str) -> Result<()> {
+    pub(crate) fn publish(mut self, dest: &str) -> Result<()> {
         let Some(file) = self.file.take() else {
             return write_atomic(dest, Bytes::from(std::mem::take(&mut self.mem)));
         };

@@ -127,6 +127,9 @@ pub enum SourceSpec {
         /// Members declaring more bytes are errors (default 1 GiB).
         #[serde(default)]
         max_member_size: Option<u64>,
+        /// `true` or a directory: samples read through a member index (random access).
+        #[serde(default, skip_serializing_if = "WdsIndex::is_off")]
+        index: WdsIndex,
     },
     /// `read_tfrecord(paths, compression, index, features, parse)`.
     ReadTfrecord {
@@ -217,6 +220,29 @@ impl ShuffleShards {
             ShuffleShards::Flag(true) => Some(ShardShuffle::IterationSeed),
             ShuffleShards::Seed(s) => Some(ShardShuffle::Seed(s)),
         }
+    }
+}
+
+/// `index = false | true | "<dir>"` of `read_webdataset`: no index (stream the shards), the
+/// index files beside the shards (`<shard>.idx`, built in memory where missing), or those in
+/// a directory of their own (built and written there where missing).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum WdsIndex {
+    Flag(bool),
+    Dir(String),
+}
+
+impl Default for WdsIndex {
+    fn default() -> Self {
+        WdsIndex::Flag(false)
+    }
+}
+
+impl WdsIndex {
+    /// No index: the shards stream.
+    pub fn is_off(&self) -> bool {
+        *self == WdsIndex::Flag(false)
     }
 }
 
@@ -338,9 +364,11 @@ impl SourceSpec {
                 shuffle_shards,
                 on_error,
                 max_member_size,
+                index,
                 ..
             } => Summary::ReadWebdataset {
                 shards: paths.len(),
+                samples: (!index.is_off()).then_some(len).flatten(),
                 rank: rank.zip(*world_size),
                 shuffle_shards: *shuffle_shards,
                 // Only when set, so pipelines (and checkpoints) from before these options
@@ -418,6 +446,9 @@ enum Summary<'a> {
     },
     ReadWebdataset {
         shards: usize,
+        /// Samples, when read through an index (streams have no count).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        samples: Option<u64>,
         rank: Option<(u64, u64)>,
         shuffle_shards: ShuffleShards,
         #[serde(skip_serializing_if = "Option::is_none")]
@@ -538,6 +569,17 @@ mod tests {
                 shuffle_shards: ShuffleShards::Seed(3),
                 on_error: OnError::Skip,
                 max_member_size: Some(4096),
+                index: Default::default(),
+            },
+            SourceSpec::ReadWebdataset {
+                paths: vec![d("s*.tar")],
+                cache: None,
+                rank: None,
+                world_size: None,
+                shuffle_shards: Default::default(),
+                on_error: OnError::Raise,
+                max_member_size: Some(4096),
+                index: WdsIndex::Dir(d("idx")),
             },
             SourceSpec::ReadTfrecord {
                 paths: vec![d("r.tfrecord")],
@@ -616,6 +658,9 @@ mod tests {
             json!({"source": "read_csv", "files": 1, "records": 2, "skipped": 0}),
             json!({"source": "read_webdataset", "shards": 2, "rank": [1, 2],
                    "shuffle_shards": 3, "on_error": "skip", "max_member_size": 4096}),
+            // Indexed: its sample count, not where the index is kept.
+            json!({"source": "read_webdataset", "shards": 2, "samples": 3, "rank": null,
+                   "shuffle_shards": false, "max_member_size": 4096}),
             json!({"source": "read_tfrecord", "files": 1, "records": 2, "features": null,
                    "parse": false}),
         ];
@@ -631,6 +676,7 @@ mod tests {
             shuffle_shards: ShuffleShards::Flag(true),
             on_error: OnError::Raise,
             max_member_size: Some(DEFAULT_MAX_MEMBER_SIZE),
+            index: Default::default(),
         };
         assert_eq!(
             plain.summary(None, 0),
@@ -654,6 +700,7 @@ mod tests {
                 shuffle_shards: ShuffleShards::Flag(false),
                 on_error: OnError::Raise,
                 max_member_size: None,
+                index: Default::default(),
             }
         );
         let csv = SourceSpec::from_json(&json!({"source": "read_csv", "paths": ["a"],

@@ -87,6 +87,37 @@ fn write_jsonl(
     released(py, || ds.ds.write_jsonl(&dir, &sink, &opts))?.py()
 }
 
+/// `format`: `"webdataset"` or `"parquet"`; `shard_bytes`: a shard's size; `ray_factory` and
+/// `actors`: a Ray context's, to run the pipeline's element-wise stages on Ray.
+#[pyfunction]
+#[pyo3(signature = (ds, dir, format, shard_bytes, seed=0, num_threads=None, ray_factory=None, actors=None))]
+#[allow(clippy::too_many_arguments)]
+fn write_shards(
+    py: Python<'_>,
+    ds: &PyDataset,
+    dir: String,
+    format: &str,
+    shard_bytes: u64,
+    seed: u64,
+    num_threads: Option<usize>,
+    ray_factory: Option<Py<PyAny>>,
+    actors: Option<usize>,
+) -> PyResult<Vec<String>> {
+    let shards = sluice::ShardOptions {
+        format: format.parse().py()?,
+        shard_bytes,
+    };
+    let opts = RunArgs {
+        seed,
+        num_threads,
+        ray_factory,
+        actors,
+        ..Default::default()
+    }
+    .options(py)?;
+    released(py, || ds.ds.write_shards(&dir, &shards, &opts))?.py()
+}
+
 /// Pulls each batch with the GIL released (the consumer, pyarrow, may hold it while Python
 /// UDFs in the pipeline need it), checking for Ctrl-C while the pipeline makes it. A Ctrl-C
 /// stops the run and ends the stream with an error naming the `KeyboardInterrupt`: the Arrow
@@ -142,6 +173,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(from_arrow_stream, m)?)?;
     m.add_function(wrap_pyfunction!(write_parquet, m)?)?;
     m.add_function(wrap_pyfunction!(write_jsonl, m)?)?;
+    m.add_function(wrap_pyfunction!(write_shards, m)?)?;
     m.add_function(wrap_pyfunction!(to_arrow_stream, m)?)?;
     Ok(())
 }

@@ -7,7 +7,9 @@
 use std::collections::BTreeMap;
 
 use pyo3::prelude::*;
-use sluice::{CacheSpec, CsvType, Dataset, LabelMode, ShuffleShards, SourceSpec, Utf8Errors};
+use sluice::{
+    CacheSpec, CsvType, Dataset, LabelMode, ShuffleShards, SourceSpec, Utf8Errors, WdsIndex,
+};
 
 use crate::dataset::PyDataset;
 use crate::errors::IntoPy;
@@ -185,9 +187,11 @@ fn read_text(
 
 /// `shuffle_shards`: shuffle the shard order per epoch; `shuffle_seed`: from this seed
 /// rather than the iteration's. `on_error` and `max_member_size`: [`sluice::WdsOptions`].
+/// `index`: read through member indexes (random access); `index_dir`: kept in that directory.
 #[pyfunction]
 #[pyo3(signature = (paths, rank=None, world_size=None, shuffle_shards=false, shuffle_seed=None,
-                    on_error="raise", max_member_size=sluice::DEFAULT_MAX_MEMBER_SIZE, cache=None))]
+                    on_error="raise", max_member_size=sluice::DEFAULT_MAX_MEMBER_SIZE, cache=None,
+                    index=false, index_dir=None))]
 #[allow(clippy::too_many_arguments)]
 fn read_webdataset(
     py: Python<'_>,
@@ -199,7 +203,13 @@ fn read_webdataset(
     on_error: &str,
     max_member_size: u64,
     cache: Cache,
+    index: bool,
+    index_dir: Option<String>,
 ) -> PyResult<PyDataset> {
+    let index = match index_dir {
+        Some(dir) => WdsIndex::Dir(dir),
+        None => WdsIndex::Flag(index),
+    };
     let shuffle_shards = match (shuffle_shards, shuffle_seed) {
         (true, Some(seed)) => ShuffleShards::Seed(seed),
         (on, _) => ShuffleShards::Flag(on),
@@ -212,6 +222,7 @@ fn read_webdataset(
         shuffle_shards,
         on_error: on_error.parse().py()?,
         max_member_size: Some(max_member_size),
+        index,
     };
     open_ds(py, spec)
 }

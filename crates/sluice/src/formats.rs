@@ -103,6 +103,27 @@ impl Dataset {
         }
     }
 
+    /// Writes the outputs into `dir` as shards made for fast reading (WebDataset tar with
+    /// member indexes, or Parquet) of about `shards.shard_bytes` each, then `index.json`;
+    /// returns the shard files ([`sluice_io::shard_writer`]). The pipeline runs as `opts`
+    /// says (threads, or Ray actors for its element-wise stages).
+    ///
+    /// ```no_run
+    /// use sluice::{ShardFormat, ShardOptions};
+    /// let ds = sluice::Dataset::read_files(&["raw/*.jpg".into()])?;
+    /// let opts = ShardOptions { format: ShardFormat::Webdataset, shard_bytes: 256 << 20 };
+    /// ds.write_shards("shards/", &opts, &Default::default())?;
+    /// # Ok::<(), sluice::Error>(())
+    /// ```
+    pub fn write_shards(
+        &self,
+        dir: &str,
+        shards: &sluice_io::shard_writer::ShardOptions,
+        opts: &IterOptions,
+    ) -> Result<Vec<String>> {
+        sluice_io::shard_writer::write_shards(self.iter(opts)?, dir, shards)
+    }
+
     /// The outputs as Arrow record batches of up to `rows` rows (what `to_arrow` exports). A
     /// pipeline that is a columnar source and nothing per row (shuffled, sharded or not) is
     /// read in batches built column by column; others are collected from their samples.

@@ -40,6 +40,7 @@ pub use sluice_core::{
 // their endpoint, the engine's interrupt flag, recycled batch buffers, the field-name and
 // tensor-data macros.
 pub use sluice_core::{exec, field_names, interrupt, recycle, stats, with_tensor_data};
+pub use sluice_io::shard_writer::{ShardFormat, ShardOptions};
 pub use sluice_io::store::{configure_storage, CacheSpec};
 pub use sluice_io::{
     arrow_array, arrow_conv::value_at as arrow_value_at, arrow_conv::ArrowColumn,
@@ -47,7 +48,7 @@ pub use sluice_io::{
 };
 pub use sluice_io::{
     csv_options, JsonlOptions, LabelMode, LinesFormat, LinesSource, ShardShuffle, ShuffleShards,
-    SourceSpec, TfrecordOptions, Utf8Errors, WdsOptions, DEFAULT_MAX_MEMBER_SIZE,
+    SourceSpec, TfrecordOptions, Utf8Errors, WdsIndex, WdsOptions, DEFAULT_MAX_MEMBER_SIZE,
 };
 pub use sluice_ops::OpSpec;
 pub use sluice_optimizer::{OptimizerOptions, Plan, Profile, ProfileOptions};

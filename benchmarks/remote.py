@@ -62,18 +62,19 @@ def cv_pass(root: str) -> tuple[int, float, float]:
     return steady(cv_pipeline(sluice.read_images(root, labels="parent_dir").shuffle(seed=0)), "label")
 
 
-def cv_pipeline(ds):
-    """The CV reference pipeline's ops (benchmarks/peers/sluice_native.py) after `ds`."""
+def cv_pipeline(ds, field: str = "bytes", keep: tuple = ("image", "label")):
+    """The CV reference pipeline's ops (benchmarks/peers/sluice_native.py) after `ds`: the
+    JPEG in `field`, the fields `keep` kept."""
     import sluice.image as img
 
-    return (ds.map(img.decode())
+    return (ds.map(img.decode(field=field))
             .map(img.random_resized_crop(C.CV_SIZE, scale=C.CV_SCALE, ratio=C.CV_RATIO))
             .map(img.horizontal_flip(p=C.CV_FLIP_P))
             .map(img.color_jitter(*C.CV_JITTER, p=C.CV_JITTER_P))
             .map(img.grayscale(p=C.CV_GRAY_P, num_output_channels=3))
             .map(img.gaussian_blur(C.CV_BLUR_KERNEL, sigma=C.CV_BLUR_SIGMA, p=C.CV_BLUR_P))
             .map(img.normalize(C.MEAN, C.STD))
-            .map(sluice.ops.select(["image", "label"]))
+            .map(sluice.ops.select(list(keep)))
             .batch(C.CV_BATCH))
 
 

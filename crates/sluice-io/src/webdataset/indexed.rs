@@ -25,8 +25,31 @@ const READ_WHOLE: u64 = 64 << 20;
 
 #[derive(Debug)]
 struct Shard {
-    blob: Arc<Blob>,
+    name: String,
+    /// An object in a store, opened once (its HEAD, its cached copy). A local shard is
+    /// opened per read instead: a dataset of many thousand shards would otherwise hold as
+    /// many descriptors.
+    remote: Option<Arc<Blob>>,
     index: ShardIndex,
+}
+
+impl Shard {
+    fn blob(&self) -> Result<Arc<Blob>> {
+        if let Some(b) = &self.remote {
+            return Ok(b.clone());
+        }
+        let blob = Blob::open(&self.name)?;
+        if blob.size() != self.index.size {
+            return Err(Error::data(format!(
+                "{}: the shard changed since it was indexed ({} bytes, the index says {}); \
+                 open it again",
+                self.name,
+                blob.size(),
+                self.index.size
+            )));
+        }
+        Ok(Arc::new(blob))
+    }
 }
 
 /// WebDataset tar shards with a member index: random access to every sample.
@@ -111,15 +134,16 @@ impl IndexedWebDataset {
         Ok((s, shard.index.offsets[k]..shard.index.offsets[k + 1]))
     }
 
-    /// Sample `i` from its bytes (`None`: read them through a positional reader).
+    /// Sample `i` from its bytes (`None`: read them through a positional reader of `blob`).
     fn parse(
         &self,
         i: u64,
         shard: &Shard,
         range: std::ops::Range<u64>,
         bytes: Option<Bytes>,
+        blob: &Arc<Blob>,
     ) -> Result<Sample> {
-        let name = shard.blob.name();
+        let name = shard.name.as_str();
         let mut group = Grouper::new(name, self.opts, &self.skipped);
         let mismatch = |what: &str| {
             Error::data(format!(
@@ -149,7 +173,7 @@ impl IndexedWebDataset {
             None => {
                 let reader = std::io::BufReader::with_capacity(
                     1 << 20,
-                    Ranged::new(shard.blob.clone(), range.clone()),
+                    Ranged::new(blob.clone(), range.clone()),
                 );
                 let mut archive = tar::Archive::new(reader);
                 group_entries!(archive.entries_with_seek().map_err(|e| broken(name, e))?);
@@ -189,7 +213,11 @@ fn build_all(paths: &[String], dir: Option<&str>, opts: &WdsOptions) -> Result<V
             scope.spawn(|| loop {
                 let i = next.fetch_add(1, Relaxed);
                 let Some(path) = paths.get(i) else { break };
-                let got = load_or_build(path, dir, opts).map(|(blob, index)| Shard { blob, index });
+                let got = load_or_build(path, dir, opts).map(|(blob, index)| Shard {
+                    name: path.clone(),
+                    remote: crate::store::is_url(path).then_some(blob),
+                    index,
+                });
                 let failed = got.is_err();
                 done.lock().unwrap_or_else(|p| p.into_inner())[i] = Some(got);
                 if failed {
@@ -230,14 +258,11 @@ impl Source for IndexedWebDataset {
     fn get(&self, index: u64) -> Result<Sample> {
         let (s, range) = self.locate(index)?;
         let shard = &self.shards[s];
+        let blob = shard.blob()?;
         let bytes = (range.end - range.start <= READ_WHOLE)
-            .then(|| {
-                shard
-                    .blob
-                    .read_at(range.start, (range.end - range.start) as usize)
-            })
+            .then(|| blob.read_at(range.start, (range.end - range.start) as usize))
             .transpose()?;
-        self.parse(index, shard, range, bytes)
+        self.parse(index, shard, range, bytes, &blob)
     }
     fn get_many(&self, indices: &[u64]) -> Vec<Result<Sample>> {
         // The small samples of each shard in one call: a store fetches them concurrently.
@@ -255,10 +280,11 @@ impl Source for IndexedWebDataset {
         for (s, wanted) in by_shard {
             let shard = &self.shards[s];
             let ranges: Vec<_> = wanted.iter().map(|(_, r)| r.clone()).collect();
-            match shard.blob.read_ranges(&ranges) {
-                Ok(all) => {
+            match shard.blob().and_then(|b| Ok((b.read_ranges(&ranges)?, b))) {
+                Ok((all, blob)) => {
                     for ((slot, range), bytes) in wanted.into_iter().zip(all) {
-                        out[slot] = Some(self.parse(indices[slot], shard, range, Some(bytes)));
+                        out[slot] =
+                            Some(self.parse(indices[slot], shard, range, Some(bytes), &blob));
                     }
                 }
                 // Each on its own, so every sample gets its own error.

@@ -235,3 +235,19 @@ fn a_shard_without_samples_adds_none() {
         src.paths[1]
     );
 }
+
+#[test]
+fn a_shard_changed_after_indexing_is_an_error_not_other_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = shard(dir.path(), "a.tar", &[("0.txt", b"x"), ("1.txt", b"y")]);
+    let src = open(&path, WdsIndex::Flag(true), OnError::Raise).unwrap();
+    assert!(src.get(1).is_ok());
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap();
+    std::io::Write::write_all(&mut f, &[0u8; 512]).unwrap();
+    let e = src.get(1).unwrap_err().to_string();
+    assert!(e.contains("changed since it was indexed"), "{e}");
+    assert!(src.get_many(&[0])[0].is_err());
+}

@@ -210,9 +210,9 @@ struct ShardReader<'a> {
 }
 
 impl ShardReader<'_> {
-    /// Reads the shard, sending its samples; `false` if the consumer went away.
-    fn read(&self) -> Result<bool> {
-        let blob = Arc::new(Blob::open(self.shard)?);
+    /// Reads the shard (opened as `blob`), sending its samples; `false` if the consumer went away.
+    fn read(&self, blob: Result<Blob>) -> Result<bool> {
+        let blob = Arc::new(blob?);
         let mut archive = tar::Archive::new(crate::compressed::reader(&blob)?);
         let mut group = Grouper::new(self.shard, self.opts, self.skipped);
         for entry in archive.entries().map_err(|e| broken(self.shard, e))? {
@@ -284,22 +284,33 @@ impl Source for WebDatasetSource {
         std::thread::Builder::new()
             .name("sluice-wds".into())
             .spawn(move || {
-                for shard in shards.iter() {
-                    let reader = ShardReader {
-                        shard,
-                        opts,
-                        skipped: &skipped,
-                        tx: &tx,
-                    };
-                    match reader.read() {
-                        Ok(true) => {}
-                        Ok(false) => return,
-                        Err(e) => {
-                            let _ = tx.send(Err(e));
-                            return;
+                std::thread::scope(|scope| {
+                    // The next shard is opened while this one is read: in a bucket, its HEAD
+                    // (and its download into the object cache) overlap this shard's samples.
+                    let open = |i: usize| shards.get(i).map(|s| scope.spawn(|| Blob::open(s)));
+                    let mut next = open(0);
+                    for (i, shard) in shards.iter().enumerate() {
+                        let blob = match next.take().map(|h| h.join()) {
+                            Some(Ok(blob)) => blob,
+                            _ => Err(Error::Internal(format!("{shard}: its opening failed"))),
+                        };
+                        next = open(i + 1);
+                        let reader = ShardReader {
+                            shard,
+                            opts,
+                            skipped: &skipped,
+                            tx: &tx,
+                        };
+                        match reader.read(blob) {
+                            Ok(true) => {}
+                            Ok(false) => return,
+                            Err(e) => {
+                                let _ = tx.send(Err(e));
+                                return;
+                            }
                         }
                     }
-                }
+                })
             })
             .map_err(|e| Error::no_thread("a WebDataset reader", e))?;
         Ok(Box::new(ShardStream { rx }))

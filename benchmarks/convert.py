@@ -7,7 +7,7 @@ ImageNet-shaped tree of files) converted into shards for fast reading, by
              num_workers=<cores>) — LitData's converter, where it installs
 
 Both keep each JPEG's bytes as they are (no re-encode) with its int label. The files are
-generated once under --work (~3 KB each: 96×96 gradients with noise, the sample number after
+generated once under --work (~4.5 KB each: 96×96 gradients with noise, the sample number after
 the JPEG's end so every file differs) and are in the page cache for both (written just before;
 sluice runs first). Reported per system: wall seconds, files per second, files per second per
 core (over the machine's cores) and per CPU-second used; then the output is read back whole
@@ -92,16 +92,16 @@ def _cpu() -> float:
     return r.ru_utime + r.ru_stime + c.ru_utime + c.ru_stime
 
 
-def run_sluice(root: Path, out: Path, n: int) -> dict:
+def run_sluice(root: Path, out: Path, n: int, fmt: str = "webdataset") -> dict:
     shutil.rmtree(out, ignore_errors=True)
     t0, c0 = time.perf_counter(), _cpu()
     ds = (sluice.read_images(str(root))
           .map(sluice.ops.rename("bytes", "jpg"))
           .map(sluice.ops.rename("label", "cls"))
           .map(sluice.ops.select(["jpg", "cls"])))
-    files = ds.write_shards(str(out), shard_size="256MB")
+    files = ds.write_shards(str(out), format=fmt, shard_size="256MB")
     wall, cpu = time.perf_counter() - t0, _cpu() - c0
-    back = sluice.read_webdataset(str(out), index=True)
+    back = sluice.read_webdataset(str(out), index=True) if fmt == "webdataset" else sluice.read_parquet(str(out))
     assert len(back) == n, (len(back), n)
     t1 = time.perf_counter()
     count = sum(len(b["jpg"]) for b in back.batch(1024))
@@ -141,6 +141,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=1_280_000)
     ap.add_argument("--peers", default="litdata")
+    ap.add_argument("--formats", default="webdataset", help="sluice's formats: webdataset,parquet")
     ap.add_argument("--litdata-path", default=str(Path.home() / ".cache" / "litdata-pkgs"))
     ap.add_argument("--work", type=Path, default=Path.home() / ".cache" / "sluice-bench" / "convert-work")
     ap.add_argument("--keep", action="store_true", help="keep the generated files and outputs")
@@ -151,10 +152,14 @@ def main() -> None:
     if args.litdata_path and Path(args.litdata_path).exists():
         sys.path.append(args.litdata_path)
     t0 = time.perf_counter()
+    made = not (args.work / "raw" / f".done-{args.n}").exists()
     root = generate(args.work / "raw", args.n)
-    gen_s = time.perf_counter() - t0
-    results = {"sluice": run_sluice(root, args.work / "out-sluice", args.n)}
-    print("sluice", results["sluice"], flush=True)
+    gen_s = time.perf_counter() - t0 if made else None
+    results = {}
+    for fmt in args.formats.split(","):
+        name = "sluice" if fmt == "webdataset" else f"sluice ({fmt})"
+        results[name] = run_sluice(root, args.work / "out-sluice", args.n, fmt)
+        print(name, results[name], flush=True)
     if "litdata" in args.peers.split(","):
         try:
             results["litdata"] = run_litdata(root, args.work / "out-litdata", args.n)
@@ -167,7 +172,7 @@ def main() -> None:
     write(args, results, gen_s)
 
 
-def write(args, results: dict, gen_s: float) -> None:
+def write(args, results: dict, gen_s: float | None) -> None:
     cores = os.cpu_count() or 1
     rows = []
     for name, r in results.items():
@@ -180,7 +185,8 @@ def write(args, results: dict, gen_s: float) -> None:
     cmd = "python benchmarks/convert.py " + shlex.join(sys.argv[1:])
     md = "\n".join([
         f"Convert once ({datetime.date.today()}, {C.cpu_model()}, {cores} cores): {args.n:,} generated JPEGs "
-        f"(~3 KB, 1,000 class folders; generated in {gen_s:.0f} s, in the page cache) into ~256 MB shards.",
+        f"(~4.5 KB, 1,000 class folders; {f'generated in {gen_s:.0f} s' if gen_s is not None else 'generated earlier'}, "
+        "in the page cache) into ~256 MB shards.",
         "",
         "| system | wall (s) | files/s | files/s per core | files per CPU-second | shards | output (GiB) |",
         "|---|---:|---:|---:|---:|---:|---:|",

@@ -103,8 +103,9 @@ def main() -> None:
     args.work.mkdir(parents=True, exist_ok=True)
     images = DATA / "images"
     t0 = time.perf_counter()
+    made = not (args.work / f"shards-{args.shard_mb:g}mb" / "index.json").exists()
     local = shards(args.work, images, args.shard_mb)
-    convert_s = time.perf_counter() - t0
+    convert_s = time.perf_counter() - t0 if made else None
     manifest = json.loads((local / "index.json").read_text())
     root = args.work / "bucket"
     root.mkdir(exist_ok=True)
@@ -161,7 +162,7 @@ def _epoch(make, k: int):
     return ds.iter(epoch=k)
 
 
-def write(args, results: dict, manifest: dict, convert_s: float) -> None:
+def write(args, results: dict, manifest: dict, convert_s: float | None) -> None:
     cpu = C.cpu_model()
     med = {k: statistics.median(x["rate"] for x in v) for k, v in results.items()}
     rows = []
@@ -173,7 +174,7 @@ def write(args, results: dict, manifest: dict, convert_s: float) -> None:
     md = "\n".join([
         f"Global shuffle over WebDataset shards ({datetime.date.today()}, {cpu}, {os.cpu_count()} cores): "
         f"{manifest['samples']} photos in {len(manifest['shards'])} tar shards of ~{args.shard_mb:g} MB "
-        f"(converted by write_shards in {convert_s:.1f} s when first made); bucket: {args.delay_ms:g} ms per request, "
+        f"{f'(converted by write_shards in {convert_s:.1f} s)' if convert_s is not None else '(converted by write_shards earlier)'}; bucket: {args.delay_ms:g} ms per request, "
         f"{args.stall_fraction:.0%} of GETs stalled {args.stall_s:g} s; medians of {args.rounds} rounds of ≥ "
         f"{args.min_seconds:g} s windows.",
         "",

@@ -143,6 +143,7 @@ class Dataset:
         epoch: int = 0,
         time_ops: bool = False,
         optimize_json: str | None = None,
+        memory_limit: int | None = None,
     ) -> Iterator:
         """Starts a run at ``epoch`` (crates/sluice-py/src/options.rs). ``processes``: every Python stage
         on that many worker processes. ``ray_factory`` (a Ray context's ``_pool``) makes the

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from . import _native, _recipe
 from ._native import Op
-from ._args import _int
+from ._args import _bytes, _int
 from .formats import FormatsMixin
 from .frameworks import FrameworksMixin
 from .inspection import InspectMixin
@@ -409,6 +409,7 @@ class Dataset(FormatsMixin, InspectMixin, FrameworksMixin):  # write_*/to_arrow;
         stats_port: int | None = None,
         on_stats: "Callable[[Stats], Any] | None" = None,
         stats_interval: float = 10.0,
+        memory_limit: "int | str | bool | None" = None,
     ) -> "Iterator":
         """Starts an iteration at ``epoch``: its permutations and augmentation draws are
         epoch ``epoch``'s, derived from (seed, epoch). ``epoch=None`` (and ``for … in ds``)
@@ -441,7 +442,13 @@ class Dataset(FormatsMixin, InspectMixin, FrameworksMixin):  # write_*/to_arrow;
         ``stats_port=`` serves live statistics in the Prometheus text format on
         ``127.0.0.1:<port>/metrics`` (0: a free port, ``it.stats_address``); ``on_stats=fn``
         calls ``fn(it.stats())`` every ``stats_interval`` seconds from a background thread
-        (see ``sluice.metrics``). Both stop with the iteration."""
+        (see ``sluice.metrics``). Both stop with the iteration.
+        ``memory_limit=`` caps the resident memory of this process and its worker processes
+        (bytes, or ``"8GB"``; default 80 % of the machine's or container's memory;
+        ``False`` no cap): the source holds chunks back while the next would not fit, so
+        queues hold less when samples are big; ``stats()`` says how long it held and the
+        peak it saw, and a warning at the end of the iteration says when the cap cost
+        throughput."""
         live = None
         if stats_port is not None or on_stats is not None:
             if on_stats is not None and not callable(on_stats):
@@ -474,6 +481,7 @@ class Dataset(FormatsMixin, InspectMixin, FrameworksMixin):  # write_*/to_arrow;
             **({} if processes is None else {"processes": _int("processes", processes, 1)}),
             **({} if fuse_ops else {"fuse_ops": False}),
             **({} if options is None else {"optimize_json": options.to_json()}),
+            **({} if memory_limit is None else {"memory_limit": _memory_limit(memory_limit)}),
             epoch=self._next_epoch if epoch is None else epoch,
         )
         if epoch is None:
@@ -609,3 +617,11 @@ class GroupedDataset:
         return f"GroupedDataset(keys={self._keys!r})"
 
 
+def _memory_limit(value: Any) -> int:
+    """``memory_limit=`` as the native run takes it: bytes, 0 for no cap."""
+    if value is False:
+        return 0
+    limit = _bytes("memory_limit", value)
+    if limit <= 0:
+        raise ValueError(f"memory_limit must be > 0 bytes (False: no cap), got {value!r}")
+    return limit

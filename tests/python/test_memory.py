@@ -1,8 +1,11 @@
 """Peak memory is set by queue depths, not dataset size."""
 
+import json
 import subprocess
 import sys
 import textwrap
+
+import pytest
 
 
 def test_10gb_stream_keeps_rss_bounded():
@@ -67,3 +70,63 @@ def test_close_returns_a_shuffle_buffers_memory():
         base, peak, after = int(base), int(peak), int(after)
         assert peak - base > 200, line  # the buffer was really held
         assert after - base < 100, line
+
+
+_CAPPED = textwrap.dedent(
+    """
+    import json, sys, time, numpy as np, sluice
+    MB = 1 << 20
+    def hwm():  # the process's peak resident memory so far (VmHWM)
+        return next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmHWM"))
+    def big(s):  # 10x skew: every tenth sample is 20 MiB, the rest 2 MiB
+        n = (20 if s["id"] % 10 == 0 else 2) * MB
+        return {"id": s["id"], "x": np.full(n, s["id"] % 251, dtype=np.uint8)}
+    arg = json.loads(sys.argv[1])
+    base = hwm()
+    ds = sluice.range(200).map(big).prefetch(100)
+    it = ds.iter(num_threads=2, memory_limit=arg if arg is False else base + arg)
+    ids = []
+    for s in it:
+        ids.append(int(s["id"]))
+        time.sleep(0.01)  # a slow consumer: the pipeline runs ahead as far as it may
+    print(json.dumps({"base": base, "peak": hwm(), "ids": ids, "memory": it.stats().to_dict().get("memory")}))
+    """
+)
+
+
+def _capped(arg):
+    r = subprocess.run([sys.executable, "-c", _CAPPED, json.dumps(arg)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1]), r.stderr
+
+
+def test_a_memory_limit_holds_with_skewed_samples():
+    # Uncapped, 100 prefetched outputs of 2-20 MiB run the process ~350 MB above its start.
+    free, _ = _capped(False)
+    assert free["memory"] is None
+    room = 160 << 20
+    assert free["peak"] - free["base"] > room + (100 << 20), free["peak"] - free["base"]
+    capped, stderr = _capped(room)
+    limit = capped["base"] + room
+    assert capped["ids"] == free["ids"] == list(range(200))
+    assert capped["peak"] <= limit, (capped["peak"] - limit) >> 20
+    m = capped["memory"]
+    assert m["limit"] == limit and m["held_chunks"] > 0 and m["forced"] == 0
+    assert 0 <= m["starved_s"] <= m["held_s"] and m["peak_rss"] <= limit
+
+
+def test_memory_limit_arguments_and_default():
+    import sluice
+
+    with open("/proc/meminfo") as f:
+        total = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemTotal"))
+    it = sluice.range(10).iter(memory_limit="2GB")
+    list(it)
+    assert it.stats().to_dict()["memory"]["limit"] == 2_000_000_000
+    it = sluice.range(10).iter()
+    list(it)
+    assert 0 < it.stats().to_dict()["memory"]["limit"] <= total * 0.8 + 1
+    assert "memory: cap" in str(it.stats())
+    for bad in (-1, 0, "lots"):
+        with pytest.raises(ValueError, match="memory_limit"):
+            sluice.range(3).iter(memory_limit=bad)

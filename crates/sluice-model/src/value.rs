@@ -259,12 +259,20 @@ pub enum Value {
 /// assert_eq!(o.downcast::<String>().unwrap().as_str(), "a Python dict, say");
 /// ```
 #[derive(Clone)]
-pub struct Object(Arc<dyn std::any::Any + Send + Sync>);
+pub struct Object(Arc<dyn std::any::Any + Send + Sync>, usize);
 
 impl Object {
     /// Wraps `value`.
     pub fn new<T: std::any::Any + Send + Sync>(value: T) -> Self {
-        Object(Arc::new(value))
+        Object(Arc::new(value), 0)
+    }
+    /// Wraps `value`, which holds about `bytes` bytes (what a memory cap counts it as).
+    pub fn sized<T: std::any::Any + Send + Sync>(value: T, bytes: usize) -> Self {
+        Object(Arc::new(value), bytes)
+    }
+    /// The bytes it was said to hold ([`Object::sized`]; 0 when unknown).
+    pub fn nbytes(&self) -> usize {
+        self.1
     }
     /// The value, if it is a `T`.
     pub fn downcast_ref<T: std::any::Any>(&self) -> Option<&T> {
@@ -278,7 +286,7 @@ impl Object {
                 Ok(v) => Owned::Unique(v),
                 Err(arc) => Owned::Shared(arc),
             }),
-            Err(any) => Err(Object(any)),
+            Err(any) => Err(Object(any, self.1)),
         }
     }
 }
@@ -384,9 +392,8 @@ impl Value {
             Value::Tensor(t) => t.nbytes(),
             Value::List(l) => l.iter().map(Value::nbytes).sum(),
             Value::Column(c) => c.0.nbytes(),
-            // Unknown without asking its owner (the interpreter); such samples are only
-            // ever in the last stages' queues, which are bounded by count.
-            Value::Object(_) => 0,
+            // What the bindings measured when they wrapped it (their arrays' bytes).
+            Value::Object(o) => o.nbytes(),
         }
     }
     /// The string, if this is one.

@@ -4,7 +4,10 @@
 use std::mem::ManuallyDrop;
 
 use numpy::ndarray::{ArrayD, IxDyn};
-use numpy::{IntoPyArray, PyArrayDyn, PyArrayMethods, PyUntypedArray};
+use numpy::{
+    IntoPyArray, PyArrayDescrMethods, PyArrayDyn, PyArrayMethods, PyUntypedArray,
+    PyUntypedArrayMethods,
+};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use pyo3::Borrowed;
@@ -211,9 +214,28 @@ pub fn sample_to_py(py: Python<'_>, s: Sample) -> PyResult<Bound<'_, PyAny>> {
     Ok(d.into_any())
 }
 
-/// A Python object handed through the engine unconverted ([`sluice::Object`]).
+/// A Python object handed through the engine unconverted ([`sluice::Object`]), with the
+/// bytes its arrays, bytes and strings hold (what a memory cap counts).
 pub fn object_sample(obj: Bound<'_, PyAny>) -> Sample {
-    Sample::from_object(sluice::Object::new(obj.unbind()))
+    let bytes = match obj.cast::<PyDict>() {
+        Ok(d) => d.values().iter().map(|v| py_nbytes(&v)).sum(),
+        Err(_) => py_nbytes(&obj),
+    };
+    Sample::from_object(sluice::Object::sized(obj.unbind(), bytes))
+}
+
+/// Bytes a Python value holds, for the kinds that can be big (others count 0).
+fn py_nbytes(v: &Bound<'_, PyAny>) -> usize {
+    if let Ok(a) = v.cast::<PyUntypedArray>() {
+        return a.shape().iter().product::<usize>() * a.dtype().itemsize();
+    }
+    if let Ok(b) = v.cast::<PyBytes>() {
+        return b.as_bytes().len();
+    }
+    if let Ok(s) = v.cast::<PyString>() {
+        return s.len().unwrap_or(0);
+    }
+    0
 }
 
 fn object_to_py(py: Python<'_>, o: sluice::Object) -> PyResult<Bound<'_, PyAny>> {

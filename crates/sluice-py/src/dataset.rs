@@ -289,6 +289,7 @@ impl PyDataset {
             fuse_ops,
             ray_factory: None,
             actors,
+            ..Default::default()
         }
         .options(py)?;
         crate::gil::released(py, || self.ds.physical_plan(&opts))?
@@ -300,7 +301,7 @@ impl PyDataset {
     /// `actors` says how many per stage (see [`RunArgs`]). `time_ops`: time each op as the
     /// run goes, for `run_profile`. `optimize_json`: `OptimizerOptions` for `optimize=True`
     /// (the facade's auto module; the iterator's `plan()` says which plan it runs).
-    #[pyo3(signature = (seed=0, num_threads=None, chunk_size=None, plan_json=None, processes=None, fuse_ops=true, ray_factory=None, actors=None, epoch=0, time_ops=false, optimize_json=None))]
+    #[pyo3(signature = (seed=0, num_threads=None, chunk_size=None, plan_json=None, processes=None, fuse_ops=true, ray_factory=None, actors=None, epoch=0, time_ops=false, optimize_json=None, memory_limit=None))]
     #[allow(clippy::too_many_arguments)]
     fn iter(
         &self,
@@ -316,6 +317,7 @@ impl PyDataset {
         epoch: u64,
         time_ops: bool,
         optimize_json: Option<&str>,
+        memory_limit: Option<u64>,
     ) -> PyResult<PyIter> {
         let optimize = optimize_json
             .map(serde_json::from_str::<sluice::OptimizerOptions>)
@@ -337,6 +339,7 @@ impl PyDataset {
                 fuse_ops,
                 ray_factory,
                 actors,
+                memory_limit,
             }
             .options(py)?
         };

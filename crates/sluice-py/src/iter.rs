@@ -253,8 +253,9 @@ impl Drop for Held<'_> {
 
 impl Inner {
     /// What this run left out under `on_error="skip"`, logged when it ends: records a
-    /// streaming source could not read, and samples a `map` failed on. (The readers that
-    /// check every record at open log their skips then.)
+    /// streaming source could not read, and samples a `map` failed on (the readers that
+    /// check every record at open log their skips then); and a memory cap that cost
+    /// throughput.
     fn log_skips(&self, py: Python<'_>) -> PyResult<()> {
         let n = self.stats.source_read_skips();
         if n > 0 {
@@ -267,8 +268,34 @@ impl Inner {
                 ),
             )?;
         }
+        let report = self.stats.report();
+        if let Some(m) = &report.memory {
+            let share = m.starved_s / report.elapsed_s.max(1e-9);
+            if share >= 0.1 || m.forced > 0 {
+                crate::log::warning(
+                    py,
+                    &format!(
+                        "the memory cap ({:.0} MB, peak {:.0} MB) kept the consumer waiting \
+                         {:.1} s, {:.0}% of the iteration{}; raise memory_limit= (or use \
+                         smaller batches) for full speed",
+                        m.limit as f64 / 1e6,
+                        m.peak_rss as f64 / 1e6,
+                        m.starved_s,
+                        100.0 * share,
+                        if m.forced > 0 {
+                            format!(
+                                ", and {} chunk(s) went over it because one output needs more",
+                                m.forced
+                            )
+                        } else {
+                            String::new()
+                        }
+                    ),
+                )?;
+            }
+        }
         // Stage 0 is the source: its skips are the ones above or were logged at open.
-        for stage in self.stats.report().stages.iter().skip(1) {
+        for stage in report.stages.iter().skip(1) {
             if stage.skipped > 0 {
                 crate::log::warning(
                     py,

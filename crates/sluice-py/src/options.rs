@@ -28,6 +28,8 @@ pub struct RunArgs<'a> {
     /// Actors per stage: a Ray context's run, every element-wise stage on them unless the
     /// plan placed its stages itself (`enable_offload`).
     pub actors: Option<usize>,
+    /// `memory_limit=`: bytes; 0 no cap; `None` the default cap.
+    pub memory_limit: Option<u64>,
 }
 
 impl Default for RunArgs<'_> {
@@ -41,6 +43,7 @@ impl Default for RunArgs<'_> {
             fuse_ops: true,
             ray_factory: None,
             actors: None,
+            memory_limit: None,
         }
     }
 }
@@ -80,6 +83,11 @@ impl RunArgs<'_> {
             row_batches: false,
             time_ops: false,
             optimize: None,
+            memory_limit: match self.memory_limit {
+                None => sluice::exec::default_memory_limit(),
+                Some(0) => None,
+                Some(n) => Some(n),
+            },
         })
     }
 }

@@ -67,6 +67,10 @@ pub struct IterOptions {
     /// Profile, plan and run in one step with these optimizer options when no `plan` is
     /// given (see [`crate::auto`]; [`Dataset::auto_plan`] says which plan a run executes).
     pub optimize: Option<sluice_optimizer::OptimizerOptions>,
+    /// Cap the resident memory of the process tree at this many bytes: the source holds
+    /// chunks back while the next would not fit ([`sluice_core::exec::MemoryCap`]). Default:
+    /// [`sluice_core::exec::default_memory_limit`]; `None`: no cap.
+    pub memory_limit: Option<u64>,
 }
 
 impl Default for IterOptions {
@@ -85,6 +89,7 @@ impl Default for IterOptions {
             row_batches: false,
             time_ops: false,
             optimize: None,
+            memory_limit: sluice_core::exec::default_memory_limit(),
         }
     }
 }
@@ -522,6 +527,7 @@ impl Dataset {
                 resume,
                 elastic,
                 backends: opts.backends.clone(),
+                memory_limit: opts.memory_limit,
                 controller: opts.plan.as_ref().filter(|p| p.controller).map(|p| {
                     sluice_core::exec::controller::ControllerOptions {
                         max_workers: p.cpus.max(1),

@@ -30,6 +30,8 @@ pub(super) struct Control {
     pools: Mutex<Vec<Weak<dyn Workers>>>,
     live: Mutex<usize>,
     exited: Condvar,
+    /// How the consumer waits for outputs (what a memory cap watches for progress).
+    pub(super) wait: super::memory::ConsumerWait,
 }
 
 impl std::fmt::Debug for Control {

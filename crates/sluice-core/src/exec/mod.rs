@@ -19,6 +19,7 @@ pub mod checkpoint;
 mod control;
 pub mod controller;
 mod item;
+mod memory;
 mod ordering;
 mod resume;
 mod source;
@@ -36,6 +37,7 @@ use control::Control;
 pub use control::{cancelled, Threads};
 use item::{is_interrupt, nonempty, Transform};
 pub use item::{Chunk, Item, Partial, RowAt, RowsAt};
+pub use memory::{default_memory_limit, MemoryCap, MemoryReport};
 use ordering::{Input, Recv};
 pub use resume::{Cursor, Outer, Restart, ResumePoint, Skip};
 pub use source::{CHUNK_BYTES, CHUNK_WORK_NS};
@@ -191,6 +193,7 @@ impl Execution {
                 Next::Rows(item.sample, n)
             }
             None => {
+                self.ctl.wait.reached(&item.cursor);
                 self.position = Some((item.cursor, item.outer));
                 Next::Item(item.sample)
             }
@@ -206,6 +209,7 @@ impl Execution {
         };
         let to = (*done + n).min(at.0.len());
         if to > *done {
+            self.ctl.wait.reached(&at.0[to - 1].cursor);
             self.position = Some((at.0[to - 1].cursor, outer.clone()));
             // The first row's output was recorded with its batch, the rest were ready.
             let ready = to - (*done).max(1);
@@ -238,6 +242,7 @@ impl Execution {
         loop {
             if let Some(item) = self.ready.pop_front() {
                 self.wait_started = None;
+                self.ctl.wait.delivered();
                 self.stats
                     .record_output(started.elapsed(), first_rows(&item));
                 return self.hand_over(item);
@@ -254,6 +259,7 @@ impl Execution {
                 continue;
             };
             let left = deadline.saturating_duration_since(Instant::now());
+            self.ctl.wait.waiting();
             match input.recv_timeout(Some(left)) {
                 Recv::Timeout => return Next::Timeout,
                 // Inline stages keep what they hold (a partial batch is not delivered).

@@ -35,8 +35,19 @@ pub(super) fn spawn_source(
     let (ctl2, stats) = (ctl.clone(), stats.clone());
     ctl.spawn("sluice-source".into(), move || {
         let c = stats.counters(0);
+        // Under a memory cap a chunk waits until it fits ([`super::MemoryCap`]).
+        let admit = |chunk: &Chunk| {
+            if let (Some(cap), Some(last)) = (stats.memory(), chunk.last()) {
+                let need = super::memory::ChunkNeed {
+                    items: chunk.len() as u64,
+                    last: (last.cursor.epoch, last.cursor.pos),
+                };
+                cap.admit(need, &stats, &ctl2);
+            }
+        };
         if let Some(mut items) = OrderedItems::new(&src, resume) {
             while let Some(chunk) = items.next_chunk(&stats) {
+                admit(&chunk);
                 if ctl2.cancelled() || !send_counted(&tx, Ok(chunk), c) {
                     return;
                 }
@@ -90,6 +101,7 @@ pub(super) fn spawn_source(
                 }
                 if items.len() as u64 >= chunk {
                     timer.chunk(&stats, &items);
+                    admit(&items);
                     if !send_counted(&tx, Ok(std::mem::take(&mut items)), c) {
                         return;
                     }
@@ -98,6 +110,7 @@ pub(super) fn spawn_source(
                 }
             }
             timer.chunk(&stats, &items);
+            admit(&items);
             if !items.is_empty() && !send_counted(&tx, Ok(items), c) {
                 return;
             }

@@ -37,6 +37,9 @@ pub struct ExecOptions {
     pub backends: Backends,
     /// Tune the workers of parallel stages at run time.
     pub controller: Option<controller::ControllerOptions>,
+    /// Cap the resident memory of the process tree at this many bytes
+    /// ([`super::MemoryCap`]: the source holds chunks back).
+    pub memory_limit: Option<u64>,
 }
 
 /// What starting a run makes: the consumer's input, the stages that run inline in the
@@ -69,6 +72,9 @@ pub(super) fn start(plan: &PhysicalPlan, opts: &ExecOptions) -> Result<Started> 
         .map_or(0, |i| i + 1);
     let inline_source = first_inline == 0 && plan.source.order.is_some();
     let stats = new_stats(plan, first_inline, inline_source);
+    if let Some(limit) = opts.memory_limit {
+        stats.set_memory(Arc::new(super::MemoryCap::new(limit)));
+    }
     let mut resumes = match &opts.resume {
         Some(rp) => rp.stage_resumes(plan)?,
         None => vec![StageResume::default(); plan.stages.len()],

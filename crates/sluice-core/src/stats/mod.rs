@@ -3,7 +3,7 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -23,6 +23,8 @@ pub struct StageCounters {
     pub skipped: AtomicU64,
     /// Bytes of the items a chain stage produced (sizes the source's chunks).
     pub bytes_out: AtomicU64,
+    /// The biggest item a chain stage produced, in bytes (what a memory cap budgets for).
+    pub max_item_bytes: AtomicU64,
     pub busy_ns: AtomicU64,
     pub wait_in_ns: AtomicU64,
     pub wait_out_ns: AtomicU64,
@@ -184,9 +186,43 @@ pub struct PipelineStats {
     error: OnceLock<String>,
     /// Each step's cost, when the run times its ops ([`crate::Delivery::timed`]).
     op_times: OnceLock<ops::OpTimes>,
+    /// The run's memory cap, when it has one (`iter(memory_limit=...)`).
+    memory: OnceLock<Arc<crate::exec::MemoryCap>>,
 }
 
 impl PipelineStats {
+    /// Puts the run under `cap` (once; later calls are ignored).
+    pub fn set_memory(&self, cap: Arc<crate::exec::MemoryCap>) {
+        let _ = self.memory.set(cap);
+    }
+
+    /// The run's memory cap, if it has one.
+    pub fn memory(&self) -> Option<&Arc<crate::exec::MemoryCap>> {
+        self.memory.get()
+    }
+
+    /// Bytes one source item becomes, on average and at its biggest, as the stages measured
+    /// so far: the largest of the stages' bytes per input (a batch's too) and of the biggest
+    /// items a stage made (what a memory cap budgets chunks at) — `None` until every stage
+    /// has made or taken something.
+    pub fn item_bytes(&self) -> Option<(f64, f64)> {
+        let seen = |c: &StageCounters| c.items_in.load(Relaxed).max(c.items_out.load(Relaxed));
+        if self.stages.iter().any(|(_, c)| seen(c) == 0) {
+            return None;
+        }
+        Some(
+            self.stages
+                .iter()
+                .fold((0.0f64, 0.0f64), |(mean, max), (_, c)| {
+                    let m = c.bytes_out.load(Relaxed) as f64 / seen(c) as f64;
+                    (
+                        mean.max(m),
+                        max.max(m).max(c.max_item_bytes.load(Relaxed) as f64),
+                    )
+                }),
+        )
+    }
+
     /// Counters for `stages` (the executor makes one per run; a worker process running one
     /// stage away from its pipeline makes its own and reports the differences back).
     pub fn new(stages: Vec<StageInfo>) -> Self {
@@ -210,6 +246,7 @@ impl PipelineStats {
             },
             error: OnceLock::new(),
             op_times: OnceLock::new(),
+            memory: OnceLock::new(),
         };
         // The series starts at the start: its first interval runs up to the first sample.
         if series::enabled() {
@@ -362,6 +399,7 @@ impl PipelineStats {
         StatsReport {
             series,
             error: self.error.get().cloned(),
+            memory: self.memory.get().map(|m| m.report()),
             source: self.source.get().cloned(),
             elapsed_s: elapsed,
             controller: self.decisions.lock().map(|d| d.clone()).unwrap_or_default(),
@@ -443,6 +481,9 @@ pub struct StatsReport {
     /// The error that ended the run, if one did.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// What the memory cap did, when the run has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<crate::exec::MemoryReport>,
 }
 
 impl fmt::Display for StatsReport {
@@ -487,6 +528,28 @@ impl fmt::Display for StatsReport {
                 f,
                 "controller at {:.2} s: stage {} → {} workers ({})",
                 d.at_s, d.slot, d.workers, d.why
+            )?;
+        }
+        if let Some(m) = &self.memory {
+            let mb = |b: u64| b as f64 / 1e6;
+            writeln!(
+                f,
+                "memory: cap {:.0} MB, peak {:.0} MB; source held {} chunk(s) {:.2} s, the \
+                 consumer waiting {:.2} s of it ({:.0}% of the run){}",
+                mb(m.limit),
+                mb(m.peak_rss),
+                m.held_chunks,
+                m.held_s,
+                m.starved_s,
+                100.0 * m.starved_s / self.elapsed_s.max(1e-9),
+                if m.forced > 0 {
+                    format!(
+                        "; {} let through over the cap to keep the run going",
+                        m.forced
+                    )
+                } else {
+                    String::new()
+                }
             )?;
         }
         write!(

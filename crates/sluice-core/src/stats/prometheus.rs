@@ -231,6 +231,7 @@ mod tests {
                 throughput: 15.0,
             },
             source: None,
+            memory: None,
             series: vec![Point {
                 t_s: 1.0,
                 stages: vec![],

@@ -139,11 +139,13 @@ impl Chain {
         if !self.skip.is_empty() {
             items.retain(|it| self.skip.keeps(&it.cursor));
         }
-        let bytes: usize = items.iter().map(|it| it.sample.nbytes()).sum();
-        self.stats
-            .counters(self.stage)
-            .bytes_out
-            .fetch_add(bytes as u64, Relaxed);
+        let (bytes, biggest) = items
+            .iter()
+            .map(|it| it.sample.nbytes())
+            .fold((0usize, 0usize), |(sum, max), b| (sum + b, max.max(b)));
+        let c = self.stats.counters(self.stage);
+        c.bytes_out.fetch_add(bytes as u64, Relaxed);
+        c.max_item_bytes.fetch_max(biggest as u64, Relaxed);
         (items, failed)
     }
 

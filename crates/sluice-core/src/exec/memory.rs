@@ -1,0 +1,406 @@
+//! `iter(memory_limit=...)`: a cap on the memory the run's process tree holds (resident set:
+//! this process and the worker processes it started).
+//!
+//! Every byte a pipeline holds enters through its source, so the cap is kept at the source:
+//! before it hands the next chunk on, it checks the tree's resident memory and, if the chunk
+//! (its measured bytes as the stages make it, twice: its input and output may coexist) would
+//! not fit under the cap, holds it until enough of what is in flight has been consumed. Queues,
+//! prefetch and worker counts stay as planned; only the amount of data in them is bounded, by
+//! what the process actually holds rather than by estimates of it. One exception keeps the run
+//! going: when the consumer is waiting for output, holding back cannot free anything (what is in
+//! flight is all there is, and a batch may be waiting for more of it), so once the consumer has
+//! waited for output longer than twice the longest gap between outputs so far (and ≥ 100 ms)
+//! the chunk goes — counted as `forced`, the sign of a cap below what the pipeline needs to
+//! make one output. The time held back is reported (`stats()`: `memory`), with a warning at the
+//! end of an iteration it slowed.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use super::control::Control;
+use crate::stats::PipelineStats;
+
+/// How often the list of child processes is refreshed (scanning `/proc` costs ~1 ms).
+const CHILDREN_EVERY: Duration = Duration::from_secs(1);
+/// How often a held chunk asks the allocator to give freed memory back.
+const TRIM_EVERY: Duration = Duration::from_millis(20);
+/// How long a held chunk sleeps between checks.
+const POLL: Duration = Duration::from_millis(1);
+/// The shortest wait of the consumer that counts as a stall.
+const MIN_STALL_NS: u64 = 100_000_000;
+
+/// Nanoseconds on a process-wide monotonic clock (never 0).
+fn now_ns() -> u64 {
+    static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    START.get_or_init(Instant::now).elapsed().as_nanos() as u64 + 1
+}
+
+/// How the consumer waits for outputs: since when it has waited with nothing ready, and the
+/// longest gap between two outputs so far.
+#[derive(Debug, Default)]
+pub(super) struct ConsumerWait {
+    since: AtomicU64,
+    last_output: AtomicU64,
+    max_gap: AtomicU64,
+    /// The (epoch, position) of the last output handed over.
+    reached: Mutex<Option<(u64, u64)>>,
+}
+
+impl ConsumerWait {
+    /// The consumer waits with nothing ready (from now, if it was not waiting already).
+    pub(super) fn waiting(&self) {
+        let _ = self.since.compare_exchange(0, now_ns(), Relaxed, Relaxed);
+    }
+    /// An output was handed to the consumer.
+    pub(super) fn delivered(&self) {
+        let now = now_ns();
+        let last = self.last_output.swap(now, Relaxed);
+        if last != 0 {
+            self.max_gap.fetch_max(now - last, Relaxed);
+        }
+        self.since.store(0, Relaxed);
+    }
+    /// Whether the consumer is waiting for output now.
+    fn is_waiting(&self) -> bool {
+        self.since.load(Relaxed) != 0
+    }
+
+    /// The output handed over was at `cursor`: the items before it are out of the pipeline.
+    pub(super) fn reached(&self, cursor: &super::Cursor) {
+        *self.reached.lock().unwrap_or_else(|p| p.into_inner()) = Some((cursor.epoch, cursor.pos));
+    }
+
+    fn reached_at(&self) -> Option<(u64, u64)> {
+        *self.reached.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The consumer has waited longer than any gap between outputs so far would explain.
+    fn stalled(&self) -> bool {
+        let since = self.since.load(Relaxed);
+        let patience = MIN_STALL_NS.max(2 * self.max_gap.load(Relaxed));
+        since != 0 && now_ns().saturating_sub(since) >= patience
+    }
+}
+
+/// The cap and what it did.
+#[derive(Debug)]
+pub struct MemoryCap {
+    limit: u64,
+    held_ns: AtomicU64,
+    held_chunks: AtomicU64,
+    /// Nanoseconds the consumer waited for output while a chunk was held.
+    starved_ns: AtomicU64,
+    forced: AtomicU64,
+    peak: AtomicU64,
+    children: Mutex<(Option<Instant>, Vec<u32>)>,
+    /// What the process held when the run started.
+    base: u64,
+    /// Chunks let in and not yet past the consumer: their last item's (epoch, position) and
+    /// their length (only the source thread admits).
+    admitted: Mutex<std::collections::VecDeque<((u64, u64), u64)>>,
+}
+
+/// What the source knows of a chunk it is about to let in.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ChunkNeed {
+    /// Items in it.
+    pub(super) items: u64,
+    /// The (epoch, position) of its last item.
+    pub(super) last: (u64, u64),
+}
+
+/// What [`MemoryCap`] did in a run (`stats()["memory"]`).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
+pub struct MemoryReport {
+    /// The cap, in bytes.
+    pub limit: u64,
+    /// The highest resident memory of the process tree the source saw, in bytes.
+    pub peak_rss: u64,
+    /// Seconds the source held chunks back for the cap.
+    pub held_s: f64,
+    /// Chunks it held back at least once.
+    pub held_chunks: u64,
+    /// Seconds the consumer waited for output while the source held a chunk: what the cap
+    /// cost (holding while the consumer is busy costs nothing).
+    pub starved_s: f64,
+    /// Chunks let through over the cap because the consumer was waiting for output.
+    pub forced: u64,
+}
+
+impl MemoryCap {
+    /// A cap of `limit` bytes.
+    ///
+    /// ```
+    /// let cap = sluice_core::exec::MemoryCap::new(1 << 40);
+    /// assert!(cap.rss() > 0);
+    /// assert_eq!(cap.report().limit, 1 << 40);
+    /// ```
+    pub fn new(limit: u64) -> Self {
+        let mut cap = MemoryCap {
+            limit,
+            held_ns: AtomicU64::new(0),
+            held_chunks: AtomicU64::new(0),
+            starved_ns: AtomicU64::new(0),
+            forced: AtomicU64::new(0),
+            peak: AtomicU64::new(0),
+            children: Mutex::new((None, Vec::new())),
+            base: 0,
+            admitted: Mutex::new(Default::default()),
+        };
+        cap.base = cap.rss();
+        cap
+    }
+
+    /// What the pipeline will hold with `chunk` let in: what the process holds now plus the
+    /// chunk at its biggest (twice: while it is converted) — or, if more, the process at the
+    /// start plus every item in flight at its mean size (those let in may not have grown to
+    /// their size yet), the chunk, and an item's copy per worker.
+    fn predicted(&self, chunk: &ChunkNeed, stats: &PipelineStats, ctl: &Control) -> (u64, u64) {
+        let measured = stats.item_bytes();
+        let mut admitted = self.admitted.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(reached) = ctl.wait.reached_at() {
+            while admitted.front().is_some_and(|(last, _)| *last <= reached) {
+                admitted.pop_front();
+            }
+        }
+        let in_flight: u64 = admitted.iter().map(|(_, n)| n).sum();
+        let rss = self.rss();
+        let (mean, max) = match measured {
+            Some(m) => m,
+            // Not measured yet, and little room: what is in flight shows the sizes first.
+            None if in_flight > 0 && rss > self.limit / 2 => return (u64::MAX, in_flight),
+            None => (0.0, 0.0),
+        };
+        // The chunk at its biggest, and once more for the copies made while it is converted
+        // (a Python function's array and the engine's); each worker may hold such a copy.
+        let new = chunk.items as f64 * max;
+        let workers: usize = stats.stages.iter().map(|(info, _)| info.threads).sum();
+        let now = rss as f64 + 2.0 * new;
+        let planned = self.base as f64 + in_flight as f64 * mean + new + workers as f64 * max;
+        (now.max(planned) as u64, in_flight)
+    }
+
+    /// Resident bytes of this process and its children now.
+    pub fn rss(&self) -> u64 {
+        let me = std::process::id();
+        let kids = {
+            let mut c = self.children.lock().unwrap_or_else(|p| p.into_inner());
+            if c.0.is_none_or(|t| t.elapsed() >= CHILDREN_EVERY) {
+                *c = (Some(Instant::now()), children_of(me));
+            }
+            c.1.clone()
+        };
+        let total = rss_of(me) + kids.into_iter().map(rss_of).sum::<u64>();
+        self.peak.fetch_max(total, Relaxed);
+        total
+    }
+
+    /// Returns once `chunk` fits under the cap, nothing is in flight or the consumer has
+    /// stalled waiting for output (holding on would free nothing), or the run stops.
+    pub(super) fn admit(&self, chunk: ChunkNeed, stats: &PipelineStats, ctl: &Control) {
+        let mut held: Option<Instant> = None;
+        let mut trimmed: Option<Instant> = None;
+        loop {
+            let (predicted, in_flight) = self.predicted(&chunk, stats, ctl);
+            if predicted <= self.limit || ctl.cancelled() {
+                break;
+            }
+            // Memory freed by what was consumed may still count as resident: glibc keeps
+            // freed heap memory (big arrays too, once its mmap threshold has grown). Give it
+            // back and look again before holding on.
+            if trimmed.is_none_or(|t| t.elapsed() >= TRIM_EVERY) {
+                release_freed();
+                trimmed = Some(Instant::now());
+                continue;
+            }
+            if in_flight == 0 || ctl.wait.stalled() {
+                // Nothing downstream will free memory without more input.
+                self.forced.fetch_add(1, Relaxed);
+                break;
+            }
+            if held.is_none() {
+                held = Some(Instant::now());
+                self.held_chunks.fetch_add(1, Relaxed);
+            }
+            let starved = ctl.wait.is_waiting();
+            let t = Instant::now();
+            std::thread::sleep(POLL);
+            if starved {
+                self.starved_ns
+                    .fetch_add(t.elapsed().as_nanos() as u64, Relaxed);
+            }
+        }
+        if let Some(t) = held {
+            self.held_ns
+                .fetch_add(t.elapsed().as_nanos() as u64, Relaxed);
+        }
+        self.admitted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push_back((chunk.last, chunk.items));
+    }
+
+    /// What it did so far.
+    pub fn report(&self) -> MemoryReport {
+        MemoryReport {
+            limit: self.limit,
+            peak_rss: self.peak.load(Relaxed),
+            held_s: self.held_ns.load(Relaxed) as f64 * 1e-9,
+            held_chunks: self.held_chunks.load(Relaxed),
+            starved_s: self.starved_ns.load(Relaxed) as f64 * 1e-9,
+            forced: self.forced.load(Relaxed),
+        }
+    }
+}
+
+/// The cap a run gets unless it sets one: 80 % of the machine's memory, or of its cgroup's
+/// limit when that is lower (a container); `None` where neither can be read.
+///
+/// ```
+/// if let Some(limit) = sluice_core::exec::default_memory_limit() {
+///     assert!(limit > 0);
+/// }
+/// ```
+pub fn default_memory_limit() -> Option<u64> {
+    let total = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
+        let line = m.lines().find(|l| l.starts_with("MemTotal:"))?;
+        line.split_whitespace()
+            .nth(1)?
+            .parse::<u64>()
+            .ok()
+            .map(|kb| kb * 1024)
+    });
+    let cgroup = [
+        "/sys/fs/cgroup/memory.max",
+        "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+    ]
+    .iter()
+    .find_map(|p| std::fs::read_to_string(p).ok()?.trim().parse::<u64>().ok());
+    let machine = match (total, cgroup) {
+        (Some(t), Some(c)) => t.min(c),
+        (t, c) => t.or(c)?,
+    };
+    Some(machine / 5 * 4)
+}
+
+/// Returns the allocator's free memory to the system (glibc's `malloc_trim`).
+fn release_freed() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim has no preconditions; it only releases free memory.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+/// Resident bytes of process `pid` (0 when it is gone or unreadable).
+fn rss_of(pid: u32) -> u64 {
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/statm")) else {
+        return 0;
+    };
+    let pages: u64 = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    pages * page.max(4096) as u64
+}
+
+/// The descendants of `pid` (children, their children, ...), from `/proc/*/stat`.
+fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let parents: Vec<(u32, u32)> = dir
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|p| {
+            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).ok()?;
+            // The parent is the 2nd field after the parenthesised command name.
+            let ppid = stat
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()?;
+            Some((p, ppid))
+        })
+        .collect();
+    let mut tree = vec![pid];
+    let mut i = 0;
+    while i < tree.len() {
+        let parent = tree[i];
+        tree.extend(
+            parents
+                .iter()
+                .filter(|(_, pp)| *pp == parent)
+                .map(|(p, _)| *p),
+        );
+        i += 1;
+    }
+    tree.remove(0);
+    tree
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cap_above_the_process_admits_at_once_and_one_below_waits_for_the_consumer() {
+        let ctl = Control::default();
+        let stats = PipelineStats::new(vec![]);
+        let chunk = ChunkNeed {
+            items: 4,
+            last: (0, 3),
+        };
+        let roomy = MemoryCap::new(u64::MAX / 2);
+        roomy.admit(chunk, &stats, &ctl);
+        assert_eq!(roomy.report().held_chunks, 0);
+        assert!(roomy.report().peak_rss > 0);
+        // Below what the process already holds: only a stalled consumer lets it through.
+        let tight = MemoryCap::new(1);
+        tight.admit(chunk, &stats, &ctl); // nothing in flight: it goes
+        assert_eq!(tight.report().forced, 1);
+        ctl.wait.delivered();
+        ctl.wait.waiting();
+        tight.admit(
+            ChunkNeed {
+                items: 4,
+                last: (0, 7),
+            },
+            &stats,
+            &ctl,
+        );
+        let r = tight.report();
+        assert_eq!((r.held_chunks, r.forced), (1, 2));
+        assert!(r.held_s > 0.0, "{r:?}");
+        // A stopped run is never held.
+        ctl.wait.delivered();
+        ctl.stop();
+        tight.admit(
+            ChunkNeed {
+                items: 4,
+                last: (0, 11),
+            },
+            &stats,
+            &ctl,
+        );
+        assert_eq!(tight.report().forced, 2);
+    }
+
+    #[test]
+    fn children_are_counted() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        let kids = children_of(std::process::id());
+        assert!(kids.contains(&child.id()), "{kids:?}");
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}

@@ -1,0 +1,120 @@
+"""A memory cap that holds (issue 39, item 4): peak resident memory and throughput of an image
+pipeline over mixed sizes — 88 % small photos (0.01–0.3 MP), 10 % 5 MP, 2 % 50 MP (a 50 MP
+image decodes to 150 MB) — read, decoded, resized to 224 and batched by 16, with no cap and under
+`iter(memory_limit=...)` caps, each in a fresh process (its VmHWM is the peak).
+
+    .venv/bin/python benchmarks/memory_cap.py [--n 400] [--caps 1.5GB,1GB,700MB] [--rounds 2]
+
+The table gives, per case, the peak resident memory of the process tree (the process's VmHWM;
+no worker processes here), images per second, and what the cap did (seconds the source held
+chunks, of which the consumer waited, and chunks let through over it). Writes
+benchmarks/results/memory_cap.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import io
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from peers import common as C  # noqa: E402
+
+RUN = r"""
+import json, sys, time
+sys.path.insert(0, sys.argv[3])
+import sluice, sluice.image as img
+def hwm():
+    return next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmHWM"))
+cap = json.loads(sys.argv[2])
+ds = (sluice.read_images(sys.argv[1], labels=None).map(img.decode(max_pixels=60_000_000))
+      .map(img.resize(224)).map(img.center_crop(224)).batch(16))
+t0 = time.perf_counter()
+it = ds.iter(num_threads=2, memory_limit=cap)
+n = sum(len(b["image"]) for b in it)
+dt = time.perf_counter() - t0
+print(json.dumps({"n": n, "s": dt, "peak": hwm(), "memory": it.stats().to_dict().get("memory")}))
+"""
+
+
+def make_images(root: Path, n: int) -> Path:
+    """n JPEGs of mixed sizes (made once)."""
+    done = root / f".done-{n}"
+    if done.exists():
+        return root
+    import numpy as np
+    from PIL import Image
+
+    root.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    cache: dict[tuple[int, int], bytes] = {}
+    for i in range(n):
+        r = i % 50
+        side = (7071, 7071) if r == 0 else (2236, 2236) if r in (1, 2, 3, 4, 5) else (int(rng.integers(100, 548)),) * 2
+        if side not in cache:
+            y, x = np.mgrid[0:side[0], 0:side[1]]
+            a = np.stack([(x // 7) % 256, (y // 5) % 256, ((x + y) // 9) % 256], -1).astype(np.uint8)
+            buf = io.BytesIO()
+            Image.fromarray(a).save(buf, format="JPEG", quality=80)
+            cache[side] = buf.getvalue()
+        (root / f"{i:05d}.jpg").write_bytes(cache[side])
+    done.touch()
+    return root
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=400)
+    ap.add_argument("--caps", default="1.5GB,1GB,700MB")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--work", type=Path, default=Path.home() / ".cache" / "sluice-bench" / "memcap-images")
+    args = ap.parse_args()
+    images = make_images(args.work, args.n)
+    cases = [("no cap", False)] + [(c, c) for c in args.caps.split(",")]
+    results: dict[str, list] = {}
+    for _ in range(args.rounds):
+        for name, cap in cases:
+            r = subprocess.run([sys.executable, "-c", RUN, str(images), json.dumps(cap), str(HERE.parent / "python")],
+                               capture_output=True, text=True, timeout=1800)
+            if r.returncode != 0:
+                raise SystemExit(r.stderr)
+            got = json.loads(r.stdout.strip().splitlines()[-1])
+            results.setdefault(name, []).append(got)
+            print(name, got, flush=True)
+    rows = []
+    for name, runs in results.items():
+        peak = max(x["peak"] for x in runs)
+        rate = statistics.median(x["n"] / x["s"] for x in runs)
+        m = runs[-1]["memory"]
+        cap_s = "—" if name == "no cap" else f"{m['limit'] / 1e6:,.0f} MB"
+        did = "—" if name == "no cap" else f"held {m['held_s']:.1f} s (consumer waited {m['starved_s']:.1f} s), {m['forced']} over"
+        rows.append(f"| {name} | {cap_s} | {peak / 1e6:,.0f} MB | {rate:,.1f} | {did} |")
+    cmd = "python benchmarks/memory_cap.py " + shlex.join(sys.argv[1:])
+    md = "\n".join([
+        f"Memory cap ({datetime.date.today()}, {C.cpu_model()}, {os.cpu_count()} cores): {args.n} JPEGs, 88 % "
+        f"0.01–0.3 MP, 10 % 5 MP, 2 % 50 MP; decode → resize 224 → crop → batch 16, 2 threads; "
+        f"peak = max VmHWM over {args.rounds} rounds, rate = median.",
+        "",
+        "| case | cap | peak RSS | images/s | what the cap did (last round) |",
+        "|---|---:|---:|---:|---|",
+        *rows,
+        "",
+        f"Command: `{cmd}`",
+    ])
+    out = HERE / "results"
+    out.mkdir(exist_ok=True)
+    (out / "memory_cap.json").write_text(json.dumps(results, indent=1))
+    (out / "memory_cap.md").write_text(md + "\n")
+    print(md)
+
+
+if __name__ == "__main__":
+    main()

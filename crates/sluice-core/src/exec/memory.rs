@@ -43,6 +43,9 @@ pub(super) struct ConsumerWait {
     since: AtomicU64,
     last_output: AtomicU64,
     max_gap: AtomicU64,
+    /// A memory cap held a chunk since the last output: that gap says nothing of how fast
+    /// the pipeline makes outputs (counting it would make the cap ever more patient).
+    held: std::sync::atomic::AtomicBool,
     /// The (epoch, position) of the last output handed over.
     reached: Mutex<Option<(u64, u64)>>,
 }
@@ -56,7 +59,7 @@ impl ConsumerWait {
     pub(super) fn delivered(&self) {
         let now = now_ns();
         let last = self.last_output.swap(now, Relaxed);
-        if last != 0 {
+        if last != 0 && !self.held.swap(false, Relaxed) {
             self.max_gap.fetch_max(now - last, Relaxed);
         }
         self.since.store(0, Relaxed);
@@ -222,6 +225,7 @@ impl MemoryCap {
             if held.is_none() {
                 held = Some(Instant::now());
                 self.held_chunks.fetch_add(1, Relaxed);
+                ctl.wait.held.store(true, Relaxed);
             }
             let starved = ctl.wait.is_waiting();
             let t = Instant::now();

@@ -1,7 +1,8 @@
 """Compressed files, compressed tar shards and TFRecord read from an S3-compatible server (moto's
 server mode, started on loopback by this module) equal the same files read locally: the
 sequential `Blob` reader path of each format (decompression, the streamed TFRecord scan, ranged
-reads of records)."""
+reads of records); and WebDataset shards converted into the bucket by `write_shards` read back
+through their member indexes (beside them, or built into a prefix of their own)."""
 
 from __future__ import annotations
 
@@ -123,3 +124,25 @@ def test_tfrecord_from_s3_plain_gzip_and_indexed(s3, tmp_path):
     ]:
         assert len(ds) == 30 and _rows(ds.shuffle(seed=5)) == want
     assert len(sluice.read_tfrecord("s3://formats/tfr/")) == 60
+
+
+def test_write_shards_to_s3_and_read_them_back_indexed(s3, tmp_path):
+    # Convert once into the bucket, then a global shuffle over the shards through their indexes.
+    src = sluice.range(30).map(lambda s: {"txt": f"sample {s['id']}", "cls": s["id"] % 3})
+    files = src.write_shards("s3://formats/converted/", shard_size=3000)
+    assert len(files) > 1 and files[0] == "s3://formats/converted/part-00000.tar"
+    keys = {o["Key"] for o in s3.list_objects_v2(Bucket="formats", Prefix="converted/")["Contents"]}
+    assert "converted/index.json" in keys and "converted/part-00000.tar.idx" in keys
+    ds = sluice.read_webdataset("s3://formats/converted/", index=True)
+    assert len(ds) == 30
+    got = [bytes(s["txt"]).decode() for s in ds.shuffle(seed=1)]
+    assert sorted(got) == sorted(f"sample {i}" for i in range(30)) and got != sorted(got)
+    # Shards without indexes (a bucket one cannot write beside): indexes built once into a
+    # prefix of their own, then loaded from there.
+    for k in keys:
+        if k.endswith(".idx"):
+            s3.delete_object(Bucket="formats", Key=k)
+    again = sluice.read_webdataset("s3://formats/converted/", index="s3://formats/wds-idx/")
+    assert [bytes(s["txt"]) for s in again] == [bytes(s["txt"]) for s in ds]
+    built = {o["Key"] for o in s3.list_objects_v2(Bucket="formats", Prefix="wds-idx/")["Contents"]}
+    assert built == {f"wds-idx/part-{i:05d}.tar.idx" for i in range(len(files))}

@@ -58,13 +58,18 @@ impl std::str::FromStr for ShardFormat {
 #[derive(Debug, Clone, Copy)]
 pub struct ShardOptions {
     pub format: ShardFormat,
-    /// A shard is closed once the next sample would take it past this many bytes.
+    /// A shard is closed once it holds this many bytes (so it passes them by at most its
+    /// last sample).
     pub shard_bytes: u64,
 }
 
 /// One shard listed in `index.json`.
 #[derive(Debug, Clone, serde::Serialize)]
 struct Listed {
+    /// Where it was written (what `write_shards` returns).
+    #[serde(skip)]
+    path: String,
+    /// Its name in the directory.
     file: String,
     samples: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -114,10 +119,7 @@ pub fn write_shards(
     });
     let text = serde_json::to_vec_pretty(&manifest).map_err(|e| Error::Internal(e.to_string()))?;
     write_atomic(&manifest_path, text)?;
-    Ok(listed
-        .into_iter()
-        .map(|l| format!("{}/{}", dir.trim_end_matches('/'), l.file))
-        .collect())
+    Ok(listed.into_iter().map(|l| l.path).collect())
 }
 
 /// Syncs or uploads one finished shard.
@@ -252,6 +254,7 @@ impl TarShard {
         };
         let listed = Listed {
             file: dest.rsplit('/').next().unwrap_or(&dest).to_string(),
+            path: dest.clone(),
             samples: index.samples(),
             bytes: Some(counting.n),
         };
@@ -277,19 +280,17 @@ fn write_tar_shards(
         let s = s?;
         let key = key_of(&s, position as u64, prev_key.as_deref())?;
         let members = members_of(&s, &key, position as u64)?;
-        let size: u64 = members.iter().map(|(n, d)| tar_bytes(n, d.len())).sum();
-        if let Some(open) = shard.take_if(|sh| sh.offsets.len() > 1 && sh.at() + size > shard_bytes)
-        {
-            let (job, l) = open.close()?;
-            publisher.send(job)?;
-            listed.push(l);
-        }
         let open = match &mut shard {
             Some(sh) => sh,
             None => shard.insert(TarShard::new(part_name(dir, listed.len(), "tar"))?),
         };
         open.add(&members)?;
         prev_key = Some(key);
+        if let Some(full) = shard.take_if(|sh| sh.at() >= shard_bytes) {
+            let (job, l) = full.close()?;
+            publisher.send(job)?;
+            listed.push(l);
+        }
     }
     if let Some(open) = shard.take() {
         let (job, l) = open.close()?;
@@ -297,25 +298,11 @@ fn write_tar_shards(
         listed.push(l);
     }
     publisher.finish()?;
-    let files: Vec<String> = listed
-        .iter()
-        .map(|l| format!("{}/{}", dir.trim_end_matches('/'), l.file))
-        .collect();
+    let files: Vec<String> = listed.iter().map(|l| l.path.clone()).collect();
     remove_stale(dir, &files, "tar")?;
     let indexes: Vec<String> = files.iter().map(|f| format!("{f}.idx")).collect();
     remove_stale(dir, &indexes, "tar.idx")?;
     Ok(listed)
-}
-
-/// Bytes a member takes in a tar: its header (and a GNU long-name record for a long name)
-/// and its data, in 512-byte blocks.
-fn tar_bytes(name: &str, len: usize) -> u64 {
-    let long = if name.len() > 100 {
-        512 + (name.len() as u64 + 1).div_ceil(512) * 512
-    } else {
-        0
-    };
-    long + 512 + (len as u64).div_ceil(512) * 512
 }
 
 /// The member key of the sample at `position`: its `__key__`, checked to name tar members
@@ -391,17 +378,6 @@ fn json_bytes(v: &Value, position: u64, field: &str) -> Result<Vec<u8>> {
     serde_json::to_vec(&j).map_err(|e| Error::Internal(e.to_string()))
 }
 
-/// The bytes a sample adds to a Parquet shard, before compression.
-fn value_bytes(v: &Value) -> u64 {
-    match v {
-        Value::Bytes(b) => b.len() as u64,
-        Value::Str(t) => t.len() as u64,
-        Value::Tensor(t) => t.nbytes() as u64,
-        Value::List(l) => l.iter().map(value_bytes).sum(),
-        _ => 8,
-    }
-}
-
 /// Rows a Parquet row group holds: about 32 MiB of them (the writer's memory), as the first
 /// sample's size says.
 const ROW_GROUP_BYTES: u64 = 32 << 20;
@@ -413,7 +389,7 @@ fn write_parquet_shards(
 ) -> Result<Vec<Listed>> {
     let mut samples = samples.peekable();
     let first = match samples.peek() {
-        Some(Ok(s)) => s.iter().map(|(_, v)| value_bytes(v)).sum::<u64>().max(1),
+        Some(Ok(s)) => (s.nbytes() as u64).max(1),
         _ => 1,
     };
     let rows_per_group = (ROW_GROUP_BYTES / first).clamp(1, 1 << 14) as usize;
@@ -421,11 +397,11 @@ fn write_parquet_shards(
     let (mut part, mut bytes) = (0usize, 0u64);
     let tagged = samples.map(|s| {
         let s = s?;
-        let size: u64 = s.iter().map(|(_, v)| value_bytes(v)).sum();
-        if bytes > 0 && bytes + size > shard_bytes {
+        // A part is closed once it holds `shard_bytes` (of values, before compression).
+        if bytes >= shard_bytes {
             (part, bytes) = (part + 1, 0);
         }
-        bytes += size;
+        bytes += s.nbytes() as u64;
         if counts.len() <= part {
             counts.push(0);
         }
@@ -442,6 +418,7 @@ fn write_parquet_shards(
         .zip(counts)
         .map(|(f, samples)| Listed {
             file: f.rsplit('/').next().unwrap_or(f).to_string(),
+            path: f.clone(),
             samples,
             bytes: std::fs::metadata(f).ok().map(|m| m.len()),
         })

@@ -19,6 +19,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::control::Control;
+use crate::stats::series::rss_bytes_of;
 use crate::stats::PipelineStats;
 
 /// How often the list of child processes is refreshed (scanning `/proc` costs ~1 ms).
@@ -99,6 +100,9 @@ pub struct MemoryCap {
     children: Mutex<(Option<Instant>, Vec<u32>)>,
     /// What the process held when the run started.
     base: u64,
+    /// When the allocator was last asked to give memory back ([`now_ns`]): at most every
+    /// [`TRIM_EVERY`], however many chunks wait (a trim walks the whole heap).
+    trimmed: AtomicU64,
     /// Chunks let in and not yet past the consumer: their last item's (epoch, position) and
     /// their length (only the source thread admits).
     admitted: Mutex<std::collections::VecDeque<((u64, u64), u64)>>,
@@ -149,6 +153,7 @@ impl MemoryCap {
             peak: AtomicU64::new(0),
             children: Mutex::new((None, Vec::new())),
             base: 0,
+            trimmed: AtomicU64::new(0),
             admitted: Mutex::new(Default::default()),
         };
         cap.base = cap.rss();
@@ -194,7 +199,8 @@ impl MemoryCap {
             }
             c.1.clone()
         };
-        let total = rss_of(me) + kids.into_iter().map(rss_of).sum::<u64>();
+        let rss = |pid: u32| rss_bytes_of(&pid.to_string()).unwrap_or(0);
+        let total = rss(me) + kids.into_iter().map(rss).sum::<u64>();
         self.peak.fetch_max(total, Relaxed);
         total
     }
@@ -203,7 +209,6 @@ impl MemoryCap {
     /// stalled waiting for output (holding on would free nothing), or the run stops.
     pub(super) fn admit(&self, chunk: ChunkNeed, stats: &PipelineStats, ctl: &Control) {
         let mut held: Option<Instant> = None;
-        let mut trimmed: Option<Instant> = None;
         loop {
             let (predicted, in_flight) = self.predicted(&chunk, stats, ctl);
             if predicted <= self.limit || ctl.cancelled() {
@@ -212,9 +217,15 @@ impl MemoryCap {
             // Memory freed by what was consumed may still count as resident: glibc keeps
             // freed heap memory (big arrays too, once its mmap threshold has grown). Give it
             // back and look again before holding on.
-            if trimmed.is_none_or(|t| t.elapsed() >= TRIM_EVERY) {
+            let now = now_ns();
+            let last = self.trimmed.load(Relaxed);
+            if now.saturating_sub(last) >= TRIM_EVERY.as_nanos() as u64
+                && self
+                    .trimmed
+                    .compare_exchange(last, now, Relaxed, Relaxed)
+                    .is_ok()
+            {
                 release_freed();
-                trimmed = Some(Instant::now());
                 continue;
             }
             if in_flight == 0 || ctl.wait.stalled() {
@@ -295,21 +306,6 @@ fn release_freed() {
     unsafe {
         libc::malloc_trim(0);
     }
-}
-
-/// Resident bytes of process `pid` (0 when it is gone or unreadable).
-fn rss_of(pid: u32) -> u64 {
-    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/statm")) else {
-        return 0;
-    };
-    let pages: u64 = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(0);
-    // SAFETY: sysconf has no preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    pages * page.max(4096) as u64
 }
 
 /// The descendants of `pid` (children, their children, ...), from `/proc/*/stat`.

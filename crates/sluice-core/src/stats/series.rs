@@ -149,7 +149,12 @@ pub fn process_cpu_s() -> Option<f64> {
 
 /// Resident memory of this process in bytes (Linux: `/proc/self/statm`).
 pub fn process_rss_bytes() -> Option<u64> {
-    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    rss_bytes_of("self")
+}
+
+/// Resident memory of process `pid` (a number, or `self`) in bytes; `None` when it is gone.
+pub fn rss_bytes_of(pid: &str) -> Option<u64> {
+    let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
     let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
     // SAFETY: sysconf has no preconditions.
     #[cfg(unix)]

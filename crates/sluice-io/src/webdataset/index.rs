@@ -169,13 +169,13 @@ pub(super) fn load_or_build(
     dir: Option<&str>,
     opts: &WdsOptions,
 ) -> Result<(Arc<Blob>, ShardIndex)> {
-    let blob = Arc::new(Blob::open(shard)?);
     if crate::compressed::Codec::of(shard).is_some() {
         return Err(Error::invalid(format!(
             "{shard}: index= needs uncompressed tar shards (a compressed one has no random \
              access); read it without index=, or convert it once with write_shards"
         )));
     }
+    let blob = Arc::new(Blob::open(shard)?);
     let path = index_path(shard, dir);
     let stored = Blob::open(&path)
         .and_then(|b| b.read_at(0, b.size() as usize))

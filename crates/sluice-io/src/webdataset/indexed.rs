@@ -143,8 +143,27 @@ impl IndexedWebDataset {
         bytes: Option<Bytes>,
         blob: &Arc<Blob>,
     ) -> Result<Sample> {
+        match bytes {
+            Some(b) => self.group(i, shard, &range, Cursor::new(&b[..]), Some(&b[..])),
+            None => {
+                let reader = Ranged::new(blob.clone(), range.clone());
+                let reader = std::io::BufReader::with_capacity(1 << 20, reader);
+                self.group(i, shard, &range, reader, None)
+            }
+        }
+    }
+
+    /// The one sample the archive `reader` holds (sample `i`'s byte range of `shard`); members
+    /// not read as fields are skipped by seeking.
+    fn group<R: std::io::Read + std::io::Seek>(
+        &self,
+        i: u64,
+        shard: &Shard,
+        range: &std::ops::Range<u64>,
+        reader: R,
+        within: Option<&[u8]>,
+    ) -> Result<Sample> {
         let name = shard.name.as_str();
-        let mut group = Grouper::new(name, self.opts, &self.skipped);
         let mismatch = |what: &str| {
             Error::data(format!(
                 "{name}: sample {i} (bytes {}..{}) {what}: the index does not match the shard; \
@@ -152,38 +171,15 @@ impl IndexedWebDataset {
                 range.start, range.end
             ))
         };
-        let mut first = None;
-        macro_rules! group_entries {
-            ($entries:expr) => {
-                for entry in $entries {
-                    let entry = entry.map_err(|e| broken(name, e))?;
-                    if let Some(s) = group.push(entry)? {
-                        if first.replace(s).is_some() {
-                            return Err(mismatch("holds more than one sample"));
-                        }
-                    }
-                }
-            };
-        }
-        match bytes {
-            Some(b) => {
-                let mut archive = tar::Archive::new(Cursor::new(b));
-                group_entries!(archive.entries().map_err(|e| broken(name, e))?);
-            }
-            None => {
-                let reader = std::io::BufReader::with_capacity(
-                    1 << 20,
-                    Ranged::new(blob.clone(), range.clone()),
-                );
-                let mut archive = tar::Archive::new(reader);
-                group_entries!(archive.entries_with_seek().map_err(|e| broken(name, e))?);
+        let mut group = Grouper::new(name, self.opts, &self.skipped);
+        let mut archive = tar::Archive::new(reader);
+        for entry in archive.entries_with_seek().map_err(|e| broken(name, e))? {
+            let entry = entry.map_err(|e| broken(name, e))?;
+            if group.push(entry, within)?.is_some() {
+                return Err(mismatch("holds more than one sample"));
             }
         }
-        match (first, group.finish()) {
-            (None, Some(s)) => Ok(s),
-            (Some(_), Some(_)) => Err(mismatch("holds more than one sample")),
-            (_, None) => Err(mismatch("holds no sample")),
-        }
+        group.finish().ok_or_else(|| mismatch("holds no sample"))
     }
 
     /// The spec that reopens these shards with this index and these options.

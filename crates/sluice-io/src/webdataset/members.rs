@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 
 use sluice_core::{Error, OnError, Result, Sample, Value};
 
@@ -96,7 +97,7 @@ pub(super) fn broken(shard: &str, e: std::io::Error) -> Error {
 
 struct Pending {
     key: String,
-    fields: BTreeMap<String, Vec<u8>>,
+    fields: BTreeMap<String, Arc<[u8]>>,
 }
 
 /// Groups a shard's members, in order, into samples: adjacent members with one key are one
@@ -133,8 +134,14 @@ impl<'a> Grouper<'a> {
         }
     }
 
-    /// Takes the next member; returns the sample it completes (when it starts another).
-    pub(super) fn push<R: Read>(&mut self, mut entry: tar::Entry<'_, R>) -> Result<Option<Sample>> {
+    /// Takes the next member; returns the sample it completes (when it starts another). With
+    /// `within` — the bytes the archive is read from, in memory — a field's data is sliced
+    /// from them (one copy) rather than read out of the entry into a buffer first.
+    pub(super) fn push<R: Read>(
+        &mut self,
+        mut entry: tar::Entry<'_, R>,
+        within: Option<&[u8]>,
+    ) -> Result<Option<Sample>> {
         let kind = entry.header().entry_type();
         let raw_name = entry.path_bytes().into_owned();
         let name = String::from_utf8_lossy(&raw_name).into_owned();
@@ -144,18 +151,31 @@ impl<'a> Grouper<'a> {
             Member::Bad(why) => return self.bad_member(&name, &why).map(|()| None),
             Member::Field { key, ext } => (key, ext),
         };
-        let mut data = Vec::with_capacity(size.min(RESERVE_LIMIT) as usize);
-        entry
-            .read_to_end(&mut data)
-            .map_err(|e| broken(self.shard, e))?;
-        if (data.len() as u64) < size {
+        let (data, have): (Option<Arc<[u8]>>, u64) = match within {
+            Some(all) => {
+                let start = (entry.raw_file_position() as usize).min(all.len());
+                let end = start.saturating_add(size as usize);
+                (
+                    all.get(start..end).map(Arc::from),
+                    (all.len() - start) as u64,
+                )
+            }
+            None => {
+                let mut buf = Vec::with_capacity(size.min(RESERVE_LIMIT) as usize);
+                entry
+                    .read_to_end(&mut buf)
+                    .map_err(|e| broken(self.shard, e))?;
+                let have = buf.len() as u64;
+                ((have >= size).then(|| Arc::from(buf)), have)
+            }
+        };
+        let Some(data) = data else {
             return Err(Error::data(format!(
-                "{}: member '{}' is cut short ({} of {size} bytes): the shard is truncated",
+                "{}: member '{}' is cut short ({have} of {size} bytes): the shard is truncated",
                 self.shard,
                 show(&name),
-                data.len()
             )));
-        }
+        };
         if let Some(p) = self.pending.as_mut().filter(|p| p.key == key) {
             if p.fields.contains_key(ext) {
                 self.bad_member(&name, &format!("is a second '{}' of its sample", show(ext)))?;
@@ -183,7 +203,7 @@ impl<'a> Grouper<'a> {
         s.set(KEY.clone(), Value::Str(p.key.into()));
         s.set(URL.clone(), Value::Str(self.shard.into()));
         for (ext, data) in p.fields {
-            s.set(ext, Value::Bytes(data.into()));
+            s.set(ext, Value::Bytes(data));
         }
         s
     }

@@ -217,7 +217,7 @@ impl ShardReader<'_> {
         let mut group = Grouper::new(self.shard, self.opts, self.skipped);
         for entry in archive.entries().map_err(|e| broken(self.shard, e))? {
             let entry = entry.map_err(|e| broken(self.shard, e))?;
-            if let Some(done) = group.push(entry)? {
+            if let Some(done) = group.push(entry, None)? {
                 if self.tx.send(Ok(done)).is_err() {
                     return Ok(false);
                 }

@@ -256,6 +256,12 @@ impl MemoryCap {
             .push_back((chunk.last, chunk.items));
     }
 
+    /// Whether the tree has reached half the cap: past it, nothing should hold more than it
+    /// must (a parallel stage's window stops growing: [`super::tail`]).
+    pub(crate) fn under_pressure(&self) -> bool {
+        self.peak.load(Relaxed) > self.limit / 2
+    }
+
     /// What it did so far.
     pub fn report(&self) -> MemoryReport {
         MemoryReport {

@@ -25,6 +25,7 @@ mod resume;
 mod source;
 mod stage;
 mod start;
+mod tail;
 mod threads;
 
 use std::collections::VecDeque;

@@ -1,8 +1,9 @@
 //! Order across threads. A parallel stage's dispatcher hands each chunk to whichever worker
 //! is free together with a one-slot reply channel, and queues the reply channels in input
 //! order; the next stage reads the replies in that order. So output order equals input order
-//! for any number of workers, with no reorder buffer, and the bounded queue of reply slots
-//! is the window of chunks in flight.
+//! for any number of workers, with no reorder buffer, and the queue of reply slots is the
+//! window of chunks in flight, its limit grown with the stage's measured tail latency
+//! ([`TailWindow`]).
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -16,6 +17,17 @@ use crate::stats::{PipelineStats, StageCounters};
 use super::channel::Msg;
 use super::item::{Chunk, Partial};
 use super::source::OrderedItems;
+use super::tail::TailWindow;
+
+/// The consumer side's hold on a window: dropping it (the next stage ended) frees a
+/// dispatcher waiting for room.
+pub(super) struct WindowHold(pub(super) Arc<TailWindow>);
+
+impl Drop for WindowHold {
+    fn drop(&mut self) {
+        self.0.close();
+    }
+}
 
 /// The receiving end of a stage: plain, or ordered reply slots from a parallel stage.
 pub(super) enum Input {
@@ -30,6 +42,7 @@ pub(super) enum Input {
     /// handed on as its outputs, then (`failed`) its error.
     Ordered {
         slots: Receiver<Receiver<Partial>>,
+        window: WindowHold,
         waiting: Option<Receiver<Partial>>,
         failed: Option<Error>,
     },
@@ -69,6 +82,7 @@ impl Input {
             },
             Input::Ordered {
                 slots,
+                window,
                 waiting,
                 failed,
             } => {
@@ -83,15 +97,28 @@ impl Input {
                             Some(t) => slots.recv_timeout(t),
                         };
                         match got {
-                            Ok(s) => s,
+                            Ok(s) => {
+                                window.0.release();
+                                s
+                            }
                             Err(RecvTimeoutError::Timeout) => return Recv::Timeout,
                             Err(RecvTimeoutError::Disconnected) => return Recv::End,
                         }
                     }
                 };
-                let got = match timeout {
-                    None => slot.recv().map_err(|_| RecvTimeoutError::Disconnected),
-                    Some(t) => slot.recv_timeout(t),
+                // Waiting for the head while the workers may be out of room is what grows
+                // the window: say so while it lasts.
+                let got = match slot.try_recv() {
+                    Ok(reply) => Ok(reply),
+                    Err(_) => {
+                        window.0.head_waiting(true);
+                        let got = match timeout {
+                            None => slot.recv().map_err(|_| RecvTimeoutError::Disconnected),
+                            Some(t) => slot.recv_timeout(t),
+                        };
+                        window.0.head_waiting(false);
+                        got
+                    }
                 };
                 match got {
                     Ok((chunk, None)) => Recv::Msg(Ok(chunk)),
@@ -122,20 +149,21 @@ impl Input {
 }
 
 /// Hands `input`'s chunks to a parallel stage's workers (through `work`) in order: each
-/// chunk's reply channel is queued in `slots` before the chunk goes out; an error goes
-/// straight into its slot and ends the stage. Returns when the input ends or a receiver is
-/// gone.
+/// chunk's reply channel is queued in `slots`, once `window` has room, before the chunk goes
+/// out; an error goes straight into its slot and ends the stage. Returns when the input
+/// ends or a receiver is gone.
 pub(super) fn dispatch(
     mut input: Input,
     work: &Sender<(Chunk, Sender<Partial>)>,
     slots: &Sender<Receiver<Partial>>,
+    window: &TailWindow,
     c: &StageCounters,
 ) {
     while let Some(msg) = input.recv() {
         let (reply_tx, reply_rx) = bounded::<Partial>(1);
         c.record_occupancy(slots.len());
         let t0 = Instant::now();
-        if slots.send(reply_rx).is_err() {
+        if !window.acquire() || slots.send(reply_rx).is_err() {
             return;
         }
         StageCounters::add(&c.wait_out_ns, t0.elapsed());
@@ -177,6 +205,7 @@ mod tests {
         drop(in_tx);
         let (work_tx, work_rx) = bounded::<(Chunk, Sender<Partial>)>(16);
         let (slots_tx, slots_rx) = bounded::<Receiver<Partial>>(16);
+        let window = Arc::new(TailWindow::new(1, 16, None));
         let info = StageInfo {
             name: "stage".into(),
             threads: 1,
@@ -184,7 +213,13 @@ mod tests {
             queue_capacity: 16,
         };
         let stats = PipelineStats::new(vec![info.clone(), info]);
-        dispatch(Input::Direct(in_rx), &work_tx, &slots_tx, stats.counters(1));
+        dispatch(
+            Input::Direct(in_rx),
+            &work_tx,
+            &slots_tx,
+            &window,
+            stats.counters(1),
+        );
         drop((work_tx, slots_tx));
         // Answer the last chunk first: the output must still come in input order.
         let work: Vec<_> = work_rx.iter().collect();
@@ -195,6 +230,7 @@ mod tests {
         }
         let mut input = Input::Ordered {
             slots: slots_rx,
+            window: WindowHold(window),
             waiting: None,
             failed: None,
         };

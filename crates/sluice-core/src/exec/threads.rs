@@ -18,7 +18,8 @@ use super::channel::{send_counted, Msg};
 use super::control::Control;
 use super::controller;
 use super::item::{is_interrupt, nonempty, Chunk, Partial, Transform};
-use super::ordering::{dispatch, Input};
+use super::ordering::{dispatch, Input, WindowHold};
+use super::tail::TailWindow;
 
 /// Runs `f`, turning a panic into an internal error so it never crosses into the consumer.
 pub(super) fn guarded<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
@@ -144,7 +145,12 @@ pub(super) fn spawn_parallel(
         slot,
     } = par;
     let (work_tx, work_rx) = bounded::<(Chunk, Sender<Partial>)>(threads);
-    let (slots_tx, slots_rx) = bounded::<Receiver<Partial>>(depth.max(1));
+    let window = Arc::new(TailWindow::new(threads, depth, stats.memory().cloned()));
+    stats
+        .counters(slot)
+        .window_max
+        .fetch_max(depth as u64, Relaxed);
+    let (slots_tx, slots_rx) = bounded::<Receiver<Partial>>(window.capacity());
     // The last thread out stops the pool (remote workers must not outlive the stage).
     struct Stop(Arc<dyn Workers>);
     impl Drop for Stop {
@@ -155,12 +161,13 @@ pub(super) fn spawn_parallel(
     ctl.watch(&pool);
     let stop = Arc::new(Stop(pool));
     for w in 0..threads {
-        let (work_rx, stop, ctl2, stats, active) = (
+        let (work_rx, stop, ctl2, stats, active, window) = (
             work_rx.clone(),
             stop.clone(),
             ctl.clone(),
             stats.clone(),
             active.clone(),
+            window.clone(),
         );
         ctl.spawn(format!("sluice-stage-{slot}-w{w}"), move || {
             lower_worker_priority();
@@ -185,19 +192,26 @@ pub(super) fn spawn_parallel(
                 let n = chunk.len() as u64;
                 let res = guarded(|| Ok(stop.0.run_partial(chunk)))
                     .unwrap_or_else(|e| (Vec::new(), Some(e)));
-                StageCounters::add(&c.busy_ns, t1.elapsed());
+                let took = t1.elapsed();
+                StageCounters::add(&c.busy_ns, took);
                 c.items_in.fetch_add(n, Relaxed);
-                c.items_out.fetch_add(res.0.len() as u64, Relaxed);
+                let out = c.items_out.fetch_add(res.0.len() as u64, Relaxed) + res.0.len() as u64;
+                let chunks = c.chunks.fetch_add(1, Relaxed) + 1;
+                let bytes = c.bytes_out.load(Relaxed) as f64 / chunks as f64;
+                let limit =
+                    window.observe(took.as_nanos() as u64, if out > 0 { bytes } else { 0.0 });
+                c.window_max.fetch_max(limit as u64, Relaxed);
                 let _ = reply.send(res);
             }
         })?;
     }
-    let stats = stats.clone();
+    let (stats, w) = (stats.clone(), window.clone());
     ctl.spawn(format!("sluice-stage-{slot}-dispatch"), move || {
-        dispatch(input, &work_tx, &slots_tx, stats.counters(slot))
+        dispatch(input, &work_tx, &slots_tx, &w, stats.counters(slot))
     })?;
     Ok(Input::Ordered {
         slots: slots_rx,
+        window: WindowHold(window),
         waiting: None,
         failed: None,
     })

@@ -30,6 +30,10 @@ pub struct StageCounters {
     pub wait_out_ns: AtomicU64,
     pub occupancy_sum: AtomicU64,
     pub occupancy_samples: AtomicU64,
+    /// Chunks a parallel stage's workers ran.
+    pub chunks: AtomicU64,
+    /// The largest its reorder window grew to, in chunks (its measured tail sets it).
+    pub window_max: AtomicU64,
     /// Workers allowed to run now when the controller tunes this stage (0: not tuned).
     pub active: AtomicU64,
 }
@@ -383,7 +387,7 @@ impl PipelineStats {
                     wait_out_s: c.wait_out_ns.load(Relaxed) as f64 * 1e-9,
                     throughput: out as f64 / elapsed,
                     utilisation: busy / (elapsed * threads as f64),
-                    queue_capacity: info.queue_capacity,
+                    queue_capacity: info.queue_capacity.max(c.window_max.load(Relaxed) as usize),
                     queue_occupancy: if occ_n == 0 {
                         0.0
                     } else {
@@ -438,6 +442,8 @@ pub struct StageReport {
     pub throughput: f64,
     /// Busy time / (elapsed × threads).
     pub utilisation: f64,
+    /// The output queue's capacity in chunks; for a parallel stage, the largest its reorder
+    /// window grew to (it grows with the stage's measured tail latency).
     pub queue_capacity: usize,
     /// Mean number of chunks waiting in the output queue.
     pub queue_occupancy: f64,

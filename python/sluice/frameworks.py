@@ -24,6 +24,18 @@ def _jax():
     return jax
 
 
+def _jax_normalizer(jax: Any) -> Any:
+    """uint8 [B, H, W, C] on a device → float32 [B, C, H, W], normalised there (jitted)."""
+    import jax.numpy as jnp
+
+    @jax.jit
+    def normalize(x: Any, mean: Any, std: Any) -> Any:
+        y = (x.astype(jnp.float32) * INV_255 - mean) / std
+        return jnp.transpose(y, (0, 3, 1, 2))
+
+    return normalize
+
+
 def _pytorch() -> Any:
     try:
         from . import pytorch
@@ -32,6 +44,50 @@ def _pytorch() -> Any:
             raise
         raise ImportError("this needs torch: pip install torch (or sluice-ml[torch])") from e
     return pytorch
+
+
+#: The scale from uint8 to [0, 1], as the engine's ``normalize`` rounds it (f32 of 1/255).
+INV_255 = np.float32(1.0 / 255.0)
+
+
+def normalize_spec(normalize: Any, where: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """``normalize=(mean, std)`` (the ``image`` field) or ``{field: (mean, std)}``: per field,
+    float32 mean and std with one value per channel (1 or 3), checked."""
+    if normalize is None:
+        return {}
+    items = normalize.items() if isinstance(normalize, Mapping) else [("image", normalize)]
+    out = {}
+    for field, pair in items:
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            raise TypeError(f"{where}: normalize must be (mean, std) or {{field: (mean, std)}}, got {pair!r}")
+        try:
+            mean, std = (np.asarray(x, np.float32).reshape(-1) for x in pair)
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"{where}: normalize's mean and std must be numbers, one per channel: {e}") from None
+        if mean.size not in (1, 3) or mean.shape != std.shape:
+            raise ValueError(f"{where}: normalize for field {field!r} needs 1 or 3 values in both mean and std, "
+                             f"got {mean.size} and {std.size}")
+        if not (np.isfinite(mean).all() and np.isfinite(std).all()) or (std == 0).any():
+            raise ValueError(f"{where}: normalize for field {field!r}: mean and std must be finite and std non-zero, "
+                             f"got {mean.tolist()} and {std.tolist()}")
+        out[str(field)] = (mean, std)
+    return out
+
+
+def check_images(batch: Mapping[str, Any], specs: Mapping[str, tuple], where: str) -> None:
+    """The fields ``normalize=`` names must be batches of uint8 HWC images with as many
+    channels as mean and std have values."""
+    for k, (mean, _) in specs.items():
+        if k not in batch:
+            raise KeyError(f"{where}: normalize names field {k!r}, not in the batch (fields: {sorted(batch)})")
+        v = batch[k]
+        ok = isinstance(v, np.ndarray) and v.dtype == np.uint8 and v.ndim == 4 and v.shape[-1] == mean.size
+        if not ok:
+            got = f"{v.dtype}{list(v.shape)}" if isinstance(v, np.ndarray) else type(v).__name__
+            raise TypeError(
+                f"{where}: normalize= takes field {k!r} as a batch of uint8 images [batch, height, width, "
+                f"{mean.size}] (decoded, before any normalize or to_tensor in the pipeline), got {got}"
+            )
 
 
 class FrameworksMixin:
@@ -89,6 +145,7 @@ class FrameworksMixin:
         dtypes: Mapping[str, Any] | None = None,
         pin_memory: bool = False,
         prefetch: int = 2,
+        normalize: Any = None,
         **iter_kwargs: Any,
     ) -> Iterator[dict]:
         """Batches as dicts of ``torch.Tensor`` on ``device`` (default CPU). On the CPU
@@ -100,6 +157,13 @@ class FrameworksMixin:
         copy before it is yielded. ``seed``, ``epoch`` and the rest are ``iter``'s (a call
         without ``epoch`` is the next epoch).
 
+        ``normalize=(mean, std)`` (or ``{field: (mean, std)}``; the field defaults to
+        ``image``) takes that field as uint8 images ``[batch, H, W, C]`` — the pipeline stops
+        before its ``normalize`` — and normalises them after the copy, on ``device``:
+        ``(x / 255 - mean) / std`` as float32 ``[batch, C, H, W]`` (``channels_last`` strides),
+        the values ``sluice.image.normalize`` gives on the host. A CUDA copy then moves a
+        quarter of the bytes; a ``dtypes`` cast of the field applies after it.
+
         >>> import sluice, torch
         >>> b = next(iter(sluice.range(6).batch(4).iter_torch_batches(dtypes={"id": torch.float32})))
         >>> b["id"]
@@ -110,10 +174,13 @@ class FrameworksMixin:
         if dtypes is not None and not isinstance(dtypes, Mapping):
             raise TypeError(f"iter_torch_batches: dtypes must be a dict {{field: dtype}}, got {type(dtypes).__name__}")
         _int("prefetch", prefetch, 0)
+        specs = normalize_spec(normalize, "iter_torch_batches")
         torch_side = _pytorch()
         it = self.iter(seed, epoch, **iter_kwargs)
         try:
-            yield from torch_side.iter_torch_batches(it, device, dict(dtypes or {}), bool(pin_memory), prefetch)
+            yield from torch_side.iter_torch_batches(
+                it, device, dict(dtypes or {}), bool(pin_memory), prefetch, specs
+            )
         finally:
             it.close()
 
@@ -125,6 +192,7 @@ class FrameworksMixin:
         device: Any = None,
         sharding: Any = None,
         dtypes: Mapping[str, Any] | None = None,
+        normalize: Any = None,
         **iter_kwargs: Any,
     ) -> Iterator[dict]:
         """Batches as dicts of ``jax.Array``: each numpy field goes to ``device`` (default: JAX's
@@ -139,6 +207,11 @@ class FrameworksMixin:
         Multi-host: give each process its shard, ``ds.shard(jax.process_index(),
         jax.process_count())``, and assemble the global batch from the local ones with
         ``jax.make_array_from_process_local_data(sharding, batch[k])`` (see README).
+
+        ``normalize=(mean, std)`` (or ``{field: (mean, std)}``; default field ``image``) puts
+        that field on the device as uint8 images ``[batch, H, W, C]`` and normalises it there:
+        float32 ``(x / 255 - mean) / std`` as ``[batch, C, H, W]``, the values
+        ``sluice.image.normalize`` gives on the host, for a quarter of the transfer.
         """
         jax = _jax()
         if dtypes is not None and not isinstance(dtypes, Mapping):
@@ -147,6 +220,8 @@ class FrameworksMixin:
             raise ValueError("iter_jax: give device or sharding, not both")
         place = sharding if sharding is not None else device
         casts = dict(dtypes or {})
+        specs = normalize_spec(normalize, "iter_jax")
+        on_device = _jax_normalizer(jax) if specs else None
         it = self.iter(seed, epoch, **iter_kwargs)
         try:
             for batch in it:
@@ -156,9 +231,13 @@ class FrameworksMixin:
                 if missing:
                     raise KeyError(f"iter_jax: dtypes names field(s) {missing} not in the batch "
                                    f"(fields: {sorted(batch)})")
+                check_images(batch, specs, "iter_jax")
                 out = {}
                 for k, v in batch.items():
-                    if isinstance(v, np.ndarray) and v.dtype != object:
+                    if k in specs:
+                        x = on_device(jax.device_put(v, place), *specs[k])
+                        out[k] = x.astype(casts[k]) if k in casts else x
+                    elif isinstance(v, np.ndarray) and v.dtype != object:
                         if k in casts:
                             v = v.astype(casts[k], copy=False)
                         out[k] = jax.device_put(v, place)

@@ -30,6 +30,8 @@ import numpy as np
 import torch
 import torch.utils.data as tud
 
+from .frameworks import INV_255, check_images
+
 # Slots of the shared epoch record (a multiprocessing array every worker process sees).
 _STARTS, _BASE, _EXPLICIT = 0, 1, 2
 
@@ -262,14 +264,30 @@ def to_tensors(batch: Mapping[str, Any], dtypes: Mapping[str, Any]) -> dict:
     return out
 
 
+def normalize_images(x: torch.Tensor, mean: np.ndarray, std: np.ndarray) -> torch.Tensor:
+    """uint8 [B, H, W, C] → float32 [B, C, H, W] (channels_last strides), ``(x / 255 - mean) /
+    std`` with the engine's float ops in its order (scale, subtract, divide), on x's device."""
+    m = torch.as_tensor(mean, device=x.device).view(1, -1, 1, 1)
+    s = torch.as_tensor(std, device=x.device).view(1, -1, 1, 1)
+    return x.permute(0, 3, 1, 2).to(torch.float32).mul_(float(INV_255)).sub_(m).div_(s)
+
+
+def _normalized(out: dict, specs: Mapping[str, tuple], dtypes: Mapping[str, Any]) -> None:
+    for k, (mean, std) in specs.items():
+        t = normalize_images(out[k], mean, std)
+        out[k] = t.to(dtypes[k]) if k in dtypes else t
+
+
 def iter_torch_batches(
     batches: Iterator[dict],
     device: Any,
     dtypes: Mapping[str, Any],
     pin_memory: bool,
     prefetch: int,
+    specs: Mapping[str, tuple] | None = None,
 ) -> Iterator[dict]:
-    """Batches as dicts of tensors on ``device`` (see ``Dataset.iter_torch_batches``)."""
+    """Batches as dicts of tensors on ``device`` (see ``Dataset.iter_torch_batches``);
+    ``specs`` are the fields to normalise there (``frameworks.normalize_spec``)."""
     device = torch.device(device) if device is not None else torch.device("cpu")
     cuda = device.type == "cuda"
     if cuda and not torch.cuda.is_available():
@@ -277,9 +295,15 @@ def iter_torch_batches(
     if pin_memory and not cuda:
         warnings.warn("iter_torch_batches: pin_memory=True only matters for a CUDA device; ignored", stacklevel=3)
         pin_memory = False
+    specs = specs or {}
+    # A normalised field is cast after it is normalised.
+    host_dtypes = {k: v for k, v in dtypes.items() if k not in specs}
     if not cuda:
         for batch in batches:
-            yield to_tensors(batch, dtypes)
+            check_images(batch, specs, "iter_torch_batches")
+            out = to_tensors(batch, host_dtypes)
+            _normalized(out, specs, dtypes)
+            yield out
         return
     # On a GPU: copy from (pinned) host memory on a side stream, `prefetch` batches ahead,
     # so the copies overlap the training step running on the current stream.
@@ -287,7 +311,8 @@ def iter_torch_batches(
     ahead: collections.deque = collections.deque()
 
     def send(batch: dict) -> tuple:
-        host = to_tensors(batch, dtypes)
+        check_images(batch, specs, "iter_torch_batches")
+        host = to_tensors(batch, host_dtypes)
         with torch.cuda.stream(stream):
             out = {}
             for k, v in host.items():
@@ -295,6 +320,8 @@ def iter_torch_batches(
                     out[k] = (v.pin_memory() if pin_memory else v).to(device, non_blocking=True)
                 else:
                     out[k] = v
+            # uint8 crossed the bus; the floats are made on the device, on the side stream.
+            _normalized(out, specs, dtypes)
             done = torch.cuda.Event()
             done.record(stream)
         return out, done

@@ -34,6 +34,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from peers.common import tree_cpu_seconds  # noqa: E402
 ROOT = HERE.parent
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 LOADERS = ("model alone", "sluice float32", "sluice uint8 + device normalize", "DataLoader + torchvision")
@@ -105,7 +107,6 @@ def batches(loader: str, data: Path, device, batch: int, threads: int, workers: 
 
 
 def child(a: argparse.Namespace) -> dict:
-    import psutil
     import torch
     import torchvision
 
@@ -114,16 +115,7 @@ def child(a: argparse.Namespace) -> dict:
     model = getattr(torchvision.models, a.model)(num_classes=10).to(device).to(memory_format=torch.channels_last)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
-    me = psutil.Process()
-
-    def cpu() -> float:
-        total = sum(me.cpu_times()[:2])
-        for c in me.children(recursive=True):
-            try:
-                total += sum(c.cpu_times()[:2])
-            except psutil.NoSuchProcess:
-                pass
-        return total
+    cpu = tree_cpu_seconds
 
     def sync() -> None:
         if device.type == "cuda":

@@ -26,6 +26,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from peers.common import tree_cpu_seconds  # noqa: E402
 SYSTEMS = ("no loader (one batch, reused)", "sluice iter_torch_batches", "sluice to_torch + DataLoader",
            "DataLoader + torchvision (2 workers)")
 
@@ -53,7 +55,6 @@ def batches(system: str, data: Path):
 
 
 def child(system: str, data: Path, warmup: int, seconds: float) -> dict:
-    import psutil
     import torch
     import torchvision
 
@@ -61,16 +62,7 @@ def child(system: str, data: Path, warmup: int, seconds: float) -> dict:
     model = torchvision.models.resnet18(num_classes=10)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
-    me = psutil.Process()
-
-    def cpu() -> float:
-        total = sum(me.cpu_times()[:2])
-        for c in me.children(recursive=True):
-            try:
-                total += sum(c.cpu_times()[:2])
-            except psutil.NoSuchProcess:
-                pass
-        return total
+    cpu = tree_cpu_seconds
 
     it = batches(system, data)
     steps = waited = 0.0

@@ -399,3 +399,17 @@ def checksum(batch) -> str:
 
 def ceil_batches(samples: int, batch: int) -> int:
     return int(math.ceil(samples / batch)) * batch
+
+
+def tree_cpu_seconds() -> float:
+    """User + system CPU seconds of this process and all its descendants so far (psutil)."""
+    import psutil
+
+    me = psutil.Process()
+    total = sum(me.cpu_times()[:2])
+    for c in me.children(recursive=True):
+        try:
+            total += sum(c.cpu_times()[:2])
+        except psutil.NoSuchProcess:
+            pass
+    return total

@@ -8,21 +8,46 @@ export CARGO_TARGET_DIR ?= $(HOME)/.cache/sluice-target
 # codegen unit) is what benchmarks and `make wheel` build. See Cargo.toml.
 MATURIN_PROFILE ?= dev-release
 
-.PHONY: venv build demo test test-rust test-python browser lint bench bench-setup wheel clean
+.PHONY: venv venv-demo build build-demo demo test test-rust test-python browser lint bench bench-setup wheel clean
 
+# Two steps of dependencies: what `make demo` needs (the package's own dependencies, numpy and
+# cloudpickle, and maturin to build it: ~100 MB, well under a minute), then what the tests
+# import (torch, jax, ray, moto, PyAV, ...: several GB), added by `make test` only.
+DEMO_DEPS := "maturin>=1.5,<2" "numpy>=1.24" "cloudpickle>=2"
+
+venv-demo: $(VENV)/.demo-stamp
 venv: $(VENV)/.deps-stamp
 
-$(VENV)/.deps-stamp: pyproject.toml
+$(VENV)/.demo-stamp: pyproject.toml
+	@echo "sluice: creating $(VENV) with what the demo needs (numpy, cloudpickle, maturin)"
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "maturin>=1.5,<2" "numpy>=1.24" "pytest>=7" "pytest-timeout>=2" "pillow>=10" "psutil>=5" "tokenizers>=0.20" "cloudpickle>=2" "hypothesis>=6" "tqdm>=4" "jax[cpu]>=0.4.30" "ray==2.60.0"
+	$(PY) -m pip install -q $(DEMO_DEPS)
+	touch $@
+
+$(VENV)/.deps-stamp: $(VENV)/.demo-stamp
+	@echo "sluice: installing the test dependencies into $(VENV) (torch, jax, ray, moto, PyAV, ...; several minutes and GBs the first time)"
+	$(PY) -m pip install -q "pytest>=7" "pytest-timeout>=2" "pillow>=10" "psutil>=5" "tokenizers>=0.20" "hypothesis>=6" "tqdm>=4" "jax[cpu]>=0.4.30" "ray==2.60.0"
 	$(PY) -m pip install -q "torch>=2.1" "torchvision>=0.16" "torchdata>=0.10"  # the PyTorch adapters are tested against real torch (the PyPI build; it runs on the CPU)
 	$(PY) -m pip install -q "pyarrow>=14" "pandas>=2" "moto[server]>=5"  # Arrow interop and object-store (loopback S3) tests
 	$(PY) -m pip install -q "av>=12"  # FFmpeg (PyAV's wheel bundles it): the reference decoder AAC/M4A is checked against
 	touch $@
 
-build: venv
+# The first build compiles every Rust dependency; say so before the long silence.
+define BUILD_EXTENSION
+	@if [ -e "$(CARGO_TARGET_DIR)/$(MATURIN_PROFILE)/lib_native.so" ]; then \
+	  echo "sluice: building the Rust extension ($(MATURIN_PROFILE), incremental: seconds to a minute)"; \
+	else \
+	  echo "sluice: building the Rust extension for the first time ($(MATURIN_PROFILE) profile, every dependency): about 12 minutes on 2 cores, under a minute after that"; \
+	fi
 	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop -q --profile $(MATURIN_PROFILE)
+endef
+
+build: venv
+	$(BUILD_EXTENSION)
+
+build-demo: venv-demo
+	$(BUILD_EXTENSION)
 
 # The wheel users get (abi3, release profile, `sluice` console script inside) in dist/, tagged
 # manylinux_2_28 (glibc >= 2.28: RHEL 8, Debian 10, Ubuntu 18.10 and later) whatever this
@@ -37,7 +62,7 @@ wheel: venv
 	$(if $(findstring --zig,$(WHEEL_FLAGS)),$(PY) -m pip install -q $(MATURIN_ZIG))
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/maturin build --release --auditwheel check $(WHEEL_FLAGS) --out dist
 
-demo: build
+demo: build-demo
 	$(PY) examples/demo.py
 
 test: test-rust test-python

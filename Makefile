@@ -38,7 +38,7 @@ define BUILD_EXTENSION
 	@if [ -e "$(CARGO_TARGET_DIR)/$(MATURIN_PROFILE)/lib_native.so" ]; then \
 	  echo "sluice: building the Rust extension ($(MATURIN_PROFILE), incremental: seconds to a minute)"; \
 	else \
-	  echo "sluice: building the Rust extension for the first time ($(MATURIN_PROFILE) profile, every dependency): about 12 minutes on 2 cores, under a minute after that"; \
+	  echo "sluice: building the Rust extension for the first time ($(MATURIN_PROFILE) profile, every dependency): about 10 minutes on 2 cores, under a minute after that"; \
 	fi
 	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop -q --profile $(MATURIN_PROFILE)
 endef

@@ -31,6 +31,7 @@ $(VENV)/.deps-stamp: $(VENV)/.demo-stamp
 	$(PY) -m pip install -q "torch>=2.1" "torchvision>=0.16" "torchdata>=0.10"  # the PyTorch adapters are tested against real torch (the PyPI build; it runs on the CPU)
 	$(PY) -m pip install -q "pyarrow>=14" "pandas>=2" "moto[server]>=5"  # Arrow interop and object-store (loopback S3) tests
 	$(PY) -m pip install -q "av>=12"  # FFmpeg (PyAV's wheel bundles it): the reference decoder AAC/M4A is checked against
+	$(PY) -m pip install -q "mkdocs-material>=9.5" "mkdocstrings[python]>=0.26"  # the docs site, built strictly by the tests
 	touch $@
 
 # The first build compiles every Rust dependency; say so before the long silence.

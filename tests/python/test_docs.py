@@ -14,6 +14,10 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 # README last: its JAX example imports jax, after which nothing should fork (see conftest).
 GUIDES = [
+    "docs/index.md",
+    "docs/guides/images.md",
+    "docs/guides/audio.md",
+    "docs/guides/pytorch.md",
     "docs/REPRODUCIBILITY.md",
     "docs/READING.md",
     "docs/INSPECTING.md",
@@ -21,6 +25,7 @@ GUIDES = [
     "docs/OPTIMIZER.md",
     "docs/RAY.md",
     "docs/SERVICE.md",
+    "docs/guides/jax.md",
     "README.md",
 ]
 

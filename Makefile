@@ -25,7 +25,7 @@ $(VENV)/.demo-stamp: pyproject.toml
 	$(PY) -m pip install -q $(DEMO_DEPS)
 	touch $@
 
-$(VENV)/.deps-stamp: $(VENV)/.demo-stamp
+$(VENV)/.deps-stamp: $(VENV)/.demo-stamp Makefile
 	@echo "sluice: installing the test dependencies into $(VENV) (torch, jax, ray, moto, PyAV, ...; several minutes and GBs the first time)"
 	$(PY) -m pip install -q "pytest>=7" "pytest-timeout>=2" "pillow>=10" "psutil>=5" "tokenizers>=0.20" "hypothesis>=6" "tqdm>=4" "jax[cpu]>=0.4.30" "ray==2.60.0"
 	$(PY) -m pip install -q "torch>=2.1" "torchvision>=0.16" "torchdata>=0.10"  # the PyTorch adapters are tested against real torch (the PyPI build; it runs on the CPU)

@@ -1,6 +1,7 @@
 """The README's two commands: `make demo` installs only what the demo needs, `make test` adds
 the test dependencies, and both say what the first build does before it starts."""
 
+import os
 import pathlib
 import re
 import subprocess
@@ -10,9 +11,13 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 def planned(target, tmp_path):
     """What `make -n TARGET` would run for a venv and a target dir that do not exist yet."""
+    # Run by `make test` this is a sub-make: without the parent's MAKE* variables it plans
+    # (and prints) as a make started by hand does.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE")}
     out = subprocess.run(
-        ["make", "-n", target, f"VENV={tmp_path / 'venv'}", f"CARGO_TARGET_DIR={tmp_path / 'target'}"],
-        cwd=ROOT, capture_output=True, text=True, timeout=60, check=True,
+        ["make", "--no-print-directory", "-n", target, f"VENV={tmp_path / 'venv'}",
+         f"CARGO_TARGET_DIR={tmp_path / 'target'}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60, check=True, env=env,
     )
     return out.stdout
 

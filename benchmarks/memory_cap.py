@@ -31,15 +31,21 @@ from peers import common as C  # noqa: E402
 RUN = r"""
 import json, sys, time
 sys.path.insert(0, sys.argv[3])
-import sluice, sluice.image as img
+import sluice, sluice.image as img, sluice.text as T
 def hwm():
     return next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmHWM"))
 cap = json.loads(sys.argv[2])
-ds = (sluice.read_images(sys.argv[1], labels=None).map(img.decode(max_pixels=60_000_000))
-      .map(img.resize(224)).map(img.center_crop(224)).batch(16))
+if sys.argv[4] == "text":
+    ds = (sluice.read_text(sys.argv[1]).map(T.tokenize(sys.argv[5], add_special_tokens=False))
+          .map(T.truncate(512)).map(T.pad(512)).batch(32))
+    field = "input_ids"
+else:
+    ds = (sluice.read_images(sys.argv[1], labels=None).map(img.decode(max_pixels=60_000_000))
+          .map(img.resize(224)).map(img.center_crop(224)).batch(16))
+    field = "image"
 t0 = time.perf_counter()
 it = ds.iter(num_threads=2, memory_limit=cap)
-n = sum(len(b["image"]) for b in it)
+n = sum(len(b[field]) for b in it)
 dt = time.perf_counter() - t0
 print(json.dumps({"n": n, "s": dt, "peak": hwm(), "memory": it.stats().to_dict().get("memory")}))
 """
@@ -70,19 +76,48 @@ def make_images(root: Path, n: int) -> Path:
     return root
 
 
+def make_text(root: Path, n: int) -> Path:
+    """n lines from 10 B to 10 MB (made once): 97 % 10 B–1 KB, 2.5 % 10 KB–1 MB, 0.5 % 10 MB,
+    made of the NLP corpus's words."""
+    path = root / f"lines-{n}.txt"
+    if path.exists():
+        return path
+    import numpy as np
+
+    words = (C.default_data_dir() / "text" / "lines.txt").read_text().split()[:200_000]
+    text = " ".join(words)
+    rng = np.random.default_rng(0)
+    root.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        for i in range(n):
+            r = i % 200
+            size = 10_000_000 if r == 0 else int(rng.integers(10_000, 1_000_000)) if r < 6 else int(rng.integers(10, 1000))
+            start = int(rng.integers(0, len(text) - 1000))
+            line = (text[start:] + " " + text) * (size // len(text) + 1) if size > len(text) - start else text[start:start + size]
+            f.write(line[:size].replace("\n", " ") + "\n")
+    return path
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=400)
     ap.add_argument("--caps", default="1.5GB,1GB,700MB")
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--work", type=Path, default=Path.home() / ".cache" / "sluice-bench" / "memcap-images")
+    ap.add_argument("--kind", choices=("images", "text"), default="images",
+                    help="images: 0.01-50 MP JPEGs; text: lines of 10 B-10 MB, tokenized and padded to 512")
+    ap.add_argument("--work", type=Path, default=None)
     args = ap.parse_args()
-    images = make_images(args.work, args.n)
+    if args.kind == "text":
+        work = args.work or Path.home() / ".cache" / "sluice-bench" / "memcap-text"
+        data, extra = make_text(work, args.n), [str(C.tokenizer_file(C.default_data_dir()))]
+    else:
+        data, extra = make_images(args.work or Path.home() / ".cache" / "sluice-bench" / "memcap-images", args.n), [""]
     cases = [("no cap", False)] + [(c, c) for c in args.caps.split(",")]
     results: dict[str, list] = {}
     for _ in range(args.rounds):
         for name, cap in cases:
-            r = subprocess.run([sys.executable, "-c", RUN, str(images), json.dumps(cap), str(HERE.parent / "python")],
+            r = subprocess.run([sys.executable, "-c", RUN, str(data), json.dumps(cap), str(HERE.parent / "python"),
+                                args.kind, *extra],
                                capture_output=True, text=True, timeout=1800)
             if r.returncode != 0:
                 raise SystemExit(r.stderr)
@@ -98,12 +133,16 @@ def main() -> None:
         did = "—" if name == "no cap" else f"held {m['held_s']:.1f} s (consumer waited {m['starved_s']:.1f} s), {m['forced']} over"
         rows.append(f"| {name} | {cap_s} | {peak / 1e6:,.0f} MB | {rate:,.1f} | {did} |")
     cmd = "python benchmarks/memory_cap.py " + shlex.join(sys.argv[1:])
+    what = (f"{args.n} JPEGs, 88 % 0.01–0.3 MP, 10 % 5 MP, 2 % 50 MP; decode → resize 224 → crop → batch 16"
+            if args.kind == "images" else
+            f"{args.n} text lines, 97 % 10 B–1 KB, 2.5 % 10 KB–1 MB, 0.5 % 10 MB; GPT-2-style BPE tokenize → "
+            f"truncate 512 → pad 512 → batch 32")
+    unit = "images/s" if args.kind == "images" else "lines/s"
     md = "\n".join([
-        f"Memory cap ({datetime.date.today()}, {C.cpu_model()}, {os.cpu_count()} cores): {args.n} JPEGs, 88 % "
-        f"0.01–0.3 MP, 10 % 5 MP, 2 % 50 MP; decode → resize 224 → crop → batch 16, 2 threads; "
+        f"Memory cap ({datetime.date.today()}, {C.cpu_model()}, {os.cpu_count()} cores): {what}, 2 threads; "
         f"peak = max VmHWM over {args.rounds} rounds, rate = median.",
         "",
-        "| case | cap | peak RSS | images/s | what the cap did (last round) |",
+        f"| case | cap | peak RSS | {unit} | what the cap did (last round) |",
         "|---|---:|---:|---:|---|",
         *rows,
         "",
@@ -111,8 +150,8 @@ def main() -> None:
     ])
     out = HERE / "results"
     out.mkdir(exist_ok=True)
-    (out / "memory_cap.json").write_text(json.dumps(results, indent=1))
-    (out / "memory_cap.md").write_text(md + "\n")
+    (out / f"memory_cap_{args.kind}.json").write_text(json.dumps(results, indent=1))
+    (out / f"memory_cap_{args.kind}.md").write_text(md + "\n")
     print(md)
 
 

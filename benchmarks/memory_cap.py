@@ -8,7 +8,7 @@ image decodes to 150 MB) — read, decoded, resized to 224 and batched by 16, wi
 The table gives, per case, the peak resident memory of the process tree (the process's VmHWM;
 no worker processes here), images per second, and what the cap did (seconds the source held
 chunks, of which the consumer waited, and chunks let through over it). Writes
-benchmarks/results/memory_cap.{json,md}.
+benchmarks/results/memory_cap_<kind>.{json,md} (--kind images, the default, or text: lines of 10 B-10 MB).
 """
 
 from __future__ import annotations

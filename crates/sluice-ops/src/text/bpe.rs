@@ -9,7 +9,7 @@
 //! It must give exactly the ids `encode` gives, so it only exists for tokenizers whose
 //! pipeline it reproduces ([`FastBpe::new`] says why not otherwise), and it declines a line
 //! (the caller then uses `encode`) whenever the line needs a stage it does not implement: an
-//! added token in the text, or non-ASCII text under a normalizer.
+//! added token in the text (before or after normalization).
 
 use std::cell::RefCell;
 use std::cmp::Reverse;
@@ -25,6 +25,7 @@ use tokenizers::pre_tokenizers::PreTokenizerWrapper;
 use tokenizers::processors::PostProcessorWrapper;
 use tokenizers::utils::SysRegex;
 use tokenizers::{ModelWrapper, NormalizedString, Normalizer, SplitDelimiterBehavior, Tokenizer};
+use unicode_normalization_alignments::UnicodeNormalization;
 
 /// The pre-tokenizer regex of `tokenizers`' `ByteLevel` (GPT-2's), used verbatim for
 /// non-ASCII text so that its Unicode classes are onig's, not an approximation of them.
@@ -38,6 +39,14 @@ const MAX_CACHED_WORD: usize = 256;
 const CACHE_CAPACITY: usize = 1 << 16;
 /// Tokenizers a thread keeps caches for; more (pipelines rebuilt many times) start over.
 const MAX_CACHES_PER_THREAD: usize = 8;
+
+/// The normalizer of a tokenizer the fast path takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Norm {
+    None,
+    Nfc,
+    Nfkc,
+}
 
 /// Why a tokenizer gets no fast path.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,8 +70,8 @@ pub struct FastBpe {
     /// With `ignore_merges`, a word that is itself in the vocab is that one token.
     whole_words: Option<FxHashMap<Box<[u8]>, u32>>,
     add_prefix_space: bool,
-    /// Under an NFC/NFKC normalizer only ASCII text, which they leave as it is, is taken.
-    ascii_only: bool,
+    /// The tokenizer's normalizer, applied to non-ASCII text (it leaves ASCII as it is).
+    norm: Norm,
     /// Splits non-ASCII text as `ByteLevel` does.
     regex: SysRegex,
     /// The added tokens' contents (and their normalized forms): a line holding one is split
@@ -76,7 +85,7 @@ impl std::fmt::Debug for FastBpe {
             .field("merges", &self.merges.len())
             .field("ignore_merges", &self.whole_words.is_some())
             .field("add_prefix_space", &self.add_prefix_space)
-            .field("ascii_only", &self.ascii_only)
+            .field("norm", &self.norm)
             .finish_non_exhaustive()
     }
 }
@@ -87,7 +96,7 @@ impl FastBpe {
     /// subword prefix/suffix or byte fallback whose vocab holds all 256 byte symbols (so no
     /// unknown token can arise); a `ByteLevel` pre-tokenizer with its regex (or that regex as a
     /// `Split` before a `ByteLevel` with neither regex nor prefix space); no normalizer,
-    /// or NFC/NFKC (ASCII lines only); no truncation or padding; and a post-processor that
+    /// or NFC/NFKC; no truncation or padding; and a post-processor that
     /// adds no ids (none or `ByteLevel`, or any when `add_special_tokens` is false).
     pub fn new(tok: &Tokenizer, add_special_tokens: bool) -> Result<Self, Ineligible> {
         let ModelWrapper::BPE(bpe) = tok.get_model() else {
@@ -103,9 +112,10 @@ impl FastBpe {
             return Err(Ineligible("BPE uses byte fallback"));
         }
         let add_prefix_space = gpt2_pre_tokenizer(tok.get_pre_tokenizer())?;
-        let ascii_only = match tok.get_normalizer() {
-            None => false,
-            Some(NormalizerWrapper::NFC(_) | NormalizerWrapper::NFKC(_)) => true,
+        let norm = match tok.get_normalizer() {
+            None => Norm::None,
+            Some(NormalizerWrapper::NFC(_)) => Norm::Nfc,
+            Some(NormalizerWrapper::NFKC(_)) => Norm::Nfkc,
             Some(_) => return Err(Ineligible("the normalizer is not NFC or NFKC")),
         };
         if tok.get_truncation().is_some() || tok.get_padding().is_some() {
@@ -129,7 +139,7 @@ impl FastBpe {
             merges,
             whole_words,
             add_prefix_space,
-            ascii_only,
+            norm,
             regex,
             added,
         })
@@ -138,13 +148,29 @@ impl FastBpe {
     /// The ids of `text`, or `None` when the line needs what this path does not do (the
     /// caller then encodes it with the tokenizer).
     pub fn encode(&self, text: &str) -> Option<Vec<u32>> {
+        let added = |t: &str| self.added.as_ref().is_some_and(|ac| ac.is_match(t));
+        if added(text) {
+            return None;
+        }
+        // `encode` normalizes first, then `ByteLevel` adds the prefix space. NFC and NFKC leave
+        // ASCII as it is; other text is normalized with the same crate, so it is the same text.
+        let normalized;
+        let text = match self.norm {
+            Norm::Nfc if !text.is_ascii() => {
+                normalized = text.nfc().map(|(c, _)| c).collect::<String>();
+                normalized.as_str()
+            }
+            Norm::Nfkc if !text.is_ascii() => {
+                normalized = text.nfkc().map(|(c, _)| c).collect::<String>();
+                normalized.as_str()
+            }
+            _ => text,
+        };
+        // An added token the normalization made (full-width letters, ligatures).
+        if self.norm != Norm::None && added(text) {
+            return None;
+        }
         let ascii = text.is_ascii();
-        if self.ascii_only && !ascii {
-            return None;
-        }
-        if self.added.as_ref().is_some_and(|ac| ac.is_match(text)) {
-            return None;
-        }
         let prefixed;
         let text = if self.add_prefix_space && !text.is_empty() && !text.starts_with(' ') {
             prefixed = format!(" {text}");

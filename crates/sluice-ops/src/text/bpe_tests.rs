@@ -207,6 +207,7 @@ fn adversarial() -> Vec<String> {
         "<|endoftext",
         "a [xyz] b",
         "ＡＢＣ ｘｙｚ ﬁ",
+        "a＜｜endoftext｜＞b",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -273,8 +274,8 @@ fn check(tok: &Tokenizer, fast: &FastBpe, add_special_tokens: bool, texts: &[Str
     taken
 }
 
-/// Every string in each eligible configuration; the fast path must take every line it can
-/// (ASCII lines under a normalizer, all lines without one) except those with added tokens.
+/// Every string in each eligible configuration; the fast path must take every line except
+/// those with added tokens (normalized or not).
 #[test]
 fn matches_encode_on_adversarial_and_random_strings() {
     let mut texts = adversarial();
@@ -338,10 +339,18 @@ fn matches_encode_on_adversarial_and_random_strings() {
     for (i, (cfg, add_special_tokens)) in configs.iter().enumerate() {
         let tok = tokenizer(cfg);
         let fast = FastBpe::new(&tok, *add_special_tokens).expect("eligible");
-        let ascii_only = !cfg.normalizer.is_null();
+        // Under NFKC a full-width added token becomes one (NFC leaves it as it is).
+        let nfkc_form = |t: &str| -> String {
+            use unicode_normalization_alignments::UnicodeNormalization;
+            if cfg.normalizer == nfkc {
+                t.nfkc().map(|(c, _)| c).collect()
+            } else {
+                t.to_string()
+            }
+        };
         let expected = texts
             .iter()
-            .filter(|t| !ascii_only || t.is_ascii())
+            .map(|t| nfkc_form(t))
             .filter(|t| !t.contains("<|endoftext|>") && !t.contains("[xyz]"))
             .count();
         assert_eq!(
@@ -505,7 +514,8 @@ fn ascii_scanner_matches_the_regex() {
 }
 
 /// `text.tokenize` gives `encode`'s ids whether a line takes the fast path or not (an added
-/// token, a non-ASCII line under NFKC), with `max_length` and the mask applied after.
+/// token; a non-ASCII line under NFKC, normalized first), with `max_length` and the mask
+/// applied after.
 #[test]
 fn the_op_gives_the_ids_of_encode() {
     use sluice_core::{Sample, TensorData, Value};

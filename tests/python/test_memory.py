@@ -36,7 +36,10 @@ def test_10gb_stream_keeps_rss_bounded():
 def test_close_returns_a_shuffle_buffers_memory():
     # shuffle_buffer(100_000) of 22 KB samples kept 2.2 GB after close(): the buffer was
     # freed, but the allocator kept the pages. Here a ~330 MB buffer, closed after a break
-    # (explicit close) or dropped: RSS goes back near where it started.
+    # (explicit close) or dropped: RSS goes back near where the process started. Measured
+    # against the process's start, not each case's: glibc's arenas keep a varying few tens of
+    # MB after a 2-thread run (0-90 MB, with or without a grown reorder window), which a
+    # per-case baseline carried into the next case's "was the buffer held" check.
     code = textwrap.dedent(
         """
         import gc, numpy as np, psutil, sluice
@@ -65,11 +68,13 @@ def test_close_returns_a_shuffle_buffers_memory():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     print(r.stdout)
-    for line in r.stdout.splitlines():
+    lines = r.stdout.splitlines()
+    start = int(lines[0].split()[2])
+    for line in lines:
         threads, how, base, peak, after = line.split()
         base, peak, after = int(base), int(peak), int(after)
-        assert peak - base > 200, line  # the buffer was really held
-        assert after - base < 100, line
+        assert peak - start > 200, line  # the buffer was really held
+        assert after - start < 160, line  # and given back: under half of it stays resident
 
 
 _CAPPED = textwrap.dedent(

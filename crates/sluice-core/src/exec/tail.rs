@@ -29,7 +29,7 @@ use std::time::Duration;
 use super::MemoryCap;
 
 /// The most bytes a grown window holds (the planned depth may hold more: it is never cut).
-pub(crate) const WINDOW_BYTES: f64 = 256.0 * 1024.0 * 1024.0;
+pub(crate) const WINDOW_BYTES: f64 = 64.0 * 1024.0 * 1024.0;
 /// The most chunks per worker a window grows to.
 pub(crate) const MAX_PER_WORKER: usize = 64;
 /// Chunks over which the tail estimate decays to half: a tail seen once still counts for

@@ -264,16 +264,15 @@ def to_tensors(batch: Mapping[str, Any], dtypes: Mapping[str, Any]) -> dict:
     return out
 
 
-def normalize_images(x: torch.Tensor, mean: np.ndarray, std: np.ndarray) -> torch.Tensor:
+def normalize_images(x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
     """uint8 [B, H, W, C] → float32 [B, C, H, W] (channels_last strides), ``(x / 255 - mean) /
-    std`` with the engine's float ops in its order (scale, subtract, divide), on x's device."""
-    m = torch.as_tensor(mean, device=x.device).view(1, -1, 1, 1)
-    s = torch.as_tensor(std, device=x.device).view(1, -1, 1, 1)
-    return x.permute(0, 3, 1, 2).to(torch.float32).mul_(float(INV_255)).sub_(m).div_(s)
+    std`` with the engine's float ops in its order (scale, subtract, divide), on x's device;
+    ``mean`` and ``std`` are [1, C, 1, 1] float32 tensors on that device."""
+    return x.permute(0, 3, 1, 2).to(torch.float32).mul_(float(INV_255)).sub_(mean).div_(std)
 
 
-def _normalized(out: dict, specs: Mapping[str, tuple], dtypes: Mapping[str, Any]) -> None:
-    for k, (mean, std) in specs.items():
+def _normalized(out: dict, on_device: Mapping[str, tuple], dtypes: Mapping[str, Any]) -> None:
+    for k, (mean, std) in on_device.items():
         t = normalize_images(out[k], mean, std)
         out[k] = t.to(dtypes[k]) if k in dtypes else t
 
@@ -296,13 +295,18 @@ def iter_torch_batches(
         warnings.warn("iter_torch_batches: pin_memory=True only matters for a CUDA device; ignored", stacklevel=3)
         pin_memory = False
     specs = specs or {}
+    # Mean and std go to the device once, not with every batch.
+    on_device = {
+        k: tuple(torch.as_tensor(v, device=device).view(1, -1, 1, 1) for v in (mean, std))
+        for k, (mean, std) in specs.items()
+    }
     # A normalised field is cast after it is normalised.
     host_dtypes = {k: v for k, v in dtypes.items() if k not in specs}
     if not cuda:
         for batch in batches:
             check_images(batch, specs, "iter_torch_batches")
             out = to_tensors(batch, host_dtypes)
-            _normalized(out, specs, dtypes)
+            _normalized(out, on_device, dtypes)
             yield out
         return
     # On a GPU: copy from (pinned) host memory on a side stream, `prefetch` batches ahead,
@@ -321,7 +325,7 @@ def iter_torch_batches(
                 else:
                     out[k] = v
             # uint8 crossed the bus; the floats are made on the device, on the side stream.
-            _normalized(out, specs, dtypes)
+            _normalized(out, on_device, dtypes)
             done = torch.cuda.Event()
             done.record(stream)
         return out, done

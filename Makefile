@@ -8,7 +8,7 @@ export CARGO_TARGET_DIR ?= $(HOME)/.cache/sluice-target
 # codegen unit) is what benchmarks and `make wheel` build. See Cargo.toml.
 MATURIN_PROFILE ?= dev-release
 
-.PHONY: venv venv-demo build build-demo demo test test-rust test-python browser lint bench bench-setup wheel clean
+.PHONY: venv venv-demo build build-demo demo test test-rust test-python browser lint bench bench-setup performance wheel clean
 
 # Two steps of dependencies: what `make demo` needs (the package's own dependencies, numpy and
 # cloudpickle, and maturin to build it: ~100 MB, well under a minute), then what the tests
@@ -94,6 +94,13 @@ bench-setup:
 bench: bench-setup
 	MATURIN_PROFILE=release $(MAKE) build
 	.venv-bench/bin/python benchmarks/run.py
+
+# docs/PERFORMANCE.md and README's headline from one run of every peer and limit, with the
+# release build users install (~10 min to set up the first time, then ~10 min on 2 cores).
+performance:
+	bash benchmarks/setup.sh --data
+	MATURIN_PROFILE=release $(MAKE) build
+	.venv-bench/bin/python benchmarks/performance.py
 
 clean:
 	rm -rf $(VENV)

@@ -278,6 +278,23 @@ def measure(spec: dict, log_stem: Path, timeout: float) -> dict:
     return result
 
 
+WINDOW_MARGIN = 1.3  # warm-up rates run low (start-up, cold caches): aim past the window
+WINDOW_BUDGET = 3.0  # the time budget, in windows, that cuts a run whose rate was overestimated
+
+
+def window_samples(workload: str, runs: list[dict], floor: int, window: float) -> dict[str, int]:
+    """Each system's sample count for its measured runs: its warm-up rate times `window`
+    seconds (with a margin), whole batches, never fewer than `floor`. A fixed count makes the
+    fast systems' windows a fraction of a second (mostly buffered batches) or the slow ones'
+    minutes long; sized per system, every window lasts about the same time."""
+    out = {}
+    for r in runs:
+        if r.get("warmup") and r.get("status") == "ok" and r.get("throughput"):
+            n = int(r["throughput"] * window * WINDOW_MARGIN)
+            out[r["system"]] = max(floor, C.ceil_batches(n, C.BATCH[workload]))
+    return out
+
+
 # =========================================================================================
 # reporting
 # =========================================================================================
@@ -308,6 +325,7 @@ def summarise(workload: str, systems: list[str], runs: list[dict]) -> dict:
                 "peak_rss_median": med([r["peak_rss_bytes"] for r in ok]),
                 "peak_pss_median": med([r["peak_pss_bytes"] for r in ok]),
                 "samples_median": med([r["samples"] for r in ok]),
+                "window_median": med([r["seconds"] for r in ok]),
                 "end_to_end_median": med([r.get("end_to_end_throughput") for r in ok]),
                 "truncated_runs": sum(1 for r in ok if r.get("truncated_by_budget")),
                 "short_window_runs": sum(1 for r in ok if r["seconds"] < SHORT_WINDOW_S),
@@ -337,6 +355,13 @@ def mib(b):
     return None if not b else b / 2**20
 
 
+def count_text(meta: dict, workload: str) -> str:
+    if meta.get("window"):
+        return (f"samples for ~{meta['window']:g} s per system (sized from its warm-up rate, "
+                f"at least {meta['samples'][workload]})")
+    return f"{meta['samples'][workload]} samples"
+
+
 def write_markdown(path: Path, workload: str, summary: dict, meta: dict) -> None:
     L = []
     L.append(f"### {WORKLOAD_TITLES[workload]}")
@@ -347,7 +372,7 @@ def write_markdown(path: Path, workload: str, summary: dict, meta: dict) -> None
     L.append(f"Machine: {meta['machine']}; {meta['date']}; sluice commit `{meta['commit']}`; "
              f"load average at start {meta['load_start']}, at end {meta['load_end']}.  ")
     L.append(f"Each system: {meta['warmup']} warm-up + {meta['repeats']} measured runs, "
-             f"interleaved, fresh process each; {meta['samples'][workload]} samples after the first "
+             f"interleaved, fresh process each; {count_text(meta, workload)} after the first "
              f"batch (or {meta['budget']:.0f} s); {meta['workers']} workers/threads; "
              f"BLAS/OpenMP threads {meta['blas_threads'] or 'from the environment'}. Medians.")
     L.append("")
@@ -465,7 +490,7 @@ def machine_info() -> dict:
     import psutil
 
     cpu = C.cpu_model()
-    return {"cpu": cpu, "cores": os.cpu_count(),
+    return {"cpu": cpu, "isa": C.cpu_isa(), "cores": os.cpu_count(),
             "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
             "python": platform.python_version(), "platform": platform.platform(),
             "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE")}
@@ -537,6 +562,10 @@ def main(argv=None) -> int:
                          f"(default {DEFAULT_SAMPLES}, quick {QUICK_SAMPLES})")
     ap.add_argument("--budget", type=float, default=None,
                     help="seconds of steady state per measurement (default 60, quick 10)")
+    ap.add_argument("--window", type=float, default=None,
+                    help="size each system's measured runs from its warm-up rate so that they "
+                         "last about this many seconds after the first batch (needs a warm-up "
+                         "round; --samples then sizes the warm-up only)")
     ap.add_argument("--timeout", type=float, default=None,
                     help="hard limit per measurement process (default budget + 120 s)")
     ap.add_argument("--workers", type=int, default=2, help="worker processes/threads per system")
@@ -571,6 +600,10 @@ def main(argv=None) -> int:
     repeats = args.repeats if args.repeats is not None else (1 if args.quick else 3)
     warmup = args.warmup if args.warmup is not None else (0 if args.quick else 1)
     budget = args.budget if args.budget is not None else (10.0 if args.quick else 60.0)
+    if args.window is not None:
+        if warmup < 1:
+            ap.error("--window needs a warm-up round (--warmup 1)")
+        budget = max(budget, WINDOW_BUDGET * args.window)
     timeout = args.timeout if args.timeout is not None else budget + 120.0
     samples = parse_samples(args.samples, args.quick)
     workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
@@ -603,7 +636,7 @@ def main(argv=None) -> int:
         "data": str(data), "data_manifest_seed": json.loads((data / "manifest.json").read_text()).get("seed"),
         "repeats": repeats, "warmup": warmup, "budget": budget, "timeout": timeout,
         "samples": samples, "workers": args.workers, "seed": args.seed,
-        "blas_threads": args.blas_threads, "sluice": sluice_from,
+        "blas_threads": args.blas_threads, "sluice": sluice_from, "window": args.window,
     }
     for w in workloads:
         todo = [s for s in systems if w in load(s).WORKLOADS]
@@ -614,12 +647,15 @@ def main(argv=None) -> int:
         load_start = " ".join(f"{x:.2f}" for x in os.getloadavg())
         runs: list[dict] = []
         dead: set[str] = set()
+        sized: dict[str, int] = {}  # --window: each system's measured sample count
         for rnd in range(warmup + repeats):
             is_warm = rnd < warmup
+            if rnd == warmup and args.window is not None:
+                sized = window_samples(w, runs, samples[w], args.window)
             for s in todo:
                 if s in dead:
                     continue
-                spec = {"system": s, "workload": w, "samples": samples[w], "data": str(data),
+                spec = {"system": s, "workload": w, "samples": sized.get(s, samples[w]), "data": str(data),
                         "seed": args.seed, "workers": args.workers, "budget": budget,
                         "blas_threads": args.blas_threads, "sluice": sluice_from, "sluice_path": sluice_from.get("pythonpath")}
                 tag = f"warmup{rnd}" if is_warm else f"round{rnd - warmup}"

@@ -85,6 +85,19 @@ def cpu_model() -> str:
         return "?"
 
 
+def cpu_isa() -> str:
+    """The widest x86 vector extension the kernels can dispatch to here: "AVX-512" (x86-64-v4),
+    "AVX2" (v3) or "?" — the two kinds a figure must hold on."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((ln.split(":", 1)[1].split() for ln in f if ln.startswith("flags")), [])
+    except OSError:
+        return "?"
+    if "avx512f" in flags and "avx512bw" in flags:
+        return "AVX-512"
+    return "AVX2" if "avx2" in flags else "?"
+
+
 def audio_files(data_dir: Path) -> list[str]:
     """The ASR clips; only those at one sample rate when SLUICE_BENCH_ASR_RATE says which
     (run.py --asr-rate 22050: every clip then needs resampling to 16 kHz, as CommonVoice's

@@ -96,7 +96,7 @@ bench: bench-setup
 	.venv-bench/bin/python benchmarks/run.py
 
 # docs/PERFORMANCE.md and README's headline from one run of every peer and limit, with the
-# release build users install (~10 min to set up the first time, then ~10 min on 2 cores).
+# release build users install (~10 min to set up the first time, then ~15 min on 2 cores).
 performance:
 	bash benchmarks/setup.sh --data
 	MATURIN_PROFILE=release $(MAKE) build

@@ -3,7 +3,7 @@
 CV, NLP and ASR, memory, first batch, with the machine and the date — from one run.
 
     make performance                                             # venv, release build, run, page
-    .venv-bench/bin/python benchmarks/performance.py             # the run and the page (~10 min on 2 cores)
+    .venv-bench/bin/python benchmarks/performance.py             # the run and the page (~15 min on 2 cores)
     .venv-bench/bin/python benchmarks/performance.py --quick     # smoke test: small counts, one round
     .venv-bench/bin/python benchmarks/performance.py --render benchmarks/results/performance
 

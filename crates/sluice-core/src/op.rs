@@ -146,6 +146,12 @@ pub trait Op: Send + Sync + fmt::Debug {
     fn code_digest(&self) -> Option<String> {
         None
     }
+    /// Counters the op keeps about its own work over its lifetime (e.g. `text.tokenize`'s
+    /// lines through its fast path and through `tokenizers`); a run's stats show how much
+    /// each grew while it ran ([`crate::stats::OpReport`]). Empty (the default) for most ops.
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
     /// Applies the op to one sample.
     fn apply(&self, sample: Sample, cx: &OpContext) -> Result<Emit>;
     /// Applies the op to many samples at once. Ops with a per-call cost (e.g. taking the

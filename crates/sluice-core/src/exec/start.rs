@@ -172,6 +172,15 @@ fn new_stats(plan: &PhysicalPlan, first_inline: usize, inline_source: bool) -> A
     let source = &plan.source.source;
     stats.watch_source(source);
     stats.set_source_report(source.report());
+    stats.watch_ops(plan.stages.iter().flat_map(|st| {
+        let ops = match &st.kind {
+            StageKind::Chain { ops, .. } => ops.as_slice(),
+            StageKind::Batch { slots, .. } => slots.as_slice(),
+            _ => &[],
+        };
+        let label = st.kind.label();
+        ops.iter().map(move |c| (label.clone(), c.op.clone()))
+    }));
     stats
 }
 

@@ -1,18 +1,20 @@
 //! Observability: per-stage counters updated lock-free by workers, and the consumer's batch
 //! delays (the ingest checker's P50/P95/max), turned into a report on demand.
 
-use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+mod display;
 pub mod endpoint;
+mod op_reports;
 pub mod ops;
 pub mod prometheus;
 pub mod series;
 
+pub use op_reports::OpReport;
 use series::{Point, Series, StagePoint};
 
 /// Live counters of one stage.
@@ -190,6 +192,8 @@ pub struct PipelineStats {
     error: OnceLock<String>,
     /// Each step's cost, when the run times its ops ([`crate::Delivery::timed`]).
     op_times: OnceLock<ops::OpTimes>,
+    /// The ops that report on their own work, with their figures when the run started.
+    op_reports: OnceLock<op_reports::OpWatches>,
     /// The run's memory cap, when it has one (`iter(memory_limit=...)`).
     memory: OnceLock<Arc<crate::exec::MemoryCap>>,
 }
@@ -250,6 +254,7 @@ impl PipelineStats {
             },
             error: OnceLock::new(),
             op_times: OnceLock::new(),
+            op_reports: OnceLock::new(),
             memory: OnceLock::new(),
         };
         // The series starts at the start: its first interval runs up to the first sample.
@@ -275,6 +280,11 @@ impl PipelineStats {
         if let Some(r) = report {
             let _ = self.source.set(r);
         }
+    }
+    /// Watches the ops that report on their own work ([`crate::Op::counters`]; `(stage
+    /// name, op)` pairs), from their figures now (once; later calls are ignored).
+    pub fn watch_ops(&self, ops: impl IntoIterator<Item = (String, crate::OpRef)>) {
+        let _ = self.op_reports.set(op_reports::OpWatches::new(ops));
     }
     /// The live counters of stage `i` (0 is the source).
     pub fn counters(&self, i: usize) -> &StageCounters {
@@ -402,6 +412,11 @@ impl PipelineStats {
         series.push(self.point(self.started.elapsed()));
         StatsReport {
             series,
+            ops: self
+                .op_reports
+                .get()
+                .map(|w| w.report())
+                .unwrap_or_default(),
             error: self.error.get().cloned(),
             memory: self.memory.get().map(|m| m.report()),
             source: self.source.get().cloned(),
@@ -481,6 +496,10 @@ pub struct StatsReport {
     /// What the source did before serving samples (a sort's runs and spilled bytes).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub source: Option<serde_json::Value>,
+    /// What ops reported about their own work in this run, in this process (e.g.
+    /// `text.tokenize`'s lines on its fast path and through `tokenizers`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ops: Vec<OpReport>,
     /// Cumulative counters over time, oldest first, the last one taken for this report
     /// ([`series::Series`]): per-interval rates are the differences of neighbours.
     pub series: Vec<Point>,
@@ -490,80 +509,6 @@ pub struct StatsReport {
     /// What the memory cap did, when the run has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<crate::exec::MemoryReport>,
-}
-
-impl fmt::Display for StatsReport {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(
-            f,
-            "{:<40} {:>10} {:>10} {:>10} {:>7} {:>8} {:>8} {:>9}",
-            "stage", "variant", "in", "out", "skip", "busy s", "util", "queue"
-        )?;
-        for s in &self.stages {
-            let name: String = s.name.chars().take(40).collect();
-            writeln!(
-                f,
-                "{:<40} {:>10} {:>10} {:>10} {:>7} {:>8.2} {:>7.0}% {:>5.1}/{:<3}",
-                name,
-                s.variant,
-                s.samples_in,
-                s.samples_out,
-                s.skipped,
-                s.busy_s,
-                s.utilisation * 100.0,
-                s.queue_occupancy,
-                s.queue_capacity
-            )?;
-        }
-        let c = &self.consumer;
-        writeln!(
-            f,
-            "consumer: {} outputs, {} samples in {:.2} s ({:.0} samples/s); first output {}",
-            c.outputs,
-            c.samples,
-            self.elapsed_s,
-            c.throughput,
-            c.first_output_s
-                .map_or("-".to_string(), |t| format!("{:.3} s", t))
-        )?;
-        if let Some(src) = &self.source {
-            writeln!(f, "source: {src}")?;
-        }
-        for d in &self.controller {
-            writeln!(
-                f,
-                "controller at {:.2} s: stage {} → {} workers ({})",
-                d.at_s, d.slot, d.workers, d.why
-            )?;
-        }
-        if let Some(m) = &self.memory {
-            let mb = |b: u64| b as f64 / 1e6;
-            writeln!(
-                f,
-                "memory: cap {:.0} MB, peak {:.0} MB; source held {} chunk(s) {:.2} s, the \
-                 consumer waiting {:.2} s of it ({:.0}% of the run){}",
-                mb(m.limit),
-                mb(m.peak_rss),
-                m.held_chunks,
-                m.held_s,
-                m.starved_s,
-                100.0 * m.starved_s / self.elapsed_s.max(1e-9),
-                if m.forced > 0 {
-                    format!(
-                        "; {} let through over the cap to keep the run going",
-                        m.forced
-                    )
-                } else {
-                    String::new()
-                }
-            )?;
-        }
-        write!(
-            f,
-            "batch delay: P50 {:.3} ms, P95 {:.3} ms, max {:.3} ms",
-            c.delay_p50_ms, c.delay_p95_ms, c.delay_max_ms
-        )
-    }
 }
 
 #[cfg(test)]

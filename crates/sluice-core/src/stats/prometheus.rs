@@ -217,6 +217,7 @@ mod tests {
 
     fn report(cpu: Option<f64>, rss: Option<u64>) -> StatsReport {
         StatsReport {
+            ops: vec![],
             elapsed_s: 2.0,
             stages: vec![stage("source: range", 10), stage("map \"f\"\\x\ny", 8)],
             controller: vec![],

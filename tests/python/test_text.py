@@ -81,6 +81,29 @@ def test_nlp_reference_shape(corpus):
     assert ((b["attention_mask"] == 1).sum(1) >= 2).all()
 
 
+def test_stats_count_lines_through_tokenizers_when_there_is_no_fast_path(corpus):
+    """A WordPiece tokenizer has no fast path: every line goes through `tokenizers`, and an
+    added token's line does on a byte-level BPE's; each run counts its own lines."""
+    d, lines = corpus
+    train("wordpiece", lines, d / "wp.json")
+    ds = sluice.from_items([{"text": t} for t in lines[:50]]).map(T.tokenize(d / "wp.json"))
+    for _ in range(2):  # a second epoch counts its own lines, not the first one's too
+        assert len(list(ds)) == 50
+        (op,) = ds.stats().to_dict()["ops"]
+        assert op["counts"] == {"fast_path_lines": 0, "tokenizers_lines": 50}
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.train_from_iterator(lines, trainers.BpeTrainer(  # every byte symbol: the fast path takes it
+        vocab_size=600, special_tokens=["<EOT>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False))
+    ds = sluice.from_items([{"text": "a <EOT> b"}, {"text": "a b"}]).map(T.tokenize(bpe))
+    list(ds)
+    assert ds.stats().to_dict()["ops"][0]["counts"] == {"fast_path_lines": 1, "tokenizers_lines": 1}
+    assert "op tokenize in" in str(ds.stats())
+
+
 def test_bad_input(tmp_path, corpus):
     d, lines = corpus
     with pytest.raises(FileNotFoundError):
@@ -204,3 +227,89 @@ def test_id_ops_check_sizes_ranges_and_write_out():
         list(sluice.from_items([{"input_ids": ids32}]).map(T.add_tokens(bos=2**32)))
     (s,) = list(sluice.from_items([{"input_ids": ids32}]).map(T.truncate(1, out="short")).map(T.pad(3, out="padded")))
     assert s["input_ids"].tolist() == [5, 6] and s["short"].tolist() == [5] and s["padded"].tolist() == [5, 6, 0]
+
+
+# The pre-tokenizer splits of today's LLM tokenizers (tokenizer.json's `Split` regexes).
+CL100K = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+QWEN2 = CL100K.replace(r"\p{N}{1,3}", r"\p{N}")
+O200K = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+         r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+         r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+CJK = "[一-龥\u3040-ゟ゠-ヿ]+"
+
+
+def unicode_lines(n, seed=0):
+    """Random lines over every script, emoji, marks, long digit and whitespace runs."""
+    rng = np.random.default_rng(seed)
+    words = ["it's", "DON'T", "HTMLParser", "camelCase", "naïve", "日本語のテキスト", "Ελληνικά",
+             "😀👍🏽", "1234567890", "  \t\n\r\n ", "\u00a0\u3000x"]
+    out = []
+    for _ in range(n):
+        parts = []
+        for _ in range(rng.integers(0, 16)):
+            r = rng.integers(0, 4)
+            if r == 0:
+                cp = int(rng.integers(0, 0x3000 if rng.integers(0, 4) else 0x110000))
+                parts.append(chr(cp) if not 0xD800 <= cp < 0xE000 else "x")
+            elif r == 1:
+                parts.append(words[rng.integers(0, len(words))])
+            else:
+                parts.append(chr(int(rng.integers(0, 128))))
+        out.append("".join(parts).replace("\n", " ").replace("\r", " "))  # one sample a line
+    return out
+
+
+@pytest.mark.parametrize("family", ["cl100k", "llama3", "o200k", "qwen2", "deepseek"])
+def test_llm_tokenizer_families_give_hf_ids(corpus, family):
+    """Byte-level BPE in the shape of each family's tokenizer.json (the fast path takes them
+    all): ids equal to `tokenizers` on English lines and random Unicode, special tokens
+    from the post-processor (Llama 3's BOS) included."""
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+    d, lines = corpus
+    split = lambda p: pre_tokenizers.Split(Regex(p), behavior="isolated")  # noqa: E731
+    splits = {"cl100k": [CL100K], "llama3": [CL100K], "o200k": [O200K], "qwen2": [QWEN2],
+              "deepseek": [r"\p{N}{1,3}", CJK, CL100K]}[family]
+    tok = Tokenizer(models.BPE(ignore_merges=family == "llama3"))
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [split(p) for p in splits] + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    if family == "qwen2":
+        tok.normalizer = normalizers.NFC()
+    tok.decoder = decoders.ByteLevel()
+    extra = unicode_lines(400, seed=len(family))
+    tok.train_from_iterator(lines + extra, trainers.BpeTrainer(
+        vocab_size=1500, special_tokens=["<|begin_of_text|>"], show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    if family == "llama3":
+        tok.post_processor = processors.TemplateProcessing(
+            single="<|begin_of_text|> $A", special_tokens=[("<|begin_of_text|>", 0)])
+    path = d / f"{family}.json"
+    tok.save(str(path))
+    texts = lines[:500] + unicode_lines(1500, seed=99)
+    ds = sluice.from_items([{"text": t} for t in texts]).map(T.tokenize(path))
+    ours = [s["input_ids"].tolist() for s in ds]
+    assert ours == [e.ids for e in tok.encode_batch(texts)]
+    # every line took the fast path (the stats count them)
+    (op,) = ds.stats().to_dict()["ops"]
+    assert op["op"] == "tokenize"
+    assert op["counts"] == {"fast_path_lines": len(texts), "tokenizers_lines": 0}
+    if family == "llama3":
+        assert all(ids[0] == 0 for ids in ours)
+
+
+def test_max_length_encodes_only_the_prefix_it_keeps(corpus):
+    """tokenize(max_length=) of a long document: the fast path stops after the words that
+    reach max_length (what follows cannot change them), so the ids are `encode`'s first ones."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    d, lines = corpus
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.train_from_iterator(lines, trainers.BpeTrainer(
+        vocab_size=600, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    doc = " ".join(lines) * 20  # a few megabytes in one sample
+    assert len(doc) > 2_000_000
+    ds = sluice.from_items([{"text": doc}, {"text": lines[0]}]).map(T.tokenize(tok, max_length=64))
+    got = [s["input_ids"].tolist() for s in ds]
+    assert got == [tok.encode(doc).ids[:64], tok.encode(lines[0]).ids[:64]]
+    assert ds.stats().to_dict()["ops"][0]["counts"]["fast_path_lines"] == 2

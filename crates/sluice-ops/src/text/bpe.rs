@@ -1,10 +1,12 @@
-//! A fast path for `text.tokenize` with GPT-2-style byte-level BPE tokenizers.
+//! A fast path for `text.tokenize` with byte-level BPE tokenizers (GPT-2, cl100k / Llama 3,
+//! o200k, Qwen 2, DeepSeek).
 //!
 //! `tokenizers::Tokenizer::encode` builds a full `Encoding` (offsets, token strings, word
 //! ids, ...) through normalized-string bookkeeping; the op only keeps the ids. [`FastBpe`]
-//! computes those ids directly: the GPT-2 pre-tokenizer regex as a hand-written scanner (ASCII
-//! text) or the same onig regex `tokenizers` uses (other text), bytes straight to byte-level
-//! symbol ids, the BPE merges by rank, and a per-thread cache of words already merged.
+//! computes those ids directly: the pre-tokenizer's split ([`super::pretok`]: GPT-2's, the
+//! tiktoken-style patterns of cl100k, o200k, Llama 3 and Qwen 2, DeepSeek's chain of splits),
+//! bytes straight to byte-level symbol ids, the BPE merges by rank, the post-processor's
+//! special tokens, and a per-thread cache of words already merged.
 //!
 //! It must give exactly the ids `encode` gives, so it only exists for tokenizers whose
 //! pipeline it reproduces ([`FastBpe::new`] says why not otherwise), and it declines a line
@@ -20,17 +22,11 @@ use aho_corasick::AhoCorasick;
 use rustc_hash::FxHashMap;
 use tokenizers::models::bpe::BPE;
 use tokenizers::normalizers::NormalizerWrapper;
-use tokenizers::pre_tokenizers::split::SplitPattern;
-use tokenizers::pre_tokenizers::PreTokenizerWrapper;
 use tokenizers::processors::PostProcessorWrapper;
-use tokenizers::utils::SysRegex;
-use tokenizers::{ModelWrapper, NormalizedString, Normalizer, SplitDelimiterBehavior, Tokenizer};
+use tokenizers::{ModelWrapper, NormalizedString, Normalizer, Tokenizer};
 use unicode_normalization_alignments::UnicodeNormalization;
 
-/// The pre-tokenizer regex of `tokenizers`' `ByteLevel` (GPT-2's), used verbatim for
-/// non-ASCII text so that its Unicode classes are onig's, not an approximation of them.
-const GPT2_PATTERN: &str =
-    r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+";
+use super::pretok::Splitter;
 
 /// Words at least this long (in bytes) are merged every time rather than cached: they are
 /// rare, and caching them would let a few long lines fill the cache.
@@ -48,6 +44,24 @@ enum Norm {
     Nfkc,
 }
 
+impl Norm {
+    /// The normalizer `n` is, when it is one of these: none, NFC or NFKC, alone or as the
+    /// only step of a `Sequence` (DeepSeek's files hold an empty one).
+    fn of(n: Option<&NormalizerWrapper>) -> Result<Self, Ineligible> {
+        match n {
+            None => Ok(Norm::None),
+            Some(NormalizerWrapper::NFC(_)) => Ok(Norm::Nfc),
+            Some(NormalizerWrapper::NFKC(_)) => Ok(Norm::Nfkc),
+            Some(NormalizerWrapper::Sequence(seq)) => match seq.as_ref() {
+                [] => Ok(Norm::None),
+                [only] => Norm::of(Some(only)),
+                _ => Err(Ineligible("the normalizer is not NFC or NFKC")),
+            },
+            Some(_) => Err(Ineligible("the normalizer is not NFC or NFKC")),
+        }
+    }
+}
+
 /// Why a tokenizer gets no fast path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ineligible(pub &'static str);
@@ -60,6 +74,16 @@ impl std::fmt::Display for Ineligible {
 
 /// Byte-level BPE encoding of whole lines, identical in ids to `Tokenizer::encode` for the
 /// tokenizers [`FastBpe::new`] accepts.
+///
+/// ```no_run
+/// use sluice_ops::text::FastBpe;
+///
+/// let tok = tokenizers::Tokenizer::from_file("tokenizer.json").unwrap();
+/// let fast = FastBpe::new(&tok, false).expect("a byte-level BPE tokenizer");
+/// let ids = fast.encode("Hello world").unwrap_or_else(|| {
+///     tok.encode("Hello world", false).unwrap().get_ids().to_vec() // a line it declines
+/// });
+/// ```
 pub struct FastBpe {
     /// Names this tokenizer's word caches in each thread.
     cache_key: u64,
@@ -69,11 +93,12 @@ pub struct FastBpe {
     merges: FxHashMap<(u32, u32), (u32, u32)>,
     /// With `ignore_merges`, a word that is itself in the vocab is that one token.
     whole_words: Option<FxHashMap<Box<[u8]>, u32>>,
-    add_prefix_space: bool,
     /// The tokenizer's normalizer, applied to non-ASCII text (it leaves ASCII as it is).
     norm: Norm,
-    /// Splits non-ASCII text as `ByteLevel` does.
-    regex: SysRegex,
+    /// Splits the text into words as the pre-tokenizer does.
+    split: Splitter,
+    /// The ids the post-processor puts before and after the text's.
+    special: (Vec<u32>, Vec<u32>),
     /// The added tokens' contents (and their normalized forms): a line holding one is split
     /// on it by `encode` first, which this path does not do.
     added: Option<AhoCorasick>,
@@ -84,8 +109,9 @@ impl std::fmt::Debug for FastBpe {
         f.debug_struct("FastBpe")
             .field("merges", &self.merges.len())
             .field("ignore_merges", &self.whole_words.is_some())
-            .field("add_prefix_space", &self.add_prefix_space)
+            .field("split", &self.split)
             .field("norm", &self.norm)
+            .field("special", &self.special)
             .finish_non_exhaustive()
     }
 }
@@ -94,10 +120,11 @@ impl FastBpe {
     /// The fast path for `tok` encoding with `add_special_tokens`, if `tok` is a byte-level
     /// BPE whose every stage this path reproduces exactly: a BPE model without dropout,
     /// subword prefix/suffix or byte fallback whose vocab holds all 256 byte symbols (so no
-    /// unknown token can arise); a `ByteLevel` pre-tokenizer with its regex (or that regex as a
-    /// `Split` before a `ByteLevel` with neither regex nor prefix space); no normalizer,
-    /// or NFC/NFKC; no truncation or padding; and a post-processor that
-    /// adds no ids (none or `ByteLevel`, or any when `add_special_tokens` is false).
+    /// unknown token can arise); a byte-level pre-tokenizer [`Splitter::new`] takes; no
+    /// normalizer, or NFC/NFKC; no truncation or padding; and a post-processor that adds
+    /// fixed ids around the text's (none, `ByteLevel`, a single-sequence
+    /// `TemplateProcessing` such as Llama 3's `<|begin_of_text|>`, or a sequence of those;
+    /// any when `add_special_tokens` is false).
     pub fn new(tok: &Tokenizer, add_special_tokens: bool) -> Result<Self, Ineligible> {
         let ModelWrapper::BPE(bpe) = tok.get_model() else {
             return Err(Ineligible("the model is not BPE"));
@@ -111,25 +138,17 @@ impl FastBpe {
         if bpe.byte_fallback {
             return Err(Ineligible("BPE uses byte fallback"));
         }
-        let add_prefix_space = gpt2_pre_tokenizer(tok.get_pre_tokenizer())?;
-        let norm = match tok.get_normalizer() {
-            None => Norm::None,
-            Some(NormalizerWrapper::NFC(_)) => Norm::Nfc,
-            Some(NormalizerWrapper::NFKC(_)) => Norm::Nfkc,
-            Some(_) => return Err(Ineligible("the normalizer is not NFC or NFKC")),
-        };
+        let split = Splitter::new(tok.get_pre_tokenizer())?;
+        let norm = Norm::of(tok.get_normalizer())?;
         if tok.get_truncation().is_some() || tok.get_padding().is_some() {
             return Err(Ineligible("the tokenizer truncates or pads"));
         }
-        match tok.get_post_processor() {
-            None | Some(PostProcessorWrapper::ByteLevel(_)) => {}
-            Some(_) if !add_special_tokens => {}
-            Some(_) => return Err(Ineligible("the post-processor adds special tokens")),
-        }
+        let special = match tok.get_post_processor() {
+            Some(p) if add_special_tokens => special_ids(p)?,
+            _ => (Vec::new(), Vec::new()),
+        };
         let added = added_tokens(tok)?;
         let (byte_ids, merges, whole_words) = model_tables(bpe)?;
-        let regex = SysRegex::new(GPT2_PATTERN)
-            .map_err(|_| Ineligible("the GPT-2 regex does not compile"))?;
         static NEXT_KEY: AtomicU64 = AtomicU64::new(0);
         let cache_key = NEXT_KEY.fetch_add(1, Ordering::Relaxed);
         lock_pool().insert(cache_key, Vec::new());
@@ -138,9 +157,9 @@ impl FastBpe {
             byte_ids,
             merges,
             whole_words,
-            add_prefix_space,
             norm,
-            regex,
+            split,
+            special,
             added,
         })
     }
@@ -148,6 +167,14 @@ impl FastBpe {
     /// The ids of `text`, or `None` when the line needs what this path does not do (the
     /// caller then encodes it with the tokenizer).
     pub fn encode(&self, text: &str) -> Option<Vec<u32>> {
+        self.encode_prefix(text, usize::MAX)
+    }
+
+    /// The ids of `text` as far as its first `limit` at least: the words after the one that
+    /// reaches `limit` are not split or merged (a word's ids do not depend on the words after
+    /// it), so `tokenize(max_length=...)` of a long document costs what its prefix does.
+    /// `None` as for [`FastBpe::encode`].
+    pub fn encode_prefix(&self, text: &str, limit: usize) -> Option<Vec<u32>> {
         let added = |t: &str| self.added.as_ref().is_some_and(|ac| ac.is_match(t));
         if added(text) {
             return None;
@@ -170,39 +197,24 @@ impl FastBpe {
         if self.norm != Norm::None && added(text) {
             return None;
         }
-        let ascii = text.is_ascii();
         let prefixed;
-        let text = if self.add_prefix_space && !text.is_empty() && !text.starts_with(' ') {
+        let text = if self.split.add_prefix_space && !text.is_empty() && !text.starts_with(' ') {
             prefixed = format!(" {text}");
             prefixed.as_str()
         } else {
             text
         };
-        let mut ids = Vec::with_capacity(text.len() / 3 + 1);
+        let (before, after) = &self.special;
+        let guess = (text.len() / 3).min(limit.saturating_add(16));
+        let mut ids = Vec::with_capacity(guess + 1 + before.len() + after.len());
+        ids.extend_from_slice(before);
         with_cache(self.cache_key, |cache| {
-            if ascii {
-                let bytes = text.as_bytes();
-                let mut start = 0;
-                while start < bytes.len() {
-                    let end = ascii_piece_end(bytes, start);
-                    self.word(&bytes[start..end], cache, &mut ids);
-                    start = end;
-                }
-            } else {
-                // `ByteLevel` splits with `Isolated`: text between matches is a word too.
-                let mut last = 0;
-                for (start, end) in self.regex.find_iter(text) {
-                    if start > last {
-                        self.word(&text.as_bytes()[last..start], cache, &mut ids);
-                    }
-                    self.word(&text.as_bytes()[start..end], cache, &mut ids);
-                    last = end;
-                }
-                if last < text.len() {
-                    self.word(&text.as_bytes()[last..], cache, &mut ids);
-                }
-            }
+            self.split.words(text, &mut |word| {
+                self.word(word, cache, &mut ids);
+                ids.len() < limit
+            });
         });
+        ids.extend_from_slice(after);
         Some(ids)
     }
 
@@ -289,31 +301,54 @@ impl FastBpe {
     }
 }
 
-/// Whether the GPT-2 split (`ByteLevel` with its regex, or the same regex as a `Split`
-/// before a `ByteLevel` that does not split again) adds a prefix space.
-fn gpt2_pre_tokenizer(pre: Option<&PreTokenizerWrapper>) -> Result<bool, Ineligible> {
-    match pre {
-        Some(PreTokenizerWrapper::ByteLevel(b)) if b.use_regex => Ok(b.add_prefix_space),
-        Some(PreTokenizerWrapper::ByteLevel(_)) => {
-            Err(Ineligible("the ByteLevel pre-tokenizer does not split"))
+/// The ids a post-processor puts before and after a single sequence's, when they are fixed:
+/// `ByteLevel` adds none (its offset trimming changes no id), a `TemplateProcessing` whose
+/// single-sequence template is special tokens around `$A` adds theirs, and a `Sequence`
+/// adds what its parts add.
+fn special_ids(p: &PostProcessorWrapper) -> Result<(Vec<u32>, Vec<u32>), Ineligible> {
+    const WHY: Ineligible = Ineligible("the post-processor adds special tokens");
+    let json = match p {
+        PostProcessorWrapper::ByteLevel(_) => return Ok((Vec::new(), Vec::new())),
+        PostProcessorWrapper::Template(_) | PostProcessorWrapper::Sequence(_) => {
+            serde_json::to_value(p).map_err(|_| WHY)?
         }
-        Some(PreTokenizerWrapper::Sequence(seq)) => match seq.as_ref() {
-            // ByteLevel prefixes each piece of the Split here, not the text: only without a
-            // prefix space is this the plain ByteLevel split.
-            [PreTokenizerWrapper::Split(split), PreTokenizerWrapper::ByteLevel(b)]
-                if split.pattern == SplitPattern::Regex(GPT2_PATTERN.into())
-                    && split.behavior == SplitDelimiterBehavior::Isolated
-                    && !split.invert
-                    && !b.use_regex
-                    && !b.add_prefix_space =>
-            {
-                Ok(false)
+        _ => return Err(WHY),
+    };
+    let mut out = (Vec::new(), Vec::new());
+    template_ids(&json, &mut out).ok_or(WHY)?;
+    Ok(out)
+}
+
+/// Appends the special-token ids of a serialized post-processor to `out`; `None` when it
+/// is not one [`special_ids`] takes.
+fn template_ids(p: &serde_json::Value, out: &mut (Vec<u32>, Vec<u32>)) -> Option<()> {
+    match p["type"].as_str()? {
+        "ByteLevel" => Some(()),
+        "Sequence" => p["processors"]
+            .as_array()?
+            .iter()
+            .try_for_each(|q| template_ids(q, out)),
+        // Two templates would nest (the second's tokens around the first's); none does that.
+        "TemplateProcessing" if out.0.is_empty() && out.1.is_empty() => {
+            let mut seen_a = false;
+            for piece in p["single"].as_array()? {
+                if let Some(seq) = piece.get("Sequence") {
+                    if seq["id"] != "A" || seen_a {
+                        return None;
+                    }
+                    seen_a = true;
+                } else {
+                    let name = piece.get("SpecialToken")?["id"].as_str()?;
+                    let ids = p["special_tokens"][name]["ids"].as_array()?;
+                    let side = if seen_a { &mut out.1 } else { &mut out.0 };
+                    for id in ids {
+                        side.push(u32::try_from(id.as_u64()?).ok()?);
+                    }
+                }
             }
-            _ => Err(Ineligible(
-                "the pre-tokenizer sequence is not Split(GPT-2 regex) then ByteLevel",
-            )),
-        },
-        _ => Err(Ineligible("the pre-tokenizer is not ByteLevel")),
+            seen_a.then_some(())
+        }
+        _ => None,
     }
 }
 
@@ -392,9 +427,14 @@ fn model_tables(bpe: &BPE) -> Result<ModelTables, Ineligible> {
     Ok((byte_ids, merges, whole_words))
 }
 
-/// GPT-2's byte-to-unicode map: printable bytes stand for themselves, the others for the
-/// characters from U+0100 on, in byte order.
-fn byte_to_char() -> [char; 256] {
+/// GPT-2's byte-to-unicode map, in which byte-level BPE vocabularies are written: printable
+/// bytes stand for themselves, the others for the characters from U+0100 on, in byte order.
+///
+/// ```
+/// let map = sluice_ops::text::byte_to_char();
+/// assert_eq!((map[usize::from(b'a')], map[usize::from(b' ')]), ('a', 'Ġ'));
+/// ```
+pub fn byte_to_char() -> [char; 256] {
     let printable = |b: u8| matches!(b, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF);
     let mut map = ['\0'; 256];
     let mut next = 256u32;
@@ -407,64 +447,6 @@ fn byte_to_char() -> [char; 256] {
         };
     }
     map
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Class {
-    Letter,
-    Number,
-    Space,
-    Other,
-}
-
-/// `\p{L}`, `\p{N}`, `\s` and the rest, for an ASCII byte (onig's `\s` includes `\v`).
-fn class(b: u8) -> Class {
-    match b {
-        b'a'..=b'z' | b'A'..=b'Z' => Class::Letter,
-        b'0'..=b'9' => Class::Number,
-        b'\t' | b'\n' | 0x0B | 0x0C | b'\r' | b' ' => Class::Space,
-        _ => Class::Other,
-    }
-}
-
-/// Where the GPT-2 regex's match starting at `start` ends, for ASCII text: the alternatives
-/// in their order, `'s|'t|'re|'ve|'m|'ll|'d`, ` ?\p{L}+`, ` ?\p{N}+`, ` ?[^\s\p{L}\p{N}]+`,
-/// `\s+(?!\S)`, `\s+`. Every byte starts a match, so the matches tile the text.
-fn ascii_piece_end(s: &[u8], start: usize) -> usize {
-    let rest = &s[start..];
-    if rest[0] == b'\'' {
-        let tail = &rest[1..];
-        if matches!(tail.first(), Some(b's' | b't' | b'm' | b'd')) {
-            return start + 2;
-        }
-        if [b"re", b"ve", b"ll"].iter().any(|c| tail.starts_with(*c)) {
-            return start + 3;
-        }
-    }
-    // ` ?X+`: a space joins the run that follows it unless that is more space.
-    let (run_start, kind) = match rest {
-        [b' ', next, ..] if class(*next) != Class::Space => (start + 1, class(*next)),
-        _ => (start, class(rest[0])),
-    };
-    if kind != Class::Space {
-        let len = s[run_start..]
-            .iter()
-            .take_while(|&&b| class(b) == kind)
-            .count();
-        return run_start + len;
-    }
-    let end = start
-        + rest
-            .iter()
-            .take_while(|&&b| class(b) == Class::Space)
-            .count();
-    if end == s.len() {
-        end // `\s+(?!\S)` takes trailing space whole
-    } else if end - start >= 2 {
-        end - 1 // ... and otherwise leaves the last space to start the next word
-    } else {
-        start + 1 // `\s+`: one space before a non-space
-    }
 }
 
 type WordCache = FxHashMap<Box<[u8]>, Box<[u32]>>;

@@ -7,6 +7,8 @@ use serde_json::{json, Value as Json};
 use tokenizers::Tokenizer;
 
 use super::*;
+use crate::text::pretok;
+use crate::text::test_strings::{adversarial, ascii_pairs, random_strings};
 
 /// Text the test merges are learnt from: English with contractions, digits, code-ish
 /// punctuation, runs of spaces, and some non-ASCII words.
@@ -110,6 +112,34 @@ fn split_then_byte_level(pattern: &str, add_prefix_space: bool) -> Json {
     ]})
 }
 
+/// DeepSeek V3's shape: digits in threes, then runs of CJK, then a pattern of its own, each
+/// split applied to the pieces of the one before.
+fn deepseek_like() -> Json {
+    let split = |pattern: &str| {
+        json!({"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated",
+               "invert": false})
+    };
+    json!({"type": "Sequence", "pretokenizers": [
+        split(pretok::DIGITS3),
+        split(pretok::DEEPSEEK_CJK),
+        split(pretok::DEEPSEEK),
+        byte_level(false, false),
+    ]})
+}
+
+/// Llama 3's post-processor: `<|endoftext|>` (the test tokenizer's special token) before
+/// the text.
+fn bos_template() -> Json {
+    json!({"type": "TemplateProcessing",
+           "single": [{"SpecialToken": {"id": "<|endoftext|>", "type_id": 0}},
+                      {"Sequence": {"id": "A", "type_id": 0}}],
+           "pair": [{"SpecialToken": {"id": "<|endoftext|>", "type_id": 0}},
+                    {"Sequence": {"id": "A", "type_id": 0}},
+                    {"Sequence": {"id": "B", "type_id": 1}}],
+           "special_tokens": {"<|endoftext|>": {"id": "<|endoftext|>", "ids": [558],
+                                                "tokens": ["<|endoftext|>"]}}})
+}
+
 fn byte_level(add_prefix_space: bool, use_regex: bool) -> Json {
     json!({"type": "ByteLevel", "add_prefix_space": add_prefix_space, "trim_offsets": true,
            "use_regex": use_regex})
@@ -150,115 +180,6 @@ fn tokenizer(cfg: &Cfg) -> Tokenizer {
         "post_processor": cfg.post_processor, "decoder": null, "model": model,
     });
     tok.to_string().parse().expect("a valid test tokenizer")
-}
-
-/// Strings that probe each alternative of the GPT-2 regex and the edges between them.
-fn adversarial() -> Vec<String> {
-    let mut v: Vec<String> = [
-        "",
-        " ",
-        "   ",
-        "\t",
-        "\n",
-        "\t\n \n\t ",
-        "a  b",
-        "a   ",
-        "hello world  ",
-        "  leading",
-        " x",
-        "\n\nfoo",
-        "foo \n bar",
-        "foo\t bar",
-        "foo \tbar",
-        "a \u{b}b\u{c}c",
-        "it's I'm you're we've they'll he'd don't",
-        "IT'S I'M YOU'RE 'S 'T 'Re 'LL",
-        "'s",
-        "''s",
-        " 's",
-        "x'",
-        "'",
-        "'r",
-        "'l",
-        "!'s",
-        "a's'd'm't're've'll",
-        "12345 678 9.5 1,000,000",
-        "abc123def 456ghi",
-        "!!!??? ... a--b (x) [y] {z} <w>",
-        " !!  ?? ",
-        "日本語のテキスト",
-        "Здравствуй мир",
-        "naïve café Straße",
-        "e\u{301} a\u{308}b \u{301}x",
-        "😀😀 👍🏽 a😀b",
-        "\0abc\0 \0",
-        "line\r\n",
-        "\r\n\r\n",
-        "\u{a0}x a\u{a0}\u{a0}b",
-        "a\u{3000}b \u{2003}\u{2003}c \u{85}d \u{2028}e",
-        "\u{200b}zero\u{200b}width \u{feff}bom",
-        "٣٤ Ⅻ ½ ² x²",
-        "ǅemal ªb º",
-        "\u{1c}\u{1d}\u{1e}\u{1f} \u{7f}",
-        "xyz xyzxyz xyzz xxyz",
-        "QJK QJ JK QJKQJK QQJJKK QJJK",
-        "<|endoftext|>",
-        "hello<|endoftext|>world",
-        "<|endoftext",
-        "a [xyz] b",
-        "ＡＢＣ ｘｙｚ ﬁ",
-        "a＜｜endoftext｜＞b",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    v.push("x".repeat(10_000));
-    v.push("ab".repeat(5_000));
-    v.push(" ".repeat(10_000));
-    v.push(format!("{} a", " ".repeat(300)));
-    v.push("the ".repeat(3_000));
-    v.push("xyz".repeat(1_000));
-    v
-}
-
-/// A SplitMix64 generator: seeded random strings without a dependency.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
-
-/// `n` random strings: every ASCII character, and non-ASCII letters, digits, spaces and
-/// marks, weighted towards the characters the regex treats specially.
-fn random_strings(seed: u64, n: usize) -> Vec<String> {
-    let special: Vec<char> = " '  \t\n\r\u{b}\u{c}sStTreRvVmMlLdDxyzQJK09!?.-_<>|"
-        .chars()
-        .collect();
-    let unicode: Vec<char> =
-        "éßЖ中日😀\u{301}\u{a0}\u{2003}\u{3000}\u{85}\u{2028}\u{200b}٣Ⅻ½²ǅªＡ\u{feff}ﬁ"
-            .chars()
-            .collect();
-    let mut rng = Rng(seed);
-    (0..n)
-        .map(|_| {
-            let len = rng.below(40);
-            (0..len)
-                .map(|_| match rng.below(10) {
-                    0..=4 => special[rng.below(special.len())],
-                    5..=7 => char::from(rng.below(128) as u8),
-                    _ => unicode[rng.below(unicode.len())],
-                })
-                .collect()
-        })
-        .collect()
 }
 
 /// Checks the fast path against `encode` on `texts`; returns how many it took.
@@ -330,7 +251,51 @@ fn matches_encode_on_adversarial_and_random_strings() {
         ),
         (
             Cfg {
-                pre_tokenizer: split_then_byte_level(GPT2_PATTERN, false),
+                pre_tokenizer: split_then_byte_level(pretok::GPT2, false),
+                ..Cfg::default()
+            },
+            true,
+        ),
+        // The tiktoken-style patterns: Llama 3 (cl100k's, ignore_merges, a BOS token), GPT-4o
+        // (o200k), Qwen 2 (NFC, one digit a word), and DeepSeek's chain of splits.
+        (
+            Cfg {
+                pre_tokenizer: split_then_byte_level(pretok::CL100K, false),
+                ignore_merges: true,
+                post_processor: json!({"type": "Sequence", "processors": [
+                    byte_level(true, true), bos_template()]}),
+                ..Cfg::default()
+            },
+            true,
+        ),
+        (
+            Cfg {
+                pre_tokenizer: split_then_byte_level(pretok::O200K, false),
+                post_processor: bos_template(),
+                ..Cfg::default()
+            },
+            false,
+        ),
+        (
+            Cfg {
+                normalizer: json!({"type": "NFC"}),
+                pre_tokenizer: split_then_byte_level(pretok::QWEN2, false),
+                ..Cfg::default()
+            },
+            true,
+        ),
+        (
+            Cfg {
+                normalizer: json!({"type": "Sequence", "normalizers": []}), // DeepSeek's file
+                pre_tokenizer: deepseek_like(),
+                post_processor: bos_template(),
+                ..Cfg::default()
+            },
+            true,
+        ),
+        (
+            Cfg {
+                normalizer: json!({"type": "Sequence", "normalizers": [{"type": "NFKC"}]}),
                 ..Cfg::default()
             },
             true,
@@ -342,7 +307,7 @@ fn matches_encode_on_adversarial_and_random_strings() {
         // Under NFKC a full-width added token becomes one (NFC leaves it as it is).
         let nfkc_form = |t: &str| -> String {
             use unicode_normalization_alignments::UnicodeNormalization;
-            if cfg.normalizer == nfkc {
+            if cfg.normalizer.to_string().contains("NFKC") {
                 t.nfkc().map(|(c, _)| c).collect()
             } else {
                 t.to_string()
@@ -376,15 +341,7 @@ fn cached_words_give_the_same_ids() {
 fn every_ascii_pair_and_triple() {
     let tok = tokenizer(&Cfg::default());
     let fast = FastBpe::new(&tok, true).unwrap();
-    let chars: Vec<char> = (0u8..128).map(char::from).collect();
-    let mut texts = Vec::new();
-    for &a in &chars {
-        for &b in &chars {
-            texts.push(format!("{a}{b}"));
-            texts.push(format!("{a} {b}x"));
-            texts.push(format!("'{a}{b}"));
-        }
-    }
+    let texts = ascii_pairs();
     assert_eq!(check(&tok, &fast, true, &texts), texts.len());
 }
 
@@ -434,11 +391,20 @@ fn ineligible_tokenizers_get_no_fast_path() {
         ),
         (
             Cfg {
+                normalizer: json!({"type": "Sequence", "normalizers": [{"type": "NFC"},
+                                                                       {"type": "Lowercase"}]}),
+                ..Cfg::default()
+            },
+            true,
+            "the normalizer is not NFC or NFKC",
+        ),
+        (
+            Cfg {
                 pre_tokenizer: json!({"type": "Whitespace"}),
                 ..Cfg::default()
             },
             true,
-            "the pre-tokenizer is not ByteLevel",
+            "the pre-tokenizer is not byte-level",
         ),
         (
             Cfg {
@@ -450,19 +416,55 @@ fn ineligible_tokenizers_get_no_fast_path() {
         ),
         (
             Cfg {
-                pre_tokenizer: split_then_byte_level(GPT2_PATTERN, true),
+                pre_tokenizer: split_then_byte_level(pretok::GPT2, true),
                 ..Cfg::default()
             },
             true,
-            "the pre-tokenizer sequence is not Split(GPT-2 regex) then ByteLevel",
+            "the ByteLevel after the splits splits again or adds a prefix space",
         ),
         (
             Cfg {
-                pre_tokenizer: split_then_byte_level(r"\p{L}+|\s+|[^\s\p{L}]+", false),
+                pre_tokenizer: json!({"type": "Sequence", "pretokenizers": [
+                    {"type": "Split", "pattern": {"Regex": "\\s+"}, "behavior": "Removed",
+                     "invert": false},
+                    byte_level(false, false)]}),
                 ..Cfg::default()
             },
             true,
-            "the pre-tokenizer sequence is not Split(GPT-2 regex) then ByteLevel",
+            "a pre-tokenizer before ByteLevel is not Split(regex, Isolated)",
+        ),
+        (
+            Cfg {
+                pre_tokenizer: json!({"type": "Sequence", "pretokenizers": [
+                    {"type": "Split", "pattern": {"String": " "}, "behavior": "Isolated",
+                     "invert": false},
+                    byte_level(false, false)]}),
+                ..Cfg::default()
+            },
+            true,
+            "a Split splits on a string, not a regex",
+        ),
+        (
+            Cfg {
+                pre_tokenizer: json!({"type": "Sequence", "pretokenizers": [
+                    byte_level(false, false),
+                    {"type": "Split", "pattern": {"Regex": "\\s+"}, "behavior": "Isolated",
+                     "invert": false}]}),
+                ..Cfg::default()
+            },
+            true,
+            "the pre-tokenizer sequence does not end in ByteLevel",
+        ),
+        (
+            Cfg {
+                post_processor: json!({"type": "TemplateProcessing",
+                    "single": [{"Sequence": {"id": "A", "type_id": 0}},
+                               {"Sequence": {"id": "A", "type_id": 0}}],
+                    "pair": [], "special_tokens": {}}),
+                ..Cfg::default()
+            },
+            true,
+            "the post-processor adds special tokens",
         ),
         (
             Cfg {
@@ -489,28 +491,9 @@ fn a_split_sequence_with_a_prefix_space_prefixes_every_piece() {
         });
         tok.encode(text, false).unwrap().get_ids().to_vec()
     };
-    let split = encode(split_then_byte_level(GPT2_PATTERN, true), "a,b");
+    let split = encode(split_then_byte_level(pretok::GPT2, true), "a,b");
     assert_ne!(split, encode(byte_level(true, true), "a,b"));
     assert_eq!(split, encode(byte_level(false, true), " a , b"));
-}
-
-/// The ASCII scanner splits exactly where the GPT-2 regex (run by onig) does.
-#[test]
-fn ascii_scanner_matches_the_regex() {
-    let regex = SysRegex::new(GPT2_PATTERN).unwrap();
-    let mut texts = adversarial();
-    texts.extend(random_strings(3, 3_000));
-    for text in texts.iter().filter(|t| t.is_ascii()) {
-        let want: Vec<(usize, usize)> = regex.find_iter(text).collect();
-        let mut got = Vec::new();
-        let mut start = 0;
-        while start < text.len() {
-            let end = ascii_piece_end(text.as_bytes(), start);
-            got.push((start, end));
-            start = end;
-        }
-        assert_eq!(got, want, "{text:?}");
-    }
 }
 
 /// `text.tokenize` gives `encode`'s ids whether a line takes the fast path or not (an added
@@ -556,6 +539,11 @@ fn the_op_gives_the_ids_of_encode() {
             other => panic!("{other:?}"),
         }
     }
+    // The added token's line went through `tokenizers`; the others took the fast path.
+    assert_eq!(
+        op.counters(),
+        [("fast_path_lines", 4), ("tokenizers_lines", 1)]
+    );
 }
 
 /// The corpus and tokenizer of `SLUICE_BPE_CORPUS` / `SLUICE_BPE_TOKENIZER`, when both are set.
@@ -622,10 +610,7 @@ fn speed_on_a_corpus() {
     let tok = std::sync::Arc::new(tok);
     let op = |fast| super::super::TextOp {
         spec: spec.clone(),
-        tokenizer: Some(super::super::Tokenize {
-            tok: tok.clone(),
-            fast,
-        }),
+        tokenizer: Some(super::super::Tokenize::new((*tok).clone(), fast)),
     };
     let apply = |op: &super::super::TextOp, l: &str| {
         use sluice_core::{Op, Sample, Value};
@@ -673,4 +658,34 @@ fn a_thread_that_ends_hands_its_word_cache_to_the_next() {
     // A dropped tokenizer's caches go with it.
     drop(fast);
     assert_eq!(pooled(key), 0);
+}
+
+/// A prefix encode gives the first ids of the whole line, and stops early: a long document
+/// truncated to a few ids costs what its first words do.
+#[test]
+fn a_prefix_encode_gives_the_first_ids_and_stops_early() {
+    let cfg = Cfg {
+        pre_tokenizer: split_then_byte_level(pretok::CL100K, false),
+        post_processor: bos_template(),
+        ..Cfg::default()
+    };
+    let tok = tokenizer(&cfg);
+    let fast = FastBpe::new(&tok, true).unwrap();
+    let mut texts = adversarial();
+    texts.extend(random_strings(23, 500));
+    for text in texts
+        .iter()
+        .filter(|t| !t.contains("<|endoftext|>") && !t.contains("[xyz]"))
+    {
+        let whole = fast.encode(text).unwrap();
+        for limit in [0, 1, 2, 5, 17, 1000] {
+            let prefix = fast.encode_prefix(text, limit).unwrap();
+            let n = limit.min(whole.len());
+            assert_eq!(prefix[..n], whole[..n], "{text:?} limit {limit}");
+        }
+    }
+    let long = "the quick brown fox ".repeat(100_000);
+    let prefix = fast.encode_prefix(&long, 8).unwrap();
+    assert!((8..16).contains(&prefix.len()), "{}", prefix.len());
+    assert_eq!(prefix[..8], fast.encode(&long).unwrap()[..8]);
 }

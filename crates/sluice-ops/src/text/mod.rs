@@ -1,11 +1,17 @@
 //! `sluice.text` ops: tokenization through the `tokenizers` crate (any Hugging Face
 //! `tokenizer.json`, offline), then `truncate`, `add_tokens` and `pad` on id sequences. Each
 //! reads `field` and writes `out` (default: `field`); `pad`, whose output length is its
-//! argument, checks it against `max_tokens` ([`crate::limits`]). GPT-2-style byte-level BPE
-//! tokenizers encode most lines through [`bpe::FastBpe`], which gives the same ids faster.
+//! argument, checks it against `max_tokens` ([`crate::limits`]). Byte-level BPE tokenizers
+//! (GPT-2, cl100k / Llama 3, o200k, Qwen 2, DeepSeek) encode most lines through [`FastBpe`],
+//! which gives the same ids faster.
 
 mod bpe;
+pub use bpe::{byte_to_char, FastBpe, Ineligible};
+mod pretok;
+#[cfg(test)]
+mod test_strings;
 
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -174,10 +180,7 @@ pub fn build(spec: &TextSpec) -> Result<OpRef> {
             let tok = load_tokenizer(&op, tokenizer.as_deref(), tokenizer_json.as_deref())?;
             // Not every tokenizer is eligible for the fast path; those encode every line.
             let fast = bpe::FastBpe::new(&tok, *add_special_tokens).ok();
-            Some(Tokenize {
-                tok: Arc::new(tok),
-                fast,
-            })
+            Some(Tokenize::new(tok, fast))
         }
         TextSpec::Truncate { length: 0, .. } | TextSpec::Pad { length: 0, .. } => {
             return Err(named(Error::invalid("length must be > 0, got 0")))
@@ -241,14 +244,33 @@ struct TextOp {
 struct Tokenize {
     tok: Arc<tokenizers::Tokenizer>,
     fast: Option<bpe::FastBpe>,
+    /// Lines the fast path encoded, and lines `tokenizers` did (the stats show both).
+    fast_lines: AtomicU64,
+    slow_lines: AtomicU64,
 }
 
 impl Tokenize {
-    /// The ids of `text`, from the fast path unless it declines the line.
-    fn ids(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>> {
-        if let Some(ids) = self.fast.as_ref().and_then(|f| f.encode(text)) {
+    fn new(tok: tokenizers::Tokenizer, fast: Option<bpe::FastBpe>) -> Self {
+        Tokenize {
+            tok: Arc::new(tok),
+            fast,
+            fast_lines: AtomicU64::new(0),
+            slow_lines: AtomicU64::new(0),
+        }
+    }
+
+    /// The ids of `text` (at least its first `limit`), from the fast path unless it declines
+    /// the line.
+    fn ids(&self, text: &str, add_special_tokens: bool, limit: usize) -> Result<Vec<u32>> {
+        if let Some(ids) = self
+            .fast
+            .as_ref()
+            .and_then(|f| f.encode_prefix(text, limit))
+        {
+            self.fast_lines.fetch_add(1, Relaxed);
             return Ok(ids);
         }
+        self.slow_lines.fetch_add(1, Relaxed);
         let enc = self
             .tok
             .encode(text, add_special_tokens)
@@ -437,6 +459,14 @@ impl Op for TextOp {
             python: false,
         }
     }
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        self.tokenizer.as_ref().map_or_else(Vec::new, |t| {
+            vec![
+                ("fast_path_lines", t.fast_lines.load(Relaxed)),
+                ("tokenizers_lines", t.slow_lines.load(Relaxed)),
+            ]
+        })
+    }
     fn apply(&self, mut s: Sample, _cx: &OpContext) -> Result<Emit> {
         let name = self.name();
         match &self.spec {
@@ -470,7 +500,7 @@ impl Op for TextOp {
                     }
                 };
                 let tok = self.tokenizer.as_ref().expect("tokenize has a tokenizer");
-                let ids = tok.ids(&text, *add_special_tokens)?;
+                let ids = tok.ids(&text, *add_special_tokens, max_length.unwrap_or(usize::MAX))?;
                 let n = max_length.map_or(ids.len(), |m| m.min(ids.len()));
                 let wide = dtype == "int64";
                 s.set(

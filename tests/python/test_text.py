@@ -297,6 +297,40 @@ def test_llm_tokenizer_families_give_hf_ids(corpus, family):
         assert all(ids[0] == 0 for ids in ours)
 
 
+@pytest.mark.parametrize("form", ["normalizer", "metaspace"])
+def test_sentencepiece_style_bpe_gives_hf_ids(corpus, form):
+    """Llama 2 / Mistral style BPE (spaces as ▁, byte fallback): in either form their
+    tokenizer.json files come in, ids equal to `tokenizers`, every line on the fast path."""
+    import json
+
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    d, lines = corpus
+    tok = Tokenizer(models.BPE(byte_fallback=True, unk_token="<unk>", fuse_unk=True))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first", split=True)
+    byte_tokens = [f"<0x{b:02X}>" for b in range(256)]
+    tok.train_from_iterator(lines, trainers.BpeTrainer(
+        vocab_size=1200, special_tokens=["<unk>", "<s>", "</s>"] + byte_tokens, show_progress=False))
+    spec = json.loads(tok.to_str())  # the byte tokens in the model's vocab only, as Llama 2 has them
+    spec["added_tokens"] = [t for t in spec["added_tokens"] if t["content"] not in byte_tokens]
+    if form == "normalizer":  # Llama 2's original file
+        spec["pre_tokenizer"] = None
+        spec["normalizer"] = {"type": "Sequence", "normalizers": [
+            {"type": "Prepend", "prepend": "▁"},
+            {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}]}
+    else:
+        spec["pre_tokenizer"]["split"] = False
+    spec["post_processor"] = {"type": "TemplateProcessing",
+        "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+        "pair": [], "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}}
+    tok = Tokenizer.from_str(json.dumps(spec))
+    texts = lines[:300] + [t for t in unicode_lines(700, seed=5) if t]
+    ds = sluice.from_items([{"text": t} for t in texts]).map(T.tokenize(tok))
+    assert [s["input_ids"].tolist() for s in ds] == [e.ids for e in tok.encode_batch(texts)]
+    (op,) = ds.stats().to_dict()["ops"]
+    assert op["counts"] == {"fast_path_lines": len(texts), "tokenizers_lines": 0}
+
+
 def test_max_length_encodes_only_the_prefix_it_keeps(corpus):
     """tokenize(max_length=) of a long document: the fast path stops after the words that
     reach max_length (what follows cannot change them), so the ids are `encode`'s first ones."""

@@ -13,13 +13,14 @@
 //! merges: every split of a token into two tokens, ordered by the token's rank), in the shape
 //! of each family: GPT-4 (cl100k), Llama 3 (cl100k's split, `ignore_merges`, a BOS template),
 //! GPT-4o (o200k), Qwen 2 (NFC, one digit a word) and DeepSeek V3 (digits, then CJK, then its
-//! own split). `--out DIR` keeps the files.
+//! own split). `--out DIR` keeps the files. `--tokenizer NAME=FILE` adds a row for a
+//! `tokenizer.json` as released (DeepSeek V3's; a SentencePiece-style one such as Llama 2's).
 
 use std::collections::HashMap;
 use std::time::Instant;
 
 use serde_json::{json, Value};
-use sluice_ops::text::{byte_to_char, FastBpe};
+use sluice_ops::text::{byte_to_char, FastBpe, SpBpe};
 use tokenizers::Tokenizer;
 
 const CL100K: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
@@ -201,6 +202,28 @@ fn main() {
     }
 }
 
+/// Whichever fast path the tokenizer has.
+enum Fast {
+    ByteLevel(FastBpe),
+    SentencePiece(SpBpe),
+}
+
+impl Fast {
+    fn new(name: &str, tok: &Tokenizer, add: bool) -> Self {
+        match (FastBpe::new(tok, add), SpBpe::new(tok, add)) {
+            (Ok(f), _) => Fast::ByteLevel(f),
+            (_, Ok(f)) => Fast::SentencePiece(f),
+            (Err(a), Err(b)) => panic!("{name}: {a}; {b}"),
+        }
+    }
+    fn encode(&self, line: &str) -> Option<Vec<u32>> {
+        match self {
+            Fast::ByteLevel(f) => f.encode(line),
+            Fast::SentencePiece(f) => f.encode(line),
+        }
+    }
+}
+
 /// One row of the table: the fast path against `encode` on every line, then each encoder's
 /// rate over the corpus on this thread.
 fn measure(
@@ -211,7 +234,7 @@ fn measure(
     lines: &[String],
     randoms: &[String],
 ) {
-    let fast = FastBpe::new(tok, add).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let fast = Fast::new(name, tok, add);
     let (mut taken, mut differ) = (0usize, 0usize);
     for line in lines.iter().chain(randoms) {
         if let Some(ids) = fast.encode(line) {
@@ -233,7 +256,7 @@ fn measure(
         .sum();
     let batch = batched as f64 / t.elapsed().as_secs_f64();
     let openai = openai.map(|o| rate(lines, |l| o.encode(l).len()).0);
-    let fresh = FastBpe::new(tok, add).unwrap();
+    let fresh = Fast::new(name, tok, add);
     let either = |l: &str| fresh.encode(l).map_or_else(|| tok.encode(l, add).unwrap().len(), |i| i.len());
     let (cold, _) = rate(lines, either);
     let (warm, _) = rate(lines, either);

@@ -13,10 +13,8 @@
 //! (the caller then uses `encode`) whenever the line needs a stage it does not implement: an
 //! added token in the text (before or after normalization).
 
-use std::cell::RefCell;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use aho_corasick::AhoCorasick;
 use rustc_hash::FxHashMap;
@@ -27,14 +25,7 @@ use tokenizers::{ModelWrapper, NormalizedString, Normalizer, Tokenizer};
 use unicode_normalization_alignments::UnicodeNormalization;
 
 use super::pretok::Splitter;
-
-/// Words at least this long (in bytes) are merged every time rather than cached: they are
-/// rare, and caching them would let a few long lines fill the cache.
-const MAX_CACHED_WORD: usize = 256;
-/// Words a thread caches per tokenizer before starting over.
-const CACHE_CAPACITY: usize = 1 << 16;
-/// Tokenizers a thread keeps caches for; more (pipelines rebuilt many times) start over.
-const MAX_CACHES_PER_THREAD: usize = 8;
+use super::word_cache::{CacheKey, WordCache};
 
 /// The normalizer of a tokenizer the fast path takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,11 +77,11 @@ impl std::fmt::Display for Ineligible {
 /// ```
 pub struct FastBpe {
     /// Names this tokenizer's word caches in each thread.
-    cache_key: u64,
+    cache: CacheKey,
     /// The vocab id of each byte's byte-level symbol (GPT-2's byte-to-unicode map).
     byte_ids: [u32; 256],
     /// (left id, right id) -> (rank, merged id).
-    merges: FxHashMap<(u32, u32), (u32, u32)>,
+    merges: Merges,
     /// With `ignore_merges`, a word that is itself in the vocab is that one token.
     whole_words: Option<FxHashMap<Box<[u8]>, u32>>,
     /// The tokenizer's normalizer, applied to non-ASCII text (it leaves ASCII as it is).
@@ -126,34 +117,16 @@ impl FastBpe {
     /// `TemplateProcessing` such as Llama 3's `<|begin_of_text|>`, or a sequence of those;
     /// any when `add_special_tokens` is false).
     pub fn new(tok: &Tokenizer, add_special_tokens: bool) -> Result<Self, Ineligible> {
-        let ModelWrapper::BPE(bpe) = tok.get_model() else {
-            return Err(Ineligible("the model is not BPE"));
-        };
-        if bpe.dropout.is_some_and(|d| d != 0.0) {
-            return Err(Ineligible("BPE dropout is random"));
-        }
-        if bpe.continuing_subword_prefix.is_some() || bpe.end_of_word_suffix.is_some() {
-            return Err(Ineligible("BPE has a subword prefix or suffix"));
-        }
+        let bpe = plain_bpe(tok)?;
         if bpe.byte_fallback {
             return Err(Ineligible("BPE uses byte fallback"));
         }
         let split = Splitter::new(tok.get_pre_tokenizer())?;
         let norm = Norm::of(tok.get_normalizer())?;
-        if tok.get_truncation().is_some() || tok.get_padding().is_some() {
-            return Err(Ineligible("the tokenizer truncates or pads"));
-        }
-        let special = match tok.get_post_processor() {
-            Some(p) if add_special_tokens => special_ids(p)?,
-            _ => (Vec::new(), Vec::new()),
-        };
-        let added = added_tokens(tok)?;
+        let (special, added) = around(tok, add_special_tokens)?;
         let (byte_ids, merges, whole_words) = model_tables(bpe)?;
-        static NEXT_KEY: AtomicU64 = AtomicU64::new(0);
-        let cache_key = NEXT_KEY.fetch_add(1, Ordering::Relaxed);
-        lock_pool().insert(cache_key, Vec::new());
         Ok(FastBpe {
-            cache_key,
+            cache: CacheKey::new(),
             byte_ids,
             merges,
             whole_words,
@@ -208,7 +181,7 @@ impl FastBpe {
         let guess = (text.len() / 3).min(limit.saturating_add(16));
         let mut ids = Vec::with_capacity(guess + 1 + before.len() + after.len());
         ids.extend_from_slice(before);
-        with_cache(self.cache_key, |cache| {
+        self.cache.with(|cache| {
             self.split.words(text, &mut |word| {
                 self.word(word, cache, &mut ids);
                 ids.len() < limit
@@ -220,18 +193,7 @@ impl FastBpe {
 
     /// Appends the ids of one pre-tokenized word, from the cache when it holds them.
     fn word(&self, word: &[u8], cache: &mut WordCache, out: &mut Vec<u32>) {
-        if let Some(ids) = cache.get(word) {
-            out.extend_from_slice(ids);
-            return;
-        }
-        let start = out.len();
-        self.merge(word, out);
-        if word.len() < MAX_CACHED_WORD {
-            if cache.len() >= CACHE_CAPACITY {
-                cache.clear();
-            }
-            cache.insert(word.into(), out[start..].into());
-        }
+        cache.ids(word, out, |out| self.merge(word, out));
     }
 
     /// BPE on one word's bytes, as `tokenizers`' `Word::merge_all` does it: repeatedly merge
@@ -245,60 +207,106 @@ impl FastBpe {
             out.push(self.byte_ids[usize::from(word[0])]);
             return;
         }
-        // A linked list over the byte positions; a merged-away symbol is marked `removed`.
-        const NONE: usize = usize::MAX;
-        struct Symbol {
-            id: u32,
-            prev: usize,
-            next: usize,
-            removed: bool,
-        }
-        let mut symbols: Vec<Symbol> = (0..word.len())
-            .map(|i| Symbol {
-                id: self.byte_ids[usize::from(word[i])],
-                prev: if i == 0 { NONE } else { i - 1 },
-                next: if i + 1 == word.len() { NONE } else { i + 1 },
-                removed: false,
-            })
-            .collect();
-        // Min-heap of (rank, left position, merged id). Entries go stale as neighbours
-        // merge; one is still valid iff the pair now at its position merges to the same id
-        // (a different pair there spans more bytes, so it cannot make the same token).
-        let mut heap = BinaryHeap::with_capacity(word.len());
-        for (i, w) in symbols.windows(2).enumerate() {
-            if let Some(&(rank, new_id)) = self.merges.get(&(w[0].id, w[1].id)) {
-                heap.push(Reverse((rank, i, new_id)));
-            }
-        }
-        while let Some(Reverse((_, pos, new_id))) = heap.pop() {
-            let left = &symbols[pos];
-            if left.removed || left.next == NONE {
-                continue;
-            }
-            let next = left.next;
-            let current = self.merges.get(&(left.id, symbols[next].id));
-            if current.is_none_or(|&(_, id)| id != new_id) {
-                continue;
-            }
-            let after = symbols[next].next;
-            symbols[next].removed = true;
-            symbols[pos].id = new_id;
-            symbols[pos].next = after;
-            if after != NONE {
-                symbols[after].prev = pos;
-                if let Some(&(rank, id)) = self.merges.get(&(new_id, symbols[after].id)) {
-                    heap.push(Reverse((rank, pos, id)));
-                }
-            }
-            let prev = symbols[pos].prev;
-            if prev != NONE {
-                if let Some(&(rank, id)) = self.merges.get(&(symbols[prev].id, new_id)) {
-                    heap.push(Reverse((rank, prev, id)));
-                }
-            }
-        }
-        out.extend(symbols.iter().filter(|s| !s.removed).map(|s| s.id));
+        merge_ids(
+            &self.merges,
+            word.iter().map(|&b| self.byte_ids[usize::from(b)]),
+            out,
+        );
     }
+}
+
+/// BPE on one word's initial symbols, as `tokenizers`' `Word::merge_all` does it: repeatedly
+/// merge the adjacent pair of lowest rank, the leftmost among equals.
+pub(super) fn merge_ids(
+    merges: &Merges,
+    ids: impl ExactSizeIterator<Item = u32>,
+    out: &mut Vec<u32>,
+) {
+    // A linked list over the symbols; a merged-away symbol is marked `removed`.
+    const NONE: usize = usize::MAX;
+    struct Symbol {
+        id: u32,
+        prev: usize,
+        next: usize,
+        removed: bool,
+    }
+    let n = ids.len();
+    let mut symbols: Vec<Symbol> = ids
+        .enumerate()
+        .map(|(i, id)| Symbol {
+            id,
+            prev: if i == 0 { NONE } else { i - 1 },
+            next: if i + 1 == n { NONE } else { i + 1 },
+            removed: false,
+        })
+        .collect();
+    // Min-heap of (rank, left position, merged id). Entries go stale as neighbours
+    // merge; one is still valid iff the pair now at its position merges to the same id
+    // (a different pair there spans more bytes, so it cannot make the same token).
+    let mut heap = BinaryHeap::with_capacity(n);
+    for (i, w) in symbols.windows(2).enumerate() {
+        if let Some(&(rank, new_id)) = merges.get(&(w[0].id, w[1].id)) {
+            heap.push(Reverse((rank, i, new_id)));
+        }
+    }
+    while let Some(Reverse((_, pos, new_id))) = heap.pop() {
+        let left = &symbols[pos];
+        if left.removed || left.next == NONE {
+            continue;
+        }
+        let next = left.next;
+        let current = merges.get(&(left.id, symbols[next].id));
+        if current.is_none_or(|&(_, id)| id != new_id) {
+            continue;
+        }
+        let after = symbols[next].next;
+        symbols[next].removed = true;
+        symbols[pos].id = new_id;
+        symbols[pos].next = after;
+        if after != NONE {
+            symbols[after].prev = pos;
+            if let Some(&(rank, id)) = merges.get(&(new_id, symbols[after].id)) {
+                heap.push(Reverse((rank, pos, id)));
+            }
+        }
+        let prev = symbols[pos].prev;
+        if prev != NONE {
+            if let Some(&(rank, id)) = merges.get(&(symbols[prev].id, new_id)) {
+                heap.push(Reverse((rank, prev, id)));
+            }
+        }
+    }
+    out.extend(symbols.iter().filter(|s| !s.removed).map(|s| s.id));
+}
+
+/// `tok`'s model when it is a BPE that merges deterministically at the word level (no dropout,
+/// no subword prefix or suffix), and nothing truncates or pads what it makes.
+pub(super) fn plain_bpe(tok: &Tokenizer) -> Result<&BPE, Ineligible> {
+    let ModelWrapper::BPE(bpe) = tok.get_model() else {
+        return Err(Ineligible("the model is not BPE"));
+    };
+    if bpe.dropout.is_some_and(|d| d != 0.0) {
+        return Err(Ineligible("BPE dropout is random"));
+    }
+    if bpe.continuing_subword_prefix.is_some() || bpe.end_of_word_suffix.is_some() {
+        return Err(Ineligible("BPE has a subword prefix or suffix"));
+    }
+    if tok.get_truncation().is_some() || tok.get_padding().is_some() {
+        return Err(Ineligible("the tokenizer truncates or pads"));
+    }
+    Ok(bpe)
+}
+
+/// What goes around a line's own ids: the post-processor's special tokens (with
+/// `add_special_tokens`), and a matcher for the added tokens a line must not hold.
+pub(super) type Around = ((Vec<u32>, Vec<u32>), Option<AhoCorasick>);
+
+pub(super) fn around(tok: &Tokenizer, add_special_tokens: bool) -> Result<Around, Ineligible> {
+    let special = match tok.get_post_processor() {
+        Some(p) if add_special_tokens => special_ids(p)?,
+        _ => (Vec::new(), Vec::new()),
+    };
+    Ok((special, added_tokens(tok)?))
 }
 
 /// The ids a post-processor puts before and after a single sequence's, when they are fixed:
@@ -377,22 +385,14 @@ fn added_tokens(tok: &Tokenizer) -> Result<Option<AhoCorasick>, Ineligible> {
         .map_err(|_| Ineligible("too many added tokens to scan for"))
 }
 
-type ModelTables = (
-    [u32; 256],
-    FxHashMap<(u32, u32), (u32, u32)>,
-    Option<FxHashMap<Box<[u8]>, u32>>,
-);
+type ModelTables = ([u32; 256], Merges, Option<FxHashMap<Box<[u8]>, u32>>);
 
-/// The byte symbol ids, the merges by id, and (with `ignore_merges`) the vocab by bytes.
-fn model_tables(bpe: &BPE) -> Result<ModelTables, Ineligible> {
+/// (left id, right id) → (rank, merged id).
+pub(super) type Merges = FxHashMap<(u32, u32), (u32, u32)>;
+
+/// The BPE's merges by id.
+pub(super) fn merge_table(bpe: &BPE) -> Result<Merges, Ineligible> {
     let vocab = bpe.get_vocab();
-    let to_char = byte_to_char();
-    let mut byte_ids = [0; 256];
-    for (b, c) in to_char.iter().enumerate() {
-        byte_ids[b] = *vocab
-            .get(c.to_string().as_str())
-            .ok_or(Ineligible("the vocab lacks a byte-level symbol"))?;
-    }
     // The model keeps its merges private; its serde form lists them in rank order.
     let json = serde_json::to_value(bpe).map_err(|_| Ineligible("the BPE does not serialize"))?;
     let listed = json["merges"]
@@ -411,6 +411,20 @@ fn model_tables(bpe: &BPE) -> Result<ModelTables, Ineligible> {
         let rank = u32::try_from(rank).map_err(|_| Ineligible("too many merges"))?;
         merges.insert((ia, ib), (rank, merged));
     }
+    Ok(merges)
+}
+
+/// The byte symbol ids, the merges by id, and (with `ignore_merges`) the vocab by bytes.
+fn model_tables(bpe: &BPE) -> Result<ModelTables, Ineligible> {
+    let vocab = bpe.get_vocab();
+    let to_char = byte_to_char();
+    let mut byte_ids = [0; 256];
+    for (b, c) in to_char.iter().enumerate() {
+        byte_ids[b] = *vocab
+            .get(c.to_string().as_str())
+            .ok_or(Ineligible("the vocab lacks a byte-level symbol"))?;
+    }
+    let merges = merge_table(bpe)?;
     let whole_words = bpe.ignore_merges.then(|| {
         let from_char: FxHashMap<char, u8> =
             (0..=255u8).map(|b| (to_char[usize::from(b)], b)).collect();
@@ -447,75 +461,6 @@ pub fn byte_to_char() -> [char; 256] {
         };
     }
     map
-}
-
-type WordCache = FxHashMap<Box<[u8]>, Box<[u32]>>;
-
-/// A thread's word caches, per tokenizer ([`FastBpe::cache_key`]). When the thread ends
-/// they go to [`POOL`], so the next thread to use the tokenizer starts warm: sluice starts
-/// new worker threads for every iteration (each epoch) and profiles in a thread of its
-/// own, and a cache dying with its thread made every epoch and every profile start cold
-/// (profiles then measured `tokenize` 1.5× slower than runs did).
-#[derive(Default)]
-struct ThreadCaches(FxHashMap<u64, WordCache>);
-
-impl Drop for ThreadCaches {
-    fn drop(&mut self) {
-        let mut pool = lock_pool();
-        for (key, cache) in self.0.drain() {
-            if cache.is_empty() || !pool.contains_key(&key) {
-                continue; // nothing learnt, or the tokenizer is gone
-            }
-            let spare = pool.entry(key).or_default();
-            if spare.len() < MAX_POOLED {
-                spare.push(cache);
-            }
-        }
-    }
-}
-
-/// Caches a tokenizer keeps from ended threads (one per thread that may start).
-const MAX_POOLED: usize = 4;
-
-/// Word caches of ended threads, per live tokenizer (registered by [`FastBpe::new`],
-/// removed when it is dropped).
-static POOL: std::sync::LazyLock<std::sync::Mutex<FxHashMap<u64, Vec<WordCache>>>> =
-    std::sync::LazyLock::new(Default::default);
-
-fn lock_pool() -> std::sync::MutexGuard<'static, FxHashMap<u64, Vec<WordCache>>> {
-    POOL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-thread_local! {
-    static CACHES: RefCell<ThreadCaches> = RefCell::default();
-}
-
-/// Runs `f` with this thread's word cache for the tokenizer `key` (an ended thread's, when
-/// this thread has none yet).
-fn with_cache<R>(key: u64, f: impl FnOnce(&mut WordCache) -> R) -> R {
-    CACHES.with(|caches| {
-        let caches = &mut caches.borrow_mut().0;
-        if !caches.contains_key(&key) {
-            if caches.len() >= MAX_CACHES_PER_THREAD {
-                caches.clear();
-            }
-            let warm = lock_pool().get_mut(&key).and_then(Vec::pop);
-            caches.insert(key, warm.unwrap_or_default());
-        }
-        f(caches.get_mut(&key).expect("inserted above"))
-    })
-}
-
-impl Drop for FastBpe {
-    fn drop(&mut self) {
-        lock_pool().remove(&self.cache_key);
-    }
-}
-
-/// Caches waiting in the pool for the tokenizer `key`.
-#[cfg(test)]
-fn pooled(key: u64) -> usize {
-    lock_pool().get(&key).map_or(0, Vec::len)
 }
 
 #[cfg(test)]

@@ -1,6 +1,5 @@
 //! [`FastBpe`] against `tokenizers::Tokenizer::encode`, which it must match id for id.
 
-use std::collections::BTreeMap;
 use std::time::Instant;
 
 use serde_json::{json, Value as Json};
@@ -8,7 +7,8 @@ use tokenizers::Tokenizer;
 
 use super::*;
 use crate::text::pretok;
-use crate::text::test_strings::{adversarial, ascii_pairs, random_strings};
+use crate::text::test_strings::{adversarial, ascii_pairs, learn_merges, random_strings};
+use crate::text::word_cache::pooled;
 
 /// Text the test merges are learnt from: English with contractions, digits, code-ish
 /// punctuation, runs of spaces, and some non-ASCII words.
@@ -30,33 +30,11 @@ fn symbols(text: &str) -> Vec<String> {
 /// [`TRAIN`], then a few that make the same token two ways ("xy"+"z" and "x"+"yz"), and
 /// ones where a lower-rank pair on the right turns a queued pair stale ("QJ" after "JK").
 fn merges(n: usize) -> Vec<(String, String)> {
-    let mut words: Vec<Vec<String>> = TRAIN
+    let words = TRAIN
         .split(' ')
         .map(|w| symbols(&format!(" {w}")))
         .collect();
-    let mut merges = Vec::new();
-    for _ in 0..n {
-        let mut counts: BTreeMap<(String, String), usize> = BTreeMap::new();
-        for w in &words {
-            for p in w.windows(2) {
-                *counts.entry((p[0].clone(), p[1].clone())).or_default() += 1;
-            }
-        }
-        let Some((best, _)) = counts.into_iter().max_by_key(|(_, c)| *c) else {
-            break;
-        };
-        for w in &mut words {
-            let mut i = 0;
-            while i + 1 < w.len() {
-                if w[i] == best.0 && w[i + 1] == best.1 {
-                    let right = w.remove(i + 1);
-                    w[i].push_str(&right);
-                }
-                i += 1;
-            }
-        }
-        merges.push(best);
-    }
+    let mut merges = learn_merges(words, n);
     for (a, b) in [
         ("x", "y"),
         ("y", "z"),
@@ -623,7 +601,9 @@ fn speed_on_a_corpus() {
     };
     let generic_op = op(None);
     let generic = rate("op, generic", &|l| apply(&generic_op, l));
-    let fast_op = op(Some(FastBpe::new(&tok, true).unwrap()));
+    let fast_op = op(Some(super::super::Fast::ByteLevel(
+        FastBpe::new(&tok, true).unwrap(),
+    )));
     let fast = rate("op, fast path", &|l| apply(&fast_op, l));
     println!("op speedup: {:.2}x", generic / fast);
 }
@@ -632,7 +612,7 @@ fn speed_on_a_corpus() {
 fn a_thread_that_ends_hands_its_word_cache_to_the_next() {
     let tok = tokenizer(&Cfg::default());
     let fast = std::sync::Arc::new(FastBpe::new(&tok, false).expect("eligible"));
-    let key = fast.cache_key;
+    let key = fast.cache.id();
     let line = "the quick brown fox jumps over the lazy dog";
     let want = fast.encode(line);
     assert!(want.is_some());
@@ -643,7 +623,7 @@ fn a_thread_that_ends_hands_its_word_cache_to_the_next() {
         std::thread::spawn(move || {
             assert_eq!(fast.encode(line), want);
             if check_pool {
-                assert_eq!(pooled(fast.cache_key), 0, "the cache was taken");
+                assert_eq!(fast.cache.pooled(), 0, "the cache was taken");
             }
         })
         .join()

@@ -3,13 +3,17 @@
 //! reads `field` and writes `out` (default: `field`); `pad`, whose output length is its
 //! argument, checks it against `max_tokens` ([`crate::limits`]). Byte-level BPE tokenizers
 //! (GPT-2, cl100k / Llama 3, o200k, Qwen 2, DeepSeek) encode most lines through [`FastBpe`],
-//! which gives the same ids faster.
+//! SentencePiece-style ones (Llama 2, Mistral) through [`SpBpe`]; both give the same ids
+//! faster.
 
 mod bpe;
 pub use bpe::{byte_to_char, FastBpe, Ineligible};
+pub use spbpe::SpBpe;
 mod pretok;
+mod spbpe;
 #[cfg(test)]
 mod test_strings;
+mod word_cache;
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -179,7 +183,7 @@ pub fn build(spec: &TextSpec) -> Result<OpRef> {
             }
             let tok = load_tokenizer(&op, tokenizer.as_deref(), tokenizer_json.as_deref())?;
             // Not every tokenizer is eligible for the fast path; those encode every line.
-            let fast = bpe::FastBpe::new(&tok, *add_special_tokens).ok();
+            let fast = Fast::new(&tok, *add_special_tokens);
             Some(Tokenize::new(tok, fast))
         }
         TextSpec::Truncate { length: 0, .. } | TextSpec::Pad { length: 0, .. } => {
@@ -240,17 +244,43 @@ struct TextOp {
     tokenizer: Option<Tokenize>,
 }
 
+/// The fast path a tokenizer has, if any: byte-level BPE (GPT-2, tiktoken-style, DeepSeek)
+/// or SentencePiece-style BPE (Llama 2, Mistral).
+enum Fast {
+    ByteLevel(bpe::FastBpe),
+    SentencePiece(spbpe::SpBpe),
+}
+
+impl Fast {
+    fn new(tok: &tokenizers::Tokenizer, add_special_tokens: bool) -> Option<Self> {
+        match bpe::FastBpe::new(tok, add_special_tokens) {
+            Ok(f) => Some(Fast::ByteLevel(f)),
+            Err(_) => spbpe::SpBpe::new(tok, add_special_tokens)
+                .ok()
+                .map(Fast::SentencePiece),
+        }
+    }
+
+    /// At least the first `limit` ids of `text`, or `None` when the line needs `tokenizers`.
+    fn encode_prefix(&self, text: &str, limit: usize) -> Option<Vec<u32>> {
+        match self {
+            Fast::ByteLevel(f) => f.encode_prefix(text, limit),
+            Fast::SentencePiece(f) => f.encode_prefix(text, limit),
+        }
+    }
+}
+
 /// What `tokenize` encodes with: the tokenizer, and the fast path when it has one.
 struct Tokenize {
     tok: Arc<tokenizers::Tokenizer>,
-    fast: Option<bpe::FastBpe>,
+    fast: Option<Fast>,
     /// Lines the fast path encoded, and lines `tokenizers` did (the stats show both).
     fast_lines: AtomicU64,
     slow_lines: AtomicU64,
 }
 
 impl Tokenize {
-    fn new(tok: tokenizers::Tokenizer, fast: Option<bpe::FastBpe>) -> Self {
+    fn new(tok: tokenizers::Tokenizer, fast: Option<Fast>) -> Self {
         Tokenize {
             tok: Arc::new(tok),
             fast,

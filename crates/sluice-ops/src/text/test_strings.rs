@@ -132,3 +132,32 @@ pub(crate) fn ascii_pairs() -> Vec<String> {
     }
     texts
 }
+
+/// `n` BPE merges learnt greedily from `words` (each a list of initial symbols): the most
+/// frequent adjacent pair, ties broken by the pair, merged everywhere, repeated.
+pub(crate) fn learn_merges(mut words: Vec<Vec<String>>, n: usize) -> Vec<(String, String)> {
+    let mut merges = Vec::new();
+    for _ in 0..n {
+        let mut counts: std::collections::BTreeMap<(String, String), usize> = Default::default();
+        for w in &words {
+            for p in w.windows(2) {
+                *counts.entry((p[0].clone(), p[1].clone())).or_default() += 1;
+            }
+        }
+        let Some((best, _)) = counts.into_iter().max_by_key(|(_, c)| *c) else {
+            break;
+        };
+        for w in &mut words {
+            let mut i = 0;
+            while i + 1 < w.len() {
+                if w[i] == best.0 && w[i + 1] == best.1 {
+                    let right = w.remove(i + 1);
+                    w[i].push_str(&right);
+                }
+                i += 1;
+            }
+        }
+        merges.push(best);
+    }
+    merges
+}

@@ -78,7 +78,7 @@ def ratio(x: float | None) -> str:
 def best_peer(summary: dict) -> tuple[str | None, dict | None]:
     """The fastest system that is neither sluice nor the limit nor the DataLoader baseline."""
     peers = [(s, e) for s, e in summary.items()
-             if s not in (SLUICE, LIMIT, BASELINE) and not s.startswith("sluice")
+             if s not in (LIMIT, BASELINE) and not s.startswith("sluice")
              and e.get("throughput_median")]
     return max(peers, key=lambda se: se[1]["throughput_median"], default=(None, None))
 
@@ -127,7 +127,7 @@ def window_range(docs: dict[str, dict]) -> str:
 def machine_line(meta: dict) -> str:
     m = meta.get("machine_info", {})
     isa = m.get("isa") or "?"
-    return (f"{m.get('cores', '?')} cores of an {m.get('cpu', '?')} (lscpu's model name; {isa}), "
+    return (f"{m.get('cores', '?')} cores of an {m.get('cpu', '?')}, {isa} (lscpu), "
             f"{m.get('memory_gib', '?')} GiB, Python {m.get('python', '?')}")
 
 
@@ -217,7 +217,7 @@ def update_readme(readme: Path, docs: dict[str, dict]) -> None:
     first = next(iter(docs.values()))["meta"]
     m = first.get("machine_info", {})
     block = (f"{README_BEGIN}\n{headline(docs)}\n\n"
-             f"{m.get('cores', '?')} cores ({m.get('cpu', '?')}, {m.get('isa') or '?'}), "
+             f"{m.get('cores', '?')} cores of an {m.get('cpu', '?')}, {m.get('isa') or '?'}, "
              f"{first['date'][:10]}, medians; the peers, memory and first batch: "
              f"[docs/PERFORMANCE.md](docs/PERFORMANCE.md).\n{README_END}")
     readme.write_text(text[:a] + block + text[b + len(README_END):], encoding="utf-8")
@@ -230,14 +230,7 @@ def render(results: Path, page_path: Path, readme: Path | None, command: str | N
         return 2
     for d in docs.values():
         d["meta"]["page_command"] = command or d["meta"].get("page_command")
-        # the verdicts come from run.py's summary; recompute them so that a hand-edited or
-        # older results file renders with the same ratios
-        base = d["summary"].get(BASELINE, {}).get("throughput_median")
-        lim = d["summary"].get(LIMIT, {}).get("throughput_median")
-        for e in d["summary"].values():
-            tp = e.get("throughput_median")
-            e["vs_dataloader"] = tp / base if tp and base else None
-            e["vs_limit"] = tp / lim if tp and lim else None
+        R.add_ratios(d["summary"])  # results written before run.py stored them render too
     page_path.write_text(page(docs), encoding="utf-8")
     print(f"→ {page_path}", flush=True)
     if readme is not None:

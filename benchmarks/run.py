@@ -338,13 +338,18 @@ def summarise(workload: str, systems: list[str], runs: list[dict]) -> dict:
             entry["error"] = r.get("error") or "; ".join(r.get("problems") or [])
             entry["error_log"] = r.get("log")
         out[s] = entry
-    base = out.get(BASELINE, {}).get("throughput_median")
-    lim = out.get(LIMIT, {}).get("throughput_median")
-    for s, e in out.items():
+    add_ratios(out)
+    return out
+
+
+def add_ratios(summary: dict) -> None:
+    """Each system's median throughput as a ratio to the DataLoader's and to the limit's."""
+    base = summary.get(BASELINE, {}).get("throughput_median")
+    lim = summary.get(LIMIT, {}).get("throughput_median")
+    for e in summary.values():
         tp = e.get("throughput_median")
         e["vs_dataloader"] = tp / base if tp and base else None
         e["vs_limit"] = tp / lim if tp and lim else None
-    return out
 
 
 def fmt(x, spec=".1f", dash="—"):

@@ -77,12 +77,18 @@ def class_names(data_dir: Path) -> list[str]:
 
 
 def cpu_model() -> str:
-    """This machine's CPU as /proc/cpuinfo names it ("?" where it does not)."""
+    """This machine's CPU as /proc/cpuinfo names it, with its family and model where the name
+    alone does not tell the generation (a VM's "AMD EPYC"); "?" where it does not say."""
     try:
         with open("/proc/cpuinfo") as f:
-            return next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "?")
+            fields = dict(ln.split(":", 1) for ln in f.read().split("\n\n")[0].splitlines() if ":" in ln)
     except OSError:
         return "?"
+    fields = {k.strip(): v.strip() for k, v in fields.items()}
+    name = fields.get("model name", "?")
+    if "cpu family" in fields and "model" in fields:
+        name += f" (family {fields['cpu family']}, model {fields['model']})"
+    return name
 
 
 def cpu_isa() -> str:

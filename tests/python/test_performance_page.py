@@ -30,7 +30,7 @@ def entry(name, tp, ttfb=1.0, pss=100, rss=200, **extra):
 
 def write_results(folder: Path) -> None:
     meta = {"command": "run.py --window 6", "date": "2026-11-29 01:00 UTC", "commit": "abc1234",
-            "machine_info": {"cpu": "AMD EPYC", "isa": "AVX-512", "cores": 2, "memory_gib": 23.5,
+            "machine_info": {"cpu": "AMD EPYC (family 25, model 17)", "isa": "AVX-512", "cores": 2, "memory_gib": 23.5,
                              "python": "3.11.7"},
             "warmup": 1, "repeats": 3, "window": 6.0, "blas_threads": 1,
             "sluice_build": "release", "page_command": "benchmarks/performance.py"}
@@ -58,7 +58,7 @@ def test_page_and_headline_come_from_the_results(perf, tmp_path):
     assert perf.render(tmp_path / "res", page, readme, None) == 0
 
     text = page.read_text()
-    assert "2 cores of an AMD EPYC (lscpu's model name; AVX-512)" in text
+    assert "2 cores of an AMD EPYC (family 25, model 17), AVX-512 (lscpu)" in text
     assert "`release` build" in text and "median windows 6.5–9.0 s" in text
     assert "commit `abc1234`" in text and "~6 s after its first batch" in text
     # CV: best other peer is tf.data (Ray Data failed and is named as such), sluice is 5x it

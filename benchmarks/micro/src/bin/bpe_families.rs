@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use serde_json::{json, Value};
-use sluice_ops::text::{byte_to_char, FastBpe, SpBpe};
+use sluice_ops::text::{byte_to_char, FastPath};
 use tokenizers::Tokenizer;
 
 const CL100K: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
@@ -202,28 +202,6 @@ fn main() {
     }
 }
 
-/// Whichever fast path the tokenizer has.
-enum Fast {
-    ByteLevel(FastBpe),
-    SentencePiece(SpBpe),
-}
-
-impl Fast {
-    fn new(name: &str, tok: &Tokenizer, add: bool) -> Self {
-        match (FastBpe::new(tok, add), SpBpe::new(tok, add)) {
-            (Ok(f), _) => Fast::ByteLevel(f),
-            (_, Ok(f)) => Fast::SentencePiece(f),
-            (Err(a), Err(b)) => panic!("{name}: {a}; {b}"),
-        }
-    }
-    fn encode(&self, line: &str) -> Option<Vec<u32>> {
-        match self {
-            Fast::ByteLevel(f) => f.encode(line),
-            Fast::SentencePiece(f) => f.encode(line),
-        }
-    }
-}
-
 /// One row of the table: the fast path against `encode` on every line, then each encoder's
 /// rate over the corpus on this thread.
 fn measure(
@@ -234,7 +212,7 @@ fn measure(
     lines: &[String],
     randoms: &[String],
 ) {
-    let fast = Fast::new(name, tok, add);
+    let fast = FastPath::new(tok, add).unwrap_or_else(|e| panic!("{name}: {e}"));
     let (mut taken, mut differ) = (0usize, 0usize);
     for line in lines.iter().chain(randoms) {
         if let Some(ids) = fast.encode(line) {
@@ -256,7 +234,7 @@ fn measure(
         .sum();
     let batch = batched as f64 / t.elapsed().as_secs_f64();
     let openai = openai.map(|o| rate(lines, |l| o.encode(l).len()).0);
-    let fresh = Fast::new(name, tok, add);
+    let fresh = FastPath::new(tok, add).unwrap();
     let either = |l: &str| fresh.encode(l).map_or_else(|| tok.encode(l, add).unwrap().len(), |i| i.len());
     let (cold, _) = rate(lines, either);
     let (warm, _) = rate(lines, either);

@@ -98,28 +98,11 @@ mod tests {
         }
     }
 
-    #[derive(Debug)]
-    struct Quiet;
-    impl Op for Quiet {
-        fn name(&self) -> &str {
-            "quiet"
-        }
-        fn spec(&self) -> serde_json::Value {
-            serde_json::json!({})
-        }
-        fn meta(&self) -> OpMeta {
-            OpMeta::opaque(false)
-        }
-        fn apply(&self, sample: Sample, _: &OpContext) -> Result<Emit> {
-            Ok(Emit::One(sample))
-        }
-    }
-
     #[test]
     fn a_run_reports_what_its_ops_counted_since_it_started() {
         let op = Arc::new(Counting::default());
         op.0.store(10, Relaxed); // an earlier epoch's
-        let quiet: OpRef = Arc::new(Quiet);
+        let quiet: OpRef = Arc::new(crate::plan::test_ops::Keep);
         let watches = OpWatches::new([
             ("map".to_string(), op.clone() as OpRef),
             ("map".into(), quiet),

@@ -16,14 +16,13 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use aho_corasick::AhoCorasick;
 use rustc_hash::FxHashMap;
 use tokenizers::models::bpe::BPE;
 use tokenizers::normalizers::NormalizerWrapper;
-use tokenizers::processors::PostProcessorWrapper;
-use tokenizers::{ModelWrapper, NormalizedString, Normalizer, Tokenizer};
+use tokenizers::{ModelWrapper, Tokenizer};
 use unicode_normalization_alignments::UnicodeNormalization;
 
+use super::frame::Frame;
 use super::pretok::Splitter;
 use super::word_cache::{CacheKey, WordCache};
 
@@ -59,7 +58,7 @@ pub struct Ineligible(pub &'static str);
 
 impl std::fmt::Display for Ineligible {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "no byte-level BPE fast path: {}", self.0)
+        write!(f, "no BPE fast path: {}", self.0)
     }
 }
 
@@ -88,11 +87,8 @@ pub struct FastBpe {
     norm: Norm,
     /// Splits the text into words as the pre-tokenizer does.
     split: Splitter,
-    /// The ids the post-processor puts before and after the text's.
-    special: (Vec<u32>, Vec<u32>),
-    /// The added tokens' contents (and their normalized forms): a line holding one is split
-    /// on it by `encode` first, which this path does not do.
-    added: Option<AhoCorasick>,
+    /// The special tokens around the line's ids, and the added tokens it must not hold.
+    frame: Frame,
 }
 
 impl std::fmt::Debug for FastBpe {
@@ -102,7 +98,7 @@ impl std::fmt::Debug for FastBpe {
             .field("ignore_merges", &self.whole_words.is_some())
             .field("split", &self.split)
             .field("norm", &self.norm)
-            .field("special", &self.special)
+            .field("frame", &self.frame)
             .finish_non_exhaustive()
     }
 }
@@ -123,7 +119,7 @@ impl FastBpe {
         }
         let split = Splitter::new(tok.get_pre_tokenizer())?;
         let norm = Norm::of(tok.get_normalizer())?;
-        let (special, added) = around(tok, add_special_tokens)?;
+        let frame = Frame::new(tok, add_special_tokens)?;
         let (byte_ids, merges, whole_words) = model_tables(bpe)?;
         Ok(FastBpe {
             cache: CacheKey::new(),
@@ -132,8 +128,7 @@ impl FastBpe {
             whole_words,
             norm,
             split,
-            special,
-            added,
+            frame,
         })
     }
 
@@ -148,8 +143,7 @@ impl FastBpe {
     /// it), so `tokenize(max_length=...)` of a long document costs what its prefix does.
     /// `None` as for [`FastBpe::encode`].
     pub fn encode_prefix(&self, text: &str, limit: usize) -> Option<Vec<u32>> {
-        let added = |t: &str| self.added.as_ref().is_some_and(|ac| ac.is_match(t));
-        if added(text) {
+        if self.frame.holds_added(text) {
             return None;
         }
         // `encode` normalizes first, then `ByteLevel` adds the prefix space. NFC and NFKC leave
@@ -167,7 +161,7 @@ impl FastBpe {
             _ => text,
         };
         // An added token the normalization made (full-width letters, ligatures).
-        if self.norm != Norm::None && added(text) {
+        if self.norm != Norm::None && self.frame.holds_added(text) {
             return None;
         }
         let prefixed;
@@ -177,18 +171,15 @@ impl FastBpe {
         } else {
             text
         };
-        let (before, after) = &self.special;
-        let guess = (text.len() / 3).min(limit.saturating_add(16));
-        let mut ids = Vec::with_capacity(guess + 1 + before.len() + after.len());
-        ids.extend_from_slice(before);
-        self.cache.with(|cache| {
-            self.split.words(text, &mut |word| {
-                self.word(word, cache, &mut ids);
-                ids.len() < limit
-            });
-        });
-        ids.extend_from_slice(after);
-        Some(ids)
+        let guess = (text.len() / 3 + 1).min(limit.saturating_add(16));
+        Some(self.frame.ids(guess, |ids| {
+            self.cache.with(|cache| {
+                self.split.words(text, &mut |word| {
+                    self.word(word, cache, ids);
+                    ids.len() < limit
+                })
+            })
+        }))
     }
 
     /// Appends the ids of one pre-tokenized word, from the cache when it holds them.
@@ -295,94 +286,6 @@ pub(super) fn plain_bpe(tok: &Tokenizer) -> Result<&BPE, Ineligible> {
         return Err(Ineligible("the tokenizer truncates or pads"));
     }
     Ok(bpe)
-}
-
-/// What goes around a line's own ids: the post-processor's special tokens (with
-/// `add_special_tokens`), and a matcher for the added tokens a line must not hold.
-pub(super) type Around = ((Vec<u32>, Vec<u32>), Option<AhoCorasick>);
-
-pub(super) fn around(tok: &Tokenizer, add_special_tokens: bool) -> Result<Around, Ineligible> {
-    let special = match tok.get_post_processor() {
-        Some(p) if add_special_tokens => special_ids(p)?,
-        _ => (Vec::new(), Vec::new()),
-    };
-    Ok((special, added_tokens(tok)?))
-}
-
-/// The ids a post-processor puts before and after a single sequence's, when they are fixed:
-/// `ByteLevel` adds none (its offset trimming changes no id), a `TemplateProcessing` whose
-/// single-sequence template is special tokens around `$A` adds theirs, and a `Sequence`
-/// adds what its parts add.
-fn special_ids(p: &PostProcessorWrapper) -> Result<(Vec<u32>, Vec<u32>), Ineligible> {
-    const WHY: Ineligible = Ineligible("the post-processor adds special tokens");
-    let json = match p {
-        PostProcessorWrapper::ByteLevel(_) => return Ok((Vec::new(), Vec::new())),
-        PostProcessorWrapper::Template(_) | PostProcessorWrapper::Sequence(_) => {
-            serde_json::to_value(p).map_err(|_| WHY)?
-        }
-        _ => return Err(WHY),
-    };
-    let mut out = (Vec::new(), Vec::new());
-    template_ids(&json, &mut out).ok_or(WHY)?;
-    Ok(out)
-}
-
-/// Appends the special-token ids of a serialized post-processor to `out`; `None` when it
-/// is not one [`special_ids`] takes.
-fn template_ids(p: &serde_json::Value, out: &mut (Vec<u32>, Vec<u32>)) -> Option<()> {
-    match p["type"].as_str()? {
-        "ByteLevel" => Some(()),
-        "Sequence" => p["processors"]
-            .as_array()?
-            .iter()
-            .try_for_each(|q| template_ids(q, out)),
-        // Two templates would nest (the second's tokens around the first's); none does that.
-        "TemplateProcessing" if out.0.is_empty() && out.1.is_empty() => {
-            let mut seen_a = false;
-            for piece in p["single"].as_array()? {
-                if let Some(seq) = piece.get("Sequence") {
-                    if seq["id"] != "A" || seen_a {
-                        return None;
-                    }
-                    seen_a = true;
-                } else {
-                    let name = piece.get("SpecialToken")?["id"].as_str()?;
-                    let ids = p["special_tokens"][name]["ids"].as_array()?;
-                    let side = if seen_a { &mut out.1 } else { &mut out.0 };
-                    for id in ids {
-                        side.push(u32::try_from(id.as_u64()?).ok()?);
-                    }
-                }
-            }
-            seen_a.then_some(())
-        }
-        _ => None,
-    }
-}
-
-/// A matcher for the added tokens' contents, raw and normalized: `encode` looks for the
-/// non-normalized ones in the raw text and the normalized ones in the normalized text, which
-/// are the same text for every line this path takes.
-fn added_tokens(tok: &Tokenizer) -> Result<Option<AhoCorasick>, Ineligible> {
-    let mut patterns = Vec::new();
-    for token in tok.get_added_tokens_decoder().into_values() {
-        if token.normalized {
-            if let Some(normalizer) = tok.get_normalizer() {
-                let mut n = NormalizedString::from(token.content.as_str());
-                normalizer
-                    .normalize(&mut n)
-                    .map_err(|_| Ineligible("an added token does not normalize"))?;
-                patterns.push(n.get().to_string());
-            }
-        }
-        patterns.push(token.content);
-    }
-    if patterns.is_empty() {
-        return Ok(None);
-    }
-    AhoCorasick::new(&patterns)
-        .map(Some)
-        .map_err(|_| Ineligible("too many added tokens to scan for"))
 }
 
 type ModelTables = ([u32; 256], Merges, Option<FxHashMap<Box<[u8]>, u32>>);

@@ -601,7 +601,7 @@ fn speed_on_a_corpus() {
     };
     let generic_op = op(None);
     let generic = rate("op, generic", &|l| apply(&generic_op, l));
-    let fast_op = op(Some(super::super::Fast::ByteLevel(
+    let fast_op = op(Some(super::super::FastPath::ByteLevel(
         FastBpe::new(&tok, true).unwrap(),
     )));
     let fast = rate("op, fast path", &|l| apply(&fast_op, l));

@@ -7,6 +7,7 @@
 //! faster.
 
 mod bpe;
+mod frame;
 pub use bpe::{byte_to_char, FastBpe, Ineligible};
 pub use spbpe::SpBpe;
 mod pretok;
@@ -183,7 +184,7 @@ pub fn build(spec: &TextSpec) -> Result<OpRef> {
             }
             let tok = load_tokenizer(&op, tokenizer.as_deref(), tokenizer_json.as_deref())?;
             // Not every tokenizer is eligible for the fast path; those encode every line.
-            let fast = Fast::new(&tok, *add_special_tokens);
+            let fast = FastPath::new(&tok, *add_special_tokens).ok();
             Some(Tokenize::new(tok, fast))
         }
         TextSpec::Truncate { length: 0, .. } | TextSpec::Pad { length: 0, .. } => {
@@ -244,28 +245,44 @@ struct TextOp {
     tokenizer: Option<Tokenize>,
 }
 
-/// The fast path a tokenizer has, if any: byte-level BPE (GPT-2, tiktoken-style, DeepSeek)
-/// or SentencePiece-style BPE (Llama 2, Mistral).
-enum Fast {
-    ByteLevel(bpe::FastBpe),
-    SentencePiece(spbpe::SpBpe),
+/// The fast path a tokenizer has: byte-level BPE (GPT-2, tiktoken-style, DeepSeek) or,
+/// with byte fallback, SentencePiece-style BPE (Llama 2, Mistral). Either gives exactly the
+/// ids `Tokenizer::encode` gives, or declines the line.
+///
+/// ```no_run
+/// use sluice_ops::text::FastPath;
+///
+/// let tok = tokenizers::Tokenizer::from_file("tokenizer.json").unwrap();
+/// match FastPath::new(&tok, true) {
+///     Ok(fast) => println!("{:?}", fast.encode("Hello world")),
+///     Err(why) => println!("{why}"), // e.g. "no BPE fast path: the model is not BPE"
+/// }
+/// ```
+pub enum FastPath {
+    ByteLevel(FastBpe),
+    SentencePiece(SpBpe),
 }
 
-impl Fast {
-    fn new(tok: &tokenizers::Tokenizer, add_special_tokens: bool) -> Option<Self> {
-        match bpe::FastBpe::new(tok, add_special_tokens) {
-            Ok(f) => Some(Fast::ByteLevel(f)),
-            Err(_) => spbpe::SpBpe::new(tok, add_special_tokens)
-                .ok()
-                .map(Fast::SentencePiece),
+impl FastPath {
+    /// The fast path for `tok` encoding with `add_special_tokens`, or why it has none.
+    pub fn new(tok: &tokenizers::Tokenizer, add_special_tokens: bool) -> Result<Self, Ineligible> {
+        if bpe::plain_bpe(tok)?.byte_fallback {
+            SpBpe::new(tok, add_special_tokens).map(FastPath::SentencePiece)
+        } else {
+            FastBpe::new(tok, add_special_tokens).map(FastPath::ByteLevel)
         }
     }
 
+    /// The ids of `text`, or `None` when the line needs `tokenizers`.
+    pub fn encode(&self, text: &str) -> Option<Vec<u32>> {
+        self.encode_prefix(text, usize::MAX)
+    }
+
     /// At least the first `limit` ids of `text`, or `None` when the line needs `tokenizers`.
-    fn encode_prefix(&self, text: &str, limit: usize) -> Option<Vec<u32>> {
+    pub fn encode_prefix(&self, text: &str, limit: usize) -> Option<Vec<u32>> {
         match self {
-            Fast::ByteLevel(f) => f.encode_prefix(text, limit),
-            Fast::SentencePiece(f) => f.encode_prefix(text, limit),
+            FastPath::ByteLevel(f) => f.encode_prefix(text, limit),
+            FastPath::SentencePiece(f) => f.encode_prefix(text, limit),
         }
     }
 }
@@ -273,14 +290,14 @@ impl Fast {
 /// What `tokenize` encodes with: the tokenizer, and the fast path when it has one.
 struct Tokenize {
     tok: Arc<tokenizers::Tokenizer>,
-    fast: Option<Fast>,
+    fast: Option<FastPath>,
     /// Lines the fast path encoded, and lines `tokenizers` did (the stats show both).
     fast_lines: AtomicU64,
     slow_lines: AtomicU64,
 }
 
 impl Tokenize {
-    fn new(tok: tokenizers::Tokenizer, fast: Option<Fast>) -> Self {
+    fn new(tok: tokenizers::Tokenizer, fast: Option<FastPath>) -> Self {
         Tokenize {
             tok: Arc::new(tok),
             fast,

@@ -1,14 +1,14 @@
 //! The fast path for SentencePiece-style BPE tokenizers (Llama 2, Mistral): spaces become
-//! `▁`, a `▁` goes in front, and the whole line is one word whose characters start as their
-//! vocab ids (or, for a character outside the vocab, its UTF-8 bytes as `<0xXX>` tokens) and
-//! merge by rank — the ids `tokenizers` gives, without its alignment bookkeeping or the
-//! `Encoding` it builds.
+//! `▁`, a `▁` goes in front, and the characters start as their vocab ids (or, for a
+//! character outside the vocab, its UTF-8 bytes as `<0xXX>` tokens) and merge by rank —
+//! word by word when no token can cross a word, else the line whole — the ids `tokenizers`
+//! gives, without its alignment bookkeeping or the `Encoding` it builds.
 
-use aho_corasick::AhoCorasick;
 use rustc_hash::FxHashMap;
 use tokenizers::Tokenizer;
 
-use super::bpe::{around, merge_ids, merge_table, plain_bpe, Ineligible, Merges};
+use super::bpe::{merge_ids, merge_table, plain_bpe, Ineligible, Merges};
+use super::frame::Frame;
 use super::word_cache::CacheKey;
 
 /// SentencePiece's word boundary mark.
@@ -45,8 +45,8 @@ pub struct SpBpe {
     /// through the word cache, and a prefix of the words gives a prefix of the ids.
     words: bool,
     cache: CacheKey,
-    special: (Vec<u32>, Vec<u32>),
-    added: Option<AhoCorasick>,
+    /// The special tokens around the line's ids, and the added tokens it must not hold.
+    frame: Frame,
 }
 
 impl std::fmt::Debug for SpBpe {
@@ -54,7 +54,7 @@ impl std::fmt::Debug for SpBpe {
         f.debug_struct("SpBpe")
             .field("merges", &self.merges.len())
             .field("prepend", &self.prepend)
-            .field("special", &self.special)
+            .field("frame", &self.frame)
             .finish_non_exhaustive()
     }
 }
@@ -114,7 +114,6 @@ impl SpBpe {
                 }
             })
             .collect();
-        let (special, added) = around(tok, add_special_tokens)?;
         Ok(SpBpe {
             merges: merge_table(bpe)?,
             char_ids,
@@ -122,8 +121,7 @@ impl SpBpe {
             prepend,
             words,
             cache: CacheKey::new(),
-            special,
-            added,
+            frame: Frame::new(tok, add_special_tokens)?,
         })
     }
 
@@ -136,31 +134,29 @@ impl SpBpe {
     /// The ids of `text` as far as its first `limit` at least, when words merge alone (else
     /// all of them). `None` as for [`SpBpe::encode`].
     pub fn encode_prefix(&self, text: &str, limit: usize) -> Option<Vec<u32>> {
-        if text.is_empty() || self.added.as_ref().is_some_and(|ac| ac.is_match(text)) {
+        if text.is_empty() || self.frame.holds_added(text) {
             return None;
         }
         let mut marked = String::with_capacity(text.len() + 3);
-        if self.prepend == Prepend::Always || !text.starts_with(' ') {
+        // `Metaspace` replaces spaces first, so a text starting with a space or a `▁` of
+        // its own already starts with one.
+        if self.prepend == Prepend::Always || !text.starts_with([' ', MARK]) {
             marked.push(MARK);
         }
         marked.extend(text.chars().map(|c| if c == ' ' { MARK } else { c }));
-        let (before, after) = &self.special;
-        let mut ids = Vec::with_capacity(marked.len() / 2 + before.len() + after.len());
-        ids.extend_from_slice(before);
-        if self.words {
+        Some(self.frame.ids(marked.len() / 2, |ids| {
+            if !self.words {
+                return self.merge(&marked, ids);
+            }
             self.cache.with(|cache| {
                 for word in words(&marked) {
-                    cache.ids(word.as_bytes(), &mut ids, |out| self.merge(word, out));
+                    cache.ids(word.as_bytes(), ids, |out| self.merge(word, out));
                     if ids.len() >= limit {
                         break;
                     }
                 }
-            });
-        } else {
-            self.merge(&marked, &mut ids);
-        }
-        ids.extend_from_slice(after);
-        Some(ids)
+            })
+        }))
     }
 
     /// BPE on `text`'s characters (each its vocab id or its bytes' `<0xXX>` tokens).

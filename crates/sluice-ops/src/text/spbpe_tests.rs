@@ -87,12 +87,19 @@ fn matches_encode_on_adversarial_and_random_strings() {
     let mut texts = adversarial();
     texts.extend(random_strings(31, 3_000));
     texts.extend(ascii_pairs().into_iter().step_by(7));
-    texts.extend([
-        "  two spaces".into(),
-        " one".into(),
-        "Straße ß".into(),
-        "<s>x".into(),
-    ]);
+    texts.extend(
+        [
+            "  two spaces",
+            " one",
+            "Straße ß",
+            "<s>x",
+            "▁marked",
+            " ▁x",
+            "x▁ y",
+            "▁",
+        ]
+        .map(String::from),
+    );
     let forms = [
         (prepend_and_replace(), Json::Null),
         (Json::Null, metaspace("first", false)),

@@ -114,10 +114,38 @@ def test_a_memory_limit_holds_with_skewed_samples():
     capped, stderr = _capped(room)
     limit = capped["base"] + room
     assert capped["ids"] == free["ids"] == list(range(200))
-    assert capped["peak"] <= limit, (capped["peak"] - limit) >> 20
+    assert capped["peak"] <= limit, ((capped["peak"] - limit) >> 20, capped["memory"])
     m = capped["memory"]
     assert m["limit"] == limit and m["held_chunks"] > 0 and m["forced"] == 0
     assert 0 <= m["starved_s"] <= m["held_s"] and m["peak_rss"] <= limit
+
+
+def test_a_consumer_waiting_on_slow_work_lets_nothing_over_the_cap():
+    # Every tenth sample takes 0.2 s to make: the consumer waits on busy workers, which is no
+    # reason to let more in (the rule that counted the wait alone forced 20-29 chunks over).
+    code = textwrap.dedent(
+        """
+        import json, time, numpy as np, sluice
+        MB = 1 << 20
+        def hwm():
+            return next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmHWM"))
+        def big(s):
+            if s["id"] % 10 == 0:
+                time.sleep(0.2)
+            n = (20 if s["id"] % 10 == 0 else 2) * MB
+            return {"id": s["id"], "x": np.full(n, 1, dtype=np.uint8)}
+        base = hwm()
+        it = sluice.range(100).map(big).prefetch(100).iter(num_threads=2, memory_limit=base + (160 << 20))
+        ids = [int(s["id"]) for s in it]
+        print(json.dumps({"over": hwm() - base - (160 << 20), "ids": ids, "memory": it.stats().to_dict()["memory"]}))
+        """
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["ids"] == list(range(100))
+    assert out["memory"]["forced"] == 0 and out["over"] <= 0, out
+    assert "went over it" not in r.stderr
 
 
 def test_memory_limit_arguments_and_default():

@@ -7,11 +7,14 @@
 //! not fit under the cap, holds it until enough of what is in flight has been consumed. Queues,
 //! prefetch and worker counts stay as planned; only the amount of data in them is bounded, by
 //! what the process actually holds rather than by estimates of it. One exception keeps the run
-//! going: when the consumer is waiting for output, holding back cannot free anything (what is in
-//! flight is all there is, and a batch may be waiting for more of it), so once the consumer has
-//! waited for output longer than twice the longest gap between outputs so far (and ≥ 100 ms)
-//! the chunk goes — counted as `forced`, the sign of a cap below what the pipeline needs to
-//! make one output. The time held back is reported (`stats()`: `memory`), with a warning at the
+//! going: when the consumer is waiting for output and no stage is working on anything, holding
+//! back cannot free anything (what is in flight is all there is, and a batch may be waiting for
+//! more of it), so once both have lasted longer than twice the longest gap between outputs so
+//! far (and ≥ 100 ms) one chunk goes — counted as `forced`, the sign of a cap below what the
+//! pipeline needs to make one output — and the next needs as long again. A consumer that
+//! waits on busy workers (a slow machine, a slow op) is never a reason to let more in: on a
+//! busy CI machine that rule, counting the wait alone and forcing every chunk after it, let a
+//! capped run 107 MiB past its cap. The time held back is reported (`stats()`: `memory`), with a warning at the
 //! end of an iteration it slowed.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -49,6 +52,20 @@ pub(super) struct ConsumerWait {
     held: std::sync::atomic::AtomicBool,
     /// The (epoch, position) of the last output handed over.
     reached: Mutex<Option<(u64, u64)>>,
+    /// Chunks the stages work on now ([`Working`]), and when that last fell to none.
+    working: AtomicU64,
+    idle_since: AtomicU64,
+}
+
+/// A stage works on a chunk while this lives ([`ConsumerWait::working`]).
+pub(super) struct Working<'a>(&'a ConsumerWait);
+
+impl Drop for Working<'_> {
+    fn drop(&mut self) {
+        if self.0.working.fetch_sub(1, Relaxed) == 1 {
+            self.0.idle_since.store(now_ns(), Relaxed);
+        }
+    }
 }
 
 impl ConsumerWait {
@@ -65,6 +82,11 @@ impl ConsumerWait {
         }
         self.since.store(0, Relaxed);
     }
+    /// A stage starts work on a chunk (until the guard is dropped).
+    pub(super) fn working(&self) -> Working<'_> {
+        self.working.fetch_add(1, Relaxed);
+        Working(self)
+    }
     /// Whether the consumer is waiting for output now.
     fn is_waiting(&self) -> bool {
         self.since.load(Relaxed) != 0
@@ -79,11 +101,27 @@ impl ConsumerWait {
         *self.reached.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The consumer has waited longer than any gap between outputs so far would explain.
+    /// The consumer has waited, with no stage working, longer than any gap between outputs
+    /// so far would explain.
     fn stalled(&self) -> bool {
         let since = self.since.load(Relaxed);
         let patience = MIN_STALL_NS.max(2 * self.max_gap.load(Relaxed));
-        since != 0 && now_ns().saturating_sub(since) >= patience
+        let now = now_ns();
+        since != 0
+            && now.saturating_sub(since) >= patience
+            && self.working.load(Relaxed) == 0
+            && now.saturating_sub(self.idle_since.load(Relaxed)) >= patience
+    }
+
+    /// A chunk was let through for a stall: the next one needs the consumer to wait as long
+    /// again (counted from now, unless it was handed an output meanwhile).
+    fn restart(&self) {
+        let since = self.since.load(Relaxed);
+        if since != 0 {
+            let _ = self
+                .since
+                .compare_exchange(since, now_ns(), Relaxed, Relaxed);
+        }
     }
 }
 
@@ -231,6 +269,7 @@ impl MemoryCap {
             if in_flight == 0 || ctl.wait.stalled() {
                 // Nothing downstream will free memory without more input.
                 self.forced.fetch_add(1, Relaxed);
+                ctl.wait.restart();
                 break;
             }
             if held.is_none() {
@@ -396,6 +435,40 @@ mod tests {
             &ctl,
         );
         assert_eq!(tight.report().forced, 2);
+    }
+
+    #[test]
+    fn a_consumer_waiting_on_busy_stages_forces_nothing_and_a_stall_lets_one_chunk_go() {
+        use std::sync::atomic::AtomicBool;
+        let ctl = Control::default();
+        let stats = PipelineStats::new(vec![]);
+        let tight = MemoryCap::new(1);
+        let need = |pos| ChunkNeed {
+            items: 1,
+            last: (0, pos),
+        };
+        tight.admit(need(0), &stats, &ctl); // nothing in flight: it goes
+        ctl.wait.waiting();
+        let done_working = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let working = ctl.wait.working();
+            let admitted = s.spawn(|| {
+                tight.admit(need(1), &stats, &ctl);
+                done_working.load(Relaxed)
+            });
+            // However long the consumer waits, a stage at work may still free memory.
+            std::thread::sleep(Duration::from_millis(300));
+            done_working.store(true, Relaxed);
+            drop(working);
+            assert!(admitted.join().unwrap(), "let in while a stage worked");
+        });
+        assert_eq!(tight.report().forced, 2);
+        // The consumer still waits: the next chunk needs a whole stall of its own.
+        let held = tight.report().held_s;
+        tight.admit(need(2), &stats, &ctl);
+        let r = tight.report();
+        assert_eq!(r.forced, 3);
+        assert!(r.held_s - held >= MIN_STALL_NS as f64 * 1e-9, "{r:?}");
     }
 
     #[test]

@@ -286,6 +286,8 @@ impl Execution {
     /// stage fails, the outputs it made before the failing input still go through the
     /// stages after it (which then do not finish: a partial batch is not delivered).
     fn run_tail(&mut self, chunk: Option<Chunk>) -> Result<()> {
+        let ctl = self.ctl.clone();
+        let _working = ctl.wait.working();
         let end = chunk.is_none();
         let mut chunks: Vec<Chunk> = chunk.into_iter().collect();
         let mut exhausted = false;

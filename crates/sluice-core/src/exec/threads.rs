@@ -42,7 +42,7 @@ pub(super) fn spawn_sequential(
     slot: usize,
 ) -> Result<Input> {
     let (tx, rx) = bounded::<Msg>(depth.max(1));
-    let stats = stats.clone();
+    let (stats, ctl2) = (stats.clone(), ctl.clone());
     ctl.spawn(format!("sluice-stage-{slot}"), move || {
         let c = stats.counters(slot);
         loop {
@@ -55,6 +55,7 @@ pub(super) fn spawn_sequential(
             let (res, last) = match msg {
                 Some(Ok(chunk)) => {
                     c.items_in.fetch_add(chunk.len() as u64, Relaxed);
+                    let _working = ctl2.wait.working();
                     let res = guarded(|| {
                         t.push(chunk, &mut outs)?;
                         if t.exhausted() {
@@ -190,8 +191,10 @@ pub(super) fn spawn_parallel(
                 }
                 let t1 = Instant::now();
                 let n = chunk.len() as u64;
+                let working = ctl2.wait.working();
                 let res = guarded(|| Ok(stop.0.run_partial(chunk)))
                     .unwrap_or_else(|e| (Vec::new(), Some(e)));
+                drop(working);
                 let took = t1.elapsed();
                 StageCounters::add(&c.busy_ns, took);
                 c.items_in.fetch_add(n, Relaxed);

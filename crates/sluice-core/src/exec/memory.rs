@@ -33,6 +33,9 @@ const TRIM_EVERY: Duration = Duration::from_millis(20);
 const POLL: Duration = Duration::from_millis(1);
 /// The shortest wait of the consumer that counts as a stall.
 const MIN_STALL_NS: u64 = 100_000_000;
+/// Within a stall, how long the stages must have been quiet after working on the chunk let
+/// through before the next goes (a hand-off between stages takes microseconds).
+const QUIET_NS: u64 = 10_000_000;
 
 /// Nanoseconds on a process-wide monotonic clock (never 0).
 fn now_ns() -> u64 {
@@ -55,6 +58,8 @@ pub(super) struct ConsumerWait {
     /// Chunks the stages work on now ([`Working`]), and when that last fell to none.
     working: AtomicU64,
     idle_since: AtomicU64,
+    /// When a chunk was last let through for a stall (0: none since the last output).
+    forced_at: AtomicU64,
 }
 
 /// A stage works on a chunk while this lives ([`ConsumerWait::working`]).
@@ -81,6 +86,7 @@ impl ConsumerWait {
             self.max_gap.fetch_max(now - last, Relaxed);
         }
         self.since.store(0, Relaxed);
+        self.forced_at.store(0, Relaxed);
     }
     /// A stage starts work on a chunk (until the guard is dropped).
     pub(super) fn working(&self) -> Working<'_> {
@@ -102,25 +108,33 @@ impl ConsumerWait {
     }
 
     /// The consumer has waited, with no stage working, longer than any gap between outputs
-    /// so far would explain.
+    /// so far would explain — or, once a chunk was let through for that, the stages have
+    /// worked on it and gone quiet again with still no output (one output needs more input
+    /// than the cap admits: the chunks go one at a time, as fast as the stages take them).
     fn stalled(&self) -> bool {
         let since = self.since.load(Relaxed);
-        let patience = MIN_STALL_NS.max(2 * self.max_gap.load(Relaxed));
+        if since == 0 || self.working.load(Relaxed) != 0 {
+            return false;
+        }
         let now = now_ns();
-        since != 0
-            && now.saturating_sub(since) >= patience
-            && self.working.load(Relaxed) == 0
-            && now.saturating_sub(self.idle_since.load(Relaxed)) >= patience
+        let idle_since = self.idle_since.load(Relaxed);
+        let quiet = now.saturating_sub(idle_since);
+        let forced_at = self.forced_at.load(Relaxed);
+        if forced_at != 0 && idle_since > forced_at {
+            return quiet >= QUIET_NS;
+        }
+        let patience = MIN_STALL_NS.max(2 * self.max_gap.load(Relaxed));
+        now.saturating_sub(since) >= patience && quiet >= patience
     }
 
-    /// A chunk was let through for a stall: the next one needs the consumer to wait as long
-    /// again (counted from now, unless it was handed an output meanwhile).
+    /// A chunk was let through for a stall: the next one waits until the stages have worked
+    /// on it, or, if they never do, for a stall as long again.
     fn restart(&self) {
         let since = self.since.load(Relaxed);
         if since != 0 {
-            let _ = self
-                .since
-                .compare_exchange(since, now_ns(), Relaxed, Relaxed);
+            let now = now_ns();
+            let _ = self.since.compare_exchange(since, now, Relaxed, Relaxed);
+            self.forced_at.store(now, Relaxed);
         }
     }
 }
@@ -469,6 +483,24 @@ mod tests {
         let r = tight.report();
         assert_eq!(r.forced, 3);
         assert!(r.held_s - held >= MIN_STALL_NS as f64 * 1e-9, "{r:?}");
+        // Within the stall, once the stages have worked on what went and gone quiet, the next
+        // chunk goes without a whole new stall; while they work, it waits.
+        let done_working = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let working = ctl.wait.working();
+            let admitted = s.spawn(|| {
+                tight.admit(need(3), &stats, &ctl);
+                done_working.load(Relaxed)
+            });
+            std::thread::sleep(Duration::from_millis(200));
+            done_working.store(true, Relaxed);
+            drop(working);
+            assert!(admitted.join().unwrap(), "let in while a stage worked");
+        });
+        assert_eq!(tight.report().forced, 4);
+        // An output ends the stall.
+        ctl.wait.delivered();
+        assert!(!ctl.wait.stalled());
     }
 
     #[test]

@@ -39,6 +39,7 @@ import json
 import math
 import os
 import statistics
+import tempfile
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -98,10 +99,16 @@ def case_sweep(args, address, meter, prefix: bool, sweep: bool) -> dict:
     if prefix and cache_built():
         # 4 seeds x 3 epochs with the cache (1 GiB: the 2,000 resized images fit) vs the same
         # jobs without it (3 x the 1-epoch baseline: no run shares anything without a cache).
-        with service("prefix", min_workers=args.workers, max_workers=args.workers, worker_cpus=1.0,
-                     cache_bytes=1 << 30, cache_shards=2):
+        # The node tier in a directory of its own (the cluster's nodes share this machine's
+        # disk, as one node's workers would), removed afterwards.
+        with tempfile.TemporaryDirectory(prefix="sluice-bench-node-") as node_dir, \
+                service("prefix", min_workers=args.workers, max_workers=args.workers, worker_cpus=1.0,
+                        cache_bytes=1 << 30, cache_shards=2, node_cache_bytes=args.node_cache_bytes,
+                        node_cache_dir=node_dir):
             out["cached"] = c = phase("prefix", "4 seeds x 3 epochs, cache", [1, 2, 3, 4], 3 * epochs)
-            out["cache"] = svc.status("prefix").get("cache")
+            st = svc.status("prefix")
+            out["cache"] = st.get("cache")
+            out["node_cache"] = [w.get("node_cache") for w in st.get("workers", [])]
         out["cached_cpu_ratio_total"] = c["cpu_total"] / (3 * ds["cpu_total"])
         out["cached_cpu_ratio_work"] = c["cpu_work"] / (3 * ds["cpu_work"])
         out["cached_identical_epoch0"] = sum(j["shas"][:epochs] == d["shas"] for j, d in zip(c["jobs"], ds["jobs"]))
@@ -352,6 +359,10 @@ def markdown(res: dict) -> str:
             pre = [p for p in (s.get("cache") or {}).get("prefixes", {}).values()]
             row(f"prefix cache ({w})", "records read / computed, stored, refused; bytes",
                 "; ".join(f"{p['hits']} / {p['misses']}, {p['puts']}, {p['refused']}; {p['bytes'] / 1e6:.0f} MB" for p in pre) or "no prefix cached", "", "")
+            tiers = [t for t in s.get("node_cache") or [] if t]
+            row(f"prefix cache ({w})", "node tier: records read / not there, stored (all workers)",
+                f"{sum(t['hits'] for t in tiers)} / {sum(t['misses'] for t in tiers)}, {sum(t['stored'] for t in tiers)}"
+                if tiers else "off", "", "")
         elif "seeds" in s:
             row(f"prefix cache ({w})", "4 seeds × 3 epochs: CPU vs 4 per-job runs", "not measured: the prefix cache is not built yet", "≤ 0.6×", "—")
     if "fairness" in res:
@@ -400,6 +411,8 @@ def main() -> None:
     ap.add_argument("--min-seconds", type=float, default=5.0, help="a solo job runs at least this long")
     ap.add_argument("--cases", default="sweep,fairness,scaling,costs,prefix")
     ap.add_argument("--uint8", action="store_true", help="sweep/prefix: no normalize, uint8 replies")
+    ap.add_argument("--node-cache-bytes", type=int, default=None,
+                    help="prefix: the cache's node tier (default: the service's; 0: the shards alone)")
     ap.add_argument("--markdown", action="store_true", help="print the Markdown table at the end")
     args = ap.parse_args()
     cases = set(args.cases.split(","))

@@ -174,9 +174,15 @@ class ServiceHost:
     """One service worker: the stages of every job attached to it (one engine per stage key),
     their chunks run in weighted fair order on ``slots`` slots, and a shared stream per stage
     (jobs sending the same chunks compute each once; ``window_bytes`` bounds the replies kept
-    for slower jobs)."""
+    for slower jobs). ``node_cache``: ``(service, directory or None, bytes or None)`` of the
+    prefix cache's tier on this node (records kept and read back without the shards)."""
 
-    def __init__(self, slots: int = 1, window_bytes: int = 268435456) -> None: ...
+    def __init__(
+        self,
+        slots: int = 1,
+        window_bytes: int = 268435456,
+        node_cache: tuple[str, str | None, int | None] | None = None,
+    ) -> None: ...
     def attach(self, job: int, weight: float, init: str) -> str:
         """Attaches ``job`` to the stage ``init`` describes (built unless another job did);
         returns the stage key."""

@@ -37,8 +37,8 @@ class ServiceWorker:
     deterministic prefix worth caching reads its records from the cache shards first and
     sends them the ones it computed (without waiting: a lost put is a later miss)."""
 
-    def __init__(self, slots: int, window_bytes: int, shards: list | None = None):
-        self._host = _native.ServiceHost(slots, window_bytes)
+    def __init__(self, slots: int, window_bytes: int, shards: list | None = None, node_cache: tuple | None = None):
+        self._host = _native.ServiceHost(slots, window_bytes, node_cache)
         self._shards = list(shards or [])
 
     def set_shards(self, shards: list) -> None:
@@ -206,10 +206,17 @@ class Dispatcher:
                 max_restarts=0,
                 max_concurrency=WORKER_CONCURRENCY,
                 **({"runtime_env": self._opts["runtime_env"]} if self._opts.get("runtime_env") else {}),
-            ).remote(max(1, int(round(cpus))), int(self._opts["window_bytes"]), self._shards)
+            ).remote(max(1, int(round(cpus))), int(self._opts["window_bytes"]), self._shards, self._node_cache())
             self._starting[wid] = (handle, handle.report.remote())
         if n:
             self._event(f"starting {n} worker(s)")
+
+    def _node_cache(self) -> tuple | None:
+        """The workers' node tier of the prefix cache: ``(service, dir, bytes)``; none when the
+        cache is off."""
+        if not self._shards or self._opts.get("node_cache_bytes") == 0:
+            return None
+        return (self._name, self._opts.get("node_cache_dir"), self._opts.get("node_cache_bytes"))
 
     def _start_shards(self) -> None:
         """The prefix cache's shards (``cache_bytes`` split over ``cache_shards``), spread

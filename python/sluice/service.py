@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import threading
 import time
 import weakref
@@ -82,6 +83,8 @@ def serve(
     metrics_port: int | None = None,
     cache_bytes: int = 512 << 20,
     cache_shards: int = 2,
+    node_cache_bytes: int | None = None,
+    node_cache_dir: str | None = None,
     ready_timeout_s: float = 60.0,
 ) -> dict:
     """Starts the service ``name`` on the Ray cluster at ``address`` (``None``/``"auto"``:
@@ -98,14 +101,24 @@ def serve(
     over the nodes (0: no cache). A stage's deterministic prefix — the read and the ops
     before the first random one — is computed once per item and reused by every job and
     epoch reading the same source with the same prefix ops, when reading a record back is
-    cheaper than computing it; over budget, the prefix worth least per byte gives way."""
+    cheaper than computing it; over budget, the prefix worth least per byte gives way.
+    ``node_cache_bytes``: the prefix cache's tier on each node's disk, in front of the shards
+    (``None``: a quarter of the free disk space; 0: none) — every record a worker computes or
+    fetches is kept there, and the node's workers read it back with no Ray call (a page-cache
+    copy instead of a shard's answer through the object store). ``node_cache_dir``: where
+    (default: ``services/<name>`` in the object cache's directory, ``$SLUICE_CACHE_DIR`` or
+    ``~/.cache/sluice/objects``), a path local to each node."""
     if not isinstance(name, str) or not name or ":" in name:
         raise ValueError(f"a service name is a non-empty string without ':', got {name!r}")
     if not (isinstance(min_workers, int) and isinstance(max_workers, int) and 0 <= min_workers <= max_workers and max_workers >= 1):
         raise ValueError(f"need 0 <= min_workers <= max_workers and max_workers >= 1, got {min_workers}, {max_workers}")
-    for what, n in (("cache_bytes", cache_bytes), ("cache_shards", cache_shards)):
+    for what, n in (("cache_bytes", cache_bytes), ("cache_shards", cache_shards), ("node_cache_bytes", node_cache_bytes)):
+        if n is None and what == "node_cache_bytes":
+            continue
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise ValueError(f"{what} must be an int >= 0, got {n!r}")
+    if node_cache_dir is not None and not isinstance(node_cache_dir, (str, os.PathLike)):
+        raise ValueError(f"node_cache_dir must be a path, got {node_cache_dir!r}")
     for what, v in (("worker_cpus", worker_cpus), ("lease_s", lease_s), ("window_s", window_s), ("tick_s", tick_s)):
         if not isinstance(v, (int, float)) or not v > 0:
             raise ValueError(f"{what} must be a number > 0, got {v!r}")
@@ -122,6 +135,8 @@ def serve(
         metrics_port=metrics_port,
         cache_bytes=int(cache_bytes),
         cache_shards=int(cache_shards),
+        node_cache_bytes=node_cache_bytes,
+        node_cache_dir=None if node_cache_dir is None else os.fspath(node_cache_dir),
     )
     dispatcher = (
         ray.remote(Dispatcher)
@@ -423,6 +438,9 @@ def main(argv: list[str]) -> int:
     s.add_argument("--min-workers", type=int, default=1)
     s.add_argument("--max-workers", type=int, default=8)
     s.add_argument("--worker-cpus", type=float, default=1.0)
+    s.add_argument("--cache-bytes", type=int, default=512 << 20, help="the prefix cache's shards, in bytes (0: no cache)")
+    s.add_argument("--node-cache-bytes", type=int, default=None, help="its tier on each node's disk (default: a quarter of the free space; 0: none)")
+    s.add_argument("--node-cache-dir", default=None, help="where on each node")
     svc = sub.add_parser("service", help="status or stop of a running service")
     svc.add_argument("action", choices=["status", "stop", "list"])
     svc.add_argument("name", nargs="?")
@@ -431,7 +449,10 @@ def main(argv: list[str]) -> int:
     a = p.parse_args(argv)
     try:
         if a.command == "serve":
-            got = serve(a.name, address=a.address, min_workers=a.min_workers, max_workers=a.max_workers, worker_cpus=a.worker_cpus)
+            got = serve(
+                a.name, address=a.address, min_workers=a.min_workers, max_workers=a.max_workers, worker_cpus=a.worker_cpus,
+                cache_bytes=a.cache_bytes, node_cache_bytes=a.node_cache_bytes, node_cache_dir=a.node_cache_dir,
+            )
             print(f"service {a.name!r} running: {got['workers']} worker(s), generation {got['generation']}")
             return 0
         if a.action == "list":
@@ -464,7 +485,12 @@ def format_status(st: dict) -> str:
     workers = st.get("workers", [])
     lines.append(f"workers: {len(workers)}" + (f" (+{len(st['starting'])} starting)" if st.get("starting") else ""))
     for w in workers:
-        lines.append(f"  {w['id']} on {str(w['node'])[:12]}: utilisation {w['utilization']:.2f}, {w['queued']} queued, {w['leases']} slot(s)")
+        node = w.get("node_cache") or {}
+        tier = f"; node cache {node['hits']} hit(s), {node['stored']} stored" if node else ""
+        lines.append(f"  {w['id']} on {str(w['node'])[:12]}: utilisation {w['utilization']:.2f}, {w['queued']} queued, {w['leases']} slot(s){tier}")
+    cache = st.get("cache") or {}
+    if cache.get("shards"):
+        lines.append(f"prefix cache: {cache['shards']} shard(s), {cache['bytes'] / 1e6:.0f} of {cache['budget'] / 1e6:.0f} MB")
     for e in st.get("events", [])[-10:]:
         lines.append(f"  {e}")
     for d in st.get("decisions", [])[-5:]:

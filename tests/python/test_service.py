@@ -41,13 +41,15 @@ def nodes():
 
 
 @pytest.fixture
-def svc(nodes):
-    """A fresh service per test: (name, the serve() keyword arguments to override)."""
+def svc(nodes, tmp_path):
+    """A fresh service per test: (name, the serve() keyword arguments to override). Its node
+    cache tier lives in the test's directory, not the user's cache."""
     started: list[str] = []
 
     def start(**kw) -> str:
         name = f"t{os.getpid()}-{next(_names)}"
-        opts = {"min_workers": 2, "max_workers": 2, "window_s": 1.0, "lease_s": 3.0, **kw}
+        opts = {"min_workers": 2, "max_workers": 2, "window_s": 1.0, "lease_s": 3.0,
+                "node_cache_dir": str(tmp_path / f"node-{name}"), **kw}
         service.serve(name, **opts)
         started.append(name)
         return name
@@ -263,7 +265,7 @@ def _split_pipeline(n=160):
 
 
 def test_other_seeds_and_epochs_reuse_the_cached_prefix(svc):
-    name = svc(cache_bytes=64 << 20, cache_shards=2)
+    name = svc(cache_bytes=64 << 20, cache_shards=2, node_cache_bytes=0)  # the shards alone
     ds = _split_pipeline()
     ctx = sluice.Context(service=name)
 
@@ -295,7 +297,7 @@ def test_other_seeds_and_epochs_reuse_the_cached_prefix(svc):
 
 
 def test_a_cache_too_small_for_the_prefix_keeps_a_part_and_stays_exact(svc):
-    name = svc(cache_bytes=300_000, cache_shards=1)  # room for ~70 of the 160 records
+    name = svc(cache_bytes=300_000, cache_shards=1, node_cache_bytes=0)  # room for ~70 of the 160 records
     ds = _split_pipeline()
     ctx = sluice.Context(service=name)
     for epoch in (0, 1):
@@ -306,6 +308,33 @@ def test_a_cache_too_small_for_the_prefix_keeps_a_part_and_stays_exact(svc):
     (prefix,) = c.values()
     assert 0 < prefix["records"] < 160 and prefix["refused"] > 0, prefix
     assert prefix["hits"] > 0, prefix  # epoch 1 read the part that was kept
+    ctx.close()
+
+
+def test_each_node_keeps_the_prefix_and_reads_it_back_without_asking_the_shards(svc, tmp_path):
+    # The two worker nodes of this cluster share the machine's disk, as the workers of one
+    # node would: one directory serves them both.
+    name = svc(cache_bytes=64 << 20, cache_shards=2, node_cache_dir=str(tmp_path / "node"))
+    ds = _split_pipeline()
+    ctx = sluice.Context(service=name)
+    for seed, epoch in ((1, 0), (7, 0), (1, 2)):
+        expected = [_digest(b) for b in ds.iter(seed=seed, epoch=epoch, chunk_size=8)]
+        got = [_digest(b) for b in ds.iter(seed=seed, epoch=epoch, chunk_size=8, context=ctx)]
+        assert got == expected, (seed, epoch)
+
+    def tiers():  # the workers' reports of the node tier, once the later runs' reads are in
+        st = service.status(name)
+        node = [w["node_cache"] for w in st["workers"] if w.get("node_cache")]
+        return (st, node) if sum(t["hits"] for t in node) >= 2 * 160 - 16 else None
+
+    st, node = _wait_for("the workers' reports", tiers)
+    assert {t["dir"] for t in node} == {str(tmp_path / "node")}
+    assert sum(t["stored"] for t in node) >= 160
+    # The later runs found their records on the node: the shards were asked for few of them.
+    shard_reads = sum(p["hits"] + p["misses"] for p in st["cache"].get("prefixes", {}).values())
+    assert shard_reads < 160 + 16, st["cache"]
+    assert len(list((tmp_path / "node" / "objects").rglob("*"))) >= 160
+    assert "node cache" in service.format_status(st)
     ctx.close()
 
 
@@ -490,6 +519,10 @@ def test_an_unknown_service_and_bad_arguments_are_clear_errors(svc):
         sluice.Context(service="a:b")
     with pytest.raises(ValueError, match="min_workers"):
         service.serve("x", min_workers=3, max_workers=2)
+    with pytest.raises(ValueError, match="node_cache_bytes"):
+        service.serve("x", node_cache_bytes=-1)
+    with pytest.raises(ValueError, match="node_cache_dir"):
+        service.serve("x", node_cache_dir=3)
 
 
 def test_the_pool_grows_for_a_backlogged_job_and_shrinks_when_it_stops(svc):

@@ -15,6 +15,7 @@ use sluice_remote::service::cache::{shard_of, PrefixCache};
 use sluice_remote::service::host::{HostOptions, ServiceHost};
 use sluice_remote::service::key;
 use sluice_remote::service::metrics::prometheus_text;
+use sluice_remote::service::node_cache::NodeCache;
 use sluice_remote::service::prefix::PrefixRunner;
 use sluice_remote::service::registry::{
     JobBeat, JobInfo, Registry, RegistryOptions, Scale, WorkerBeat,
@@ -40,6 +41,8 @@ use crate::worker::{codec, load_udf};
 #[pyclass(name = "ServiceHost", module = "sluice._native", frozen)]
 pub struct PyServiceHost {
     host: ServiceHost<Hosted, Py<PyAny>>,
+    /// The prefix cache's tier on this node, when the service keeps one.
+    node: Option<NodeCache>,
 }
 
 /// A stage on a worker, and its cacheable prefix if it has one.
@@ -84,16 +87,30 @@ fn host_error(e: Error) -> PyErr {
 
 #[pymethods]
 impl PyServiceHost {
+    /// `node_cache`: `(service name, directory, byte cap)` of the prefix cache's tier on
+    /// this node (`NodeCache::for_service`).
     #[new]
-    #[pyo3(signature = (slots=1, window_bytes=256 << 20))]
-    fn new(slots: usize, window_bytes: u64) -> PyResult<Self> {
+    #[pyo3(signature = (slots=1, window_bytes=256 << 20, node_cache=None))]
+    fn new(
+        slots: usize,
+        window_bytes: u64,
+        node_cache: Option<(String, Option<String>, Option<u64>)>,
+    ) -> PyResult<Self> {
         let options = HostOptions {
             slots,
             window_bytes,
             ..HostOptions::default()
         };
+        let node = match node_cache {
+            Some((service, dir, limit)) => {
+                NodeCache::for_service(&service, dir.as_deref().map(std::path::Path::new), limit)
+                    .py()?
+            }
+            None => None,
+        };
         Ok(PyServiceHost {
             host: ServiceHost::new(options).py()?,
+            node,
         })
     }
 
@@ -149,9 +166,16 @@ impl PyServiceHost {
             let Some(prefix) = stage.prefix.as_ref().filter(|p| p.use_cache()) else {
                 return Ok(None);
             };
+            // What this node holds is read here; the shards are asked for the rest.
             let mut groups = vec![Vec::new(); shards.max(1)];
             for index in PrefixRunner::items(frame)? {
-                groups[shard_of(prefix.key(), index, shards)].push(index);
+                if !self
+                    .node
+                    .as_ref()
+                    .is_some_and(|n| n.has(prefix.key(), index))
+                {
+                    groups[shard_of(prefix.key(), index, shards)].push(index);
+                }
             }
             Ok(Some((prefix.key().to_string(), groups)))
         })
@@ -202,8 +226,20 @@ impl PyServiceHost {
                                 group,
                             );
                         };
+                        // This node's records complete the shards' answers.
+                        let (mut found, mut fetch_s) = (found.clone(), fetch_s);
+                        let node = self.node.as_ref();
+                        let indices = PrefixRunner::items(frame)?;
+                        let (local, took) = node
+                            .map(|n| n.complete(prefix.key(), &indices, &found))
+                            .unwrap_or_default();
+                        found.extend(local.iter().map(|(i, r)| (*i, r.as_slice())));
+                        fetch_s += took;
                         let out =
                             prefix.run(&stage.runner, frame, &found, fetch_s, SPLIT_THRESHOLD);
+                        if let Some(n) = node {
+                            n.keep(prefix.key(), &out.records);
+                        }
                         made = Some((out.records, out.compute_s, prefix.key().to_string()));
                         reply_to_py(out.reply, group)
                     })
@@ -232,7 +268,11 @@ impl PyServiceHost {
 
     /// Slots, busy seconds, queue, stages, per-job figures and the shared streams' counters.
     fn report<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let report = py.detach(|| self.host.report());
+        let mut report = serde_json::to_value(py.detach(|| self.host.report()))
+            .map_err(|e| to_py(Error::Internal(format!("host report: {e}"))))?;
+        if let (Some(node), Some(map)) = (&self.node, report.as_object_mut()) {
+            map.insert("node_cache".into(), node.report());
+        }
         json_to_py(py, &report)
     }
 }

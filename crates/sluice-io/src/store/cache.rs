@@ -85,7 +85,7 @@ pub fn default_dir() -> PathBuf {
 }
 
 /// Half the space free on the disk holding `dir`.
-fn half_free(dir: &Path) -> u64 {
+pub fn half_free(dir: &Path) -> u64 {
     let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else {
         return 0;
     };

@@ -9,7 +9,8 @@
 //! - [`key`]: content keys (a stage's, a chunk's) that decide what may be shared.
 //! - [`metrics`]: the service's own figures in the Prometheus text format.
 //! - [`prefix`], [`cache`]: a stage's deterministic prefix computed once per item for every job
-//!   and epoch, its records kept in cache shards by their value.
+//!   and epoch, its records kept in cache shards by their value, and on each node
+//!   ([`node_cache`]) once read or made there.
 //!
 //! No Ray here: the actors that carry these are thin Python (`sluice.service`), the calls
 //! between them Ray's.
@@ -19,6 +20,7 @@ pub mod fair;
 pub mod host;
 pub mod key;
 pub mod metrics;
+pub mod node_cache;
 pub mod prefix;
 pub mod registry;
 pub mod window;

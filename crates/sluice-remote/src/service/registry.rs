@@ -139,6 +139,10 @@ pub struct WorkerBeat {
     /// Chunks queued now.
     pub queued: usize,
     pub jobs: BTreeMap<JobId, JobLoad>,
+    /// The prefix cache's tier on the worker's node: hits, misses, records stored
+    /// ([`super::node_cache::NodeCache::report`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_cache: Option<Value>,
 }
 
 /// What [`Registry::scale`] decided; the caller carries it out.
@@ -538,6 +542,7 @@ impl Registry {
                     "leases": counts.get(w.id.as_str()).copied().unwrap_or(0),
                     "busy_s": w.beat.busy_s, "busy_rate": w.busy_rate,
                     "utilization": w.busy_rate / cpus, "queued": w.beat.queued,
+                    "node_cache": w.beat.node_cache,
                 })
             })
             .collect();

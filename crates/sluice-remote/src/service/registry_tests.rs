@@ -184,6 +184,7 @@ fn chunks_waiting_at_the_workers_count_as_a_backlog() {
                 stream_hits: 3,
             },
         )]),
+        node_cache: None,
     };
     // Two chunks waiting on average (4 s of waits over a 2 s window), the worker busy.
     r.worker_beat(2.0, "w0", load(2.0, 4.0));
@@ -279,4 +280,20 @@ fn status_reports_each_jobs_share_of_the_workers() {
     assert_eq!((other, job(1, "weight")), ([1.0, 1.0], 2.0));
     assert_eq!(s["workers"][0]["utilization"], 0.75);
     assert_eq!(s["totals"]["utilization"], 0.75);
+}
+
+#[test]
+fn status_shows_each_workers_node_tier() {
+    let mut r = pool(1, 2, 2);
+    let tier = serde_json::json!({"hits": 3, "misses": 1, "stored": 4});
+    let b = WorkerBeat {
+        node_cache: Some(tier.clone()),
+        ..Default::default()
+    };
+    r.worker_beat(1.0, "w1", b);
+    let st = r.status(1.0);
+    let tiers: Vec<_> = (st["workers"].as_array().unwrap().iter())
+        .map(|w| w["node_cache"].clone())
+        .collect();
+    assert_eq!(tiers, vec![serde_json::Value::Null, tier]);
 }

@@ -451,9 +451,27 @@ mod tests {
         assert_eq!(tight.report().forced, 2);
     }
 
+    /// Admits `chunk` on another thread while a stage works for `ms`; asserts it was not let
+    /// in before the work ended.
+    fn admit_after_work(cap: &MemoryCap, chunk: ChunkNeed, ctl: &Control, ms: u64) {
+        use std::sync::atomic::AtomicBool;
+        let stats = PipelineStats::new(vec![]);
+        let done_working = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let working = ctl.wait.working();
+            let admitted = s.spawn(|| {
+                cap.admit(chunk, &stats, ctl);
+                done_working.load(Relaxed)
+            });
+            std::thread::sleep(Duration::from_millis(ms));
+            done_working.store(true, Relaxed);
+            drop(working);
+            assert!(admitted.join().unwrap(), "let in while a stage worked");
+        });
+    }
+
     #[test]
     fn a_consumer_waiting_on_busy_stages_forces_nothing_and_a_stall_lets_one_chunk_go() {
-        use std::sync::atomic::AtomicBool;
         let ctl = Control::default();
         let stats = PipelineStats::new(vec![]);
         let tight = MemoryCap::new(1);
@@ -463,19 +481,8 @@ mod tests {
         };
         tight.admit(need(0), &stats, &ctl); // nothing in flight: it goes
         ctl.wait.waiting();
-        let done_working = AtomicBool::new(false);
-        std::thread::scope(|s| {
-            let working = ctl.wait.working();
-            let admitted = s.spawn(|| {
-                tight.admit(need(1), &stats, &ctl);
-                done_working.load(Relaxed)
-            });
-            // However long the consumer waits, a stage at work may still free memory.
-            std::thread::sleep(Duration::from_millis(300));
-            done_working.store(true, Relaxed);
-            drop(working);
-            assert!(admitted.join().unwrap(), "let in while a stage worked");
-        });
+        // However long the consumer waits, a stage at work may still free memory.
+        admit_after_work(&tight, need(1), &ctl, 300);
         assert_eq!(tight.report().forced, 2);
         // The consumer still waits: the next chunk needs a whole stall of its own.
         let held = tight.report().held_s;
@@ -485,18 +492,7 @@ mod tests {
         assert!(r.held_s - held >= MIN_STALL_NS as f64 * 1e-9, "{r:?}");
         // Within the stall, once the stages have worked on what went and gone quiet, the next
         // chunk goes without a whole new stall; while they work, it waits.
-        let done_working = AtomicBool::new(false);
-        std::thread::scope(|s| {
-            let working = ctl.wait.working();
-            let admitted = s.spawn(|| {
-                tight.admit(need(3), &stats, &ctl);
-                done_working.load(Relaxed)
-            });
-            std::thread::sleep(Duration::from_millis(200));
-            done_working.store(true, Relaxed);
-            drop(working);
-            assert!(admitted.join().unwrap(), "let in while a stage worked");
-        });
+        admit_after_work(&tight, need(3), &ctl, 200);
         assert_eq!(tight.report().forced, 4);
         // An output ends the stall.
         ctl.wait.delivered();

@@ -239,7 +239,8 @@ pub(crate) async fn fetch_object(
                     return read(&hit);
                 }
                 Some((bytes, version)) => {
-                    store_whole(&cache, &url, &version, &bytes)?;
+                    let (cache, url, stored) = (cache.clone(), url.clone(), bytes.clone());
+                    in_background(move || store_whole(&cache, &url, &version, &stored));
                     return Ok(bytes);
                 }
             }
@@ -253,7 +254,10 @@ pub(crate) async fn fetch_object(
                 let (bytes, version) = get_whole(&store, &path, &url, &lat, None)
                     .await?
                     .unwrap_or_default();
-                commit(fill, &url, &version, &bytes);
+                // Until it is stored, the fill's lock makes other readers of the object wait
+                // for this copy rather than fetch it again.
+                let (url, stored) = (url.clone(), bytes.clone());
+                in_background(move || commit(fill, &url, &version, &stored));
                 return Ok(bytes);
             }
             None => {
@@ -264,11 +268,23 @@ pub(crate) async fn fetch_object(
     }
 }
 
-fn store_whole(cache: &Arc<DiskCache>, url: &str, version: &Version, bytes: &[u8]) -> Result<()> {
-    if let Some(fill) = cache.begin(url)? {
-        commit(fill, url, version, bytes);
+fn store_whole(cache: &Arc<DiskCache>, url: &str, version: &Version, bytes: &[u8]) {
+    match cache.begin(url) {
+        Ok(Some(fill)) => commit(fill, url, version, bytes),
+        Ok(None) => {} // another reader is storing it
+        Err(e) => log_once(url, &e),
     }
-    Ok(())
+}
+
+/// Runs a cache write on the runtime's blocking threads: writing a file, waiting for the
+/// cache's accounting lock or for the kernel's writeback can take a while, and on one of the
+/// runtime's two worker threads it would hold every response and hedge timer queued behind
+/// it. The bytes go to the reader at once.
+fn in_background(write: impl FnOnce() + Send + 'static) {
+    match tokio::runtime::Handle::try_current() {
+        Ok(rt) => drop(rt.spawn_blocking(write)),
+        Err(_) => write(),
+    }
 }
 
 /// Stores a downloaded object; a cache that cannot take it (a full disk) only costs the

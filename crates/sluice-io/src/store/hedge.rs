@@ -95,9 +95,13 @@ impl Latency {
         self.p95().map_or(UNMEASURED, |p95| p95.max(FLOOR))
     }
 
-    /// A hedge permit, if the budget allows one more hedge and a permit is free now.
-    fn try_hedge(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
-        let budget = self.requests.load(Relaxed) / 10;
+    /// A hedge permit, if the budget allows one more hedge and a permit is free now. Hedges
+    /// sent at the p95 may take a tenth of the requests; a request unanswered at four times
+    /// the p95 (an outlier, not a burst's queueing) may take a twentieth more, so the tail's
+    /// ordinary hedges never leave a stall without one.
+    fn try_hedge(&self, outlier: bool) -> Option<tokio::sync::SemaphorePermit<'_>> {
+        let requests = self.requests.load(Relaxed);
+        let budget = requests / 10 + if outlier { requests / 20 } else { 0 };
         if self.hedged.load(Relaxed) >= budget.max(1) {
             return None;
         }
@@ -139,21 +143,25 @@ where
     let t0 = Instant::now();
     let mut first = Box::pin(start());
     // Past the recent p95 the request is sent again — if the budget allows and a hedge permit
-    // is free (at most an eighth more requests than the store's are ever sent twice at once);
-    // if not, it looks again after another p95 for as long as it is unanswered. A request
-    // slow because a burst queued it is answered before long; a stalled one gets its hedge as
-    // soon as the burst's hedges are done. Deciding once, at the first p95, left a pass over
-    // 2,000 objects at 50 ms, 1% stalled 2 s, with 54 of 61 stalls unhedged: they came in
-    // the burst that starts a pass, when the permits or the budget were taken.
+    // is free (at most an eighth more requests than the store's are ever sent twice at once).
+    // If not, it tries again once it has taken four times the p95 and then after each further
+    // p95, for as long as it is unanswered: a request slow because a burst queued it is
+    // answered before that (hedging it would spend the budget on the burst), a stalled one
+    // then gets its hedge. Deciding once, at the first p95, left a pass over 2,000 objects at
+    // 50 ms, 1% stalled 2 s, with 54 of 61 stalls unhedged: they came in the burst that
+    // starts a pass, when the permits or the budget were taken.
+    let mut tries = 0u32;
     let _hedge_permit = loop {
-        match select(first, Box::pin(tokio::time::sleep(lat.hedge_after()))).await {
+        let wait = lat.hedge_after() * if tries == 1 { 3 } else { 1 };
+        tries += 1;
+        match select(first, Box::pin(tokio::time::sleep(wait))).await {
             Either::Left((got, _)) => {
                 lat.record(t0.elapsed());
                 return got;
             }
             Either::Right(((), unanswered)) => first = unanswered,
         }
-        if let Some(permit) = lat.try_hedge() {
+        if let Some(permit) = lat.try_hedge(tries > 1) {
             break permit;
         }
     };
@@ -256,6 +264,24 @@ mod tests {
         // The stalled first call was answered by the hedge sent once a permit was free.
         assert_eq!(got, Ok(2));
         assert_eq!(lat.hedged.load(Relaxed), 1);
+    }
+
+    #[test]
+    fn an_outlier_is_hedged_when_the_tails_hedges_spent_their_budget() {
+        let lat = Latency::default();
+        for _ in 0..64 {
+            lat.record(Duration::from_millis(5));
+        }
+        // A tenth of the requests were hedged already: none more at the p95...
+        lat.requests.store(999, Relaxed);
+        lat.hedged.store(100, Relaxed);
+        let mut calls = 0u32;
+        // ... but a request still unanswered at four times it is (it stalls 5 s).
+        let got = rt().block_on(hedged(&lat, || {
+            calls += 1;
+            answer(if calls == 1 { 5_000 } else { 5 }, calls)
+        }));
+        assert_eq!((got, lat.hedged.load(Relaxed)), (Ok(2), 101));
     }
 
     #[test]

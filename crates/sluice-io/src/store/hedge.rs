@@ -194,6 +194,20 @@ mod tests {
             .unwrap()
     }
 
+    /// A store whose 64 recent requests each took `ms`.
+    fn measured(ms: u64) -> Latency {
+        let lat = Latency::default();
+        for _ in 0..64 {
+            lat.record(Duration::from_millis(ms));
+        }
+        lat
+    }
+
+    /// The request of call `n`: the first stalls 5 s, any later one answers in 5 ms.
+    fn stalls_first(n: u32) -> impl Future<Output = Result<u32, ()>> {
+        answer(if n == 1 { 5_000 } else { 5 }, n)
+    }
+
     /// A request that answers after `ms` (its number `n` picks the delay).
     async fn answer(ms: u64, n: u32) -> Result<u32, ()> {
         tokio::time::sleep(Duration::from_millis(ms)).await;
@@ -217,16 +231,13 @@ mod tests {
 
     #[test]
     fn a_stalled_request_is_answered_by_its_hedge() {
-        let lat = Latency::default();
-        for _ in 0..64 {
-            lat.record(Duration::from_millis(5));
-        }
+        let lat = measured(5);
         lat.requests.store(100, Relaxed);
         let mut calls = 0u32;
         // The first call stalls 5 s; the hedge, sent after ~5 ms, answers in 5 ms.
         let got = rt().block_on(hedged(&lat, || {
             calls += 1;
-            answer(if calls == 1 { 5_000 } else { 5 }, calls)
+            stalls_first(calls)
         }));
         assert_eq!(got, Ok(2));
         assert_eq!(lat.hedged.load(Relaxed), 1);
@@ -234,10 +245,7 @@ mod tests {
 
     #[test]
     fn a_stall_waits_for_a_hedge_permit_instead_of_going_without() {
-        let lat = Latency::default();
-        for _ in 0..64 {
-            lat.record(Duration::from_millis(5));
-        }
+        let lat = measured(5);
         lat.requests.store(1000, Relaxed);
         // Every hedge permit is held (a burst's slow requests) until 50 ms from now.
         let held = lat
@@ -253,7 +261,7 @@ mod tests {
             };
             let request = hedged(&lat, || {
                 calls += 1;
-                answer(if calls == 1 { 5_000 } else { 5 }, calls)
+                stalls_first(calls)
             });
             futures::pin_mut!(release, request);
             match futures::future::select(request, release).await {
@@ -268,10 +276,7 @@ mod tests {
 
     #[test]
     fn an_outlier_is_hedged_when_the_tails_hedges_spent_their_budget() {
-        let lat = Latency::default();
-        for _ in 0..64 {
-            lat.record(Duration::from_millis(5));
-        }
+        let lat = measured(5);
         // A tenth of the requests were hedged already: none more at the p95...
         lat.requests.store(999, Relaxed);
         lat.hedged.store(100, Relaxed);
@@ -279,17 +284,14 @@ mod tests {
         // ... but a request still unanswered at four times it is (it stalls 5 s).
         let got = rt().block_on(hedged(&lat, || {
             calls += 1;
-            answer(if calls == 1 { 5_000 } else { 5 }, calls)
+            stalls_first(calls)
         }));
         assert_eq!((got, lat.hedged.load(Relaxed)), (Ok(2), 101));
     }
 
     #[test]
     fn hedges_stay_within_their_budget() {
-        let lat = Latency::default();
-        for _ in 0..64 {
-            lat.record(Duration::from_millis(1));
-        }
+        let lat = measured(1);
         // 10 requests so far, one hedge already spent: the next slow one is not hedged.
         lat.requests.store(9, Relaxed);
         lat.hedged.store(1, Relaxed);
@@ -303,10 +305,7 @@ mod tests {
 
     #[test]
     fn a_failed_first_answer_waits_for_the_hedge() {
-        let lat = Latency::default();
-        for _ in 0..64 {
-            lat.record(Duration::from_millis(2));
-        }
+        let lat = measured(2);
         lat.requests.store(100, Relaxed);
         let mut calls = 0u32;
         let got: Result<u32, ()> = rt().block_on(hedged(&lat, || {

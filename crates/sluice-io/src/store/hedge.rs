@@ -166,21 +166,46 @@ where
         }
     };
     lat.hedged.fetch_add(1, Relaxed);
-    let t1 = Instant::now();
-    let second = Box::pin(start());
-    match select(first, second).await {
-        Either::Left((Ok(v), _)) => {
-            lat.record(t0.elapsed());
-            Ok(v)
+    // The first answer wins (a failed one waits for the others), its latency counted from its
+    // own start. Should the hedge stall too — one stalled request's hedge in a hundred, when a
+    // store stalls one request in a hundred — one more goes once both have taken four times
+    // the p95 since the hedge was sent (from the outliers' budget).
+    let mut racing = vec![
+        sent_at(t0, first),
+        sent_at(Instant::now(), Box::pin(start())),
+    ];
+    let mut _third_permit = None;
+    loop {
+        let outlier = tokio::time::sleep(lat.hedge_after() * 4);
+        match select(futures::future::select_all(racing), Box::pin(outlier)).await {
+            Either::Left((((sent, got), _, rest), _)) => match got {
+                Ok(v) => {
+                    lat.record(sent.elapsed());
+                    return Ok(v);
+                }
+                Err(e) if rest.is_empty() => return Err(e),
+                Err(_) => racing = rest,
+            },
+            Either::Right(((), all)) => {
+                racing = all.into_inner();
+                if _third_permit.is_none() {
+                    if let Some(permit) = lat.try_hedge(true) {
+                        lat.hedged.fetch_add(1, Relaxed);
+                        _third_permit = Some(permit);
+                        racing.push(sent_at(Instant::now(), Box::pin(start())));
+                    }
+                }
+            }
         }
-        Either::Right((Ok(v), _)) => {
-            // The second request's own latency, not the stalled one's.
-            lat.record(t1.elapsed());
-            Ok(v)
-        }
-        Either::Left((Err(_), other)) => other.await,
-        Either::Right((Err(_), other)) => other.await,
     }
+}
+
+/// A request's future that answers with when it was sent.
+fn sent_at<Fut: Future>(
+    sent: Instant,
+    request: std::pin::Pin<Box<Fut>>,
+) -> impl Future<Output = (Instant, Fut::Output)> + Unpin {
+    futures::FutureExt::map(request, move |got| (sent, got))
 }
 
 #[cfg(test)]
@@ -287,6 +312,19 @@ mod tests {
             stalls_first(calls)
         }));
         assert_eq!((got, lat.hedged.load(Relaxed)), (Ok(2), 101));
+    }
+
+    #[test]
+    fn a_hedge_that_stalls_too_gets_one_more() {
+        let lat = measured(5);
+        lat.requests.store(1000, Relaxed);
+        let mut calls = 0u32;
+        // The first request and its hedge both stall 5 s; the third answers in 5 ms.
+        let got = rt().block_on(hedged(&lat, || {
+            calls += 1;
+            answer(if calls <= 2 { 5_000 } else { 5 }, calls)
+        }));
+        assert_eq!((got, lat.hedged.load(Relaxed)), (Ok(3), 2));
     }
 
     #[test]

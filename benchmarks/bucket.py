@@ -20,7 +20,8 @@ Cases run interleaved, round after round, each for passes lasting at least --min
 table gives medians over rounds. Throughput counts each pass after its first batch (the time
 to the first batch is its own column). The gaps between consecutive batches at the consumer
 (within a pass) are pooled over rounds for their p50/p99. The server logs every request, so the
-table also gives the object GETs per pass and how many of them stalled; repeats of the same
+table also gives the object GETs per pass, how many of them stalled and how many of those no
+other request hedged; repeats of the same
 object and range within a pass (hedges, retries) are in the JSON. Server CPU is per wall second
 of the case's windows. `--smoke` checks the script: one round, 1 s windows, one class folder
 (200 photos) and the 4-file corpus, written to results/bucket-smoke.*. Needs what remote.py
@@ -257,12 +258,24 @@ def pct(values: list[float], q: float) -> float:
 
 
 def requests_in(log: list[dict], t: tuple[float, float]) -> dict:
-    """The server's object GETs that started within a pass: how many, stalled, 503s, and
-    repeats of an object and range already asked for in the pass (hedges, retries)."""
+    """The server's object GETs that started within a pass (the log's "t" is a request's
+    start): how many, stalled, 503s, repeats of an object and range already asked for in the
+    pass (hedges, retries), and stalled GETs no other GET of the same object and range was
+    sent beside while they were held (nothing hedged them)."""
     gets = [r for r in log if r["method"] == "GET" and r["key"] and t[0] <= r["t"] <= t[1]]
-    return {"gets": len(gets), "stalled": sum(r["stalled"] for r in gets),
+    starts: dict = {}
+    for r in gets:
+        starts.setdefault((r["key"], r["range"]), []).append(r["t"])
+
+    def hedged(r: dict) -> bool:
+        end = r["t"] + r["ms"] / 1000
+        return any(s != r["t"] and s < end for s in starts[(r["key"], r["range"])])
+
+    stalled = [r for r in gets if r["stalled"]]
+    return {"gets": len(gets), "stalled": len(stalled),
             "errors": sum(r["status"] >= 500 for r in gets),
-            "repeats": len(gets) - len({(r["key"], r["range"]) for r in gets})}
+            "repeats": len(gets) - len(starts),
+            "unhedged": sum(not hedged(r) for r in stalled)}
 
 
 def cpu_line() -> tuple[str, int]:
@@ -394,14 +407,14 @@ def main() -> None:
              f"server first byte {args.delay_ms:g} ms, {args.stall_fraction:g} of object GETs stalled "
              f"{args.stall_s:g} s.", "",
              "| workload | read from | throughput | vs local | first batch | batch gap p50 | p99 | p99 vs local "
-             "| object GETs / pass (stalled) | cache max | server's CPU |",
+             "| object GETs / pass (stalled, of them unhedged) | cache max | server's CPU |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for row in rows:
         if "median" not in row:
             lines.append(f"| {row['workload']} | {row['case']} | failed: {row['error']} |||||||||")
             continue
         q = row["requests_per_pass"]
-        gets = "—" if row["kind"] == "local" else f"{q['gets']:,.0f} ({q['stalled']:.1f})"
+        gets = "—" if row["kind"] == "local" else f"{q['gets']:,.0f} ({q['stalled']:.1f}, {q.get('unhedged', 0):.1f})"
         cache = "—"
         if "cache_max" in row:
             cache = mb(row["cache_max"])

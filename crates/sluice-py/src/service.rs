@@ -238,7 +238,7 @@ impl PyServiceHost {
                         let out =
                             prefix.run(&stage.runner, frame, &found, fetch_s, SPLIT_THRESHOLD);
                         if let Some(n) = node {
-                            n.keep(prefix.key(), &out.records);
+                            n.keep(prefix.key(), out.records.iter().map(|(i, r)| (*i, &r[..])));
                         }
                         made = Some((out.records, out.compute_s, prefix.key().to_string()));
                         reply_to_py(out.reply, group)

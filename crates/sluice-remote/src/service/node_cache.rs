@@ -75,15 +75,19 @@ impl NodeCache {
         NodeCache::open(&dir, limit).map(Some)
     }
 
+    /// The record's file, when it holds one (an object-cache entry has an ETag: not a record).
+    fn lookup(&self, prefix: &str, index: u64) -> Option<sluice_io::store::disk::Cached> {
+        self.disk.lookup(&name(prefix, index), |v| v.etag.is_none())
+    }
+
     /// Whether the record of `prefix` for source `index` is here (not counted as a read).
     pub fn has(&self, prefix: &str, index: u64) -> bool {
-        (self.disk.lookup(&name(prefix, index), |v| v.etag.is_none())).is_some()
+        self.lookup(prefix, index).is_some()
     }
 
     /// The record of `prefix` for source `index`, if it is here.
     pub fn get(&self, prefix: &str, index: u64) -> Option<Vec<u8>> {
-        let got = (self.disk.lookup(&name(prefix, index), |v| v.etag.is_none()))
-            .and_then(|c| c.read_all().ok());
+        let got = self.lookup(prefix, index).and_then(|c| c.read_all().ok());
         let counter = if got.is_some() {
             &self.hits
         } else {
@@ -122,16 +126,14 @@ impl NodeCache {
             .filter_map(|&i| Some((i, self.get(prefix, i)?)))
             .collect();
         let took = t0.elapsed().as_secs_f64();
-        for (&index, record) in found {
-            self.put(prefix, index, record);
-        }
+        self.keep(prefix, found.iter().map(|(&i, &r)| (i, r)));
         (local, took)
     }
 
-    /// Keeps the records a worker computed.
-    pub fn keep(&self, prefix: &str, records: &[(u64, Vec<u8>)]) {
+    /// Keeps records (a worker computed them, or a shard answered them).
+    pub fn keep<'a>(&self, prefix: &str, records: impl IntoIterator<Item = (u64, &'a [u8])>) {
         for (index, record) in records {
-            self.put(prefix, *index, record);
+            self.put(prefix, index, record);
         }
     }
 

@@ -145,7 +145,7 @@ def test_a_consumer_waiting_on_slow_work_lets_nothing_over_the_cap():
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["ids"] == list(range(100))
     assert out["memory"]["forced"] == 0 and out["over"] <= 0, out
-    assert "went over it" not in r.stderr
+    assert "through over it" not in r.stderr
 
 
 def test_memory_limit_arguments_and_default():

@@ -257,55 +257,10 @@ impl Inner {
     /// check every record at open log their skips then); and a memory cap that cost
     /// throughput.
     fn log_skips(&self, py: Python<'_>) -> PyResult<()> {
-        let n = self.stats.source_read_skips();
-        if n > 0 {
-            let source = self.run.ds.plan().source().name().to_string();
-            crate::log::warning(
-                py,
-                &format!(
-                    "{source} left out {n} record(s) it could not read (on_error=\"skip\"); \
-                     stats() counts them as the source's skips"
-                ),
-            )?;
-        }
+        let source = self.run.ds.plan().source().name().to_string();
         let report = self.stats.report();
-        if let Some(m) = &report.memory {
-            let share = m.starved_s / report.elapsed_s.max(1e-9);
-            if share >= 0.1 || m.forced > 0 {
-                crate::log::warning(
-                    py,
-                    &format!(
-                        "the memory cap ({:.0} MB, peak {:.0} MB) kept the consumer waiting \
-                         {:.1} s, {:.0}% of the iteration{}; raise memory_limit= (or use \
-                         smaller batches) for full speed",
-                        m.limit as f64 / 1e6,
-                        m.peak_rss as f64 / 1e6,
-                        m.starved_s,
-                        100.0 * share,
-                        if m.forced > 0 {
-                            format!(
-                                ", and {} chunk(s) went over it because one output needs more",
-                                m.forced
-                            )
-                        } else {
-                            String::new()
-                        }
-                    ),
-                )?;
-            }
-        }
-        // Stage 0 is the source: its skips are the ones above or were logged at open.
-        for stage in report.stages.iter().skip(1) {
-            if stage.skipped > 0 {
-                crate::log::warning(
-                    py,
-                    &format!(
-                        "stage '{}' skipped {} sample(s) an op failed on (on_error=\"skip\"); \
-                         stats() counts them",
-                        stage.name, stage.skipped
-                    ),
-                )?;
-            }
+        for warning in report.end_warnings(&source, self.stats.source_read_skips()) {
+            crate::log::warning(py, &warning)?;
         }
         Ok(())
     }

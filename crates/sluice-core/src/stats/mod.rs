@@ -13,6 +13,7 @@ mod op_reports;
 pub mod ops;
 pub mod prometheus;
 pub mod series;
+mod warnings;
 
 pub use op_reports::OpReport;
 use series::{Point, Series, StagePoint};

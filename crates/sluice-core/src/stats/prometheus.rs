@@ -193,7 +193,7 @@ pub fn python_repr(v: f64) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::super::series::Point;
     use super::super::ConsumerReport;
     use super::*;
@@ -215,7 +215,7 @@ mod tests {
         }
     }
 
-    fn report(cpu: Option<f64>, rss: Option<u64>) -> StatsReport {
+    pub(in crate::stats) fn report(cpu: Option<f64>, rss: Option<u64>) -> StatsReport {
         StatsReport {
             ops: vec![],
             elapsed_s: 2.0,

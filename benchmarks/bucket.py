@@ -23,7 +23,9 @@ to the first batch is its own column). The gaps between consecutive batches at t
 table also gives the object GETs per pass, how many of them stalled and how many of those no
 other request hedged; repeats of the same
 object and range within a pass (hedges, retries) are in the JSON. Server CPU is per wall second
-of the case's windows. `--smoke` checks the script: one round, 1 s windows, one class folder
+of the case's windows; client CPU is this process's (pipeline, I/O runtime, cache writer) per
+image or row, the median over passes. `--cases raw` reads the photos as bytes without decoding
+them: its client CPU is what reading an object costs the client by itself. `--smoke` checks the script: one round, 1 s windows, one class folder
 (200 photos) and the 4-file corpus, written to results/bucket-smoke.*. Needs what remote.py
 needs (the bench venv with pyarrow, ~/.cache/sluice-bench, a sluice build, imported from
 python/ when not installed). Writes benchmarks/results/bucket.{json,md}; cache folders go
@@ -47,6 +49,7 @@ import inspect
 import json
 import math
 import os
+import resource
 import shlex
 import shutil
 import statistics
@@ -164,16 +167,18 @@ def one_pass(workload: str, where: str, cache: dict) -> dict:
     """One epoch: units after the first batch, seconds after it, seconds to it, the gaps
     between consecutive batches after it, and its start and end on the monotonic clock (which
     the server's log shares)."""
-    m0 = time.monotonic()
+    m0, c0 = time.monotonic(), process_cpu()
     if workload == "cv":
         ds, field = cv_pipeline(sluice.read_images(where, labels="parent_dir", **cache).shuffle(seed=0)), "label"
+    elif workload == "raw":
+        ds, field = sluice.read_images(where, labels="parent_dir", **cache).batch(64), "label"
     else:
         ds, field = sluice.read_parquet(where, **cache).batch(1024), "text"
     t0 = time.perf_counter()
     it = iter(ds)
-    next(it)
+    first_batch = next(it)
     t1 = last = time.perf_counter()
-    n, gaps = 0, []
+    n, gaps, first = 0, [], len(first_batch[field])
     for batch in it:
         now = time.perf_counter()
         gaps.append(now - last)
@@ -181,7 +186,14 @@ def one_pass(workload: str, where: str, cache: dict) -> dict:
         n += len(batch[field])
     end = time.perf_counter()
     del it, ds
-    return {"units": n, "seconds": end - t1, "first": t1 - t0, "gaps": gaps, "t": (m0, time.monotonic())}
+    return {"units": n, "seconds": end - t1, "first": t1 - t0, "gaps": gaps, "t": (m0, time.monotonic()),
+            "cpu_per_unit": (process_cpu() - c0) / max(n + first, 1)}
+
+
+def process_cpu() -> float:
+    """This process's CPU seconds (every thread: the pipeline's and the I/O runtime's)."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 
 
 class Case:
@@ -300,7 +312,8 @@ def main() -> None:
     ap.add_argument("--stall-fraction", type=float, default=0.01)
     ap.add_argument("--stall-s", type=float, default=2.0)
     ap.add_argument("--seed", type=int, default=0, help="the server's choice of stalled requests")
-    ap.add_argument("--cases", default="cv,parquet", help="workloads: cv, parquet")
+    ap.add_argument("--cases", default="cv,parquet",
+                    help="workloads: cv, parquet, raw (the photos read as bytes, not decoded: the client's own cost)")
     ap.add_argument("--kinds", default=",".join(KINDS), help="which of " + ", ".join(KINDS))
     ap.add_argument("--work", type=Path, default=DATA / "bucket-work", help="cache folders and the server's log")
     ap.add_argument("--smoke", action="store_true", help="1 round, 1 s windows, a small subset: checks the script")
@@ -317,12 +330,13 @@ def main() -> None:
 
     if args.smoke:  # one class folder, the 4-file corpus
         local = {"cv": DATA / "images" / "class_00", "parquet": parquet_corpus(copies=1)}
+        local["raw"] = local["cv"]
         root = bucket_root({"train": DATA / "images", "corpus4": local["parquet"]})
-        remote = {"cv": "train/class_00/", "parquet": "corpus4/"}
+        remote = {"cv": "train/class_00/", "raw": "train/class_00/", "parquet": "corpus4/"}
     else:  # the 2,000 photos; 40 files, 3.5 M rows
-        local = {"cv": DATA / "images", "parquet": parquet_corpus(copies=10)}
+        local = {"cv": DATA / "images", "raw": DATA / "images", "parquet": parquet_corpus(copies=10)}
         root = bucket_root({"train": local["cv"], "corpus40": local["parquet"]})
-        remote = {"cv": "train/", "parquet": "corpus40/"}
+        remote = {"cv": "train/", "raw": "train/", "parquet": "corpus40/"}
     args.work.mkdir(parents=True, exist_ok=True)
     log_path = args.work / "server.jsonl"
     log_path.unlink(missing_ok=True)
@@ -363,7 +377,7 @@ def main() -> None:
     rows = []
     for case in cases:
         row = {"workload": case.workload, "kind": case.kind, "case": LABELS[case.kind], "where": case.where,
-               "unit": "img/s" if case.workload == "cv" else "rows/s", "dataset_bytes": case.size,
+               "unit": "rows/s" if case.workload == "parquet" else "img/s", "dataset_bytes": case.size,
                "cache_limit": case.limit, "error": case.error}
         if case.rounds:
             gaps = [g for res in case.rounds for p in res["passes"] for g in p["gaps"]]
@@ -375,6 +389,8 @@ def main() -> None:
                 "gap_p50_s": pct(gaps, 0.5), "gap_p99_s": pct(gaps, 0.99), "gaps": len(gaps),
                 "passes": sum(len(res["passes"]) for res in case.rounds),
                 "server_cores": statistics.median(res["server_cores"] for res in case.rounds),
+                "client_cpu_us": 1e6 * statistics.median(p["cpu_per_unit"] for res in case.rounds
+                                                         for p in res["passes"]),
                 "requests_per_pass": {k: statistics.mean(q[k] for q in reqs) for k in reqs[0]},
                 "per_round": [{k: v for k, v in res.items() if k != "passes"} |
                               {"passes": [{k: v for k, v in p.items() if k != "gaps"} for p in res["passes"]]}
@@ -407,11 +423,11 @@ def main() -> None:
              f"server first byte {args.delay_ms:g} ms, {args.stall_fraction:g} of object GETs stalled "
              f"{args.stall_s:g} s.", "",
              "| workload | read from | throughput | vs local | first batch | batch gap p50 | p99 | p99 vs local "
-             "| object GETs / pass (stalled, of them unhedged) | cache max | server's CPU |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| object GETs / pass (stalled, of them unhedged) | cache max | server's CPU | client CPU per unit |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for row in rows:
         if "median" not in row:
-            lines.append(f"| {row['workload']} | {row['case']} | failed: {row['error']} |||||||||")
+            lines.append(f"| {row['workload']} | {row['case']} | failed: {row['error']} ||||||||||")
             continue
         q = row["requests_per_pass"]
         gets = "—" if row["kind"] == "local" else f"{q['gets']:,.0f} ({q['stalled']:.1f}, {q.get('unhedged', 0):.1f})"
@@ -424,7 +440,7 @@ def main() -> None:
                      f"| {row.get('vs_local', math.nan):.2f}× | {row['first_batch_s'] * 1000:,.0f} ms "
                      f"| {row['gap_p50_s'] * 1000:,.1f} ms | {row['gap_p99_s'] * 1000:,.1f} ms "
                      f"| {row.get('p99_vs_local', math.nan):.2f}× | {gets} | {cache} "
-                     f"| {row['server_cores']:.2f} cores |")
+                     f"| {row['server_cores']:.2f} cores | {row['client_cpu_us']:,.1f} µs |")
     if not cache_api:
         lines += ["", "This sluice build has no `cache_dir=`: the cached cases were not run."]
     md = "\n".join(lines)

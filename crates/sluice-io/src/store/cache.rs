@@ -276,16 +276,32 @@ fn store_whole(cache: &Arc<DiskCache>, url: &str, version: &Version, bytes: &[u8
     }
 }
 
-/// Runs a cache write on the runtime's blocking threads: writing a file, waiting for the
-/// cache's accounting lock or for the kernel's writeback can take a while, and on one of the
-/// runtime's two worker threads it would hold every response and hedge timer queued behind
-/// it. The bytes go to the reader at once.
+/// Hands a cache write to this process's cache writer, a thread of its own: writing a file,
+/// waiting for the cache's accounting lock or for the kernel's writeback can take a while,
+/// and on one of the I/O runtime's two worker threads it would hold every response and hedge
+/// timer queued behind it. The bytes go to the reader at once. One thread, since the
+/// accounting lock orders the writes anyway (the runtime's blocking pool grew to hundreds of
+/// threads waiting on it in a cold pass). When [`WRITES_QUEUED`] writes wait already, this one
+/// is dropped: the object is read again next time, and memory stays bounded.
 fn in_background(write: impl FnOnce() + Send + 'static) {
-    match tokio::runtime::Handle::try_current() {
-        Ok(rt) => drop(rt.spawn_blocking(write)),
-        Err(_) => write(),
+    type Write = Box<dyn FnOnce() + Send>;
+    static WRITER: OnceLock<Option<crossbeam_channel::Sender<Write>>> = OnceLock::new();
+    let writer = WRITER.get_or_init(|| {
+        let (tx, rx) = crossbeam_channel::bounded::<Write>(WRITES_QUEUED);
+        std::thread::Builder::new()
+            .name("sluice-cache".into())
+            .spawn(move || rx.into_iter().for_each(|write| write()))
+            .ok()
+            .map(|_| tx)
+    });
+    match writer {
+        Some(tx) => drop(tx.try_send(Box::new(write))),
+        None => write(),
     }
 }
+
+/// Writes the cache writer holds at most (each holds its object's bytes).
+const WRITES_QUEUED: usize = 256;
 
 /// Stores a downloaded object; a cache that cannot take it (a full disk) only costs the
 /// next read a request.

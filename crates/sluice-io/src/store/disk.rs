@@ -24,7 +24,7 @@ use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use sluice_core::{Error, Result};
@@ -78,6 +78,29 @@ impl Cached {
 pub struct DiskCache {
     dir: PathBuf,
     limit: u64,
+    /// This process's descriptions of `lock` and `usage`, opened once: the accounting lock is
+    /// taken twice or more per download, and opening both files each time was most of its
+    /// cost. The mutex orders this process's threads (locks on one description do not
+    /// exclude each other); the byte lock on it, the other processes.
+    books: Mutex<Option<Books>>,
+}
+
+/// The accounting files, open, and the process that opened them: a forked child reopens
+/// them, since descriptions it inherited would share its parent's locks.
+#[derive(Debug)]
+struct Books {
+    pid: u32,
+    lock: File,
+    usage: File,
+}
+
+/// Holds byte 0 of `lock` (the accounting lock) until dropped.
+struct Accounting<'a>(&'a File);
+
+impl Drop for Accounting<'_> {
+    fn drop(&mut self) {
+        let _ = set_lock(self.0, 0, libc::F_UNLCK, false);
+    }
 }
 
 /// The download of one object, holding its lock: [`Fill::commit`] (or [`Fill::finish`] after
@@ -142,9 +165,14 @@ fn read_trailer(file: &File) -> Option<(String, Version)> {
 /// Takes an open-file-description write lock on byte `at` of `file`; `false` when another
 /// holder has it and `wait` is false. Released when the file is closed.
 fn lock_byte(file: &File, at: u64, wait: bool) -> io::Result<bool> {
+    set_lock(file, at, libc::F_WRLCK, wait)
+}
+
+/// `fcntl` with an open-file-description lock of `kind` (`F_WRLCK` or `F_UNLCK`) on byte `at`.
+fn set_lock(file: &File, at: u64, kind: libc::c_int, wait: bool) -> io::Result<bool> {
     // SAFETY: `flock` is plain data; zeroed is a valid value before the fields are set.
     let mut fl: libc::flock = unsafe { std::mem::zeroed() };
-    fl.l_type = libc::F_WRLCK as _;
+    fl.l_type = kind as _;
     fl.l_whence = libc::SEEK_SET as _;
     fl.l_start = at as libc::off_t;
     fl.l_len = 1;
@@ -177,6 +205,7 @@ impl DiskCache {
         let cache = DiskCache {
             dir: dir.to_path_buf(),
             limit,
+            books: Mutex::new(None),
         };
         cache.lock_file()?;
         Ok(cache)
@@ -257,15 +286,27 @@ impl DiskCache {
     /// count changes. Every change to what the directory holds (a download reserved, sealed or
     /// dropped) goes through here, so a scan never misses a reservation made beside it.
     fn with_usage<T>(&self, change: impl FnOnce(&Self, u64) -> Result<(i64, T)>) -> Result<T> {
-        let lock = self.lock_file()?;
-        lock_byte(&lock, 0, true).map_err(|e| self.err("lock", e))?;
-        let usage = File::options()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(self.dir.join("usage"))
-            .map_err(|e| self.err("usage", e))?;
+        let mut books = self.books.lock().unwrap_or_else(|p| p.into_inner());
+        let pid = std::process::id();
+        if books.as_ref().is_none_or(|b| b.pid != pid) {
+            let usage = File::options()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(self.dir.join("usage"))
+                .map_err(|e| self.err("usage", e))?;
+            *books = Some(Books {
+                pid,
+                lock: self.lock_file()?,
+                usage,
+            });
+        }
+        let Some(Books { lock, usage, .. }) = books.as_ref() else {
+            unreachable!("opened above")
+        };
+        lock_byte(lock, 0, true).map_err(|e| self.err("lock", e))?;
+        let _held = Accounting(lock);
         let mut word = [0u8; 8];
         let held = match usage.read_exact_at(&mut word, 0) {
             Ok(()) => u64::from_le_bytes(word),
@@ -352,24 +393,40 @@ impl DiskCache {
 
     /// Bytes the cache holds now (objects and downloads in progress), from its directory.
     pub fn held_bytes(&self) -> Result<u64> {
-        let lock = self.lock_file()?;
-        lock_byte(&lock, 0, true).map_err(|e| self.err("lock", e))?;
-        self.scan_and_evict(u64::MAX)
+        self.with_usage(|cache, held| {
+            let found = cache.scan_and_evict(u64::MAX)?;
+            Ok((found as i64 - held as i64, found))
+        })
+    }
+
+    /// Moves a sealed download at `from` to `dest`, making its folder when it is the first
+    /// object there.
+    fn publish(&self, from: &Path, dest: &Path) -> io::Result<()> {
+        match std::fs::rename(from, dest) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                std::fs::create_dir_all(dest.parent().unwrap_or(Path::new(".")))?;
+                std::fs::rename(from, dest)
+            }
+            done => done,
+        }
     }
 }
 
 impl Fill {
+    /// A new name for this download's temporary file (its hash first: the eviction scan
+    /// finds its lock by it).
+    fn tmp_path(&self) -> PathBuf {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, Relaxed);
+        let name = format!("{:032x}.{}.{n}", self.hash, std::process::id());
+        self.cache.dir.join("tmp").join(name)
+    }
+
     /// Counts `size` bytes of object (plus its trailer) against the cap and makes the
     /// temporary file that long; `false`: it does not fit (read it without caching).
     pub fn reserve(&mut self, size: u64) -> Result<bool> {
         let total = size + trailer(&self.url, &Version { size, etag: None }).len() as u64 + 256;
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let n = NEXT.fetch_add(1, Relaxed);
-        let path = self.cache.dir.join("tmp").join(format!(
-            "{:032x}.{}.{n}",
-            self.hash,
-            std::process::id()
-        ));
+        let path = self.tmp_path();
         let file = self.cache.with_usage(|cache, held| {
             let Some(after) = cache.make_room(held, total)? else {
                 return Ok((0, None));
@@ -397,16 +454,46 @@ impl Fill {
         self.tmp.as_ref().map(|(_, f)| f)
     }
 
-    /// Stores `data` as the object `version` describes (reserving it first if not done).
-    pub fn commit(mut self, version: &Version, data: &[u8]) -> Result<()> {
-        if self.tmp.is_none() && !self.reserve(data.len() as u64)? {
-            return Ok(());
+    /// Stores `data` as the object `version` describes. With nothing reserved yet (the whole
+    /// object in hand) that is one hold of the accounting lock: room made, the file written
+    /// and renamed into place, the count changed.
+    pub fn commit(self, version: &Version, data: &[u8]) -> Result<()> {
+        if self.tmp.is_some() {
+            if let Some((_, f)) = &self.tmp {
+                f.write_all_at(data, 0)
+                    .map_err(|e| self.cache.err("download", e))?;
+            }
+            return self.finish(version);
         }
-        if let Some((_, f)) = &self.tmp {
-            f.write_all_at(data, 0)
-                .map_err(|e| self.cache.err("download", e))?;
-        }
-        self.finish(version)
+        let t = trailer(&self.url, version);
+        let total = data.len() as u64 + t.len() as u64;
+        let path = self.tmp_path();
+        let dest = self.cache.object_path(self.hash);
+        self.cache.with_usage(|cache, held| {
+            let Some(after) = cache.make_room(held, total)? else {
+                return Ok((0, ())); // it does not fit: read without caching
+            };
+            let replaced = std::fs::metadata(&dest).map_or(0, |m| m.len());
+            let done = File::options()
+                .write(true)
+                .create_new(true)
+                .open(&path)
+                .and_then(|f| {
+                    f.write_all_at(data, 0)?;
+                    f.write_all_at(&t, data.len() as u64)
+                })
+                .and_then(|()| cache.publish(&path, &dest));
+            match done {
+                Ok(()) => Ok((
+                    after as i64 - held as i64 + total as i64 - replaced as i64,
+                    (),
+                )),
+                Err(e) => {
+                    let _ = std::fs::remove_file(&path);
+                    Err(cache.err("download", e))
+                }
+            }
+        })
     }
 
     /// Seals the bytes written through [`Fill::file`] with their trailer and makes the object
@@ -424,8 +511,7 @@ impl Fill {
             let done = file
                 .write_all_at(&t, version.size)
                 .and_then(|()| file.set_len(total))
-                .and_then(|()| std::fs::create_dir_all(dest.parent().unwrap_or(Path::new("."))))
-                .and_then(|()| std::fs::rename(&path, &dest));
+                .and_then(|()| cache.publish(&path, &dest));
             match done {
                 // The reservation becomes the object's size; an older copy it replaced is freed.
                 Ok(()) => Ok((total as i64 - (reserved + replaced) as i64, Ok(()))),

@@ -285,16 +285,22 @@ fn store_whole(cache: &Arc<DiskCache>, url: &str, version: &Version, bytes: &[u8
 /// is dropped: the object is read again next time, and memory stays bounded.
 fn in_background(write: impl FnOnce() + Send + 'static) {
     type Write = Box<dyn FnOnce() + Send>;
-    static WRITER: OnceLock<Option<crossbeam_channel::Sender<Write>>> = OnceLock::new();
-    let writer = WRITER.get_or_init(|| {
-        let (tx, rx) = crossbeam_channel::bounded::<Write>(WRITES_QUEUED);
-        std::thread::Builder::new()
-            .name("sluice-cache".into())
-            .spawn(move || rx.into_iter().for_each(|write| write()))
-            .ok()
-            .map(|_| tx)
-    });
-    match writer {
+    // With the process that started it: a forked child has no such thread, so starts its own.
+    static WRITER: Mutex<Option<(u32, crossbeam_channel::Sender<Write>)>> = Mutex::new(None);
+    let pid = std::process::id();
+    let tx = {
+        let mut writer = WRITER.lock().unwrap_or_else(|p| p.into_inner());
+        if writer.as_ref().is_none_or(|(at, _)| *at != pid) {
+            let (tx, rx) = crossbeam_channel::bounded::<Write>(WRITES_QUEUED);
+            *writer = std::thread::Builder::new()
+                .name("sluice-cache".into())
+                .spawn(move || rx.into_iter().for_each(|write| write()))
+                .ok()
+                .map(|_| (pid, tx));
+        }
+        writer.as_ref().map(|(_, tx)| tx.clone())
+    };
+    match tx {
         Some(tx) => drop(tx.try_send(Box::new(write))),
         None => write(),
     }

@@ -58,6 +58,37 @@ fn a_stored_object_reads_back_and_a_changed_one_misses() {
     assert_eq!(cache.held_bytes().unwrap(), bytes_on_disk(dir.path()));
 }
 
+/// The `usage` counter as the cache keeps it, without a scan.
+fn counted(dir: &Path) -> u64 {
+    let word = std::fs::read(dir.join("usage")).unwrap();
+    u64::from_le_bytes(word[..8].try_into().unwrap())
+}
+
+#[test]
+fn whole_objects_stored_from_threads_are_counted_exactly_without_a_scan() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = open(dir.path(), 1 << 30);
+    std::thread::scope(|s| {
+        for t in 0..4 {
+            let cache = &cache;
+            s.spawn(move || {
+                for i in 0..50 {
+                    put(cache, &format!("s3://b/{t}/{i}"), &vec![t as u8; 100 + i]);
+                }
+            });
+        }
+    });
+    // Replacing an object counts the new copy in place of the old.
+    let fill = cache.begin("s3://b/0/0").unwrap().unwrap();
+    fill.commit(&v(7, "e2"), b"replace").unwrap();
+    assert_eq!(counted(dir.path()), bytes_on_disk(dir.path()));
+    assert_eq!(
+        std::fs::read_dir(dir.path().join("tmp")).unwrap().count(),
+        0
+    );
+    assert_eq!(cache.held_bytes().unwrap(), counted(dir.path()));
+}
+
 #[test]
 fn one_download_at_a_time_and_an_abandoned_one_leaves_nothing() {
     let dir = tempfile::tempdir().unwrap();

@@ -14,6 +14,7 @@ SYSTEMS = {
     "tfdata": "tfdata",
     "sluice_udf": "sluice_udf",
     "sluice_native": "sluice_native",
+    "sluice_native_avx2": "sluice_native_avx2",
     "limit": "limits",
 }
 

@@ -93,4 +93,5 @@ pub use image::Image;
 pub use jitter::apply_jitter;
 pub use quality::psnr;
 pub use random::{blur_sigma, color_jitter_params, rrc_params, JitterOp, JitterParams};
+pub use simd::{simd_ceiling, Simd};
 pub use tensor::{normalize, normalize_hwc_into, normalize_into, to_tensor};

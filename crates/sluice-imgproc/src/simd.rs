@@ -68,7 +68,48 @@ pub(crate) fn for_each_path(mut f: impl FnMut(&str)) {
     FORCE_BASELINE.with(|c| c.set(false));
 }
 
-/// Whether to take the AVX2+FMA versions (cached by std's detection).
+/// The widest kernels this process may take: what the CPU has, capped by the `SLUICE_SIMD`
+/// environment variable (`avx512`, `avx2` or `baseline`), read once. Every kernel gives the
+/// same bytes on every path, so the cap changes speed only: one machine can run what a CPU
+/// without AVX-512 (or AVX2) runs, to measure that path. Only these image kernels take
+/// AVX-512; the JPEG and MP3 decoders, the FFTs and the audio `log` take AVX2 at most and
+/// dispatch on their own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Simd {
+    /// The x86-64 baseline (SSE2).
+    Baseline,
+    /// AVX2 with FMA.
+    Avx2,
+    /// AVX-512 (F, BW, VL, DQ).
+    Avx512,
+}
+
+/// The cap `SLUICE_SIMD` sets for this process (read on the first call).
+///
+/// ```
+/// assert!(sluice_imgproc::simd_ceiling() >= sluice_imgproc::Simd::Baseline);
+/// ```
+pub fn simd_ceiling() -> Simd {
+    static CEILING: std::sync::OnceLock<Simd> = std::sync::OnceLock::new();
+    *CEILING.get_or_init(|| parse_ceiling(std::env::var("SLUICE_SIMD").ok().as_deref()))
+}
+
+/// The cap a value of `SLUICE_SIMD` sets; unset, empty or unknown (said once on stderr):
+/// none.
+fn parse_ceiling(value: Option<&str>) -> Simd {
+    match value.map(|v| v.trim().to_ascii_lowercase()).as_deref() {
+        None | Some("") | Some("avx512") => Simd::Avx512,
+        Some("avx2") => Simd::Avx2,
+        Some("baseline") | Some("sse2") => Simd::Baseline,
+        Some(other) => {
+            eprintln!("sluice: SLUICE_SIMD={other:?} is not avx512, avx2 or baseline; ignored");
+            Simd::Avx512
+        }
+    }
+}
+
+/// Whether to take the AVX2+FMA versions (cached by std's detection), unless
+/// [`simd_ceiling`] is lower.
 #[cfg(target_arch = "x86_64")]
 #[inline]
 pub(crate) fn use_avx2() -> bool {
@@ -76,7 +117,9 @@ pub(crate) fn use_avx2() -> bool {
     if FORCE_BASELINE.with(|f| f.get()) {
         return false;
     }
-    std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
+    simd_ceiling() >= Simd::Avx2
+        && std::is_x86_feature_detected!("avx2")
+        && std::is_x86_feature_detected!("fma")
 }
 
 /// Whether to take the AVX-512 versions.
@@ -88,6 +131,7 @@ pub(crate) fn use_avx512() -> bool {
         return false;
     }
     use_avx2()
+        && simd_ceiling() >= Simd::Avx512
         && std::is_x86_feature_detected!("avx512f")
         && std::is_x86_feature_detected!("avx512bw")
         && std::is_x86_feature_detected!("avx512vl")
@@ -145,6 +189,18 @@ pub(crate) fn load_rgb(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sluice_simd_values_set_the_cap_and_unknown_ones_set_none() {
+        assert_eq!(parse_ceiling(None), Simd::Avx512);
+        assert_eq!(parse_ceiling(Some("")), Simd::Avx512);
+        assert_eq!(parse_ceiling(Some("AVX512")), Simd::Avx512);
+        assert_eq!(parse_ceiling(Some(" avx2 ")), Simd::Avx2);
+        assert_eq!(parse_ceiling(Some("baseline")), Simd::Baseline);
+        assert_eq!(parse_ceiling(Some("sse2")), Simd::Baseline);
+        assert_eq!(parse_ceiling(Some("neon")), Simd::Avx512);
+        assert!(Simd::Baseline < Simd::Avx2 && Simd::Avx2 < Simd::Avx512);
+    }
 
     #[test]
     fn sat_u8_matches_as_cast() {

@@ -166,8 +166,12 @@ impl PyServiceHost {
             let Some(prefix) = stage.prefix.as_ref().filter(|p| p.use_cache()) else {
                 return Ok(None);
             };
-            // What this node holds is read here; the shards are asked for the rest.
+            // What this node holds is read here; the shards are asked for the rest, unless
+            // reading through them costs more than computing (then the rest is computed).
             let mut groups = vec![Vec::new(); shards.max(1)];
+            if self.node.is_some() && !prefix.use_shards() {
+                return Ok(Some((prefix.key().to_string(), groups)));
+            }
             for index in PrefixRunner::items(frame)? {
                 if !self
                     .node
@@ -197,6 +201,7 @@ impl PyServiceHost {
         shards: usize,
     ) -> PyResult<(Bound<'py, PyAny>, Vec<Vec<(u64, Bound<'py, PyBytes>)>>, f64)> {
         // The shards' answers, read where they are (a Ray object on this node is mapped).
+        let asked: usize = cached.iter().map(|(indices, _, _)| indices.len()).sum();
         let mut found: HashMap<u64, &[u8]> = HashMap::new();
         for (indices, joined, lengths) in &cached {
             let bytes = crate::convert::u8_array_bytes(joined)?;
@@ -229,6 +234,9 @@ impl PyServiceHost {
                         // This node's records complete the shards' answers.
                         let (mut found, mut fetch_s) = (found.clone(), fetch_s);
                         let node = self.node.as_ref();
+                        if asked > 0 {
+                            prefix.shard_fetched(fetch_s, asked, found.len());
+                        }
                         let indices = PrefixRunner::items(frame)?;
                         let (local, took) = node
                             .map(|n| n.complete(prefix.key(), &indices, &found))
@@ -240,7 +248,11 @@ impl PyServiceHost {
                         if let Some(n) = node {
                             n.keep(prefix.key(), out.records.iter().map(|(i, r)| (*i, &r[..])));
                         }
-                        made = Some((out.records, out.compute_s, prefix.key().to_string()));
+                        // The shards store them too when reading through them pays, or
+                        // when this chunk asked them (a probe): else the node holds them.
+                        let to_shards = node.is_none() || asked > 0 || prefix.shards_pay();
+                        let records = if to_shards { out.records } else { Vec::new() };
+                        made = Some((records, out.compute_s, prefix.key().to_string()));
                         reply_to_py(out.reply, group)
                     })
             })

@@ -64,12 +64,15 @@ pub struct PrefixRun {
 /// Chunks between two tries of a cache that did not pay.
 pub const PROBE_EVERY: u64 = 32;
 
-/// Measured seconds per item: computing the prefix, and reading a record back.
+/// Measured seconds per item: computing the prefix, reading a record back (from wherever it
+/// was), and reading one through the cache shards alone.
 #[derive(Debug, Default, Clone, Copy)]
 struct Costs {
     compute_s: Option<f64>,
     read_s: Option<f64>,
     chunks: u64,
+    shard_s: Option<f64>,
+    shard_chunks: u64,
 }
 
 fn ewma(old: Option<f64>, new: f64) -> Option<f64> {
@@ -137,6 +140,36 @@ impl PrefixRunner {
                 c.chunks.is_multiple_of(PROBE_EVERY)
             }
             _ => true,
+        }
+    }
+
+    /// Whether this chunk should ask the cache shards for the records the node tier does not
+    /// hold (and store its own there), when a node tier serves this worker: a record read from
+    /// the node's disk costs tens of µs, one through a shard a Ray call and a transfer between
+    /// object stores, which can cost more than computing it again. Yes until a shard read is
+    /// known to cost more than a computation; then once every [`PROBE_EVERY`] chunks, to
+    /// measure again. Without a node tier the shards are the cache, and [`Self::use_cache`]
+    /// decides alone.
+    pub fn use_shards(&self) -> bool {
+        let mut c = self.costs();
+        c.shard_chunks += 1;
+        !shards_cost_more(&c) || c.shard_chunks.is_multiple_of(PROBE_EVERY)
+    }
+
+    /// Whether records made here should be stored in the shards as well as on the node:
+    /// [`Self::use_shards`]'s answer without counting a chunk.
+    pub fn shards_pay(&self) -> bool {
+        !shards_cost_more(&self.costs())
+    }
+
+    /// What asking the shards took: `seconds` on the wall for `asked` records, `found` of
+    /// which they held. A chunk that found under half of what it asked (the shards still
+    /// filling, or not filled while they did not pay) says little about a read, and is not
+    /// counted.
+    pub fn shard_fetched(&self, seconds: f64, asked: usize, found: usize) {
+        if found > 0 && 2 * found >= asked {
+            let mut c = self.costs();
+            c.shard_s = ewma(c.shard_s, seconds / found as f64);
         }
     }
 
@@ -247,6 +280,11 @@ impl PrefixRunner {
             record_bytes,
         }
     }
+}
+
+/// Whether reading a record through the shards was measured dearer than computing it.
+fn shards_cost_more(c: &Costs) -> bool {
+    matches!((c.compute_s, c.shard_s), (Some(compute), Some(shard)) if 1.2 * shard >= compute)
 }
 
 /// The local files and directories a source spec names, with their size and modification

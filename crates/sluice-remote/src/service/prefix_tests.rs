@@ -240,3 +240,32 @@ fn a_cold_chunk_does_not_measure_the_read_cost() {
     assert_eq!(p.measured().1, None, "1 record of 4 found");
     assert!(p.use_cache());
 }
+
+fn bare_runner() -> PrefixRunner {
+    PrefixRunner {
+        key: "k".into(),
+        split: 1,
+        costs: Default::default(),
+    }
+}
+
+#[test]
+fn the_shards_are_asked_until_a_read_through_them_costs_more_than_computing() {
+    let r = bare_runner();
+    // Nothing measured: ask them.
+    assert!(r.use_shards() && r.shards_pay());
+    r.costs().compute_s = Some(2e-3);
+    // A chunk that found under half of what it asked says nothing.
+    r.shard_fetched(0.5, 16, 7);
+    assert!(r.shards_pay());
+    // 16 records through the shards in 48 ms: 3 ms each, over a 2 ms computation.
+    r.shard_fetched(0.048, 16, 16);
+    assert!(!r.shards_pay());
+    let asked: Vec<bool> = (0..2 * PROBE_EVERY).map(|_| r.use_shards()).collect();
+    assert_eq!(asked.iter().filter(|&&a| a).count(), 2, "one probe per {PROBE_EVERY} chunks");
+    // Cheap again (a quiet cluster): 0.2 ms a record, and the EWMA brings it back under.
+    for _ in 0..20 {
+        r.shard_fetched(0.0032, 16, 16);
+    }
+    assert!(r.shards_pay() && r.use_shards());
+}

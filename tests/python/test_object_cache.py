@@ -78,18 +78,20 @@ def test_the_second_epoch_reads_every_object_from_the_cache(tmp_path):
         ds = sluice.read_files("s3://bkt/data/", cache_dir=cache)
         first = {s["path"].split("bkt/")[1]: bytes(s["bytes"]) for s in ds}
         assert first == files
-        assert len(object_gets(log)) == 24
+        # Every object fetched (a request slow on a busy machine may be hedged: sent twice).
+        gets = object_gets(log)
+        assert {g["key"] for g in gets} == set(files)
         second = {s["path"].split("bkt/")[1]: bytes(s["bytes"]) for s in ds}
         assert second == files
-        assert len(object_gets(log)) == 24, "epoch 2 fetched objects again"
+        assert len(object_gets(log)) == len(gets), "epoch 2 fetched objects again"
         # A new dataset (another job on the node) lists the bucket and reads from the cache.
         again = sluice.read_files("s3://bkt/data/", cache_dir=cache)
         assert sorted(bytes(s["bytes"]) for s in again) == sorted(files.values())
-        assert len(object_gets(log)) == 24
+        assert len(object_gets(log)) == len(gets)
         # Without the cache every epoch fetches.
         off = sluice.read_files("s3://bkt/data/", cache_dir=False)
         assert len(list(off)) == 24
-        assert len(object_gets(log)) == 48
+        assert {g["key"] for g in object_gets(log)[len(gets):]} == {g["key"] for g in gets}
 
 
 def test_a_parquet_file_is_downloaded_once_and_read_locally_after(tmp_path):
@@ -119,10 +121,11 @@ def test_a_changed_object_is_fetched_again(tmp_path):
         target.write_bytes(b"new bytes")
         os.utime(target, ns=(time.time_ns() + 10**9, time.time_ns() + 10**9))
         # The listing gives the new ETag and size: the stale copy is not used.
+        before = len(object_gets(log))
         got = {s["path"].rsplit("/", 1)[1]: bytes(s["bytes"]) for s in sluice.read_files("s3://bkt/data/", cache_dir=cache)}
         assert got["f000.bin"] == b"new bytes"
         assert got["f002.bin"] == files["data/c0/f002.bin"]
-        assert len(object_gets(log)) == 5
+        assert {g["key"] for g in object_gets(log)[before:]} == {"data/c0/f000.bin"}
 
 
 def test_the_cap_holds_while_reading_four_times_its_size(tmp_path):
@@ -174,7 +177,10 @@ def test_processes_on_a_node_share_the_cache_and_never_fetch_one_object_twice(tm
                 assert json.loads(out) == want
         gets = object_gets(log)
         data = [g for g in gets if g["key"].startswith("data/")]
-        assert len(data) == 60, f"{len(data)} GETs for 60 objects read by 3 processes"
+        assert len({g["key"] for g in data}) == 60
+        # Once each, but for hedges (a request slow on a busy machine sent again, at most one
+        # in ten): three processes fetching for themselves would make up to 180.
+        assert 60 <= len(data) <= 66, f"{len(data)} GETs for 60 objects read by 3 processes"
         # Each Parquet file is downloaded into the cache once (one GET of its whole range); a
         # reader that opened a file while it was downloading may read a few ranges itself.
         for i in range(3):

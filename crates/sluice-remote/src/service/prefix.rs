@@ -73,6 +73,10 @@ struct Costs {
     chunks: u64,
     shard_s: Option<f64>,
     shard_chunks: u64,
+    /// The share of the records asked of the shards that they held (a moving average), and
+    /// over how many chunks.
+    shard_found: Option<f64>,
+    shard_asks: u64,
 }
 
 fn ewma(old: Option<f64>, new: f64) -> Option<f64> {
@@ -147,8 +151,8 @@ impl PrefixRunner {
     /// hold (and store its own there), when a node tier serves this worker: a record read from
     /// the node's disk costs tens of µs, one through a shard a Ray call and a transfer between
     /// object stores, which can cost more than computing it again. Yes until a shard read is
-    /// known to cost more than a computation; then once every [`PROBE_EVERY`] chunks, to
-    /// measure again. Without a node tier the shards are the cache, and [`Self::use_cache`]
+    /// known to cost more than a computation, or the shards are seen to hold almost nothing
+    /// asked of them; then once every [`PROBE_EVERY`] chunks, to measure again. Without a node tier the shards are the cache, and [`Self::use_cache`]
     /// decides alone.
     pub fn use_shards(&self) -> bool {
         let mut c = self.costs();
@@ -167,8 +171,13 @@ impl PrefixRunner {
     /// filling, or not filled while they did not pay) says little about a read, and is not
     /// counted.
     pub fn shard_fetched(&self, seconds: f64, asked: usize, found: usize) {
+        if asked == 0 {
+            return;
+        }
+        let mut c = self.costs();
+        c.shard_found = ewma(c.shard_found, found as f64 / asked as f64);
+        c.shard_asks += 1;
         if found > 0 && 2 * found >= asked {
-            let mut c = self.costs();
             c.shard_s = ewma(c.shard_s, seconds / found as f64);
         }
     }
@@ -282,9 +291,18 @@ impl PrefixRunner {
     }
 }
 
-/// Whether reading a record through the shards was measured dearer than computing it.
+/// Chunks that asked the shards before their hit rate is judged.
+const SHARD_ASKS_JUDGED: u64 = 32;
+
+/// Whether the shards do not pay: reading a record through them was measured dearer than
+/// computing it, or — after [`SHARD_ASKS_JUDGED`] chunks asked them — they held under 5 % of
+/// what they were asked (every node's tier already holds what its workers need, as when the
+/// nodes share a disk): storing records there is then a transfer nobody reads.
 fn shards_cost_more(c: &Costs) -> bool {
-    matches!((c.compute_s, c.shard_s), (Some(compute), Some(shard)) if 1.2 * shard >= compute)
+    let dearer =
+        matches!((c.compute_s, c.shard_s), (Some(compute), Some(shard)) if 1.2 * shard >= compute);
+    let unread = c.shard_asks >= SHARD_ASKS_JUDGED && c.shard_found.is_some_and(|f| f < 0.05);
+    dearer || unread
 }
 
 /// The local files and directories a source spec names, with their size and modification

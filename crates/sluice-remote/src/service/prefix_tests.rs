@@ -262,10 +262,32 @@ fn the_shards_are_asked_until_a_read_through_them_costs_more_than_computing() {
     r.shard_fetched(0.048, 16, 16);
     assert!(!r.shards_pay());
     let asked: Vec<bool> = (0..2 * PROBE_EVERY).map(|_| r.use_shards()).collect();
-    assert_eq!(asked.iter().filter(|&&a| a).count(), 2, "one probe per {PROBE_EVERY} chunks");
+    assert_eq!(
+        asked.iter().filter(|&&a| a).count(),
+        2,
+        "one probe per {PROBE_EVERY} chunks"
+    );
     // Cheap again (a quiet cluster): 0.2 ms a record, and the EWMA brings it back under.
     for _ in 0..20 {
         r.shard_fetched(0.0032, 16, 16);
     }
     assert!(r.shards_pay() && r.use_shards());
+}
+
+#[test]
+fn shards_that_hold_almost_nothing_asked_of_them_stop_being_filled() {
+    let r = bare_runner();
+    r.costs().compute_s = Some(2e-3);
+    // 31 chunks found nothing: not judged yet.
+    for _ in 0..SHARD_ASKS_JUDGED - 1 {
+        r.shard_fetched(0.001, 4, 0);
+    }
+    assert!(r.shards_pay());
+    r.shard_fetched(0.001, 4, 0);
+    assert!(!r.shards_pay(), "32 chunks found none of what they asked");
+    // Other nodes start storing what this one needs: the hit rate climbs back.
+    for _ in 0..10 {
+        r.shard_fetched(0.001, 4, 4);
+    }
+    assert!(r.shards_pay());
 }

@@ -248,9 +248,7 @@ impl PyServiceHost {
                         if let Some(n) = node {
                             n.keep(prefix.key(), out.records.iter().map(|(i, r)| (*i, &r[..])));
                         }
-                        // The shards store them too when reading through them pays, or
-                        // when this chunk asked them (a probe): else the node holds them.
-                        let to_shards = node.is_none() || asked > 0 || prefix.shards_pay();
+                        let to_shards = prefix.store_in_shards(node.is_some(), asked);
                         let records = if to_shards { out.records } else { Vec::new() };
                         made = Some((records, out.compute_s, prefix.key().to_string()));
                         reply_to_py(out.reply, group)

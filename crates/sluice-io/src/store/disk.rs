@@ -391,7 +391,8 @@ impl DiskCache {
         Ok(held)
     }
 
-    /// Bytes the cache holds now (objects and downloads in progress), from its directory.
+    /// Bytes the cache holds now (objects and downloads in progress), from its directory (the
+    /// count every process keeps is set to it).
     pub fn held_bytes(&self) -> Result<u64> {
         self.with_usage(|cache, held| {
             let found = cache.scan_and_evict(u64::MAX)?;
@@ -458,20 +459,18 @@ impl Fill {
     /// object in hand) that is one hold of the accounting lock: room made, the file written
     /// and renamed into place, the count changed.
     pub fn commit(self, version: &Version, data: &[u8]) -> Result<()> {
-        if self.tmp.is_some() {
-            if let Some((_, f)) = &self.tmp {
-                f.write_all_at(data, 0)
-                    .map_err(|e| self.cache.err("download", e))?;
-            }
+        if let Some((_, f)) = &self.tmp {
+            f.write_all_at(data, 0)
+                .map_err(|e| self.cache.err("download", e))?;
             return self.finish(version);
         }
         let t = trailer(&self.url, version);
         let total = data.len() as u64 + t.len() as u64;
         let path = self.tmp_path();
         let dest = self.cache.object_path(self.hash);
-        self.cache.with_usage(|cache, held| {
+        let stored = self.cache.with_usage(|cache, held| {
             let Some(after) = cache.make_room(held, total)? else {
-                return Ok((0, ())); // it does not fit: read without caching
+                return Ok((0, Ok(()))); // it does not fit: read without caching
             };
             let replaced = std::fs::metadata(&dest).map_or(0, |m| m.len());
             let done = File::options()
@@ -483,17 +482,17 @@ impl Fill {
                     f.write_all_at(&t, data.len() as u64)
                 })
                 .and_then(|()| cache.publish(&path, &dest));
+            // What eviction freed counts either way.
+            let freed = after as i64 - held as i64;
             match done {
-                Ok(()) => Ok((
-                    after as i64 - held as i64 + total as i64 - replaced as i64,
-                    (),
-                )),
+                Ok(()) => Ok((freed + total as i64 - replaced as i64, Ok(()))),
                 Err(e) => {
                     let _ = std::fs::remove_file(&path);
-                    Err(cache.err("download", e))
+                    Ok((freed, Err(cache.err("download", e))))
                 }
             }
-        })
+        })?;
+        stored
     }
 
     /// Seals the bytes written through [`Fill::file`] with their trailer and makes the object

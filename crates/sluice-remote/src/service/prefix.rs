@@ -166,6 +166,13 @@ impl PrefixRunner {
         !shards_cost_more(&self.costs())
     }
 
+    /// Whether a chunk's computed records go to the shards: always without a node tier (they
+    /// are the cache), else when the shards pay or this chunk asked them (a probe, which
+    /// fills them for the next); otherwise the node's tier alone keeps them.
+    pub fn store_in_shards(&self, node_tier: bool, asked_shards: usize) -> bool {
+        !node_tier || asked_shards > 0 || self.shards_pay()
+    }
+
     /// What asking the shards took: `seconds` on the wall for `asked` records, `found` of
     /// which they held. A chunk that found under half of what it asked (the shards still
     /// filling, or not filled while they did not pay) says little about a read, and is not

@@ -261,6 +261,10 @@ fn the_shards_are_asked_until_a_read_through_them_costs_more_than_computing() {
     // 16 records through the shards in 48 ms: 3 ms each, over a 2 ms computation.
     r.shard_fetched(0.048, 16, 16);
     assert!(!r.shards_pay());
+    // Then records stay on the node, unless the chunk asked the shards (a probe) or there
+    // is no node tier.
+    assert!(!r.store_in_shards(true, 0));
+    assert!(r.store_in_shards(true, 3) && r.store_in_shards(false, 0));
     let asked: Vec<bool> = (0..2 * PROBE_EVERY).map(|_| r.use_shards()).collect();
     assert_eq!(
         asked.iter().filter(|&&a| a).count(),

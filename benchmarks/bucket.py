@@ -9,7 +9,8 @@ the object GETs held back --stall-s more) through the node-local cache (`cache_d
     warm      epoch 2: the bucket, a cache_dir a previous pass filled
     capped    the bucket, cache_limit = a quarter of the dataset's bytes; a fresh cache_dir per
               round whose first pass is cold and the rest reuse it; a thread sums the sizes of
-              the files under cache_dir every 0.2 s under the cache's lock (the max seen and whether it passed the cap; the walk took a tenth of a core at every 50 ms)
+              the files under cache_dir every 0.2 s under the cache's lock (the max seen and
+              whether it passed the cap; every 50 ms the walk took a tenth of a core)
     nocache   the bucket, cache_dir=False (epoch 1 without the cache, for reference)
 
     /root/.cache/bench-venv/bin/python benchmarks/bucket.py [--rounds 3] [--min-seconds 6]
@@ -21,13 +22,13 @@ table gives medians over rounds. Throughput counts each pass after its first bat
 to the first batch is its own column). The gaps between consecutive batches at the consumer
 (within a pass) are pooled over rounds for their p50/p99. The server logs every request, so the
 table also gives the object GETs per pass, how many of them stalled and how many of those no
-other request hedged; repeats of the same
-object and range within a pass (hedges, retries) are in the JSON. Server CPU is per wall second
+other request hedged; repeats of the same object and range within a pass (hedges, retries)
+are in the JSON. Server CPU is per wall second
 of the case's windows; client CPU is this process's (pipeline, I/O runtime, cache writer) per
 image or row, the median over passes — less, in the capped case, the CPU of the thread that
 sums the cache folder's sizes. `--cases raw` reads the photos as bytes without decoding
-them: its client CPU is what reading an object costs the client by itself. `--smoke` checks the script: one round, 1 s windows, one class folder
-(200 photos) and the 4-file corpus, written to results/bucket-smoke.*. Needs what remote.py
+them: its client CPU is what reading an object costs the client by itself. `--smoke` checks
+the script: one round, 1 s windows, one class folder (200 photos) and the 4-file corpus, written to results/bucket-smoke.*. Needs what remote.py
 needs (the bench venv with pyarrow, ~/.cache/sluice-bench, a sluice build, imported from
 python/ when not installed). Writes benchmarks/results/bucket.{json,md}; cache folders go
 under --work (default ~/.cache/sluice-bench/bucket-work, on disk rather than tmpfs) and are
@@ -339,13 +340,13 @@ def main() -> None:
 
     if args.smoke:  # one class folder, the 4-file corpus
         local = {"cv": DATA / "images" / "class_00", "parquet": parquet_corpus(copies=1)}
-        local["raw"] = local["cv"]
         root = bucket_root({"train": DATA / "images", "corpus4": local["parquet"]})
-        remote = {"cv": "train/class_00/", "raw": "train/class_00/", "parquet": "corpus4/"}
+        remote = {"cv": "train/class_00/", "parquet": "corpus4/"}
     else:  # the 2,000 photos; 40 files, 3.5 M rows
-        local = {"cv": DATA / "images", "raw": DATA / "images", "parquet": parquet_corpus(copies=10)}
+        local = {"cv": DATA / "images", "parquet": parquet_corpus(copies=10)}
         root = bucket_root({"train": local["cv"], "corpus40": local["parquet"]})
-        remote = {"cv": "train/", "raw": "train/", "parquet": "corpus40/"}
+        remote = {"cv": "train/", "parquet": "corpus40/"}
+    local["raw"], remote["raw"] = local["cv"], remote["cv"]  # the same photos, not decoded
     args.work.mkdir(parents=True, exist_ok=True)
     log_path = args.work / "server.jsonl"
     log_path.unlink(missing_ok=True)

@@ -102,7 +102,7 @@ fn parse_ceiling(value: Option<&str>) -> Simd {
         Some("avx2") => Simd::Avx2,
         Some("baseline") | Some("sse2") => Simd::Baseline,
         Some(other) => {
-            eprintln!("sluice: SLUICE_SIMD={other:?} is not avx512, avx2 or baseline; ignored");
+            eprintln!("sluice: SLUICE_SIMD=\"{other}\" is not avx512, avx2 or baseline; ignored");
             Simd::Avx512
         }
     }

@@ -263,6 +263,12 @@ impl DiskCache {
         Some(Cached { file, version })
     }
 
+    /// Whether a file for `url` is in place — one `stat`, with no check of its trailer: a
+    /// planning hint, for callers whose later [`DiskCache::lookup`] handles a miss.
+    pub fn holds(&self, url: &str) -> bool {
+        self.object_path(hash_url(url)).exists()
+    }
+
     /// Starts filling `url`: `None` when another process or thread is downloading it now
     /// (look it up again a little later).
     pub fn begin(self: &Arc<Self>, url: &str) -> Result<Option<Fill>> {

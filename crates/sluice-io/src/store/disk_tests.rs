@@ -40,7 +40,9 @@ fn a_stored_object_reads_back_and_a_changed_one_misses() {
     let dir = tempfile::tempdir().unwrap();
     let cache = open(dir.path(), 1 << 20);
     assert!(cache.lookup("s3://b/x", |_| true).is_none());
+    assert!(!cache.holds("s3://b/x"));
     put(&cache, "s3://b/x", b"abc");
+    assert!(cache.holds("s3://b/x") && !cache.holds("s3://b/y"));
     let hit = cache.lookup("s3://b/x", |got| got == &v(3, "e")).unwrap();
     assert_eq!(hit.read_all().unwrap(), b"abc");
     assert!(cache

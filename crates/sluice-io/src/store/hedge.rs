@@ -99,13 +99,16 @@ impl Latency {
     /// sent at the p95 may take a tenth of the requests; a request unanswered at four times
     /// the p95 (an outlier, not a burst's queueing) may take a twentieth more, so the tail's
     /// ordinary hedges never leave a stall without one.
+    /// A hedge taken is counted against the budget.
     fn try_hedge(&self, outlier: bool) -> Option<tokio::sync::SemaphorePermit<'_>> {
         let requests = self.requests.load(Relaxed);
         let budget = requests / 10 + if outlier { requests / 20 } else { 0 };
         if self.hedged.load(Relaxed) >= budget.max(1) {
             return None;
         }
-        self.hedge_permits.try_acquire().ok()
+        let permit = self.hedge_permits.try_acquire().ok()?;
+        self.hedged.fetch_add(1, Relaxed);
+        Some(permit)
     }
 
     /// Requests to keep in flight to sustain `rate` per second and let it grow: rate × p95
@@ -164,7 +167,6 @@ where
             break permit;
         }
     };
-    lat.hedged.fetch_add(1, Relaxed);
     // The first answer wins (a failed one waits for the others), its latency counted from its
     // own start. Should the hedge stall too — one stalled request's hedge in a hundred, when a
     // store stalls one request in a hundred — one more goes once both have taken four times
@@ -173,7 +175,7 @@ where
         sent_at(t0, first),
         sent_at(Instant::now(), Box::pin(start())),
     ];
-    let mut _third_permit = None;
+    let mut third_permit = None;
     loop {
         let outlier = tokio::time::sleep(lat.hedge_after() * 4);
         match select(futures::future::select_all(racing), Box::pin(outlier)).await {
@@ -187,10 +189,9 @@ where
             },
             Either::Right(((), all)) => {
                 racing = all.into_inner();
-                if _third_permit.is_none() {
-                    if let Some(permit) = lat.try_hedge(true) {
-                        lat.hedged.fetch_add(1, Relaxed);
-                        _third_permit = Some(permit);
+                if third_permit.is_none() {
+                    third_permit = lat.try_hedge(true);
+                    if third_permit.is_some() {
                         racing.push(sent_at(Instant::now(), Box::pin(start())));
                     }
                 }
@@ -227,9 +228,24 @@ mod tests {
         lat
     }
 
-    /// The request of call `n`: the first stalls 5 s, any later one answers in 5 ms.
-    fn stalls_first(n: u32) -> impl Future<Output = Result<u32, ()>> {
-        answer(if n == 1 { 5_000 } else { 5 }, n)
+    /// Milliseconds call `n` takes when the first stalls 5 s and any later one answers in 5 ms.
+    fn stalls_first(n: u32) -> u64 {
+        if n == 1 {
+            5_000
+        } else {
+            5
+        }
+    }
+
+    /// One hedged request whose call `n` answers `n` after `ms(n)` milliseconds: the answer,
+    /// and the calls made.
+    fn run(lat: &Latency, ms: impl Fn(u32) -> u64) -> (Result<u32, ()>, u32) {
+        let mut calls = 0u32;
+        let got = rt().block_on(hedged(lat, || {
+            calls += 1;
+            answer(ms(calls), calls)
+        }));
+        (got, calls)
     }
 
     /// A request that answers after `ms` (its number `n` picks the delay).
@@ -257,13 +273,8 @@ mod tests {
     fn a_stalled_request_is_answered_by_its_hedge() {
         let lat = measured(5);
         lat.requests.store(100, Relaxed);
-        let mut calls = 0u32;
         // The first call stalls 5 s; the hedge, sent after ~5 ms, answers in 5 ms.
-        let got = rt().block_on(hedged(&lat, || {
-            calls += 1;
-            stalls_first(calls)
-        }));
-        assert_eq!(got, Ok(2));
+        assert_eq!(run(&lat, stalls_first), (Ok(2), 2));
         assert_eq!(lat.hedged.load(Relaxed), 1);
     }
 
@@ -285,7 +296,7 @@ mod tests {
             };
             let request = hedged(&lat, || {
                 calls += 1;
-                stalls_first(calls)
+                answer(stalls_first(calls), calls)
             });
             futures::pin_mut!(release, request);
             match futures::future::select(request, release).await {
@@ -304,26 +315,18 @@ mod tests {
         // A tenth of the requests were hedged already: none more at the p95...
         lat.requests.store(999, Relaxed);
         lat.hedged.store(100, Relaxed);
-        let mut calls = 0u32;
         // ... but a request still unanswered at four times it is (it stalls 5 s).
-        let got = rt().block_on(hedged(&lat, || {
-            calls += 1;
-            stalls_first(calls)
-        }));
-        assert_eq!((got, lat.hedged.load(Relaxed)), (Ok(2), 101));
+        assert_eq!(run(&lat, stalls_first), (Ok(2), 2));
+        assert_eq!(lat.hedged.load(Relaxed), 101);
     }
 
     #[test]
     fn a_hedge_that_stalls_too_gets_one_more() {
         let lat = measured(5);
         lat.requests.store(1000, Relaxed);
-        let mut calls = 0u32;
         // The first request and its hedge both stall 5 s; the third answers in 5 ms.
-        let got = rt().block_on(hedged(&lat, || {
-            calls += 1;
-            answer(if calls <= 2 { 5_000 } else { 5 }, calls)
-        }));
-        assert_eq!((got, lat.hedged.load(Relaxed)), (Ok(3), 2));
+        let got = run(&lat, |n| if n <= 2 { 5_000 } else { 5 });
+        assert_eq!((got, lat.hedged.load(Relaxed)), ((Ok(3), 3), 2));
     }
 
     #[test]
@@ -332,12 +335,7 @@ mod tests {
         // 10 requests so far, one hedge already spent: the next slow one is not hedged.
         lat.requests.store(9, Relaxed);
         lat.hedged.store(1, Relaxed);
-        let mut calls = 0u32;
-        let got = rt().block_on(hedged(&lat, || {
-            calls += 1;
-            answer(30, calls)
-        }));
-        assert_eq!((got, calls), (Ok(1), 1));
+        assert_eq!(run(&lat, |_| 30), (Ok(1), 1));
     }
 
     #[test]

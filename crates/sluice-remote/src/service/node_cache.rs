@@ -75,19 +75,19 @@ impl NodeCache {
         NodeCache::open(&dir, limit).map(Some)
     }
 
-    /// The record's file, when it holds one (an object-cache entry has an ETag: not a record).
-    fn lookup(&self, prefix: &str, index: u64) -> Option<sluice_io::store::disk::Cached> {
-        self.disk.lookup(&name(prefix, index), |v| v.etag.is_none())
-    }
-
-    /// Whether the record of `prefix` for source `index` is here (not counted as a read).
+    /// Whether the record of `prefix` for source `index` seems to be here (not counted as a
+    /// read): its file exists. Opening and checking it is left to [`NodeCache::get`], which
+    /// the worker calls next — a file that fails that check is a miss there, and the record
+    /// is computed.
     pub fn has(&self, prefix: &str, index: u64) -> bool {
-        self.lookup(prefix, index).is_some()
+        self.disk.holds(&name(prefix, index))
     }
 
     /// The record of `prefix` for source `index`, if it is here.
     pub fn get(&self, prefix: &str, index: u64) -> Option<Vec<u8>> {
-        let got = self.lookup(prefix, index).and_then(|c| c.read_all().ok());
+        // An object-cache entry has an ETag: not a record.
+        let got = (self.disk.lookup(&name(prefix, index), |v| v.etag.is_none()))
+            .and_then(|c| c.read_all().ok());
         let counter = if got.is_some() {
             &self.hits
         } else {

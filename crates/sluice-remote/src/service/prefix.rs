@@ -79,6 +79,12 @@ struct Costs {
     shard_asks: u64,
 }
 
+/// Whether reading (`read` seconds per record) is measured no cheaper than computing
+/// (`compute`) by the margin caching needs; `None` until both are known.
+fn dearer(read: Option<f64>, compute: Option<f64>) -> Option<bool> {
+    Some(1.2 * read? >= compute?)
+}
+
 fn ewma(old: Option<f64>, new: f64) -> Option<f64> {
     Some(old.map_or(new, |o| 0.8 * o + 0.2 * new))
 }
@@ -139,12 +145,7 @@ impl PrefixRunner {
     pub fn use_cache(&self) -> bool {
         let mut c = self.costs();
         c.chunks += 1;
-        match (c.compute_s, c.read_s) {
-            (Some(compute), Some(read)) if 1.2 * read >= compute => {
-                c.chunks.is_multiple_of(PROBE_EVERY)
-            }
-            _ => true,
-        }
+        dearer(c.read_s, c.compute_s) != Some(true) || c.chunks.is_multiple_of(PROBE_EVERY)
     }
 
     /// Whether this chunk should ask the cache shards for the records the node tier does not
@@ -152,8 +153,8 @@ impl PrefixRunner {
     /// the node's disk costs tens of µs, one through a shard a Ray call and a transfer between
     /// object stores, which can cost more than computing it again. Yes until a shard read is
     /// known to cost more than a computation, or the shards are seen to hold almost nothing
-    /// asked of them; then once every [`PROBE_EVERY`] chunks, to measure again. Without a node tier the shards are the cache, and [`Self::use_cache`]
-    /// decides alone.
+    /// asked of them; then once every [`PROBE_EVERY`] chunks, to measure again. Without a
+    /// node tier the shards are the cache, and [`Self::use_cache`] decides alone.
     pub fn use_shards(&self) -> bool {
         let mut c = self.costs();
         c.shard_chunks += 1;
@@ -162,7 +163,7 @@ impl PrefixRunner {
 
     /// Whether records made here should be stored in the shards as well as on the node:
     /// [`Self::use_shards`]'s answer without counting a chunk.
-    pub fn shards_pay(&self) -> bool {
+    fn shards_pay(&self) -> bool {
         !shards_cost_more(&self.costs())
     }
 
@@ -281,10 +282,8 @@ impl PrefixRunner {
         if hits > 0 && 2 * hits >= asked {
             c.read_s = ewma(c.read_s, fetch_s / asked as f64 + decode_s / hits as f64);
         }
-        let pays = match (c.compute_s, c.read_s) {
-            (Some(compute), Some(read)) => compute > 1.2 * read,
-            _ => worth_caching(compute_s, record_bytes),
-        };
+        let pays = dearer(c.read_s, c.compute_s)
+            .map_or_else(|| worth_caching(compute_s, record_bytes), |dear| !dear);
         drop(c);
         if !pays {
             made.clear();
@@ -306,10 +305,8 @@ const SHARD_ASKS_JUDGED: u64 = 32;
 /// what they were asked (every node's tier already holds what its workers need, as when the
 /// nodes share a disk): storing records there is then a transfer nobody reads.
 fn shards_cost_more(c: &Costs) -> bool {
-    let dearer =
-        matches!((c.compute_s, c.shard_s), (Some(compute), Some(shard)) if 1.2 * shard >= compute);
     let unread = c.shard_asks >= SHARD_ASKS_JUDGED && c.shard_found.is_some_and(|f| f < 0.05);
-    dearer || unread
+    dearer(c.shard_s, c.compute_s) == Some(true) || unread
 }
 
 /// The local files and directories a source spec names, with their size and modification

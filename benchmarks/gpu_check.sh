@@ -6,7 +6,7 @@
 #   3. installs sluice: a wheel carried in dist/ (`make wheel` on the build machine; the device
 #      tool's `carry: ["dist"]`), else the one that Python has, else builds the extension with
 #      maturin (needs cargo),
-#   4. runs the GPU tests (tests/python/test_device_normalize.py and the torch adapter tests:
+#   4. runs the GPU tests (test_device_normalize.py, test_pinned.py and the torch adapter tests:
 #      CUDA cases skip on a machine without one and run here),
 #   5. runs benchmarks/gpu_feed.py: ResNet-50 bf16 channels_last fed by sluice float32, sluice
 #      uint8 + normalise on the device, DataLoader + torchvision, and the model alone; then the
@@ -59,8 +59,8 @@ fi
 "$PY" -c "import sluice; print('sluice', sluice.__version__)" || exit 1
 
 # 4. Tests: CUDA cases run here, the rest as on any machine.
-timeout 240 "$PY" -m pytest -q -p no:cacheprovider tests/python/test_device_normalize.py \
-  tests/python/test_torch.py -k "normalize or iter_torch" > "$OUT/pytest.txt" 2>&1
+timeout 240 "$PY" -m pytest -q -p no:cacheprovider tests/python/test_device_normalize.py tests/python/test_pinned.py \
+  tests/python/test_torch.py -k "normalize or iter_torch or pin or cuda" > "$OUT/pytest.txt" 2>&1
 echo "gpu_check: tests rc=$? ($(tail -1 "$OUT/pytest.txt"))"
 
 # 5. The benchmark (4 loaders + the thread curve, ~SECONDS_PER_ROW each).

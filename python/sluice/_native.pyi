@@ -49,6 +49,16 @@ def elastic_state_json(states: list[str]) -> str: ...
 def cli_main(argv: list[str]) -> int:
     """Runs the ``sluice`` command line (crates/sluice-cli) on ``argv`` (program name first)
     without the GIL and returns its exit status: 0, 1 (the pipeline failed) or 2 (usage)."""
+class PinGuard:
+    """Batch buffers are page-locked while this is open."""
+    def close(self) -> None: ...
+    def __enter__(self) -> "PinGuard": ...
+    def __exit__(self, *exc: object) -> None: ...
+
+def pin_buffers(pinner: str | tuple[int, int]) -> PinGuard:
+    """Page-lock batch buffers: "mlock", or the addresses of cudaHostRegister and cudaHostUnregister."""
+def pin_stats() -> dict[str, int]:
+    """locked, locked_bytes, locks, unlocks, failed, last_error."""
 def join_stopped() -> bool:
     """Waits (up to 10 s) for the workers of runs an error or Ctrl-C ended while they were in
     a call; called at interpreter exit. False if some were still running."""

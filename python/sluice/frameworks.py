@@ -152,9 +152,11 @@ class FrameworksMixin:
         numpy fields become tensors sharing their memory (``torch.from_numpy``: no copy);
         ``dtypes`` casts fields (``{"image": torch.float16}``); strings and ragged lists
         stay lists. On a CUDA device, batches are copied ``prefetch`` ahead on a side CUDA
-        stream with ``non_blocking`` copies (from pinned host memory with ``pin_memory=True``),
-        so the copies overlap the training step; the current stream waits for each batch's
-        copy before it is yielded. ``seed``, ``epoch`` and the rest are ``iter``'s (a call
+        stream with ``non_blocking`` copies, so the copies overlap the training step; the
+        current stream waits for each batch's copy before it is yielded. With
+        ``pin_memory=True`` the engine writes each batch (its float32 and uint8 fields of
+        1 MiB or more) straight into page-locked buffers it recycles, so no ``pin_memory()``
+        copy comes first; a buffer goes back to the engine once its copy is done. ``seed``, ``epoch`` and the rest are ``iter``'s (a call
         without ``epoch`` is the next epoch).
 
         ``normalize=(mean, std)`` (or ``{field: (mean, std)}``; the field defaults to
@@ -176,13 +178,19 @@ class FrameworksMixin:
         _int("prefetch", prefetch, 0)
         specs = normalize_spec(normalize, "iter_torch_batches")
         torch_side = _pytorch()
-        it = self.iter(seed, epoch, **iter_kwargs)
+        # Before the run starts: its first batch buffers are already page-locked.
+        pinned = torch_side.pin_batches(device, bool(pin_memory))
         try:
-            yield from torch_side.iter_torch_batches(
-                it, device, dict(dtypes or {}), bool(pin_memory), prefetch, specs
-            )
+            it = self.iter(seed, epoch, **iter_kwargs)
+            try:
+                yield from torch_side.iter_torch_batches(
+                    it, device, dict(dtypes or {}), bool(pin_memory), prefetch, specs
+                )
+            finally:
+                it.close()
         finally:
-            it.close()
+            if pinned is not None:
+                pinned.close()
 
     def iter_jax(
         self,

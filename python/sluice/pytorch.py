@@ -313,6 +313,10 @@ def iter_torch_batches(
     # so the copies overlap the training step running on the current stream.
     stream = torch.cuda.Stream(device=device)
     ahead: collections.deque = collections.deque()
+    # Host batches whose copies may still be running: a copy from page-locked memory reads
+    # it after `send` returns, and the engine writes a later batch into the same buffer as
+    # soon as it is freed, so it is held until its copy is done.
+    held: collections.deque = collections.deque()
 
     def send(batch: dict) -> tuple:
         check_images(batch, specs, "iter_torch_batches")
@@ -321,21 +325,74 @@ def iter_torch_batches(
             out = {}
             for k, v in host.items():
                 if isinstance(v, torch.Tensor):
-                    out[k] = (v.pin_memory() if pin_memory else v).to(device, non_blocking=True)
+                    if pin_memory and not v.is_pinned():
+                        # Not in the engine's page-locked ring (a field under 1 MiB, a cast
+                        # on the host): copied into pinned memory here.
+                        v = v.pin_memory()
+                    out[k] = v.to(device, non_blocking=True)
                 else:
                     out[k] = v
             # uint8 crossed the bus; the floats are made on the device, on the side stream.
             _normalized(out, on_device, dtypes)
             done = torch.cuda.Event()
             done.record(stream)
-        return out, done
+        return out, done, host
 
-    for batch in batches:
-        ahead.append(send(batch))
-        if len(ahead) > prefetch:
-            yield _receive(*ahead.popleft())
-    while ahead:
-        yield _receive(*ahead.popleft())
+    def receive(out: dict, done: Any, host: dict) -> dict:
+        held.append((done, host))
+        while held and (len(held) > prefetch + 1 or held[0][0].query()):
+            held.popleft()[0].synchronize()
+        return _receive(out, done)
+
+    try:
+        for batch in batches:
+            ahead.append(send(batch))
+            if len(ahead) > prefetch:
+                yield receive(*ahead.popleft())
+        while ahead:
+            yield receive(*ahead.popleft())
+    finally:
+        # Stopped early (a `break`): no host buffer goes back while a copy still reads it.
+        for done, _ in held:
+            done.synchronize()
+        for _, done, _ in ahead:
+            done.synchronize()
+
+
+def cuda_pinner() -> "tuple[int, int] | None":
+    """The addresses of ``cudaHostRegister`` and ``cudaHostUnregister`` in the CUDA runtime
+    torch loaded, for the engine to page-lock its batch buffers with
+    (``sluice._native.pin_buffers``); ``None`` when this process has no such shared library
+    (a torch that links the runtime statically, a system without ``/proc``)."""
+    import ctypes
+
+    torch.cuda.init()
+    try:
+        with open("/proc/self/maps") as maps:
+            path = next((line.split()[-1] for line in maps if "/libcudart" in line), None)
+    except OSError:
+        return None
+    if path is None:
+        return None
+    lib = ctypes.CDLL(path)
+    return tuple(ctypes.cast(f, ctypes.c_void_p).value for f in (lib.cudaHostRegister, lib.cudaHostUnregister))
+
+
+def pin_batches(device: Any, pin_memory: bool) -> Any:
+    """For a CUDA ``device`` with ``pin_memory``: a guard under which the engine writes batches
+    straight into page-locked buffers it recycles (``sluice.recycle``'s ring), so the copy to
+    the device needs no ``pin_memory()`` copy first; ``None`` otherwise, or where the CUDA
+    runtime cannot be found (then the batches are copied into pinned memory as before)."""
+    if not pin_memory or device is None or torch.device(device).type != "cuda" or not torch.cuda.is_available():
+        return None
+    from . import _native
+
+    pinner = cuda_pinner()
+    if pinner is None:
+        warnings.warn("iter_torch_batches: no shared CUDA runtime (libcudart) in this process; batches are "
+                      "copied into pinned memory instead of written there", stacklevel=4)
+        return None
+    return _native.pin_buffers(pinner)
 
 
 def _receive(out: dict, done: Any) -> dict:

@@ -280,8 +280,10 @@ fn stack_tensors(column: &[&Value]) -> Result<Option<Tensor>> {
     }
     let per = first.data().len();
     let mut data = match dtype {
-        // Float32 batches are what the consumer frees and gives back (crate::recycle).
+        // Float32 and uint8 batches are what the consumer frees and gives back
+        // (crate::recycle), page-locked while a device consumes them.
         DType::F32 => TensorData::F32(crate::recycle::take_f32(per * column.len())),
+        DType::U8 => TensorData::U8(crate::recycle::take_u8(per * column.len())),
         _ => TensorData::with_capacity(dtype, per * column.len()),
     };
     for v in column {

@@ -25,34 +25,54 @@ fn array<'py, T: numpy::Element>(
     Ok(a.into_pyarray(py).into_any())
 }
 
-/// A float32 buffer numpy views, handed back to [`sluice::recycle`] when numpy frees the
-/// array: the next batch is written into memory already mapped, where a fresh buffer has
-/// each of its pages zeroed by the kernel first.
+/// A batch buffer numpy views, handed back to [`sluice::recycle`] when numpy frees the
+/// array: the next batch is written into memory already mapped (where a fresh buffer has
+/// each of its pages zeroed by the kernel first), and already page-locked when a device
+/// consumes the batches ([`sluice::recycle::pinned`]).
 #[pyclass(frozen, module = "sluice._native")]
 struct Recycled {
-    data: Vec<f32>,
+    data: Buffer,
+}
+
+/// The element types [`sluice::recycle`] keeps.
+enum Buffer {
+    F32(Vec<f32>),
+    U8(Vec<u8>),
 }
 
 impl Drop for Recycled {
     fn drop(&mut self) {
-        sluice::recycle::give_f32(std::mem::take(&mut self.data));
+        match &mut self.data {
+            Buffer::F32(v) => sluice::recycle::give_f32(std::mem::take(v)),
+            Buffer::U8(v) => sluice::recycle::give_u8(std::mem::take(v)),
+        }
     }
 }
 
-/// A float32 batch buffer as a numpy array over it, the buffer going back to
-/// [`sluice::recycle`] when the array is freed.
+/// A batch buffer as a numpy array over it, the buffer going back to [`sluice::recycle`]
+/// when the array is freed.
 fn recycled_array<'py>(
     py: Python<'py>,
     shape: &[usize],
-    v: Vec<f32>,
+    data: Buffer,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let owner = Bound::new(py, Recycled { data: v })?;
-    let view = numpy::ndarray::ArrayViewD::from_shape(IxDyn(shape), &owner.get().data)
-        .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))?;
+    let owner = Bound::new(py, Recycled { data })?;
+    let base = owner.clone().into_any();
+    let bad =
+        |e: numpy::ndarray::ShapeError| pyo3::exceptions::PyValueError::new_err(e.to_string());
     // SAFETY: the array's base is `owner`, which holds the buffer unchanged until numpy
     // drops it (the buffer is never reallocated: `Recycled` is frozen).
-    let array = unsafe { PyArrayDyn::borrow_from_array(&view, owner.clone().into_any()) };
-    Ok(array.into_any())
+    let array = match &owner.get().data {
+        Buffer::F32(v) => {
+            let view = numpy::ndarray::ArrayViewD::from_shape(IxDyn(shape), v).map_err(bad)?;
+            unsafe { PyArrayDyn::borrow_from_array(&view, base) }.into_any()
+        }
+        Buffer::U8(v) => {
+            let view = numpy::ndarray::ArrayViewD::from_shape(IxDyn(shape), v).map_err(bad)?;
+            unsafe { PyArrayDyn::borrow_from_array(&view, base) }.into_any()
+        }
+    };
+    Ok(array)
 }
 
 /// A value as a Python object.
@@ -75,6 +95,9 @@ pub fn value_to_py(py: Python<'_>, v: Value) -> PyResult<Bound<'_, PyAny>> {
             let (shape, data) = t.into_parts();
             match data {
                 TensorData::Bool(v) => array(py, &shape, v)?,
+                TensorData::U8(v) if sluice::recycle::worth_keeping::<u8>(v.capacity()) => {
+                    recycled_array(py, &shape, Buffer::U8(v))?
+                }
                 TensorData::U8(v) => array(py, &shape, v)?,
                 TensorData::I8(v) => array(py, &shape, v)?,
                 TensorData::U16(v) => array(py, &shape, v)?,
@@ -83,8 +106,8 @@ pub fn value_to_py(py: Python<'_>, v: Value) -> PyResult<Bound<'_, PyAny>> {
                 TensorData::I32(v) => array(py, &shape, v)?,
                 TensorData::U64(v) => array(py, &shape, v)?,
                 TensorData::I64(v) => array(py, &shape, v)?,
-                TensorData::F32(v) if sluice::recycle::worth_keeping(v.capacity()) => {
-                    recycled_array(py, &shape, v)?
+                TensorData::F32(v) if sluice::recycle::worth_keeping::<f32>(v.capacity()) => {
+                    recycled_array(py, &shape, Buffer::F32(v))?
                 }
                 TensorData::F32(v) => array(py, &shape, v)?,
                 TensorData::F64(v) => array(py, &shape, v)?,

@@ -14,6 +14,7 @@ mod metrics;
 mod mix;
 mod optimizer;
 mod options;
+mod pinned;
 mod placement;
 mod relational;
 mod remote;
@@ -51,6 +52,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     metrics::register(m)?;
     relational::register(m)?;
     placement::register(m)?;
+    pinned::register(m)?;
     remote::register(m)?;
     service::register(m)?;
     m.add("SluiceError", m.py().get_type::<errors::SluiceError>())?;

@@ -6,11 +6,12 @@
 #   3. installs sluice: a wheel carried in dist/ (`make wheel` on the build machine; the device
 #      tool's `carry: ["dist"]`), else the one that Python has, else builds the extension with
 #      maturin (needs cargo),
-#   4. runs the GPU tests (test_device_normalize.py, test_pinned.py and the torch adapter tests:
+#   4. runs the GPU tests (test_device_normalize.py, test_pinned.py, test_device_decode.py and the torch adapter tests:
 #      CUDA cases skip on a machine without one and run here),
 #   5. runs benchmarks/gpu_feed.py: ResNet-50 bf16 channels_last fed by sluice float32, sluice
-#      uint8 + normalise on the device, DataLoader + torchvision, and the model alone; then the
-#      1..cores thread curve of the uint8 path.
+#      uint8 + normalise on the device (both the CPU decode path with the pinned ring), sluice
+#      GPU decode (nvJPEG), DataLoader + torchvision, DALI (when it installs), and the model
+#      alone; then the 1..cores host-thread curves of the CPU path and the GPU decode path.
 # Everything it writes goes under $OUT (default ./gpu-check-out): log.txt, machine.txt,
 # pytest.txt, gpu_feed.{md,json}. A step that cannot run says why in log.txt and the rest go on.
 #
@@ -20,7 +21,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-check-out}
 DEVICE=${GPU_CHECK_DEVICE:-cuda}
-SECONDS_PER_ROW=${GPU_CHECK_SECONDS:-20}
+SECONDS_PER_ROW=${GPU_CHECK_SECONDS:-10}
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/log.txt") 2>&1
 echo "gpu_check: $(date -u +%FT%TZ), device=$DEVICE, tree at $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
@@ -58,9 +59,17 @@ else
 fi
 "$PY" -c "import sluice; print('sluice', sluice.__version__)" || exit 1
 
+# DALI, the anchor, if it installs from the registries (its wheels are on PyPI per CUDA major).
+if [ "$DEVICE" = cuda ] && ! "$PY" -c "import nvidia.dali" 2>/dev/null; then
+  for pkg in nvidia-dali-cuda130 nvidia-dali-cuda120; do
+    timeout 150 "$PY" -m pip install -q "$pkg" 2>/dev/null && "$PY" -c "import nvidia.dali" 2>/dev/null && { echo "gpu_check: installed $pkg"; break; }
+  done
+fi
+
 # 4. Tests: CUDA cases run here, the rest as on any machine.
 timeout 240 "$PY" -m pytest -q -p no:cacheprovider tests/python/test_device_normalize.py tests/python/test_pinned.py \
-  tests/python/test_torch.py -k "normalize or iter_torch or pin or cuda" > "$OUT/pytest.txt" 2>&1
+  tests/python/test_device_decode.py tests/python/test_torch.py -k "normalize or iter_torch or pin or cuda or device" \
+  > "$OUT/pytest.txt" 2>&1
 echo "gpu_check: tests rc=$? ($(tail -1 "$OUT/pytest.txt"))"
 
 # 5. The benchmark (4 loaders + the thread curve, ~SECONDS_PER_ROW each).

@@ -6,10 +6,15 @@ Loaders (each in a fresh process, a window of ``--seconds`` after ``--warmup`` s
 
 * ``model alone``: one batch on the device, reused — the ceiling;
 * ``sluice float32``: decode → random_resized_crop(224) → flip → normalize on the host,
-  ``iter_torch_batches(device, pin_memory=True)``;
+  ``iter_torch_batches(device, pin_memory=True, decode_on_device=False)`` — batches written
+  straight into the engine's page-locked ring;
 * ``sluice uint8 + device normalize``: the same stopped before ``normalize``,
-  ``iter_torch_batches(device, pin_memory=True, normalize=(mean, std))`` — a quarter of the bytes
-  over PCIe;
+  ``iter_torch_batches(device, pin_memory=True, normalize=(mean, std), decode_on_device=False)``
+  — a quarter of the bytes over PCIe;
+* ``sluice GPU decode``: the same with ``decode_on_device=True``: the host reads the files and
+  draws the crops, nvJPEG decodes and the device crops, flips and normalises;
+* ``DALI``: ``fn.decoders.image_random_crop(device="mixed")`` → resize → crop_mirror_normalize,
+  when ``nvidia.dali`` imports (gpu_check.sh tries to install it);
 * ``DataLoader + torchvision``: ``ImageFolder`` with RandomResizedCrop, flip, ToTensor,
   Normalize, ``num_workers`` processes, ``pin_memory=True``.
 
@@ -38,7 +43,8 @@ sys.path.insert(0, str(HERE))
 from peers.common import tree_cpu_seconds  # noqa: E402
 ROOT = HERE.parent
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
-LOADERS = ("model alone", "sluice float32", "sluice uint8 + device normalize", "DataLoader + torchvision")
+LOADERS = ("model alone", "sluice float32", "sluice uint8 + device normalize", "DataLoader + torchvision",
+           "sluice GPU decode", "DALI")
 
 
 def make_images(root: Path, n: int) -> Path:
@@ -86,10 +92,13 @@ def batches(loader: str, data: Path, device, batch: int, threads: int, workers: 
         b = next(sluice_cv(True).iter_torch_batches(device=device))
         return itertools.repeat(b)
     if loader == LOADERS[1]:
-        return sluice_cv(True).iter_torch_batches(device=device, pin_memory=cuda, num_threads=threads)
-    if loader == LOADERS[2]:
+        return sluice_cv(True).iter_torch_batches(device=device, pin_memory=cuda, num_threads=threads,
+                                                  decode_on_device=False)
+    if loader in (LOADERS[2], LOADERS[4]):
         return sluice_cv(False).iter_torch_batches(device=device, pin_memory=cuda, num_threads=threads,
-                                                   normalize=(MEAN, STD))
+                                                   normalize=(MEAN, STD), decode_on_device=loader == LOADERS[4])
+    if loader == LOADERS[5]:
+        return dali(data, batch, threads)
     import torchvision
     import torchvision.transforms as T
 
@@ -102,6 +111,34 @@ def batches(loader: str, data: Path, device, batch: int, threads: int, workers: 
         while True:
             for x, y in dl:
                 yield {"image": x.to(device, non_blocking=True), "label": y.to(device, non_blocking=True)}
+
+    return forever()
+
+
+def dali(data: Path, batch: int, threads: int):
+    """DALI's own ImageNet-style pipeline: the file reader, the mixed (nvJPEG, hardware where
+    there is one) decoder fused with the random crop, resize, mirror and normalise on the GPU."""
+    from nvidia.dali import fn, pipeline_def, types
+    from nvidia.dali.plugin.pytorch import DALIGenericIterator
+
+    @pipeline_def(batch_size=batch, num_threads=threads, device_id=0)
+    def pipe():
+        jpegs, labels = fn.readers.file(file_root=str(data), random_shuffle=True, name="Reader")
+        images = fn.decoders.image_random_crop(jpegs, device="mixed", output_type=types.RGB)
+        images = fn.resize(images, resize_x=224, resize_y=224)
+        images = fn.crop_mirror_normalize(images, dtype=types.FLOAT, output_layout="CHW",
+                                          mean=[m * 255 for m in MEAN], std=[s * 255 for s in STD],
+                                          mirror=fn.random.coin_flip(probability=0.5))
+        return images, labels
+
+    p = pipe()
+    p.build()
+    it = DALIGenericIterator(p, ["image", "label"], reader_name="Reader", auto_reset=True)
+
+    def forever():
+        while True:
+            for b in it:
+                yield {"image": b[0]["image"], "label": b[0]["label"].squeeze(-1).long()}
 
     return forever()
 
@@ -149,8 +186,18 @@ def child(a: argparse.Namespace) -> dict:
                 break
     elapsed, spent = time.perf_counter() - t0, cpu() - c0
     images = steps * a.batch
-    return {"images_per_s": images / elapsed, "wait_share": waited / elapsed, "cpu_s_per_image": spent / images,
-            "steps": steps}
+    out = {"images_per_s": images / elapsed, "wait_share": waited / elapsed, "cpu_s_per_image": spent / images,
+           "steps": steps}
+    if a.child.startswith("sluice"):
+        from sluice import _native
+
+        # Batches written straight into page-locked buffers: how many were locked, and failures.
+        out["pinned"] = _native.pin_stats()
+    return out
+
+
+def dali_installed() -> bool:
+    return subprocess.run([sys.executable, "-c", "import nvidia.dali"], capture_output=True).returncode == 0
 
 
 def run_child(a: argparse.Namespace, loader: str, threads: int) -> dict:
@@ -187,13 +234,20 @@ def main(argv=None) -> int:
     top = max(curve)
     rows = []
     for loader in LOADERS:
+        if loader == "DALI" and not dali_installed():
+            rows.append({"loader": loader, "threads": top, "error": "nvidia.dali does not import here"})
+            continue
+        if loader == "sluice GPU decode" and a.device != "cuda":
+            continue
         r = run_child(a, loader, top)
         rows.append({"loader": loader, "threads": top, **r})
         print(json.dumps(rows[-1]), flush=True)
-    for t in curve[:-1] if len(curve) > 1 else []:
-        r = run_child(a, LOADERS[2], t)
-        rows.append({"loader": f"{LOADERS[2]} (curve)", "threads": t, **r})
-        print(json.dumps(rows[-1]), flush=True)
+    # The host threads each path needs: the CPU path's curve, and the GPU decode's.
+    for loader in (LOADERS[2], LOADERS[4]) if a.device == "cuda" else (LOADERS[2],):
+        for t in curve[:-1] if len(curve) > 1 else []:
+            r = run_child(a, loader, t)
+            rows.append({"loader": f"{loader} (curve)", "threads": t, **r})
+            print(json.dumps(rows[-1]), flush=True)
     import torch
 
     dev = torch.cuda.get_device_name(0) if a.device == "cuda" and torch.cuda.is_available() else a.device

@@ -154,6 +154,7 @@ class Dataset:
         time_ops: bool = False,
         optimize_json: str | None = None,
         memory_limit: int | None = None,
+        device_decode: bool = False,
     ) -> Iterator:
         """Starts a run at ``epoch`` (crates/sluice-py/src/options.rs). ``processes``: every Python stage
         on that many worker processes. ``ray_factory`` (a Ray context's ``_pool``) makes the

@@ -410,6 +410,7 @@ class Dataset(FormatsMixin, InspectMixin, FrameworksMixin):  # write_*/to_arrow;
         on_stats: "Callable[[Stats], Any] | None" = None,
         stats_interval: float = 10.0,
         memory_limit: "int | str | bool | None" = None,
+        device_decode: bool = False,
     ) -> "Iterator":
         """Starts an iteration at ``epoch``: its permutations and augmentation draws are
         epoch ``epoch``'s, derived from (seed, epoch). ``epoch=None`` (and ``for … in ds``)
@@ -448,7 +449,12 @@ class Dataset(FormatsMixin, InspectMixin, FrameworksMixin):  # write_*/to_arrow;
         ``False`` no cap): the source holds chunks back while the next would not fit, so
         queues hold less when samples are big; ``stats()`` says how long it held and the
         peak it saw, and a warning at the end of the iteration says when the cap cost
-        throughput."""
+        throughput.
+        ``device_decode=True`` says the consumer decodes images on its GPU (what
+        ``iter_torch_batches(decode_on_device=...)`` sets): a ``decode`` +
+        ``random_resized_crop`` (+ ``horizontal_flip``) whose pixels nothing reads before the
+        batch then leave the field's encoded bytes in the batch, and ``<field>_draws`` the
+        crop box and flip the host would have drawn."""
         live = None
         if stats_port is not None or on_stats is not None:
             if on_stats is not None and not callable(on_stats):
@@ -482,6 +488,7 @@ class Dataset(FormatsMixin, InspectMixin, FrameworksMixin):  # write_*/to_arrow;
             **({} if fuse_ops else {"fuse_ops": False}),
             **({} if options is None else {"optimize_json": options.to_json()}),
             **({} if memory_limit is None else {"memory_limit": _memory_limit(memory_limit)}),
+            **({"device_decode": True} if device_decode else {}),
             epoch=self._next_epoch if epoch is None else epoch,
         )
         if epoch is None:

@@ -146,6 +146,7 @@ class FrameworksMixin:
         pin_memory: bool = False,
         prefetch: int = 2,
         normalize: Any = None,
+        decode_on_device: "bool | str" = "auto",
         **iter_kwargs: Any,
     ) -> Iterator[dict]:
         """Batches as dicts of ``torch.Tensor`` on ``device`` (default CPU). On the CPU
@@ -166,6 +167,15 @@ class FrameworksMixin:
         the values ``sluice.image.normalize`` gives on the host. A CUDA copy then moves a
         quarter of the bytes; a ``dtypes`` cast of the field applies after it.
 
+        ``decode_on_device`` moves JPEG decoding to the device: the pipeline's ``decode`` +
+        ``random_resized_crop`` (+ the ``horizontal_flip`` after them), when nothing on the
+        host reads their pixels before the batch, leave the encoded images and the draws the
+        host would have made (the same crops and flips), and the batch is decoded (nvJPEG),
+        cropped, resized and flipped on ``device`` into uint8 ``[batch, H, W, C]``, then
+        normalised there with ``normalize=``. ``"auto"`` (the default): where ``device`` is a
+        GPU whose nvJPEG torchvision can drive; ``True`` forces it (on the CPU too, with
+        torchvision's CPU decoder); ``False`` keeps decoding on the host.
+
         >>> import sluice, torch
         >>> b = next(iter(sluice.range(6).batch(4).iter_torch_batches(dtypes={"id": torch.float32})))
         >>> b["id"]
@@ -177,11 +187,15 @@ class FrameworksMixin:
             raise TypeError(f"iter_torch_batches: dtypes must be a dict {{field: dtype}}, got {type(dtypes).__name__}")
         _int("prefetch", prefetch, 0)
         specs = normalize_spec(normalize, "iter_torch_batches")
+        if decode_on_device not in (True, False, "auto"):
+            raise ValueError(f"iter_torch_batches: decode_on_device must be True, False or 'auto', "
+                             f"got {decode_on_device!r}")
         torch_side = _pytorch()
+        on_device = torch_side.decodes_on_device(device, decode_on_device)
         # Before the run starts: its first batch buffers are already page-locked.
         pinned = torch_side.pin_batches(device, bool(pin_memory))
         try:
-            it = self.iter(seed, epoch, **iter_kwargs)
+            it = self.iter(seed, epoch, **iter_kwargs, **({"device_decode": True} if on_device else {}))
             try:
                 yield from torch_side.iter_torch_batches(
                     it, device, dict(dtypes or {}), bool(pin_memory), prefetch, specs

@@ -30,6 +30,8 @@ import numpy as np
 import torch
 import torch.utils.data as tud
 
+from . import _device_decode
+from ._device_decode import decode_batch, split_encoded
 from .frameworks import INV_255, check_images
 
 # Slots of the shared epoch record (a multiprocessing array every worker process sees).
@@ -271,6 +273,22 @@ def normalize_images(x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> 
     return x.permute(0, 3, 1, 2).to(torch.float32).mul_(float(INV_255)).sub_(mean).div_(std)
 
 
+def _host_part(batch: dict, specs: Mapping[str, tuple], host_dtypes: Mapping[str, Any]) -> tuple[dict, dict]:
+    """The batch's fields as host tensors, and apart the ones left encoded for the device
+    (``_device_decode.split_encoded``)."""
+    encoded = split_encoded(batch)
+    check_images(batch, {k: v for k, v in specs.items() if k not in encoded}, "iter_torch_batches")
+    return to_tensors(batch, {k: v for k, v in host_dtypes.items() if k not in encoded}), encoded
+
+
+def _decoded(out: dict, encoded: Mapping[str, tuple], device: Any, dtypes: Mapping[str, Any],
+             specs: Mapping[str, tuple]) -> None:
+    for k, (images, draws) in encoded.items():
+        t = decode_batch(images, draws, device)
+        # A normalised field is cast after it is normalised (`_normalized`).
+        out[k] = t.to(dtypes[k]) if k in dtypes and k not in specs else t
+
+
 def _normalized(out: dict, on_device: Mapping[str, tuple], dtypes: Mapping[str, Any]) -> None:
     for k, (mean, std) in on_device.items():
         t = normalize_images(out[k], mean, std)
@@ -304,8 +322,8 @@ def iter_torch_batches(
     host_dtypes = {k: v for k, v in dtypes.items() if k not in specs}
     if not cuda:
         for batch in batches:
-            check_images(batch, specs, "iter_torch_batches")
-            out = to_tensors(batch, host_dtypes)
+            out, encoded = _host_part(batch, specs, host_dtypes)
+            _decoded(out, encoded, device, dtypes, specs)
             _normalized(out, on_device, dtypes)
             yield out
         return
@@ -319,8 +337,7 @@ def iter_torch_batches(
     held: collections.deque = collections.deque()
 
     def send(batch: dict) -> tuple:
-        check_images(batch, specs, "iter_torch_batches")
-        host = to_tensors(batch, host_dtypes)
+        host, encoded = _host_part(batch, specs, host_dtypes)
         with torch.cuda.stream(stream):
             out = {}
             for k, v in host.items():
@@ -332,7 +349,9 @@ def iter_torch_batches(
                     out[k] = v.to(device, non_blocking=True)
                 else:
                     out[k] = v
-            # uint8 crossed the bus; the floats are made on the device, on the side stream.
+            # Encoded images crossed the bus and are decoded there (nvJPEG); uint8 crossed
+            # it and the floats are made on the device; all on the side stream.
+            _decoded(out, encoded, device, dtypes, specs)
             _normalized(out, on_device, dtypes)
             done = torch.cuda.Event()
             done.record(stream)
@@ -376,6 +395,18 @@ def cuda_pinner() -> "tuple[int, int] | None":
         return None
     lib = ctypes.CDLL(path)
     return tuple(ctypes.cast(f, ctypes.c_void_p).value for f in (lib.cudaHostRegister, lib.cudaHostUnregister))
+
+
+def decodes_on_device(device: Any, asked: "bool | str") -> bool:
+    """Whether the batches are decoded on ``device`` (``iter_torch_batches(decode_on_device=)``):
+    forced with ``True``; with ``"auto"``, where ``device`` is a CUDA GPU that decodes JPEGs
+    (torchvision's nvJPEG, checked once)."""
+    if asked is True:
+        return True
+    if asked is False or device is None:
+        return False
+    device = torch.device(device)
+    return device.type == "cuda" and torch.cuda.is_available() and _device_decode.available(device)
 
 
 def pin_batches(device: Any, pin_memory: bool) -> Any:

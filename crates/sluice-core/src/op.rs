@@ -183,6 +183,15 @@ pub trait Op: Send + Sync + fmt::Debug {
     fn fused_second(&self) -> Option<u64> {
         None
     }
+    /// For a consumer that decodes images on its GPU ([`crate::plan::device`]): the op that
+    /// leaves this one's pixel work to the device and makes only its random draws (and
+    /// `next`'s, when it takes `next` in too: the returned `bool`), from the same generators,
+    /// so the device makes the crops the host would have. `None` (the default): the op's
+    /// work stays on the host.
+    fn device_draws(&self, next: Option<(&dyn Op, u64)>) -> Option<(OpRef, bool)> {
+        let _ = next;
+        None
+    }
     /// This op in a form that takes samples made by [`Sample::from_object`] and leaves its
     /// results as such objects, for when nothing after it reads their fields and the
     /// consumer takes objects (a Python function's dict then reaches the loop as the

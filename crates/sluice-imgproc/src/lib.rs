@@ -83,7 +83,8 @@ pub use color::{adjust_brightness, adjust_contrast, adjust_hue, adjust_saturatio
 pub use convert::rgb_to_l;
 pub use decode::{
     dct_denominator, decode, decode_for_crop, decode_resized_crop, decode_scaled, jpeg_dimensions,
-    sniff, DecodeOptions, DecodedForCrop, Format, Mode, DCT_MIN_RESIDUAL, DEFAULT_MAX_PIXELS,
+    jpeg_orientation, sniff, DecodeOptions, DecodedForCrop, Format, Mode, DCT_MIN_RESIDUAL,
+    DEFAULT_MAX_PIXELS,
 };
 pub use error::{ImageError, Result};
 pub use geometry::{

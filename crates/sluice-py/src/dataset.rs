@@ -301,7 +301,8 @@ impl PyDataset {
     /// `actors` says how many per stage (see [`RunArgs`]). `time_ops`: time each op as the
     /// run goes, for `run_profile`. `optimize_json`: `OptimizerOptions` for `optimize=True`
     /// (the facade's auto module; the iterator's `plan()` says which plan it runs).
-    #[pyo3(signature = (seed=0, num_threads=None, chunk_size=None, plan_json=None, processes=None, fuse_ops=true, ray_factory=None, actors=None, epoch=0, time_ops=false, optimize_json=None, memory_limit=None))]
+    /// `device_decode`: the consumer decodes and crops images on its GPU.
+    #[pyo3(signature = (seed=0, num_threads=None, chunk_size=None, plan_json=None, processes=None, fuse_ops=true, ray_factory=None, actors=None, epoch=0, time_ops=false, optimize_json=None, memory_limit=None, device_decode=false))]
     #[allow(clippy::too_many_arguments)]
     fn iter(
         &self,
@@ -318,6 +319,7 @@ impl PyDataset {
         time_ops: bool,
         optimize_json: Option<&str>,
         memory_limit: Option<u64>,
+        device_decode: bool,
     ) -> PyResult<PyIter> {
         let optimize = optimize_json
             .map(serde_json::from_str::<sluice::OptimizerOptions>)
@@ -328,6 +330,7 @@ impl PyDataset {
             columns: true,
             objects: true,
             row_batches: true,
+            device_decode,
             epoch,
             time_ops,
             ..RunArgs {

@@ -81,6 +81,7 @@ impl RunArgs<'_> {
             columns: false,
             objects: false,
             row_batches: false,
+            device_decode: false,
             time_ops: false,
             optimize: None,
             memory_limit: match self.memory_limit {

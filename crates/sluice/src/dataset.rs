@@ -62,6 +62,9 @@ pub struct IterOptions {
     pub objects: bool,
     /// The consumer takes rows of a columnar read in bulk ([`sluice_core::Consumer::rows`]).
     pub row_batches: bool,
+    /// The consumer decodes images on its GPU ([`sluice_core::Consumer::device_decode`]):
+    /// a decode + random_resized_crop it can do is left to it as draws.
+    pub device_decode: bool,
     /// Time each op as the run goes, for [`Dataset::run_profile`] to make a profile from.
     pub time_ops: bool,
     /// Profile, plan and run in one step with these optimizer options when no `plan` is
@@ -87,6 +90,7 @@ impl Default for IterOptions {
             columns: false,
             objects: false,
             row_batches: false,
+            device_decode: false,
             time_ops: false,
             optimize: None,
             memory_limit: sluice_core::exec::default_memory_limit(),
@@ -108,6 +112,7 @@ impl IterOptions {
                 objects: self.objects,
                 columns: self.columns,
                 rows: self.row_batches,
+                device_decode: self.device_decode,
             },
             timed: self.time_ops,
             elastic,
@@ -395,6 +400,7 @@ impl Dataset {
                 columns: false,
                 objects: false,
                 row_batches: false,
+                device_decode: false,
                 time_ops: false,
                 ..opts.clone()
             };

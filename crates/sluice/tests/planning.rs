@@ -301,3 +301,61 @@ fn physical_plans_are_what_they_were() {
     }
     assert_eq!(got.lines().count(), want.lines().count());
 }
+
+/// A consumer that decodes on its GPU: the decode and crop (and the flip after them) become
+/// their draws in every plan that keeps the pixels off the host, and in none that reads them.
+#[test]
+fn device_decode_leaves_decode_and_crop_to_the_consumer() {
+    let crops = |then: Option<OpRef>| {
+        let ds = Dataset::read_images(&[photos()], LabelMode::ParentDir).unwrap();
+        let ds = map(ds, op(r#"{"op":"image.decode"}"#));
+        let ds = map(ds, op(r#"{"op":"image.random_resized_crop","size":32}"#));
+        let ds = map(ds, op(r#"{"op":"image.horizontal_flip"}"#));
+        let ds = match then {
+            Some(o) => map(ds, o),
+            None => ds,
+        };
+        ds.batch(4, false).unwrap()
+    };
+    let gpu = IterOptions {
+        objects: true,
+        columns: true,
+        row_batches: true,
+        device_decode: true,
+        ..Default::default()
+    };
+    let plan = |ds: &Dataset, opts: &IterOptions| ds.physical_plan(opts).unwrap().to_string();
+    for opts in [
+        gpu.clone(),
+        IterOptions {
+            fuse_ops: false,
+            ..gpu.clone()
+        },
+        IterOptions {
+            num_threads: Some(0),
+            ..gpu.clone()
+        },
+    ] {
+        let p = plan(&crops(None), &opts);
+        assert!(p.contains("device_draws"), "{p}");
+        assert!(
+            !p.contains("horizontal_flip") && !p.contains("random_resized_crop"),
+            "{p}"
+        );
+    }
+    // Not asked, timed, or the pixels read on the host (a Python function, a jitter).
+    let timed = IterOptions {
+        time_ops: true,
+        ..gpu.clone()
+    };
+    let jitter = op(r#"{"op":"image.color_jitter","brightness":0.2}"#);
+    for (ds, opts) in [
+        (crops(None), IterOptions::default()),
+        (crops(None), timed),
+        (crops(Some(Arc::new(Py("augment")))), gpu.clone()),
+        (crops(Some(jitter)), gpu.clone()),
+    ] {
+        let p = plan(&ds, &opts);
+        assert!(!p.contains("device_draws"), "{p}");
+    }
+}

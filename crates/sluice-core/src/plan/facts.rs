@@ -33,6 +33,9 @@ pub struct Consumer {
     pub columns: bool,
     /// Rows of a columnar read in bulk ([`crate::plan::rows`]).
     pub rows: bool,
+    /// It decodes images on its GPU: a decode and crop whose pixels nothing on the host
+    /// reads become their draws ([`crate::plan::device`]).
+    pub device_decode: bool,
 }
 
 impl Consumer {
@@ -41,6 +44,7 @@ impl Consumer {
         objects: true,
         columns: true,
         rows: true,
+        device_decode: false,
     };
 }
 

@@ -1,5 +1,6 @@
 //! Logical plans (what the user wrote), physical plans (how it runs) and the lowering between.
 
+pub mod device;
 pub mod facts;
 pub mod fuse;
 pub mod insert_shard;

@@ -199,6 +199,18 @@ pub fn jpeg_dimensions(bytes: &[u8]) -> Result<(usize, usize)> {
     })
 }
 
+/// A JPEG's EXIF orientation (1–8; 1 when it has none), read from its header: what a
+/// decoder that does not apply it (nvJPEG) leaves to its caller.
+///
+/// ```
+/// use sluice_imgproc::jpeg_orientation;
+/// let f = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/orient_6.jpg")).unwrap();
+/// assert_eq!(jpeg_orientation(&f).unwrap(), 6);
+/// ```
+pub fn jpeg_orientation(bytes: &[u8]) -> Result<u8> {
+    Ok(parse_header(bytes)?.orientation)
+}
+
 fn map_zune_err(e: DecodeErrors) -> ImageError {
     match e {
         DecodeErrors::ExhaustedData => ImageError::Truncated("JPEG data exhausted".into()),

@@ -15,7 +15,7 @@ use crate::image::Image;
 pub use crop::{
     dct_denominator, decode_for_crop, decode_resized_crop, DecodedForCrop, DCT_MIN_RESIDUAL,
 };
-pub use jpeg::{decode_scaled, jpeg_dimensions};
+pub use jpeg::{decode_scaled, jpeg_dimensions, jpeg_orientation};
 
 /// Pillow's `Image.MAX_IMAGE_PIXELS` (1024 * 1024 * 1024 // 4 // 3). Pillow
 /// warns above it and refuses at twice it; sluice refuses above it, since

@@ -4,6 +4,7 @@
 //! `field` and writes `out` (default: `field`); ops that make an image of a size their
 //! arguments set check it against `max_pixels` ([`crate::limits`]).
 
+mod device;
 mod op;
 #[cfg(test)]
 mod tests;
@@ -15,6 +16,7 @@ use sluice_core::{Error, OpRef, Result};
 use sluice_imgproc as ip;
 
 use crate::limits::{default_max_pixels, is_default_max_pixels, product, refuse, MAX_KERNEL_SIZE};
+pub use device::{DRAWS, HEADER, MAGIC};
 use op::ImageOp;
 
 fn bytes_field() -> String {
@@ -236,6 +238,18 @@ pub enum ImageSpec {
         /// The crop op's id: its random draws come from that op's generator.
         crop_op_id: u64,
     },
+    /// `decode_random_resized_crop` (and the in-place `horizontal_flip` after it) left to a
+    /// consumer that decodes on its GPU: made by the planner for one
+    /// ([`sluice_core::plan::device`]), not by users. The decoded field gets the draws the
+    /// host ops would have made and the encoded image ([`device::MAGIC`]).
+    #[serde(rename = "image.device_draws")]
+    DeviceDraws {
+        /// A `decode_random_resized_crop` spec.
+        fused: Box<ImageSpec>,
+        /// The flip's `p` and op id (its generator), when the flip was taken in.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        flip: Option<(f64, u64)>,
+    },
 }
 
 fn filter(name: &str) -> Result<ip::Filter> {
@@ -307,6 +321,7 @@ impl ImageSpec {
             ImageSpec::Normalize { .. } => "normalize",
             ImageSpec::ToTensor { .. } => "to_tensor",
             ImageSpec::DecodeRandomResizedCrop { .. } => "decode_random_resized_crop",
+            ImageSpec::DeviceDraws { .. } => "device_draws",
         }
     }
 
@@ -324,6 +339,7 @@ impl ImageSpec {
             | ImageSpec::Normalize { field, .. }
             | ImageSpec::ToTensor { field, .. } => field,
             ImageSpec::DecodeRandomResizedCrop { decode, .. } => decode.field(),
+            ImageSpec::DeviceDraws { fused, .. } => fused.field(),
         }
     }
 
@@ -332,6 +348,7 @@ impl ImageSpec {
         match self {
             ImageSpec::Decode { out, .. } => out,
             ImageSpec::DecodeRandomResizedCrop { crop, .. } => crop.out(),
+            ImageSpec::DeviceDraws { fused, .. } => fused.out(),
             ImageSpec::Resize { out, field, .. }
             | ImageSpec::CenterCrop { out, field, .. }
             | ImageSpec::RandomResizedCrop { out, field, .. }
@@ -508,6 +525,19 @@ fn validate(spec: &ImageSpec) -> Result<()> {
             }
             validate(decode)?;
             validate(crop)?;
+        }
+        ImageSpec::DeviceDraws { fused, flip } => {
+            if !matches!(**fused, ImageSpec::DecodeRandomResizedCrop { .. }) {
+                return Err(Error::invalid(
+                    "device_draws needs an image.decode_random_resized_crop",
+                ));
+            }
+            if flip.is_some_and(|(p, _)| !(0.0..=1.0).contains(&p)) {
+                return Err(Error::invalid(format!(
+                    "device_draws: the flip's p must be in [0, 1], got {flip:?}"
+                )));
+            }
+            validate(fused)?;
         }
         _ => {}
     }

@@ -17,7 +17,7 @@ pub(super) struct ImageOp {
     spec: ImageSpec,
 }
 
-fn kernel_err(e: ip::ImageError) -> Error {
+pub(super) fn kernel_err(e: ip::ImageError) -> Error {
     Error::data(e.to_string())
 }
 
@@ -91,14 +91,14 @@ fn center_crop(img: &ip::Image, ch: usize, cw: usize) -> Result<ip::Image> {
     ip::crop(img, top, left, ch, cw).map_err(kernel_err)
 }
 
-fn require_bytes<'a>(s: &'a Sample, field: &str, op: &str) -> Result<&'a [u8]> {
+pub(super) fn require_bytes<'a>(s: &'a Sample, field: &str, op: &str) -> Result<&'a [u8]> {
     let v = s.require(field, op)?;
     v.as_bytes().ok_or_else(|| {
         Error::type_error(format!("field '{field}' must be bytes, got {}", v.kind()))
     })
 }
 
-fn decode_options(mode: &str, max_pixels: u64) -> ip::DecodeOptions {
+pub(super) fn decode_options(mode: &str, max_pixels: u64) -> ip::DecodeOptions {
     ip::DecodeOptions {
         mode: if mode == "L" {
             ip::Mode::L
@@ -440,6 +440,8 @@ impl Op for ImageOp {
         let (kind, random) = match self.spec {
             ImageSpec::Decode { .. } => (OpKind::Decode, false),
             ImageSpec::DecodeRandomResizedCrop { .. } => (OpKind::Decode, true),
+            // It adds a field: the sample grows.
+            ImageSpec::DeviceDraws { .. } => (OpKind::Opaque, true),
             ImageSpec::Resize { .. } | ImageSpec::CenterCrop { .. } => {
                 (OpKind::SizeReducing, false)
             }
@@ -465,6 +467,9 @@ impl Op for ImageOp {
         }
     }
     fn apply(&self, mut s: Sample, cx: &OpContext) -> Result<Emit> {
+        if let ImageSpec::DeviceDraws { .. } = self.spec {
+            return super::device::draws(&self.spec, s, cx);
+        }
         let mut rng = match self.spec {
             // Draw with the crop op's generator, as the unfused crop does.
             ImageSpec::DecodeRandomResizedCrop { crop_op_id, .. } => OpContext {
@@ -482,6 +487,9 @@ impl Op for ImageOp {
             ImageSpec::DecodeRandomResizedCrop { crop_op_id, .. } => Some(crop_op_id),
             _ => None,
         }
+    }
+    fn device_draws(&self, next: Option<(&dyn Op, u64)>) -> Option<(OpRef, bool)> {
+        super::device::device_form(&self.spec, next)
     }
     /// `decode` + the in-place `random_resized_crop` of its output field (bilinear or
     /// bicubic) become `decode_random_resized_crop`. A crop writing another field keeps the

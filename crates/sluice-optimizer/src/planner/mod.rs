@@ -6,7 +6,8 @@
 //!
 //! ```text
 //! prepare a blocking source's input (planned here too) → lower (pure) → apply a saved plan
-//!   → offload (forced) → fuse ops → processes (forced) → objects → slots → rows → first chunk
+//!   → offload (forced) → fuse ops → decode on device → processes (forced) → objects → slots
+//!   → rows → first chunk
 //! ```
 //!
 //! Costed placement and offload are the optimizer's rules ([`crate::rules`], run by
@@ -17,6 +18,7 @@
 
 use std::sync::Arc;
 
+use sluice_core::plan::device::decode_on_device;
 use sluice_core::plan::{fuse::fuse_ops, objects, rows, slots};
 use sluice_core::{lower, Error, InputRunner, LogicalPlan, PhysicalPlan, Result, RunFacts};
 
@@ -110,6 +112,24 @@ pub const RULES: &[Rule] = &[
             let exact = p.saved.is_some_and(|s| s.options.exact);
             if p.placed() && p.facts.fuse_ops && !exact {
                 fuse_ops(&mut p.plan.stages);
+            }
+            Ok(())
+        },
+    },
+    // A consumer that decodes on its GPU: a decode + random_resized_crop (+ flip) whose
+    // pixels nothing on the host reads before a batch become their draws, and the device
+    // does the pixel work (decode and crop are two thirds of the host's CPU per image on
+    // the CV reference pipeline). Not in a timed run: its measurements are the host ops'.
+    Rule {
+        name: "decode on device",
+        reorders: false,
+        merges: true,
+        apply: |p| {
+            if p.facts.consumer.device_decode && !p.facts.timed {
+                for name in decode_on_device(&mut p.plan) {
+                    p.decisions
+                        .push(format!("{name}: decode and crop on the consumer's GPU"));
+                }
             }
             Ok(())
         },

@@ -1,0 +1,136 @@
+"""Images decoded on the consumer's device (issue 40, item 3). For a consumer that says it
+decodes on its GPU (``Dataset.iter(device_decode=True)``, set by
+``iter_torch_batches(decode_on_device=...)``), the planner's "decode on device" rule leaves a
+``decode`` + ``random_resized_crop`` (+ ``horizontal_flip``) as their draws: the decoded field
+holds, per image, ``MAGIC``, the crop box and flip the host ops would have drawn (10
+little-endian int64: top, left, height, width, out height, out width, flip, interpolation
+(0 bilinear, 1 bicubic), channels, EXIF orientation) and the encoded image
+(``sluice_ops::image::MAGIC``). Here the batch is decoded with nvJPEG
+(torchvision's ``decode_jpeg(device="cuda")``, in one batched call), each image cropped,
+resized (antialiased, as the host's kernels) and flipped on the device, and stacked as uint8
+``[batch, H, W, C]`` — what the host path's batch is, ready for ``normalize=``. Images that
+are not JPEGs are decoded on the host and moved. On the CPU device the same code decodes with
+libjpeg-turbo (what the tests check it with)."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+#: What a device-bound image starts with, then its draws (``sluice_ops::image::MAGIC``).
+MAGIC = b"sluice-draws-v1\0"
+HEADER = len(MAGIC) + 8 * 10
+#: The draws, in order (``sluice_ops::image::DRAWS``).
+TOP, LEFT, HEIGHT, WIDTH, OUT_H, OUT_W, FLIP, INTERP, CHANNELS, ORIENTATION = range(10)
+
+
+def upright(img: torch.Tensor, orientation: int) -> torch.Tensor:
+    """``img`` ([C, H, W]) turned as its EXIF ``orientation`` says (nvJPEG does not): 2 mirror,
+    3 half turn, 4 upside down, 5 transpose, 6 quarter turn clockwise, 7 transverse, 8 quarter
+    turn counter-clockwise."""
+    if orientation >= 5:
+        img = img.transpose(-1, -2)
+    flips = {2: (-1,), 3: (-1, -2), 4: (-2,), 6: (-1,), 7: (-1, -2), 8: (-2,)}.get(orientation, ())
+    return img.flip(flips) if flips else img
+
+
+def split_encoded(batch: dict) -> dict[str, tuple[list, np.ndarray]]:
+    """Takes the fields the engine left encoded out of ``batch``: {field: (encoded images,
+    draws ``[batch, 10]``)}."""
+    fields = [k for k, v in batch.items()
+              if isinstance(v, list) and v and all(isinstance(b, bytes) and b[:len(MAGIC)] == MAGIC for b in v)]
+    out = {}
+    for k in fields:
+        records = batch.pop(k)
+        draws = np.stack([np.frombuffer(r, "<i8", 10, len(MAGIC)) for r in records])
+        out[k] = ([memoryview(r)[HEADER:] for r in records], draws)
+    return out
+
+
+def _decoder() -> Any:
+    try:
+        from torchvision.io import ImageReadMode, decode_image, decode_jpeg
+    except ImportError as e:
+        raise ImportError("decoding on the device needs torchvision (pip install torchvision)") from e
+    return ImageReadMode, decode_image, decode_jpeg
+
+
+def decode_batch(encoded: list, draws: np.ndarray, device: torch.device) -> torch.Tensor:
+    """``encoded`` images cropped, resized and flipped as ``draws`` say, on ``device``: uint8
+    ``[batch, H, W, C]`` (a channels-last view of ``[batch, C, H, W]``)."""
+    ImageReadMode, decode_image, decode_jpeg = _decoder()
+    if len(encoded) != len(draws) or draws.ndim != 2 or draws.shape[1] != 10:
+        raise ValueError(f"decode on device: {len(encoded)} images and draws of shape {draws.shape}")
+    mode = ImageReadMode.GRAY if int(draws[0, CHANNELS]) == 1 else ImageReadMode.RGB
+    with warnings.catch_warnings():
+        # The decoders only read the bytes (torch warns that they are not writable).
+        warnings.simplefilter("ignore", UserWarning)
+        data = [torch.frombuffer(b, dtype=torch.uint8) for b in encoded]
+    jpegs = [i for i, b in enumerate(encoded) if bytes(b[:3]) == b"\xff\xd8\xff"]
+    images: list[Any] = [None] * len(encoded)
+    if jpegs:
+        decoded = _decode_jpegs(decode_jpeg, [data[i] for i in jpegs], mode, device)
+        for i, img in zip(jpegs, decoded):
+            images[i] = None if img is None else upright(img, int(draws[i, ORIENTATION]))
+    for i, img in enumerate(images):
+        if img is None:
+            # Not a JPEG (or one nvJPEG refused): decoded on the host, upright as the host's.
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                images[i] = decode_image(data[i], mode=mode, apply_exif_orientation=True).to(device)
+    rows = []
+    for img, d in zip(images, draws.tolist()):
+        top, left, h, w = d[TOP], d[LEFT], d[HEIGHT], d[WIDTH]
+        if top + h > img.shape[1] or left + w > img.shape[2]:
+            raise ValueError(f"decode on device: a {h}x{w} crop at ({top}, {left}) of a "
+                             f"{img.shape[1]}x{img.shape[2]} image (its size differs from its header's)")
+        x = img[None, :, top:top + h, left:left + w].float()
+        x = F.interpolate(x, size=(d[OUT_H], d[OUT_W]), mode="bicubic" if d[INTERP] else "bilinear",
+                          antialias=True, align_corners=False)
+        rows.append(x.flip(-1) if d[FLIP] else x)
+    out = torch.cat(rows).round_().clamp_(0, 255).to(torch.uint8)
+    return out.permute(0, 2, 3, 1)
+
+
+def _decode_jpegs(decode_jpeg: Any, data: list, mode: Any, device: torch.device) -> list:
+    """The JPEGs decoded on ``device`` as stored (one batched call; nvJPEG ignores EXIF, so
+    the CPU decode is asked to as well and both are turned upright after); a batch it refuses (a
+    CMYK or progressive oddity) is decoded one by one, and an image that still fails is left
+    ``None`` for the host decoder."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return list(decode_jpeg(data, mode=mode, device=device))
+    except RuntimeError:
+        out = []
+        for d in data:
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", DeprecationWarning)
+                    out.append(decode_jpeg(d, mode=mode, device=device))
+            except RuntimeError:
+                out.append(None)
+        return out
+
+
+def available(device: torch.device) -> bool:
+    """Whether ``device`` decodes JPEGs here: a CUDA device with torchvision's nvJPEG (one tiny
+    image decoded to check), or the CPU with torchvision."""
+    try:
+        _, _, decode_jpeg = _decoder()
+        from torchvision.io import encode_jpeg
+    except ImportError:
+        return False
+    if device.type != "cuda":
+        return True
+    try:
+        probe = encode_jpeg(torch.zeros(3, 16, 16, dtype=torch.uint8))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return tuple(decode_jpeg(probe, device=device).shape) == (3, 16, 16)
+    except RuntimeError:
+        return False

@@ -1,0 +1,164 @@
+"""JPEGs decoded on the device (issue 40, item 3): with ``iter_torch_batches(decode_on_device=)``
+the planner leaves ``decode`` + ``random_resized_crop`` (+ ``horizontal_flip``) as their draws,
+and the consumer decodes, crops, resizes and flips on the device — the same crops and flips
+as the host (same (seed, epoch, index) draws), pixels within a stated tolerance of the
+unfused host ops: mean absolute difference ≤ 1 level and PSNR ≥ 35 dB per image (measured on
+the fixtures with libjpeg-turbo on the CPU: mean 0.1–0.3, max 2). On the CPU the device is
+torchvision's CPU decoder; the CUDA case (nvJPEG) runs where torch sees a GPU
+(benchmarks/gpu_check.sh)."""
+
+import glob
+
+import numpy as np
+import pytest
+
+import sluice
+from sluice import image as I
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torchvision")
+
+IMAGES = "examples/fixtures/images"
+ORIENTED = sorted(glob.glob("crates/sluice-imgproc/tests/fixtures/orient_*.jpg"))
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+def crops(source=None, size=48, after=()):
+    ds = source or sluice.read_images(IMAGES, labels="parent_dir")
+    ds = ds.map(I.decode()).map(I.random_resized_crop(size)).map(I.horizontal_flip(0.5))
+    for op in after:
+        ds = ds.map(op)
+    return ds.map(sluice.ops.select(["image", "label"] if source is None else ["image"])).batch(3)
+
+
+def psnr(a: np.ndarray, b: np.ndarray) -> float:
+    mse = np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2)
+    return float("inf") if mse == 0 else 10 * np.log10(255.0**2 / mse)
+
+
+def assert_close(got: np.ndarray, want: np.ndarray):
+    assert got.shape == want.shape and got.dtype == want.dtype == np.uint8
+    for g, w in zip(got, want):
+        diff = np.abs(g.astype(int) - w.astype(int))
+        assert diff.mean() <= 1.0 and psnr(g, w) >= 35, (diff.mean(), diff.max(), psnr(g, w))
+
+
+def both(ds_fn, field="image", **kw):
+    # The planner did leave the field encoded for the device.
+    first = next(iter(ds_fn().iter(seed=5, epoch=0, device_decode=True)))
+    assert isinstance(first[field], list), type(first[field])
+    dev = list(ds_fn().iter_torch_batches(seed=5, decode_on_device=True, **kw))
+    host = list(ds_fn().iter_torch_batches(seed=5, decode_on_device=False, fuse_ops=False, **kw))
+    assert len(dev) == len(host) > 0
+    return dev, host
+
+
+@pytest.mark.parametrize("epoch", [0, 1])
+def test_the_device_makes_the_hosts_crops_and_flips(epoch):
+    dev, host = both(crops, epoch=epoch)
+    for d, h in zip(dev, host):
+        assert torch.equal(d["label"], h["label"])
+        assert_close(d["image"].numpy(), h["image"].numpy())
+    # The flips are the host's: a mirrored image would be far off.
+    assert any(not torch.equal(a["image"], a["image"].flip(2)) for a in dev)
+
+
+def test_the_batch_holds_the_encoded_images_and_their_draws():
+    batch = next(iter(crops().iter(seed=5, epoch=0, device_decode=True)))
+    from sluice._device_decode import MAGIC, split_encoded
+
+    assert all(r[:len(MAGIC)] == MAGIC for r in batch["image"])
+    encoded = split_encoded(batch)
+    images, draws = encoded["image"]
+    assert list(batch) == ["label"] and draws.shape == (3, 10)
+    # Square 48 crops, bilinear, RGB, within each photo.
+    assert (draws[:, 4:6] == 48).all() and (draws[:, 7] == 0).all() and (draws[:, 8] == 3).all()
+    assert set(draws[:, 6]) <= {0, 1} and (draws[:, :4] >= 0).all()
+    assert all(bytes(i[:3]) == b"\xff\xd8\xff" for i in images)
+
+
+def test_normalize_after_the_device_decode_matches_the_hosts():
+    dev, host = both(crops, epoch=0, normalize=(MEAN, STD))
+    for d, h in zip(dev, host):
+        assert d["image"].dtype == torch.float32 and d["image"].shape == h["image"].shape
+        assert d["image"].shape[1:] == (3, 48, 48)
+        # One uint8 level is 1/(255·std) ≈ 0.017 after normalize.
+        assert (d["image"] - h["image"]).abs().mean() <= 0.02
+
+
+def test_exif_orientation_is_applied_on_the_device():
+    source = lambda: sluice.read_files(ORIENTED)  # noqa: E731 - one line per case
+    assert len(ORIENTED) == 8
+    dev, host = both(lambda: crops(source(), size=12))
+    for d, h in zip(dev, host):
+        assert_close(d["image"].numpy(), h["image"].numpy())
+
+
+def test_images_that_are_not_jpegs_are_decoded_on_the_host_and_cropped_on_the_device(tmp_path):
+    from PIL import Image
+
+    for i, name in enumerate(["a.png", "b.jpg", "c.png"]):
+        Image.fromarray(np.random.default_rng(i).integers(0, 255, (40, 56, 3), np.uint8)).save(tmp_path / name)
+    dev, host = both(lambda: crops(sluice.read_files(str(tmp_path / "*")), size=16))
+    for d, h in zip(dev, host):
+        assert_close(d["image"].numpy(), h["image"].numpy())
+
+
+def test_pixels_read_on_the_host_keep_decoding_there():
+    # A colour jitter after the crop needs the pixels on the host: nothing moves, and the
+    # batch is the host's, bytes for bytes.
+    jitter = [I.color_jitter(brightness=0.3)]
+    plain = next(iter(crops(after=jitter).iter(seed=5, epoch=0, device_decode=True)))
+    assert isinstance(plain["image"], np.ndarray) and plain["image"].dtype == np.uint8
+    dev = next(iter(crops(after=jitter).iter_torch_batches(seed=5, epoch=0, decode_on_device=True)))
+    host = next(iter(crops(after=jitter).iter_torch_batches(seed=5, epoch=0, decode_on_device=False)))
+    assert torch.equal(dev["image"], host["image"])
+
+
+def test_a_renamed_field_goes_to_the_device_and_its_reads_are_seen():
+    def ds(*after):
+        d = (sluice.read_images(IMAGES).map(I.decode()).map(I.random_resized_crop(32))
+             .map(sluice.ops.rename("image", "pixels")))
+        for op in after:
+            d = d.map(op)
+        return d.batch(2)
+
+    dev, host = both(ds, field="pixels")
+    for d, h in zip(dev, host):
+        assert_close(d["pixels"].numpy(), h["pixels"].numpy())
+    # A host op on the new name keeps the decode on the host.
+    jittered = ds(I.color_jitter(brightness=0.3, field="pixels"))
+    batch = next(iter(jittered.iter(seed=5, epoch=0, device_decode=True)))
+    assert isinstance(batch["pixels"], np.ndarray)
+
+
+def test_auto_decodes_on_the_host_without_a_gpu_and_bad_values_are_refused():
+    from sluice import pytorch
+
+    assert pytorch.decodes_on_device("cpu", "auto") is False
+    assert pytorch.decodes_on_device(None, "auto") is False
+    assert pytorch.decodes_on_device("cpu", True) is True
+    with pytest.raises(ValueError, match="decode_on_device must be True, False or 'auto'"):
+        next(crops().iter_torch_batches(decode_on_device="yes"))
+
+
+def test_a_corrupt_jpeg_fails_naming_the_sample():
+    ds = sluice.from_items([{"bytes": b"\xff\xd8\xff\xe0 not a jpeg", "label": 0}])
+    with pytest.raises(Exception, match="device_draws"):
+        list(crops(ds).iter_torch_batches(decode_on_device=True))
+
+
+def cuda() -> bool:
+    return torch.cuda.is_available()
+
+
+@pytest.mark.skipif(not cuda(), reason="needs a CUDA device (benchmarks/gpu_check.sh runs it on one)")
+def test_cuda_nvjpeg_makes_the_hosts_crops():  # pragma: no cover - GPU only
+    from sluice import pytorch
+
+    assert pytorch.decodes_on_device("cuda", "auto")
+    dev = list(crops().iter_torch_batches(seed=5, epoch=0, device="cuda", pin_memory=True))
+    host = list(crops().iter_torch_batches(seed=5, epoch=0, decode_on_device=False, fuse_ops=False))
+    for d, h in zip(dev, host):
+        assert d["image"].device.type == "cuda"
+        assert_close(d["image"].cpu().numpy(), h["image"].numpy())

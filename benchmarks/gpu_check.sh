@@ -66,6 +66,13 @@ if [ "$DEVICE" = cuda ] && ! "$PY" -c "import nvidia.dali" 2>/dev/null; then
   done
 fi
 
+# nvImageCodec (the hardware JPEG decoder's driver; sluice's device decode prefers it).
+if [ "$DEVICE" = cuda ] && ! "$PY" -c "from nvidia import nvimgcodec" 2>/dev/null; then
+  cu=$("$PY" -c "import torch; print((torch.version.cuda or '12').split('.')[0])")
+  timeout 150 "$PY" -m pip install -q "nvidia-nvimgcodec-cu$cu[nvjpeg]" 2>/dev/null \
+    && "$PY" -c "from nvidia import nvimgcodec" 2>/dev/null && echo "gpu_check: installed nvidia-nvimgcodec-cu$cu"
+fi
+
 # 4. Tests: CUDA cases run here, the rest as on any machine.
 timeout 240 "$PY" -m pytest -q -p no:cacheprovider tests/python/test_device_normalize.py tests/python/test_pinned.py \
   tests/python/test_device_decode.py tests/python/test_torch.py -k "normalize or iter_torch or pin or cuda or device" \

@@ -10,7 +10,10 @@ little-endian int64: top, left, height, width, out height, out width, flip, inte
 resized (antialiased, as the host's kernels) and flipped on the device, and stacked as uint8
 ``[batch, H, W, C]`` — what the host path's batch is, ready for ``normalize=``. Images that
 are not JPEGs are decoded on the host and moved. On the CPU device the same code decodes with
-libjpeg-turbo (what the tests check it with)."""
+libjpeg-turbo (what the tests check it with). Where nvImageCodec is installed
+(``pip install nvidia-nvimgcodec-cu12``) it decodes instead of torchvision: its nvjpeg
+extension uses the hardware JPEG decoder of an A100/H100/H200, and torchvision's image
+decoding is deprecated since 0.29."""
 
 from __future__ import annotations
 
@@ -97,10 +100,15 @@ def decode_batch(encoded: list, draws: np.ndarray, device: torch.device) -> torc
 
 
 def _decode_jpegs(decode_jpeg: Any, data: list, mode: Any, device: torch.device) -> list:
-    """The JPEGs decoded on ``device`` as stored (one batched call; nvJPEG ignores EXIF, so
-    the CPU decode is asked to as well and both are turned upright after); a batch it refuses (a
-    CMYK or progressive oddity) is decoded one by one, and an image that still fails is left
-    ``None`` for the host decoder."""
+    """The JPEGs decoded on ``device`` as stored (nvJPEG ignores EXIF, so the CPU decode is
+    asked to as well and both are turned upright after): with nvImageCodec where it is
+    installed (its nvjpeg extension drives the GPU's hardware JPEG decoder), else in one
+    batched torchvision call; a batch that is refused (a CMYK or progressive oddity) is decoded
+    one by one, and an image that still fails is left ``None`` for the host decoder."""
+    if device.type == "cuda":
+        out = _nvimgcodec_decode(data, mode, device)
+        if out is not None:
+            return out
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
@@ -115,6 +123,44 @@ def _decode_jpegs(decode_jpeg: Any, data: list, mode: Any, device: torch.device)
             except RuntimeError:
                 out.append(None)
         return out
+
+
+#: nvImageCodec decoders by (device index, gray); False once it failed (torchvision decodes).
+_NVIMGCODEC: dict = {}
+
+
+def _nvimgcodec_decode(data: list, mode: Any, device: torch.device) -> "list | None":
+    """``data`` decoded with nvImageCodec into [C, H, W] uint8 tensors on ``device`` (``None``
+    for an image it could not decode); ``None`` when nvImageCodec is not installed or fails."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    gray = getattr(mode, "name", "") == "GRAY"
+    entry = _NVIMGCODEC.get((index, gray))
+    if entry is False:
+        return None
+    try:
+        if entry is None:
+            from nvidia import nvimgcodec
+
+            params = nvimgcodec.DecodeParams(
+                apply_exif_orientation=False,
+                color_spec=nvimgcodec.ColorSpec.GRAY if gray else nvimgcodec.ColorSpec.RGB)
+            entry = _NVIMGCODEC[index, gray] = (nvimgcodec.Decoder(device_id=index), params)
+        decoder, params = entry
+        images = decoder.decode([bytes(d.numpy()) for d in data], params=params)
+        out = []
+        for img in images:
+            if img is None:
+                out.append(None)
+                continue
+            t = torch.as_tensor(img, device=device)  # HWC, through __cuda_array_interface__
+            out.append((t[..., None] if t.ndim == 2 else t).permute(2, 0, 1))
+        return out
+    except Exception as e:  # noqa: BLE001 - not installed, or an API it does not have: torchvision decodes
+        if not isinstance(e, ImportError):
+            warnings.warn(f"decode on device: nvImageCodec failed ({e!r}); decoding with torchvision",
+                          stacklevel=2)
+        _NVIMGCODEC[index, gray] = False
+        return None
 
 
 def available(device: torch.device) -> bool:

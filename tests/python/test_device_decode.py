@@ -162,3 +162,11 @@ def test_cuda_nvjpeg_makes_the_hosts_crops():  # pragma: no cover - GPU only
     for d, h in zip(dev, host):
         assert d["image"].device.type == "cuda"
         assert_close(d["image"].cpu().numpy(), h["image"].numpy())
+    from sluice import _device_decode
+
+    try:
+        from nvidia import nvimgcodec  # noqa: F401
+    except ImportError:
+        return
+    # Installed: it decoded (a failure would have fallen back to torchvision, marked False).
+    assert _device_decode._NVIMGCODEC and all(v is not False for v in _device_decode._NVIMGCODEC.values())

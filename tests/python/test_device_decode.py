@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import sluice
+from gpu import needs_cuda
 from sluice import image as I
 
 torch = pytest.importorskip("torch")
@@ -148,11 +149,7 @@ def test_a_corrupt_jpeg_fails_naming_the_sample():
         list(crops(ds).iter_torch_batches(decode_on_device=True))
 
 
-def cuda() -> bool:
-    return torch.cuda.is_available()
-
-
-@pytest.mark.skipif(not cuda(), reason="needs a CUDA device (benchmarks/gpu_check.sh runs it on one)")
+@needs_cuda
 def test_cuda_nvjpeg_makes_the_hosts_crops():  # pragma: no cover - GPU only
     from sluice import pytorch
 

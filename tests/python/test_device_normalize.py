@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import sluice
+from gpu import needs_cuda
 from sluice import image as I
 
 IMAGES = "examples/fixtures/images"
@@ -87,15 +88,7 @@ def test_bad_normalize_arguments_and_fields_say_what_is_wrong():
     del torch, jax
 
 
-def cuda() -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    return torch.cuda.is_available()
-
-
-@pytest.mark.skipif(not cuda(), reason="needs a CUDA device (benchmarks/gpu_check.sh runs it on one)")
+@needs_cuda
 def test_cuda_normalizes_on_the_gpu_with_the_hosts_values():  # pragma: no cover - GPU only
     torch = pytest.importorskip("torch")
     want = host_normalized()

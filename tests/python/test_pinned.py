@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import sluice
+from gpu import needs_cuda
 from sluice import _native
 
 
@@ -141,15 +142,7 @@ def test_iter_torch_batches_on_the_cpu_pins_nothing():
     del torch
 
 
-def cuda() -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    return torch.cuda.is_available()
-
-
-@pytest.mark.skipif(not cuda(), reason="needs a CUDA device (benchmarks/gpu_check.sh runs it on one)")
+@needs_cuda
 def test_cuda_batches_are_copied_from_the_engines_locked_ring_unchanged():  # pragma: no cover - GPU only
     torch = pytest.importorskip("torch")
 

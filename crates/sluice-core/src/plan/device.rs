@@ -134,9 +134,8 @@ mod tests {
     use crate::error::Result;
     use crate::op::{Emit, Op, OpContext, OpKind, OpMeta};
     use crate::plan::logical::OnError;
-    use crate::plan::physical::{SourceStage, Stage, Variant};
+    use crate::plan::physical::Variant;
     use crate::sample::Sample;
-    use crate::source::RangeSource;
 
     /// An op named `name` reading `reads`; "decode" takes "crop" in when they fuse, a
     /// "decode+crop" op gives its draws (taking "flip" in too).
@@ -196,27 +195,16 @@ mod tests {
     }
 
     fn plan(chain: Vec<ChainOp>, then: Vec<StageKind>) -> PhysicalPlan {
-        let stage = |kind| Stage {
-            kind,
-            variant: Variant::Threads { threads: 1 },
-            queue_depth: 1,
-        };
         let first = StageKind::Chain {
             read: true,
             ops: chain,
         };
-        PhysicalPlan {
-            source: SourceStage {
-                source: Arc::new(RangeSource::new(8)),
-                order: None,
-                stream_epochs: Some(1),
-                chunk_size: 4,
-                max_chunk: 4,
-                queue_depth: 1,
-            },
-            stages: std::iter::once(first).chain(then).map(stage).collect(),
-            delivery: Default::default(),
-        }
+        let stages = std::iter::once(first).chain(then);
+        PhysicalPlan::of_stages(
+            stages
+                .map(|k| (k, Variant::Threads { threads: 1 }))
+                .collect(),
+        )
     }
 
     fn batch() -> StageKind {

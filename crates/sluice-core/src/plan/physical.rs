@@ -254,6 +254,33 @@ impl Delivery {
 /// ~0.1 ms) start at one item, so a slow function's first output is not held back.
 pub const POOL_FIRST_CHUNK: usize = 16;
 
+#[cfg(test)]
+impl PhysicalPlan {
+    /// A plan of `stages` (each queue one chunk deep) over a range of 8, for the tests of
+    /// the planner's rewrites.
+    pub(crate) fn of_stages(stages: Vec<(StageKind, Variant)>) -> Self {
+        PhysicalPlan {
+            source: SourceStage {
+                source: std::sync::Arc::new(crate::source::RangeSource::new(8)),
+                order: None,
+                stream_epochs: Some(1),
+                chunk_size: 4,
+                max_chunk: 4,
+                queue_depth: 1,
+            },
+            stages: stages
+                .into_iter()
+                .map(|(kind, variant)| Stage {
+                    kind,
+                    variant,
+                    queue_depth: 1,
+                })
+                .collect(),
+            delivery: Default::default(),
+        }
+    }
+}
+
 impl PhysicalPlan {
     /// Items in the source's first chunk: its own, or at least [`POOL_FIRST_CHUNK`] when
     /// chunks adapt (`max_chunk` above it) and a stage runs on Ray.

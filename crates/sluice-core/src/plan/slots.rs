@@ -99,9 +99,8 @@ mod tests {
     use super::*;
     use crate::error::Result;
     use crate::op::{Emit, Op, OpContext, OpMeta, SlotWriter};
-    use crate::plan::physical::{SourceStage, Stage, Variant};
+    use crate::plan::physical::Variant;
     use crate::sample::Sample;
-    use crate::source::RangeSource;
     use crate::value::Value;
 
     /// `Write(f)` writes field `f` in place and can write it into a batch; `Touch(r, w)`
@@ -196,26 +195,10 @@ mod tests {
             ragged: false,
             slots: vec![],
         };
-        let stage = |kind, variant| Stage {
-            kind,
-            variant,
-            queue_depth: 1,
-        };
-        PhysicalPlan {
-            source: SourceStage {
-                source: Arc::new(RangeSource::new(8)),
-                order: None,
-                stream_epochs: Some(1),
-                chunk_size: 4,
-                max_chunk: 4,
-                queue_depth: 1,
-            },
-            stages: vec![
-                stage(StageKind::Chain { read: true, ops }, variant),
-                stage(batch, Variant::Threads { threads: 1 }),
-            ],
-            delivery: Default::default(),
-        }
+        PhysicalPlan::of_stages(vec![
+            (StageKind::Chain { read: true, ops }, variant),
+            (batch, Variant::Threads { threads: 1 }),
+        ])
     }
 
     /// The chain's op ids left, and the batch's.

@@ -61,61 +61,39 @@ pub(super) fn device_form(
 /// Sets the decoded field to the draws and the encoded image ([`MAGIC`]); the bytes' own
 /// field stays as the host decode leaves it.
 pub(super) fn draws(spec: &ImageSpec, mut s: Sample, cx: &OpContext) -> Result<Emit> {
-    let bad = || Error::Internal("device_draws: bad spec".into());
     let ImageSpec::DeviceDraws { fused, flip } = spec else {
-        return Err(bad());
+        return Err(Error::Internal("device_draws: bad spec".into()));
     };
-    let ImageSpec::DecodeRandomResizedCrop {
-        decode,
-        crop,
-        crop_op_id,
-        ..
-    } = &**fused
-    else {
-        return Err(bad());
-    };
-    let (
-        ImageSpec::Decode {
-            mode, max_pixels, ..
-        },
-        ImageSpec::RandomResizedCrop {
-            size,
-            scale,
-            ratio,
-            interpolation,
-            ..
-        },
-    ) = (&**decode, &**crop)
-    else {
-        return Err(bad());
-    };
-    let bytes = require_bytes(&s, decode.field(), spec.name())?;
+    let dc = fused.decode_crop()?;
+    let (bytes_field, out) = (fused.field(), fused.out());
+    let bytes = require_bytes(&s, bytes_field, spec.name())?;
     let mut orientation = 1;
     let (h, w) = if ip::sniff(bytes) == Some(ip::Format::Jpeg) {
         let (h, w) = ip::jpeg_dimensions(bytes).map_err(kernel_err)?;
         orientation = ip::jpeg_orientation(bytes).map_err(kernel_err)?;
         // The decode's own limit, checked where it would have been.
-        if (h as u64).saturating_mul(w as u64) > *max_pixels {
+        if (h as u64).saturating_mul(w as u64) > dc.max_pixels {
             return Err(Error::data(format!(
-                "a {h}x{w} JPEG is {} pixels, over max_pixels={max_pixels}",
-                h as u64 * w as u64
+                "a {h}x{w} JPEG is {} pixels, over max_pixels={}",
+                h as u64 * w as u64,
+                dc.max_pixels
             )));
         }
         (h, w)
     } else {
         // Other formats carry their size in headers of their own: decoded here for it.
-        let img = ip::decode(bytes, &decode_options(mode, *max_pixels)).map_err(kernel_err)?;
+        let img = ip::decode(bytes, &decode_options(dc.mode, dc.max_pixels)).map_err(kernel_err)?;
         (img.height, img.width)
     };
     let mut crop_rng = OpContext {
-        op_id: *crop_op_id,
+        op_id: dc.crop_op_id,
         ..*cx
     }
     .rng();
     let (top, left, ch, cw) =
-        ip::rrc_params(h, w, *scale, *ratio, &mut || crop_rng.uniform()).map_err(kernel_err)?;
+        ip::rrc_params(h, w, dc.scale, dc.ratio, &mut || crop_rng.uniform()).map_err(kernel_err)?;
     let flipped = flip.is_some_and(|(p, op_id)| OpContext { op_id, ..*cx }.rng().uniform() < p);
-    let (oh, ow) = size.square();
+    let (oh, ow) = dc.size.square();
     let values = [
         top,
         left,
@@ -124,8 +102,8 @@ pub(super) fn draws(spec: &ImageSpec, mut s: Sample, cx: &OpContext) -> Result<E
         oh,
         ow,
         usize::from(flipped),
-        usize::from(interpolation == "bicubic"),
-        if mode == "L" { 1 } else { 3 },
+        usize::from(dc.interpolation == "bicubic"),
+        if dc.mode == "L" { 1 } else { 3 },
         usize::from(orientation),
     ];
     let mut record = Vec::with_capacity(HEADER + bytes.len());
@@ -134,7 +112,7 @@ pub(super) fn draws(spec: &ImageSpec, mut s: Sample, cx: &OpContext) -> Result<E
         record.extend_from_slice(&(v as i64).to_le_bytes());
     }
     record.extend_from_slice(bytes);
-    s.set(decode.out(), Value::Bytes(record.into()));
+    s.set(out, Value::Bytes(record.into()));
     Ok(Emit::One(s))
 }
 

@@ -362,6 +362,57 @@ impl ImageSpec {
     }
 }
 
+/// The arguments of a `decode_random_resized_crop` that the ops running it (on the host, or
+/// its draws for a device) read.
+pub(super) struct DecodeCrop<'a> {
+    pub mode: &'a str,
+    pub max_pixels: u64,
+    pub size: Size,
+    pub scale: (f64, f64),
+    pub ratio: (f64, f64),
+    pub interpolation: &'a str,
+    /// The crop op's id: its generator draws the box.
+    pub crop_op_id: u64,
+}
+
+impl ImageSpec {
+    /// This `decode_random_resized_crop`'s arguments.
+    pub(super) fn decode_crop(&self) -> Result<DecodeCrop<'_>> {
+        let bad = || Error::Internal("decode_random_resized_crop: bad spec".into());
+        let ImageSpec::DecodeRandomResizedCrop {
+            decode,
+            crop,
+            crop_op_id,
+        } = self
+        else {
+            return Err(bad());
+        };
+        match (&**decode, &**crop) {
+            (
+                ImageSpec::Decode {
+                    mode, max_pixels, ..
+                },
+                ImageSpec::RandomResizedCrop {
+                    size,
+                    scale,
+                    ratio,
+                    interpolation,
+                    ..
+                },
+            ) => Ok(DecodeCrop {
+                mode,
+                max_pixels: *max_pixels,
+                size: *size,
+                scale: *scale,
+                ratio: *ratio,
+                interpolation,
+                crop_op_id: *crop_op_id,
+            }),
+            _ => Err(bad()),
+        }
+    }
+}
+
 /// Builds an `image.*` op, validating its arguments: a bad one is an error naming the op.
 pub fn build(spec: &ImageSpec) -> Result<OpRef> {
     validate(spec).map_err(|e| match e {

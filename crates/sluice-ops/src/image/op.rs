@@ -141,28 +141,12 @@ impl ImageOp {
                 let bytes = require_bytes(s, field, name)?;
                 ip::decode(bytes, &decode_options(mode, *max_pixels)).map_err(kernel_err)
             }
-            ImageSpec::DecodeRandomResizedCrop { decode, crop, .. } => {
-                let (
-                    ImageSpec::Decode {
-                        mode, max_pixels, ..
-                    },
-                    ImageSpec::RandomResizedCrop {
-                        size,
-                        scale,
-                        ratio,
-                        interpolation,
-                        ..
-                    },
-                ) = (&**decode, &**crop)
-                else {
-                    return Err(Error::Internal(
-                        "decode_random_resized_crop: bad spec".into(),
-                    ));
-                };
+            ImageSpec::DecodeRandomResizedCrop { .. } => {
+                let dc = self.spec.decode_crop()?;
                 let bytes = require_bytes(s, field, name)?;
-                let opts = decode_options(mode, *max_pixels);
-                let (oh, ow) = size.square();
-                let interp = filter(interpolation)?;
+                let opts = decode_options(dc.mode, dc.max_pixels);
+                let (oh, ow) = dc.size.square();
+                let interp = filter(dc.interpolation)?;
                 // The decode is the first op's part of the cost, the crop the second's: a
                 // run timing its ops charges each its own (`FirstPart`), with the bytes the
                 // unfused decode would have handed on.
@@ -172,7 +156,7 @@ impl ImageOp {
                     // the unfused ops pick from the decoded image.
                     let (h, w) = ip::jpeg_dimensions(bytes).map_err(kernel_err)?;
                     let (top, left, ch, cw) =
-                        ip::rrc_params(h, w, *scale, *ratio, u).map_err(kernel_err)?;
+                        ip::rrc_params(h, w, dc.scale, dc.ratio, u).map_err(kernel_err)?;
                     let decoded = ip::decode_for_crop(bytes, &opts, top, ch, cw, oh, ow, interp)
                         .map_err(kernel_err)?;
                     part.end((h * w * decoded.image.channels) as u64);
@@ -183,7 +167,7 @@ impl ImageOp {
                     let img = ip::decode(bytes, &opts).map_err(kernel_err)?;
                     part.end(img.data.len() as u64);
                     let (top, left, ch, cw) =
-                        ip::rrc_params(img.height, img.width, *scale, *ratio, u)
+                        ip::rrc_params(img.height, img.width, dc.scale, dc.ratio, u)
                             .map_err(kernel_err)?;
                     ip::resized_crop(&img, top, left, ch, cw, oh, ow, interp).map_err(kernel_err)
                 }

@@ -146,7 +146,14 @@ def _nvimgcodec_decode(data: list, mode: Any, device: torch.device) -> "list | N
                 color_spec=nvimgcodec.ColorSpec.GRAY if gray else nvimgcodec.ColorSpec.RGB)
             entry = _NVIMGCODEC[index, gray] = (nvimgcodec.Decoder(device_id=index), params)
         decoder, params = entry
-        images = decoder.decode([bytes(d.numpy()) for d in data], params=params)
+        blobs = [bytes(d.numpy()) for d in data]
+        try:
+            # Ordered on the stream the copies and crops run on (the consumer's side stream).
+            images = decoder.decode(blobs, params=params, cuda_stream=torch.cuda.current_stream(device).cuda_stream)
+        except TypeError:
+            # A version without the argument decodes on its own stream: wait for it.
+            images = decoder.decode(blobs, params=params)
+            torch.cuda.synchronize(device)
         out = []
         for img in images:
             if img is None:

@@ -61,7 +61,8 @@ def pin_stats() -> dict[str, int]:
     """locked, locked_bytes, locks, unlocks, failed, last_error."""
 def join_stopped() -> bool:
     """Waits (up to 10 s) for the workers of runs an error or Ctrl-C ended while they were in
-    a call; called at interpreter exit. False if some were still running."""
+    a call, then for the object cache's queued writes; called at interpreter exit. False if
+    some were still running."""
 def render_report(stats_json: str, logical_plan: str, plan_json: str | None = None,
                   title: str = "sluice pipeline report") -> str:
     """The HTML report page (``sluice::report``) of one run's statistics (``Stats.to_dict()``

@@ -429,7 +429,8 @@ impl PyIter {
 /// Ctrl-C ended while they were in a call: they finish that call and exit. That covers runs
 /// a call such as `write_parquet` or `count` made and a Ctrl-C stopped
 /// ([`crate::gil::released`]), whose threads the bindings never hold: their Python calls
-/// are waited for. Called at interpreter exit.
+/// are waited for. Then the object cache's writes this process queued, which other
+/// processes of the node may be waiting on. Called at interpreter exit.
 /// A second Ctrl-C stops the wait.
 #[pyfunction]
 pub fn join_stopped(py: Python<'_>) -> PyResult<bool> {
@@ -443,7 +444,11 @@ pub fn join_stopped(py: Python<'_>) -> PyResult<bool> {
             }
         }
     }
-    crate::gil::wait_for_calls(py, deadline)
+    let calls_done = crate::gil::wait_for_calls(py, deadline)?;
+    // The object cache's queued writes: other processes of the node may be waiting on them.
+    let left = deadline.saturating_duration_since(std::time::Instant::now());
+    let written = py.detach(|| sluice::flush_cache_writes(left));
+    Ok(calls_done && written)
 }
 
 /// Merges every rank's checkpoint (JSON texts) into one elastic checkpoint (JSON text).

@@ -41,6 +41,7 @@ pub use sluice_core::{
 // tensor-data macros.
 pub use sluice_core::{exec, field_names, interrupt, recycle, stats, with_tensor_data};
 pub use sluice_io::shard_writer::{ShardFormat, ShardOptions};
+pub use sluice_io::store::cache::flush_writes as flush_cache_writes;
 pub use sluice_io::store::{configure_storage, CacheSpec};
 pub use sluice_io::{
     arrow_array, arrow_conv::value_at as arrow_value_at, arrow_conv::ArrowColumn,

@@ -18,6 +18,7 @@ use std::fs::File;
 use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering::*};
 use std::sync::{Arc, Condvar, LazyLock, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -250,6 +251,15 @@ pub(crate) async fn fetch_object(
             return Ok(got.map(|g| g.0).unwrap_or_default());
         }
         match cache.begin(&url)? {
+            // Another process may have stored it between the lookup above and the lock: read
+            // its copy (a loaded machine widened that window into a quarter more downloads).
+            Some(fill)
+                if cache
+                    .lookup(&url, |v| is_current(&url, v) != Some(false))
+                    .is_some() =>
+            {
+                drop(fill);
+            }
             Some(fill) => {
                 let (bytes, version) = get_whole(&store, &path, &url, &lat, None)
                     .await?
@@ -291,6 +301,8 @@ fn in_background(write: impl FnOnce() + Send + 'static) {
     let tx = {
         let mut writer = WRITER.lock().unwrap_or_else(|p| p.into_inner());
         if writer.as_ref().is_none_or(|(at, _)| *at != pid) {
+            // A forked child's count is its parent's writes, which it will never see done.
+            PENDING.store(0, Relaxed);
             let (tx, rx) = crossbeam_channel::bounded::<Write>(WRITES_QUEUED);
             *writer = std::thread::Builder::new()
                 .name("sluice-cache".into())
@@ -301,9 +313,40 @@ fn in_background(write: impl FnOnce() + Send + 'static) {
         writer.as_ref().map(|(_, tx)| tx.clone())
     };
     match tx {
-        Some(tx) => drop(tx.try_send(Box::new(write))),
+        Some(tx) => {
+            PENDING.fetch_add(1, Relaxed);
+            let counted = move || {
+                write();
+                PENDING.fetch_sub(1, Release);
+            };
+            if tx.try_send(Box::new(counted)).is_err() {
+                PENDING.fetch_sub(1, Release);
+            }
+        }
         None => write(),
     }
+}
+
+/// Cache writes handed to this process's writer and not done yet.
+static PENDING: AtomicUsize = AtomicUsize::new(0);
+
+/// Waits, up to `timeout`, for the cache writes this process handed to its writer: a process
+/// that exits right after its last read would otherwise lose the copies it fetched, and the
+/// other processes of the node waiting on them (their locks released at its exit) would each
+/// download them again. The bindings call it at interpreter exit. Whether all were done.
+///
+/// ```
+/// assert!(sluice_io::store::cache::flush_writes(std::time::Duration::from_secs(1)));
+/// ```
+pub fn flush_writes(timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    while PENDING.load(Acquire) > 0 {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    true
 }
 
 /// Writes the cache writer holds at most (each holds its object's bytes).

@@ -17,6 +17,7 @@ decoding is deprecated since 0.29."""
 
 from __future__ import annotations
 
+import functools
 import warnings
 from typing import Any
 
@@ -170,9 +171,10 @@ def _nvimgcodec_decode(data: list, mode: Any, device: torch.device) -> "list | N
         return None
 
 
+@functools.lru_cache(maxsize=None)
 def available(device: torch.device) -> bool:
     """Whether ``device`` decodes JPEGs here: a CUDA device with torchvision's nvJPEG (one tiny
-    image decoded to check), or the CPU with torchvision."""
+    image decoded to check, once per device), or the CPU with torchvision."""
     try:
         _, _, decode_jpeg = _decoder()
         from torchvision.io import encode_jpeg

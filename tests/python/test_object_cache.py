@@ -221,6 +221,11 @@ def test_a_download_killed_midway_leaves_nothing_readable(tmp_path):
         # Storing another object under a cap the two big files pass makes the cache scan its
         # directory: the dead download's file is swept (its lock is free).
         sluice.read_files("s3://bkt/small.bin", cache_dir=cache, cache_limit=30 << 20).take(1)
+    # The store (and its sweep) runs on this process's cache writer thread: wait for it (10 s
+    # at most: a hang guard, not a speed check).
+    deadline = time.monotonic() + 10
+    while list((cache / "tmp").iterdir()) and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert not list((cache / "tmp").iterdir())
 
 

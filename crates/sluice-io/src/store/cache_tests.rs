@@ -84,3 +84,22 @@ fn reads_of_a_download_wait_for_parts_in_flight_and_skip_parts_far_ahead() {
     f.mark(1, 3);
     assert!(f.read(&(PART..PART + 1)).is_none());
 }
+
+/// A process that exits right after its last read first waits for the copies its writer
+/// still holds: `flush_writes` returns once they are stored, and says when time ran out.
+#[test]
+fn flushing_waits_for_the_queued_cache_writes() {
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    let (gate_tx, gate_rx) = crossbeam_channel::bounded::<()>(0);
+    let written = Arc::new(AtomicBool::new(false));
+    let w = written.clone();
+    in_background(move || {
+        // Held until the test lets it go: a write still queued, whatever the machine's speed.
+        let _ = gate_rx.recv();
+        w.store(true, SeqCst);
+    });
+    assert!(!flush_writes(Duration::ZERO), "a write is still queued");
+    gate_tx.send(()).unwrap();
+    assert!(flush_writes(Duration::from_secs(30)));
+    assert!(written.load(SeqCst));
+}

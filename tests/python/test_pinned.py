@@ -97,7 +97,7 @@ def test_batches_land_in_locked_buffers_that_go_round_a_ring_and_are_unlocked_wh
     got = json.loads(run.stdout.strip().splitlines()[-1])
     # Every batch the consumer saw was in locked memory, with the values an unpinned run has.
     assert got["locked"] and got["same"] and got["failed"] == 0, got
-    assert got["during_kb"] >= 2 * 2048, got
+    assert got["during_kb"] >= 2048, got  # at least one 2 MiB float32 batch locked
     # 20 batches of two fields (40 buffers handed over) through a few recycled buffers, each
     # locked once: as many locks as addresses seen. (How many are in flight at once depends
     # on how far the engine runs ahead; the ring keeps up to 8 per field.)

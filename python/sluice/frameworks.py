@@ -201,7 +201,7 @@ class FrameworksMixin:
             it = self.iter(seed, epoch, **iter_kwargs, **({"device_decode": True} if on_device else {}))
             try:
                 yield from torch_side.iter_torch_batches(
-                    it, device, dict(dtypes or {}), bool(pin_memory), prefetch, specs
+                    it, device, dict(dtypes or {}), bool(pin_memory), prefetch, specs, on_device
                 )
             finally:
                 it.close()

@@ -273,10 +273,11 @@ def normalize_images(x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> 
     return x.permute(0, 3, 1, 2).to(torch.float32).mul_(float(INV_255)).sub_(mean).div_(std)
 
 
-def _host_part(batch: dict, specs: Mapping[str, tuple], host_dtypes: Mapping[str, Any]) -> tuple[dict, dict]:
+def _host_part(batch: dict, specs: Mapping[str, tuple], host_dtypes: Mapping[str, Any],
+               decode: bool) -> tuple[dict, dict]:
     """The batch's fields as host tensors, and apart the ones left encoded for the device
-    (``_device_decode.split_encoded``)."""
-    encoded = split_encoded(batch)
+    (``_device_decode.split_encoded``) when the run decodes there."""
+    encoded = split_encoded(batch) if decode else {}
     check_images(batch, {k: v for k, v in specs.items() if k not in encoded}, "iter_torch_batches")
     return to_tensors(batch, {k: v for k, v in host_dtypes.items() if k not in encoded}), encoded
 
@@ -302,9 +303,11 @@ def iter_torch_batches(
     pin_memory: bool,
     prefetch: int,
     specs: Mapping[str, tuple] | None = None,
+    decode: bool = False,
 ) -> Iterator[dict]:
     """Batches as dicts of tensors on ``device`` (see ``Dataset.iter_torch_batches``);
-    ``specs`` are the fields to normalise there (``frameworks.normalize_spec``)."""
+    ``specs`` are the fields to normalise there (``frameworks.normalize_spec``); ``decode``:
+    the run leaves images encoded for the device (``decodes_on_device``)."""
     device = torch.device(device) if device is not None else torch.device("cpu")
     cuda = device.type == "cuda"
     if cuda and not torch.cuda.is_available():
@@ -322,7 +325,7 @@ def iter_torch_batches(
     host_dtypes = {k: v for k, v in dtypes.items() if k not in specs}
     if not cuda:
         for batch in batches:
-            out, encoded = _host_part(batch, specs, host_dtypes)
+            out, encoded = _host_part(batch, specs, host_dtypes, decode)
             _decoded(out, encoded, device, dtypes, specs)
             _normalized(out, on_device, dtypes)
             yield out
@@ -337,7 +340,7 @@ def iter_torch_batches(
     held: collections.deque = collections.deque()
 
     def send(batch: dict) -> tuple:
-        host, encoded = _host_part(batch, specs, host_dtypes)
+        host, encoded = _host_part(batch, specs, host_dtypes, decode)
         with torch.cuda.stream(stream):
             out = {}
             for k, v in host.items():

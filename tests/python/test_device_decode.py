@@ -59,9 +59,8 @@ def test_the_device_makes_the_hosts_crops_and_flips(epoch):
     dev, host = both(crops, epoch=epoch)
     for d, h in zip(dev, host):
         assert torch.equal(d["label"], h["label"])
+        # The crops and flips are the host's: a mirrored or shifted crop would be far off.
         assert_close(d["image"].numpy(), h["image"].numpy())
-    # The flips are the host's: a mirrored image would be far off.
-    assert any(not torch.equal(a["image"], a["image"].flip(2)) for a in dev)
 
 
 def test_the_batch_holds_the_encoded_images_and_their_draws():
@@ -145,7 +144,7 @@ def test_auto_decodes_on_the_host_without_a_gpu_and_bad_values_are_refused():
 
 def test_a_corrupt_jpeg_fails_naming_the_sample():
     ds = sluice.from_items([{"bytes": b"\xff\xd8\xff\xe0 not a jpeg", "label": 0}])
-    with pytest.raises(Exception, match="device_draws"):
+    with pytest.raises(Exception, match="op 'device_draws' failed on sample 0"):
         list(crops(ds).iter_torch_batches(decode_on_device=True))
 
 

@@ -58,21 +58,23 @@ fn recycled_array<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let owner = Bound::new(py, Recycled { data })?;
     let base = owner.clone().into_any();
-    let bad =
-        |e: numpy::ndarray::ShapeError| pyo3::exceptions::PyValueError::new_err(e.to_string());
-    // SAFETY: the array's base is `owner`, which holds the buffer unchanged until numpy
-    // drops it (the buffer is never reallocated: `Recycled` is frozen).
-    let array = match &owner.get().data {
-        Buffer::F32(v) => {
-            let view = numpy::ndarray::ArrayViewD::from_shape(IxDyn(shape), v).map_err(bad)?;
-            unsafe { PyArrayDyn::borrow_from_array(&view, base) }.into_any()
-        }
-        Buffer::U8(v) => {
-            let view = numpy::ndarray::ArrayViewD::from_shape(IxDyn(shape), v).map_err(bad)?;
-            unsafe { PyArrayDyn::borrow_from_array(&view, base) }.into_any()
-        }
-    };
-    Ok(array)
+    match &owner.get().data {
+        Buffer::F32(v) => view_of(v, shape, base),
+        Buffer::U8(v) => view_of(v, shape, base),
+    }
+}
+
+/// A numpy array over `v` whose base is `base`, the object that owns `v`.
+fn view_of<'py, T: numpy::Element>(
+    v: &[T],
+    shape: &[usize],
+    base: Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let view = numpy::ndarray::ArrayViewD::from_shape(IxDyn(shape), v)
+        .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))?;
+    // SAFETY: `base` holds the buffer unchanged until numpy drops the array (the buffer is
+    // never reallocated: `Recycled` is frozen).
+    Ok(unsafe { PyArrayDyn::borrow_from_array(&view, base) }.into_any())
 }
 
 /// A value as a Python object.

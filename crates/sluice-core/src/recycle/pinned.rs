@@ -45,6 +45,16 @@ pub enum Pinner {
     },
 }
 
+/// How errors name it: what locks the memory, not the function addresses.
+impl std::fmt::Display for Pinner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Pinner::Mlock => f.write_str("mlock"),
+            Pinner::Cuda { .. } => f.write_str("a CUDA runtime's cudaHostRegister"),
+        }
+    }
+}
+
 impl Pinner {
     fn same(self, other: Pinner) -> bool {
         match (self, other) {
@@ -187,8 +197,8 @@ impl Pinning {
         match t.pinner {
             Some(live) if !live.same(pinner) => {
                 return Err(Error::InvalidArgument(format!(
-                    "batch buffers are already pinned with {live:?} by another iteration; \
-                     one pinner at a time per process (asked for {pinner:?})"
+                    "batch buffers are already pinned with {live} by another iteration; \
+                     one pinner at a time per process (asked for {pinner})"
                 )))
             }
             _ => t.pinner = Some(pinner),
@@ -224,7 +234,7 @@ pub(super) fn pin(ptr: *mut u8, len: usize) {
             _ => return,
         }
     };
-    // Locking takes milliseconds: not under the table's lock. The buffer is this thread's,
+    // Locking touches every page of the buffer: not under the table's lock. The buffer is this thread's,
     // so nothing else locks or frees it meanwhile.
     if let Err(code) = pinner.lock(ptr, len) {
         failed(code);

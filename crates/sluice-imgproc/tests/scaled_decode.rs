@@ -194,7 +194,7 @@ fn decode_resized_crop_agrees_with_decode_then_resized_crop() {
             assert_eq!(d, dct_denominator(ch, cw, out, out, Filter::Bilinear));
             let b = resized_crop(&full, t, l, ch, cw, out, out, Filter::Bilinear).unwrap();
             if d == 1 {
-                assert_eq!(a, b, "{name}: the full path must be the two-step call");
+                assert!(psnr(&a.data, &b.data) >= 35.0, "{name}: a full-size crop");
             } else {
                 scaled += 1;
                 worst = worst.min(psnr(&a.data, &b.data));
@@ -204,6 +204,22 @@ fn decode_resized_crop_agrees_with_decode_then_resized_crop() {
         assert!(scaled >= 10, "{name}: {scaled}");
         assert!(worst >= floor, "{name}: PSNR {worst}");
     }
+    // Crops that shrink less decode at full size, only the MCUs they touch: close to the
+    // two-step call (the chroma is upsampled in the DCT domain, not interpolated).
+    let bytes = read("coffee_320x240.jpg");
+    let full = decode(&bytes, &opts).unwrap();
+    let mut worst = f64::INFINITY;
+    for _ in 0..80 {
+        let (t, l, ch, cw) = rrc_params(240, 320, (0.08, 1.0), (0.75, 4.0 / 3.0), &mut u).unwrap();
+        let (a, d) =
+            decode_resized_crop(&bytes, &opts, t, l, ch, cw, 96, 96, Filter::Bilinear).unwrap();
+        let b = resized_crop(&full, t, l, ch, cw, 96, 96, Filter::Bilinear).unwrap();
+        if d == 1 {
+            worst = worst.min(psnr(&a.data, &b.data));
+        }
+    }
+    println!("coffee_320x240.jpg at full size: worst PSNR {worst:.1} dB");
+    assert!((38.0..f64::INFINITY).contains(&worst), "{worst}");
     // PNG (no DCT) and nearest (picks pixels) always take the full path.
     let png = read("rgb8_pillow.png");
     let img = decode(&png, &opts).unwrap();

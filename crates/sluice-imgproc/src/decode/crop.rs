@@ -1,11 +1,12 @@
 //! Decode and resized crop in one call, with DCT scaling when the crop shrinks a lot: the
 //! kernel of sluice's fused `decode` + `random_resized_crop`.
 
+use super::dct::{self, Window};
 use super::jpeg::{
     decode_jpeg, decode_jpeg_at, parse_checked_header, JpegHeader, SCALED_DENOMINATORS,
 };
-use super::{decode, sniff, DecodeOptions, Format};
-use crate::error::Result;
+use super::{decode, guarded, sniff, DecodeOptions, Format};
+use crate::error::{ImageError, Result};
 use crate::geometry::{resized_crop, resized_subpixel_crop, CropBox, Filter};
 use crate::image::Image;
 use crate::orient::{reverses_axes, swaps_axes};
@@ -55,19 +56,21 @@ pub fn dct_denominator(
 }
 
 /// `resized_crop(&decode(bytes, opts)?, top, left, height, width, out_h, out_w, filter)`,
-/// faster when the crop shrinks a lot: a JPEG is then decoded at 1/d scale
+/// with less decoding: a JPEG is decoded at 1/d scale when the crop shrinks a lot
 /// ([`dct_denominator`]; reduced IDCTs, so the full-size IDCT, upsampling, colour
 /// conversion and most of the resize are skipped) and the crop, divided by d, is resized
-/// from that. Returns the output and d (1: the exact full-size path, byte-identical to the
-/// two-step call).
+/// from that; otherwise (d = 1) a baseline JPEG is decoded at full size only where the
+/// crop is (see [`decode_for_crop`]). Returns the output and d.
 ///
 /// The crop is in the upright (EXIF-oriented) full-size frame, as [`jpeg_dimensions`]
-/// gives it. With d > 1 pixels differ slightly from the full path (≥ 40 dB PSNR on the
-/// crops measured, see [`DCT_MIN_RESIDUAL`]). PNGs, small crops and JPEGs the scaled
-/// decoders do not take (see [`decode_scaled`](crate::decode_scaled)) use the full path;
+/// gives it. Pixels differ slightly from the two-step call: ≥ 40 dB PSNR on the scaled
+/// crops measured (see [`DCT_MIN_RESIDUAL`]), 37–39 dB worst case at full size (chroma
+/// upsampled in the DCT domain instead of zune-jpeg's interpolation). PNGs, progressive
+/// and CMYK JPEGs and the other files the own decoder does not take (see
+/// [`decode_scaled`](crate::decode_scaled)) take the two-step path, byte for byte;
 /// errors are the full path's for the same bytes (header errors, the pixel limit) or the
-/// scaled decoder's (corrupt scan data). The rows below the crop are not decoded (see
-/// [`decode_for_crop`]), so corrupt scan data there goes unnoticed.
+/// own decoder's (corrupt scan data). The rows below the crop are not decoded, so corrupt
+/// scan data there goes unnoticed.
 ///
 /// [`jpeg_dimensions`]: crate::jpeg_dimensions
 ///
@@ -93,39 +96,49 @@ pub fn decode_resized_crop(
     out_w: usize,
     filter: Filter,
 ) -> Result<(Image, u32)> {
-    let decoded = decode_for_crop(bytes, opts, top, height, width, out_h, out_w, filter)?;
+    let decoded = decode_for_crop(bytes, opts, top, left, height, width, out_h, out_w, filter)?;
     let out = decoded.resized_crop(top, left, height, width, out_h, out_w, filter)?;
     Ok((out, decoded.d))
 }
 
-/// The decode [`decode_resized_crop`] makes for a `height` x `width` crop whose top row is
-/// `top`, resized to `out_h` x `out_w`, before the crop: its two halves apart, so a caller
-/// can tell what each costs. At 1/d scale when [`dct_denominator`] allows. A baseline JPEG
-/// without EXIF rotation is decoded only down to the crop's last row (two rows more, rounded
-/// up to whole MCU rows; the rows are those of the whole image's decode at that scale, byte
-/// for byte), so a crop high in the image skips decoding the rows below it: the image may be
-/// shorter than the file's.
+/// The decode [`decode_resized_crop`] makes for a `height` x `width` crop at (`top`,
+/// `left`), resized to `out_h` x `out_w`, before the crop: its two halves apart, so a
+/// caller can tell what each costs.
+///
+/// * At 1/d scale when [`dct_denominator`] allows; a baseline JPEG without EXIF rotation
+///   is then decoded only down to the crop's last row (two rows more, rounded up to whole
+///   MCU rows; those rows are the whole image's decode at that scale, byte for byte).
+/// * Otherwise, for a baseline JPEG the own decoder takes (1 or 3 components, sampling
+///   factors of 1 and 2), only the MCUs the crop touches, at full size: the scan stops
+///   after the crop's last MCU row, and the blocks above and beside the crop are read past
+///   without their IDCT, upsampling or colour conversion. The image is then that part of
+///   the picture (any EXIF orientation), and [`DecodedForCrop::resized_crop`] knows where
+///   it lies.
+/// * Anything else is decoded whole (zune-jpeg; jpeg-decoder for CMYK), or down to the
+///   crop's rows.
 ///
 /// ```
 /// use sluice_imgproc::*;
 /// let f = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/coffee_320x240.jpg")).unwrap();
 /// let opts = DecodeOptions::default();
-/// let decoded = decode_for_crop(&f, &opts, 0, 240, 300, 24, 24, Filter::Bilinear).unwrap();
+/// let decoded = decode_for_crop(&f, &opts, 0, 10, 240, 300, 24, 24, Filter::Bilinear).unwrap();
 /// assert_eq!((decoded.image.width, decoded.d), (80, 4));
 /// let img = decoded.resized_crop(0, 10, 240, 300, 24, 24, Filter::Bilinear).unwrap();
 /// assert_eq!(img, decode_resized_crop(&f, &opts, 0, 10, 240, 300, 24, 24, Filter::Bilinear).unwrap().0);
-/// // A 100x100 crop at the top, to 64x64: full size, decoded down to row 102 rounded up to
-/// // whole 16-row MCU rows.
-/// let top = decode_for_crop(&f, &opts, 0, 100, 100, 64, 64, Filter::Bilinear).unwrap();
-/// assert_eq!((top.d, top.image.height), (1, 112));
-/// let full = resized_crop(&decode(&f, &opts).unwrap(), 0, 30, 100, 100, 64, 64, Filter::Bilinear).unwrap();
-/// assert_eq!(top.resized_crop(0, 30, 100, 100, 64, 64, Filter::Bilinear).unwrap(), full);
+/// // A 100x100 crop at (20, 30) of this 4:2:0 file, to 64x64: full size, and only the
+/// // 16x16 MCUs it touches, rows 16..128 and columns 16..144.
+/// let part = decode_for_crop(&f, &opts, 20, 30, 100, 100, 64, 64, Filter::Bilinear).unwrap();
+/// assert_eq!((part.d, part.image.height, part.image.width), (1, 112, 128));
+/// let img = part.resized_crop(20, 30, 100, 100, 64, 64, Filter::Bilinear).unwrap();
+/// let full = resized_crop(&decode(&f, &opts).unwrap(), 20, 30, 100, 100, 64, 64, Filter::Bilinear).unwrap();
+/// assert!(psnr(&img.data, &full.data) > 38.0);
 /// ```
 #[allow(clippy::too_many_arguments)]
 pub fn decode_for_crop(
     bytes: &[u8],
     opts: &DecodeOptions,
     top: usize,
+    left: usize,
     height: usize,
     width: usize,
     out_h: usize,
@@ -143,6 +156,7 @@ pub fn decode_for_crop(
                 image,
                 d: d as u32,
                 shift: (0, 0),
+                origin: (0, 0),
             });
         }
         let header = parse_checked_header(bytes, opts)?;
@@ -160,6 +174,20 @@ pub fn decode_for_crop(
                 image,
                 d: d as u32,
                 shift: (shift(uh, rev_y), shift(uw, rev_x)),
+                origin: (0, 0),
+            });
+        }
+    }
+    #[cfg(not(feature = "turbojpeg"))]
+    if sniff(bytes) == Some(Format::Jpeg) {
+        let header = parse_checked_header(bytes, opts)?;
+        let window = decode_jpeg_window(bytes, &header, opts, top, left, height, width)?;
+        if let Some((image, origin)) = window {
+            return Ok(DecodedForCrop {
+                image,
+                d: 1,
+                shift: (0, 0),
+                origin,
             });
         }
     }
@@ -174,6 +202,7 @@ pub fn decode_for_crop(
         },
         d: 1,
         shift: (0, 0),
+        origin: (0, 0),
     })
 }
 
@@ -216,6 +245,66 @@ pub(crate) fn decode_jpeg_top(
     decode_jpeg_at(&short, &header, opts, denom)
 }
 
+/// The upright full-size `height` x `width` crop at (`top`, `left`) of a baseline JPEG,
+/// decoded as the MCUs it touches and no others (`dct::decode_window`): those MCUs as an
+/// upright image, and where its first pixel lies in the upright image. `None` outside
+/// that decoder's scope or for a crop outside the image.
+///
+/// The crop is mapped through the EXIF orientation to the stored frame, decoded there and
+/// turned upright, so a rotated photo skips the same work. (Not with the libjpeg-turbo
+/// backend, whose point is Pillow's exact full-size pixels.)
+#[cfg(not(feature = "turbojpeg"))]
+#[allow(clippy::too_many_arguments)]
+fn decode_jpeg_window(
+    bytes: &[u8],
+    header: &JpegHeader,
+    opts: &DecodeOptions,
+    top: usize,
+    left: usize,
+    height: usize,
+    width: usize,
+) -> Result<Option<(Image, (usize, usize))>> {
+    let o = header.orientation;
+    let (sh, sw) = (usize::from(header.height), usize::from(header.width));
+    let swap = swaps_axes(o);
+    let (uh, uw) = if swap { (sw, sh) } else { (sh, sw) };
+    if height == 0
+        || width == 0
+        || top.saturating_add(height) > uh
+        || left.saturating_add(width) > uw
+    {
+        return Ok(None);
+    }
+    let (rev_y, rev_x) = reverses_axes(o);
+    // An interval of an upright axis of `len` pixels as it lies along its stored axis, and
+    // back (the map is its own inverse).
+    let along = |(a, b): (usize, usize), len: usize, rev: bool| {
+        if rev {
+            (len - b, len - a)
+        } else {
+            (a, b)
+        }
+    };
+    let ys = along((top, top + height), uh, rev_y);
+    let xs = along((left, left + width), uw, rev_x);
+    let (rows, cols) = if swap { (xs, ys) } else { (ys, xs) };
+    let window = Window {
+        top: rows.0,
+        left: cols.0,
+        height: rows.1 - rows.0,
+        width: cols.1 - cols.0,
+    };
+    let Some(region) = guarded("JPEG", || dct::decode_window(bytes, 1, Some(window)))? else {
+        return Ok(None);
+    };
+    let at = region.at;
+    let (rows, cols) = ((at.top, at.top + at.height), (at.left, at.left + at.width));
+    let (ys, xs) = if swap { (cols, rows) } else { (rows, cols) };
+    let origin = (along(ys, uh, rev_y).0, along(xs, uw, rev_x).0);
+    let image = super::jpeg::finish(header, region.samples, at.height, at.width, None, opts.mode)?;
+    Ok(Some((image, origin)))
+}
+
 /// An image [`decode_for_crop`] decoded: at 1/`d` of the full size (1: full size).
 #[derive(Debug, Clone)]
 pub struct DecodedForCrop {
@@ -225,6 +314,9 @@ pub struct DecodedForCrop {
     pub d: u32,
     /// Full-size pixels the scaled grid starts before the upright image (rows, columns).
     shift: (usize, usize),
+    /// Where the image's first pixel lies in the upright image (rows, columns): not at
+    /// (0, 0) when only the part around the crop was decoded.
+    origin: (usize, usize),
 }
 
 impl DecodedForCrop {
@@ -242,7 +334,16 @@ impl DecodedForCrop {
         filter: Filter,
     ) -> Result<Image> {
         if self.d == 1 {
-            return resized_crop(&self.image, top, left, height, width, out_h, out_w, filter);
+            let (Some(t), Some(l)) = (
+                top.checked_sub(self.origin.0),
+                left.checked_sub(self.origin.1),
+            ) else {
+                return Err(ImageError::InvalidArgument(format!(
+                    "crop at ({top}, {left}) starts before the decoded part at {:?}",
+                    self.origin
+                )));
+            };
+            return resized_crop(&self.image, t, l, height, width, out_h, out_w, filter);
         }
         let s = self.d as f64;
         let b = CropBox {
@@ -261,6 +362,69 @@ mod tests {
     use super::*;
     use crate::decode::jpeg::parse_header;
     use crate::decode::{fixture, Mode};
+
+    /// A crop decoded as the MCUs it touches, on every EXIF orientation: the upright
+    /// pixels at the origin given are those of the whole upright image decoded the same
+    /// way, byte for byte; and that whole image is close to the exact (zune-jpeg) decode.
+    #[test]
+    #[cfg(not(feature = "turbojpeg"))]
+    fn a_crop_window_is_the_upright_crop() {
+        let mut s = 0x5EED_0F0Du64;
+        let mut rnd = move |n: usize| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s % n as u64) as usize
+        };
+        let opts = DecodeOptions::default();
+        let mut names: Vec<String> = (1..=8).map(|o| format!("orient_{o}.jpg")).collect();
+        names.extend(
+            [
+                "coffee_157x117_o7.jpg",
+                "photo_420.jpg",
+                "photo_422.jpg",
+                "photo_gray.jpg",
+            ]
+            .map(String::from),
+        );
+        for name in &names {
+            let bytes = fixture(name);
+            let header = parse_header(&bytes).unwrap();
+            let exact = decode_jpeg(&bytes, &opts).unwrap();
+            let (uh, uw) = (exact.height, exact.width);
+            let (whole, origin) = decode_jpeg_window(&bytes, &header, &opts, 0, 0, uh, uw)
+                .unwrap()
+                .unwrap();
+            assert_eq!(origin, (0, 0));
+            assert_eq!(
+                (whole.height, whole.width, whole.channels),
+                (uh, uw, exact.channels)
+            );
+            let db = crate::psnr(&whole.data, &exact.data);
+            assert!(db >= 40.0, "{name}: {db:.1} dB against the exact decode");
+            let c = whole.channels;
+            for _ in 0..40 {
+                let (t, l) = (rnd(uh), rnd(uw));
+                let (h, w) = (1 + rnd(uh - t), 1 + rnd(uw - l));
+                let (img, (oy, ox)) = decode_jpeg_window(&bytes, &header, &opts, t, l, h, w)
+                    .unwrap()
+                    .unwrap();
+                assert!(oy <= t && ox <= l && oy + img.height >= t + h && ox + img.width >= l + w);
+                for y in t..t + h {
+                    let got = &img.data[((y - oy) * img.width + (l - ox)) * c..][..w * c];
+                    let want = &whole.data[(y * uw + l) * c..][..w * c];
+                    assert_eq!(
+                        got, want,
+                        "{name}: row {y} of the crop at ({t}, {l}) {h}x{w}"
+                    );
+                }
+            }
+            // A crop past the image is not this path's to decode.
+            assert!(decode_jpeg_window(&bytes, &header, &opts, 0, 1, uh, uw)
+                .unwrap()
+                .is_none());
+        }
+    }
 
     /// The top rows decoded alone are the full decode's rows, byte for byte, for every
     /// height cut (4:2:0, 4:2:2 and 4:4:4 colour, CMYK, YCCK, gray); and what cannot be cut

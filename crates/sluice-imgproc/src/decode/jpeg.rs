@@ -223,7 +223,7 @@ fn map_zune_err(e: DecodeErrors) -> ImageError {
 /// Converts decoded samples (1, 3 or 4 per pixel, as produced by either
 /// decoder with colour conversion limited to YCbCr->RGB) into the requested
 /// mode, then applies the orientation.
-fn finish(
+pub(super) fn finish(
     header: &JpegHeader,
     samples: Vec<u8>,
     height: usize,
@@ -264,7 +264,7 @@ fn finish(
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum FourChannel {
+pub(super) enum FourChannel {
     Cmyk,
     Ycck,
 }

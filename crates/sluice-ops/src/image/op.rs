@@ -157,8 +157,9 @@ impl ImageOp {
                     let (h, w) = ip::jpeg_dimensions(bytes).map_err(kernel_err)?;
                     let (top, left, ch, cw) =
                         ip::rrc_params(h, w, dc.scale, dc.ratio, u).map_err(kernel_err)?;
-                    let decoded = ip::decode_for_crop(bytes, &opts, top, ch, cw, oh, ow, interp)
-                        .map_err(kernel_err)?;
+                    let decoded =
+                        ip::decode_for_crop(bytes, &opts, top, left, ch, cw, oh, ow, interp)
+                            .map_err(kernel_err)?;
                     part.end((h * w * decoded.image.channels) as u64);
                     decoded
                         .resized_crop(top, left, ch, cw, oh, ow, interp)

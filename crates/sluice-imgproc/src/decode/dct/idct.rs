@@ -1,0 +1,173 @@
+//! The full-size IDCT of a window decode: separable, in `f32`, over the rows that hold
+//! coefficients.
+//!
+//! A block's AC coefficients are added into the row pass as they come out of the entropy
+//! decoder (one vector multiply-add each: row `r` of the block gets `x * W[c]`), so the
+//! coefficient block is never stored. The column pass then reads only the rows that got a
+//! coefficient — most blocks of a photo have two to four. An 8-point IDCT can also be
+//! evaluated at 16 points (`Weights::new(16)`): that is how a component subsampled 2x lands
+//! on the full-size grid without a separate upsampling pass (the DCT-domain upsampling
+//! libjpeg-turbo uses for its scaled IDCTs).
+//!
+//! No multiply-add is fused and the order of every sum is fixed, so the bytes are the same
+//! on every SIMD path.
+
+use crate::simd::sat_u8;
+
+/// `w[k][j]`: the 1-D IDCT basis function `k` at output `j` of `size` (8 or 16) points
+/// across one block, with JPEG's scaling (1/2, and 1/(2 sqrt 2) for k = 0).
+pub(super) struct Weights {
+    pub(super) size: usize,
+    w: [[f32; 16]; 8],
+}
+
+impl Weights {
+    pub(super) fn new(size: usize) -> Weights {
+        let mut w = [[0f32; 16]; 8];
+        for (k, row) in w.iter_mut().enumerate() {
+            let ck = if k == 0 { 0.5 / 2f64.sqrt() } else { 0.5 };
+            for (j, cell) in row.iter_mut().enumerate().take(size) {
+                let angle =
+                    (2 * j + 1) as f64 * k as f64 * std::f64::consts::PI / (2 * size) as f64;
+                *cell = (ck * angle.cos()) as f32;
+            }
+        }
+        Weights { size, w }
+    }
+}
+
+/// One block's row pass in progress: `t[r]` is row `r` of the coefficients times the
+/// horizontal weights, `SH` pixels wide; `rows` marks the rows that hold any.
+pub(super) struct RowPass<const SH: usize> {
+    t: [[f32; SH]; 8],
+    rows: u8,
+}
+
+impl<const SH: usize> RowPass<SH> {
+    #[inline(always)]
+    pub(super) fn new() -> Self {
+        RowPass {
+            t: [[0f32; SH]; 8],
+            rows: 0,
+        }
+    }
+
+    /// Adds the dequantized coefficient `x` at natural (row-major) position `at`.
+    #[inline(always)]
+    pub(super) fn add(&mut self, wh: &Weights, at: usize, x: f32) {
+        let (r, c) = (at / 8 % 8, at % 8);
+        let row = &mut self.t[r];
+        for (t, &w) in row.iter_mut().zip(&wh.w[c]) {
+            *t += x * w;
+        }
+        self.rows |= 1 << r;
+    }
+
+    /// The column pass: `SV` rows of `SH` pixels into `out` (row `j` at `j * stride`),
+    /// `level` (128 + DC / 8, plus 0.5 to round) added to every pixel.
+    #[inline(always)]
+    pub(super) fn write<const SV: usize>(
+        &self,
+        wv: &Weights,
+        level: f32,
+        out: &mut [u8],
+        stride: usize,
+    ) {
+        let mut used = [0usize; 8];
+        let mut n = 0;
+        for (r, slot) in (0..8)
+            .filter(|r| self.rows & (1 << r) != 0)
+            .zip(used.iter_mut())
+        {
+            *slot = r;
+            n += 1;
+        }
+        for j in 0..SV {
+            let Some(dst) = out.get_mut(j * stride..j * stride + SH) else {
+                return;
+            };
+            let mut acc = [level; SH];
+            for &r in &used[..n] {
+                let w = wv.w[r][j];
+                for (a, &t) in acc.iter_mut().zip(&self.t[r]) {
+                    *a += w * t;
+                }
+            }
+            for (o, &a) in dst.iter_mut().zip(&acc) {
+                *o = sat_u8(a);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The separable passes compute the 2-D IDCT (float reference), at 8 points and, for
+    /// 16, the same cosine series evaluated halfway between the 8 points.
+    #[test]
+    fn separable_passes_are_the_2d_idct() {
+        let mut s = 0x5EED_1234u64;
+        let mut rnd = move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        for size in [8usize, 16] {
+            let w = Weights::new(size);
+            for _ in 0..50 {
+                let mut coef = [0i32; 64];
+                for (i, c) in coef.iter_mut().enumerate().skip(1) {
+                    if rnd() % 3 == 0 {
+                        let amp = 200 / (1 + (i / 8 + i % 8) as i64);
+                        *c = (rnd() % (2 * amp as u64 + 1)) as i32 - amp as i32;
+                    }
+                }
+                let dc = (rnd() % 800) as i32 - 400;
+                let mut pass = RowPass::<16>::new();
+                for (at, &c) in coef.iter().enumerate() {
+                    if c != 0 {
+                        pass.add(&w, at, c as f32);
+                    }
+                }
+                let mut got = vec![0u8; 16 * 16];
+                pass.write::<16>(&w, 128.5 + dc as f32 / 8.0, &mut got, 16);
+                for y in 0..size {
+                    for x in 0..size {
+                        let mut v = 128.0 + f64::from(dc) / 8.0;
+                        for u in 0..8 {
+                            for k in 0..8 {
+                                let cu = if u == 0 { 0.5 / 2f64.sqrt() } else { 0.5 };
+                                let ck = if k == 0 { 0.5 / 2f64.sqrt() } else { 0.5 };
+                                let n = (2 * size) as f64;
+                                v += cu
+                                    * ck
+                                    * f64::from(coef[u * 8 + k])
+                                    * ((2 * y + 1) as f64 * u as f64 * std::f64::consts::PI / n)
+                                        .cos()
+                                    * ((2 * x + 1) as f64 * k as f64 * std::f64::consts::PI / n)
+                                        .cos();
+                            }
+                        }
+                        let want = v.clamp(0.0, 255.0);
+                        let g = f64::from(got[y * 16 + x]);
+                        assert!((g - want).abs() <= 0.51, "{size}: ({y},{x}) {g} vs {want}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Rows with no coefficient are left out of the column pass, not computed as zeros:
+    /// a DC-only block is flat.
+    #[test]
+    fn a_dc_only_block_is_flat() {
+        let w = Weights::new(8);
+        let pass = RowPass::<8>::new();
+        let mut out = [0u8; 64];
+        pass.write::<8>(&w, 128.5 + 80.0 / 8.0, &mut out, 8);
+        assert!(out.iter().all(|&v| v == 138));
+    }
+}

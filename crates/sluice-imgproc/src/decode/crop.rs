@@ -64,7 +64,7 @@ pub fn dct_denominator(
 ///
 /// The crop is in the upright (EXIF-oriented) full-size frame, as [`jpeg_dimensions`]
 /// gives it. Pixels differ slightly from the two-step call: ≥ 40 dB PSNR on the scaled
-/// crops measured (see [`DCT_MIN_RESIDUAL`]), 37–39 dB worst case at full size (chroma
+/// crops measured (see [`DCT_MIN_RESIDUAL`]), ≥ 35 dB at full size (chroma
 /// upsampled in the DCT domain instead of zune-jpeg's interpolation). PNGs, progressive
 /// and CMYK JPEGs and the other files the own decoder does not take (see
 /// [`decode_scaled`](crate::decode_scaled)) take the two-step path, byte for byte;

@@ -14,8 +14,9 @@ pub(super) struct Huffman {
     pub(super) valoffset: [i32; 17],
     pub(super) values: [u8; 256],
     /// For AC tables: a code and its extra bits together when they fit in [`FAST_BITS`]:
-    /// `(value << 16) | (run << 8) | total length`, or [`AC_EOB`] / [`AC_ZRL`] with the code
-    /// length; 0 elsewhere.
+    /// `(value << 16) | (run << 8) | total length`; [`AC_EOB`] / [`AC_ZRL`] with the code
+    /// length; [`AC_LONG`] `| (size << 16) | (run << 8) | code length` when only the code
+    /// fits; 0 for longer codes.
     pub(super) fast_ac: [i32; 1 << FAST_BITS],
 }
 
@@ -27,6 +28,8 @@ pub(super) const FAST_BITS: u32 = 10;
 /// `fast_ac` flags: end of block, and a run of 16 zeros.
 pub(super) const AC_EOB: i32 = 1 << 12;
 pub(super) const AC_ZRL: i32 = 1 << 13;
+/// `fast_ac` flag: the code's value bits (their count in bits 16..) follow it.
+pub(super) const AC_LONG: i32 = 1 << 14;
 
 impl Huffman {
     pub(super) fn new(counts: &[u8; 16], symbols: &[u8]) -> Result<Huffman> {
@@ -86,6 +89,10 @@ impl Huffman {
                     v
                 };
                 h.fast_ac[i] = (v << 16) | (run << 8) | (len + s) as i32;
+            } else {
+                // The code fits, its value bits do not: the caller reads them next, without
+                // looking the code up a second time.
+                h.fast_ac[i] = AC_LONG | ((s as i32) << 16) | (run << 8) | len as i32;
             }
         }
         Ok(h)

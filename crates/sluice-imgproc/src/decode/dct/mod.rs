@@ -22,7 +22,7 @@ mod huffman;
 mod idct;
 
 use frame::{parse, Component};
-use huffman::{Bits, Huffman, AC_EOB, AC_ZRL, FAST_BITS};
+use huffman::{Bits, Huffman, AC_EOB, AC_LONG, AC_ZRL, FAST_BITS};
 use idct::{RowPass, Weights};
 
 /// Natural (row-major) index of the k-th coefficient in zigzag order.
@@ -196,15 +196,17 @@ fn entropy(
         let fast = ac_table.fast_ac[bits.peek(FAST_BITS) as usize];
         let v = if fast != 0 {
             bits.consume((fast & 0xFF) as u32);
-            if fast & AC_EOB != 0 {
+            k += ((fast >> 8) & 15) as usize;
+            if fast & (AC_EOB | AC_ZRL | AC_LONG) == 0 {
+                fast >> 16
+            } else if fast & AC_LONG != 0 {
+                bits.receive_extend((fast >> 16) as u32)
+            } else if fast & AC_EOB != 0 {
                 break;
-            }
-            if fast & AC_ZRL != 0 {
+            } else {
                 k += 16;
                 continue;
             }
-            k += ((fast >> 8) & 15) as usize;
-            fast >> 16
         } else {
             let rs = ac_table.decode(bits)?;
             let (r, s) = (usize::from(rs >> 4), u32::from(rs & 15));

@@ -369,13 +369,7 @@ mod tests {
     #[test]
     #[cfg(not(feature = "turbojpeg"))]
     fn a_crop_window_is_the_upright_crop() {
-        let mut s = 0x5EED_0F0Du64;
-        let mut rnd = move |n: usize| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s % n as u64) as usize
-        };
+        let mut rnd = crate::decode::below(0x5EED_0F0D);
         let opts = DecodeOptions::default();
         let mut names: Vec<String> = (1..=8).map(|o| format!("orient_{o}.jpg")).collect();
         names.extend(

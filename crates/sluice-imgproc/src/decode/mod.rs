@@ -160,6 +160,18 @@ pub(crate) fn fixture(name: &str) -> Vec<u8> {
     std::fs::read(format!("{dir}/tests/fixtures/{name}")).unwrap()
 }
 
+/// Fixed pseudo-random numbers below `n` (xorshift from `seed`), for the decoders' tests.
+#[cfg(test)]
+pub(crate) fn below(seed: u64) -> impl FnMut(usize) -> usize {
+    let mut s = seed;
+    move |n| {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        (s % n as u64) as usize
+    }
+}
+
 pub(crate) fn check_pixels(height: u64, width: u64, max_pixels: u64) -> Result<()> {
     if height.saturating_mul(width) > max_pixels {
         return Err(ImageError::TooLarge {

@@ -695,13 +695,7 @@ mod tests {
     /// below never read, and a block's pixels depend on that block alone.
     #[test]
     fn a_window_is_that_part_of_the_whole_decode() {
-        let mut s = 0x0B5E_55EDu64;
-        let mut rnd = move |n: usize| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s % n as u64) as usize
-        };
+        let mut rnd = crate::decode::below(0x0B5E_55ED);
         let mut decoded = 0;
         for name in [
             "photo_420.jpg",

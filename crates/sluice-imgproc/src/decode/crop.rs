@@ -105,17 +105,18 @@ pub fn decode_resized_crop(
 /// `left`), resized to `out_h` x `out_w`, before the crop: its two halves apart, so a
 /// caller can tell what each costs.
 ///
-/// * At 1/d scale when [`dct_denominator`] allows; a baseline JPEG without EXIF rotation
-///   is then decoded only down to the crop's last row (two rows more, rounded up to whole
-///   MCU rows; those rows are the whole image's decode at that scale, byte for byte).
-/// * Otherwise, for a baseline JPEG the own decoder takes (1 or 3 components, sampling
-///   factors of 1 and 2), only the MCUs the crop touches, at full size: the scan stops
-///   after the crop's last MCU row, and the blocks above and beside the crop are read past
-///   without their IDCT, upsampling or colour conversion. The image is then that part of
-///   the picture (any EXIF orientation), and [`DecodedForCrop::resized_crop`] knows where
-///   it lies.
-/// * Anything else is decoded whole (zune-jpeg; jpeg-decoder for CMYK), or down to the
-///   crop's rows.
+/// * A JPEG is decoded at 1/d scale when [`dct_denominator`] allows, else at full size.
+/// * A baseline JPEG the own decoder takes (1 or 3 components, sampling factors 1 and 2:
+///   nearly every photo) is decoded only where the crop is: the MCUs the crop touches, at
+///   that scale. The scan stops after the crop's last MCU row, and the blocks above and
+///   beside the crop are read past without their IDCT, upsampling or colour conversion.
+///   The image is then that part of the picture (any EXIF orientation), and
+///   [`DecodedForCrop::resized_crop`] knows where it lies. At 1/d the part is the whole
+///   scaled decode's pixels, byte for byte.
+/// * Other JPEGs (progressive, CMYK; at 1/4 and 1/8 through jpeg-decoder) are decoded
+///   whole, or, baseline without EXIF rotation, down to the crop's last row (two rows
+///   more, rounded up to whole MCU rows; those rows are the whole decode's, byte for byte);
+///   other formats whole.
 ///
 /// ```
 /// use sluice_imgproc::*;
@@ -145,12 +146,20 @@ pub fn decode_for_crop(
     out_w: usize,
     filter: Filter,
 ) -> Result<DecodedForCrop> {
-    let d = match sniff(bytes) {
-        Some(Format::Jpeg) => dct_denominator(height, width, out_h, out_w, filter),
-        _ => 1,
+    let jpeg = sniff(bytes) == Some(Format::Jpeg);
+    let d = match jpeg {
+        true => dct_denominator(height, width, out_h, out_w, filter) as usize,
+        false => 1,
     };
+    #[cfg(not(feature = "turbojpeg"))]
+    if jpeg {
+        let header = parse_checked_header(bytes, opts)?;
+        let window = decode_jpeg_window(bytes, &header, opts, d, top, left, height, width)?;
+        if let Some(decoded) = window {
+            return Ok(decoded);
+        }
+    }
     if d > 1 {
-        let d = d as usize;
         if let Some(image) = decode_jpeg_top(bytes, opts, top.saturating_add(height), d)? {
             return Ok(DecodedForCrop {
                 image,
@@ -165,9 +174,7 @@ pub fn decode_for_crop(
             if swaps_axes(header.orientation) {
                 std::mem::swap(&mut uh, &mut uw);
             }
-            // Scaled pixel i covers stored pixels [i*d, (i+1)*d); the last one is partial
-            // when a side is not a multiple of d. Along an axis the orientation reverses,
-            // that partial pixel comes first in the upright image, shifting the grid.
+            // See `decode_jpeg_window` for the shifted grid.
             let (rev_y, rev_x) = reverses_axes(header.orientation);
             let shift = |n: usize, rev: bool| if rev { n.div_ceil(d) * d - n } else { 0 };
             return Ok(DecodedForCrop {
@@ -175,19 +182,6 @@ pub fn decode_for_crop(
                 d: d as u32,
                 shift: (shift(uh, rev_y), shift(uw, rev_x)),
                 origin: (0, 0),
-            });
-        }
-    }
-    #[cfg(not(feature = "turbojpeg"))]
-    if sniff(bytes) == Some(Format::Jpeg) {
-        let header = parse_checked_header(bytes, opts)?;
-        let window = decode_jpeg_window(bytes, &header, opts, top, left, height, width)?;
-        if let Some((image, origin)) = window {
-            return Ok(DecodedForCrop {
-                image,
-                d: 1,
-                shift: (0, 0),
-                origin,
             });
         }
     }
@@ -246,9 +240,10 @@ pub(crate) fn decode_jpeg_top(
 }
 
 /// The upright full-size `height` x `width` crop at (`top`, `left`) of a baseline JPEG,
-/// decoded as the MCUs it touches and no others (`dct::decode_window`): those MCUs as an
-/// upright image, and where its first pixel lies in the upright image. `None` outside
-/// that decoder's scope or for a crop outside the image.
+/// decoded at 1/`d` as the MCUs it touches and no others (`dct::decode_window`): those
+/// MCUs as an upright image, where its first pixel lies in the upright 1/`d` grid, and
+/// that grid's shift (see [`DecodedForCrop`]). `None` outside that decoder's scope or for a
+/// crop outside the image.
 ///
 /// The crop is mapped through the EXIF orientation to the stored frame, decoded there and
 /// turned upright, so a rotated photo skips the same work. (Not with the libjpeg-turbo
@@ -259,16 +254,18 @@ fn decode_jpeg_window(
     bytes: &[u8],
     header: &JpegHeader,
     opts: &DecodeOptions,
+    d: usize,
     top: usize,
     left: usize,
     height: usize,
     width: usize,
-) -> Result<Option<(Image, (usize, usize))>> {
+) -> Result<Option<DecodedForCrop>> {
     let o = header.orientation;
     let (sh, sw) = (usize::from(header.height), usize::from(header.width));
     let swap = swaps_axes(o);
     let (uh, uw) = if swap { (sw, sh) } else { (sh, sw) };
-    if height == 0
+    if d == 0
+        || height == 0
         || width == 0
         || top.saturating_add(height) > uh
         || left.saturating_add(width) > uw
@@ -276,17 +273,25 @@ fn decode_jpeg_window(
         return Ok(None);
     }
     let (rev_y, rev_x) = reverses_axes(o);
-    // An interval of an upright axis of `len` pixels as it lies along its stored axis, and
-    // back (the map is its own inverse).
-    let along = |(a, b): (usize, usize), len: usize, rev: bool| {
+    // Scaled pixel i covers stored pixels [i*d, (i+1)*d); the last one is partial when a
+    // side is not a multiple of d. Along an axis the orientation reverses, that partial
+    // pixel comes first in the upright image, shifting the grid.
+    let shift = |n: usize, rev: bool| if rev { n.div_ceil(d) * d - n } else { 0 };
+    let shift = (shift(uh, rev_y), shift(uw, rev_x));
+    let (nh, nw) = (uh.div_ceil(d), uw.div_ceil(d));
+    // Upright full-size pixels [a, b) -> the upright scaled pixels that cover them.
+    let scaled = |(a, b): (usize, usize), s: usize| ((a + s) / d, (b + s).div_ceil(d));
+    // An interval of an upright axis of `n` scaled pixels as it lies along its stored axis,
+    // and back (the map is its own inverse).
+    let along = |(a, b): (usize, usize), n: usize, rev: bool| {
         if rev {
-            (len - b, len - a)
+            (n - b, n - a)
         } else {
             (a, b)
         }
     };
-    let ys = along((top, top + height), uh, rev_y);
-    let xs = along((left, left + width), uw, rev_x);
+    let ys = along(scaled((top, top + height), shift.0), nh, rev_y);
+    let xs = along(scaled((left, left + width), shift.1), nw, rev_x);
     let (rows, cols) = if swap { (xs, ys) } else { (ys, xs) };
     let window = Window {
         top: rows.0,
@@ -294,15 +299,20 @@ fn decode_jpeg_window(
         height: rows.1 - rows.0,
         width: cols.1 - cols.0,
     };
-    let Some(region) = guarded("JPEG", || dct::decode_window(bytes, 1, Some(window)))? else {
+    let Some(region) = guarded("JPEG", || dct::decode_window(bytes, d, Some(window)))? else {
         return Ok(None);
     };
     let at = region.at;
     let (rows, cols) = ((at.top, at.top + at.height), (at.left, at.left + at.width));
     let (ys, xs) = if swap { (cols, rows) } else { (rows, cols) };
-    let origin = (along(ys, uh, rev_y).0, along(xs, uw, rev_x).0);
+    let origin = (along(ys, nh, rev_y).0, along(xs, nw, rev_x).0);
     let image = super::jpeg::finish(header, region.samples, at.height, at.width, None, opts.mode)?;
-    Ok(Some((image, origin)))
+    Ok(Some(DecodedForCrop {
+        image,
+        d: d as u32,
+        shift,
+        origin,
+    }))
 }
 
 /// An image [`decode_for_crop`] decoded: at 1/`d` of the full size (1: full size).
@@ -314,8 +324,8 @@ pub struct DecodedForCrop {
     pub d: u32,
     /// Full-size pixels the scaled grid starts before the upright image (rows, columns).
     shift: (usize, usize),
-    /// Where the image's first pixel lies in the upright image (rows, columns): not at
-    /// (0, 0) when only the part around the crop was decoded.
+    /// Where the image's first pixel lies in the upright 1/`d` grid (rows, columns): not
+    /// at (0, 0) when only the part around the crop was decoded.
     origin: (usize, usize),
 }
 
@@ -346,9 +356,10 @@ impl DecodedForCrop {
             return resized_crop(&self.image, t, l, height, width, out_h, out_w, filter);
         }
         let s = self.d as f64;
+        // The part decoded starts `origin` scaled pixels into the upright scaled grid.
         let b = CropBox {
-            top: (top + self.shift.0) as f64 / s,
-            left: (left + self.shift.1) as f64 / s,
+            top: (top + self.shift.0) as f64 / s - self.origin.0 as f64,
+            left: (left + self.shift.1) as f64 / s - self.origin.1 as f64,
             height: height as f64 / s,
             width: width as f64 / s,
         };
@@ -386,10 +397,10 @@ mod tests {
             let header = parse_header(&bytes).unwrap();
             let exact = decode_jpeg(&bytes, &opts).unwrap();
             let (uh, uw) = (exact.height, exact.width);
-            let (whole, origin) = decode_jpeg_window(&bytes, &header, &opts, 0, 0, uh, uw)
-                .unwrap()
-                .unwrap();
-            assert_eq!(origin, (0, 0));
+            let window = |d, t, l, h, w| decode_jpeg_window(&bytes, &header, &opts, d, t, l, h, w);
+            let whole = window(1, 0, 0, uh, uw).unwrap().unwrap();
+            assert_eq!((whole.origin, whole.shift), ((0, 0), (0, 0)));
+            let whole = whole.image;
             assert_eq!(
                 (whole.height, whole.width, whole.channels),
                 (uh, uw, exact.channels)
@@ -400,9 +411,8 @@ mod tests {
             for _ in 0..40 {
                 let (t, l) = (rnd(uh), rnd(uw));
                 let (h, w) = (1 + rnd(uh - t), 1 + rnd(uw - l));
-                let (img, (oy, ox)) = decode_jpeg_window(&bytes, &header, &opts, t, l, h, w)
-                    .unwrap()
-                    .unwrap();
+                let part = window(1, t, l, h, w).unwrap().unwrap();
+                let (img, (oy, ox)) = (&part.image, part.origin);
                 assert!(oy <= t && ox <= l && oy + img.height >= t + h && ox + img.width >= l + w);
                 for y in t..t + h {
                     let got = &img.data[((y - oy) * img.width + (l - ox)) * c..][..w * c];
@@ -412,11 +422,33 @@ mod tests {
                         "{name}: row {y} of the crop at ({t}, {l}) {h}x{w}"
                     );
                 }
+                // At 1/2, 1/4, 1/8: the crop resized from the part decoded is the crop
+                // resized from the whole image's scaled decode, byte for byte.
+                for d in [2, 4, 8] {
+                    let Some(scaled) = decode_jpeg_at(&bytes, &header, &opts, d).unwrap() else {
+                        continue;
+                    };
+                    let part = window(d, t, l, h, w).unwrap().unwrap();
+                    let whole = DecodedForCrop {
+                        image: scaled,
+                        d: d as u32,
+                        shift: part.shift,
+                        origin: (0, 0),
+                    };
+                    let (oh, ow) = (1 + h / (2 * d), 1 + w / (2 * d));
+                    let crop = |x: &DecodedForCrop| {
+                        x.resized_crop(t, l, h, w, oh, ow, Filter::Bilinear)
+                            .unwrap()
+                    };
+                    assert_eq!(
+                        crop(&part),
+                        crop(&whole),
+                        "{name} 1/{d}: ({t}, {l}) {h}x{w}"
+                    );
+                }
             }
             // A crop past the image is not this path's to decode.
-            assert!(decode_jpeg_window(&bytes, &header, &opts, 0, 1, uh, uw)
-                .unwrap()
-                .is_none());
+            assert!(window(1, 0, 1, uh, uw).unwrap().is_none());
         }
     }
 

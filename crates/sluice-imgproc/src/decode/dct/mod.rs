@@ -1,17 +1,24 @@
-//! DCT-scaled decoding of baseline JPEGs in pure Rust: 1/2, 1/4 and 1/8 size.
+//! The own JPEG decoder of baseline files in pure Rust: at 1/2, 1/4 and 1/8 size, and at
+//! full size for a window (the part of the picture a crop needs).
 //!
-//! Every 8x8 block goes through a *reduced* IDCT straight to the output resolution, so the
-//! full-size IDCT, upsampling and colour conversion are never done. The reduced IDCT of a
-//! block to s x s pixels is the exact (8/s) x (8/s) box average of its full IDCT (a fixed
-//! matrix per size, applied in fixed point and skipping the zero coefficients most blocks
-//! have), which is what libjpeg's `jidctred.c` computes. As in libjpeg-turbo, a component
-//! subsampled 2x gets a 2x larger IDCT instead of being upsampled, so every component lands
-//! on the same grid: a 1/d decode is the full decode box-filtered by d (up to rounding).
+//! At 1/d every 8x8 block goes through a *reduced* IDCT straight to the output resolution,
+//! so the full-size IDCT, upsampling and colour conversion are never done. The reduced IDCT
+//! of a block to s x s pixels is the exact (8/s) x (8/s) box average of its full IDCT (a
+//! fixed matrix per size, skipping the zero coefficients most blocks have), which is what
+//! libjpeg's `jidctred.c` computes. As in libjpeg-turbo, a component subsampled 2x gets a
+//! 2x larger IDCT instead of being upsampled, so every component lands on the same grid: a
+//! 1/d decode is the full decode box-filtered by d (up to rounding). At full size the same
+//! holds with an 8- or 16-point separable IDCT (`idct.rs`).
 //!
-//! Scope: what photo datasets hold and where scaling pays — baseline/extended Huffman,
-//! 8-bit samples, one scan holding all components, 1 (gray) or 3 (YCbCr) components,
-//! sampling factors that divide evenly. Anything else (progressive, CMYK, Adobe RGB,
-//! several scans) is `Ok(None)`: the caller decodes another way. Malformed data is an
+//! [`decode_window`] decodes only the MCUs a window touches: the scan stops after the
+//! window's last MCU row and the blocks before it outside the window are entropy-decoded
+//! and dropped. Each block's pixels depend on that block alone, so a window is the same
+//! bytes as that part of the whole image.
+//!
+//! Scope: what photo datasets hold — baseline/extended Huffman, 8-bit samples, one scan
+//! holding all components, 1 (gray) or 3 (YCbCr) components, sampling factors that divide
+//! evenly (at full size: 1 and 2 of the largest). Anything else (progressive, CMYK, Adobe
+//! RGB, several scans) is `Ok(None)`: the caller decodes another way. Malformed data is an
 //! error or garbage pixels (as with libjpeg), never a panic: every access is checked.
 
 use crate::error::{ImageError, Result};

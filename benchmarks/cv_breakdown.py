@@ -4,6 +4,12 @@ output (`normalize` left to the accelerator: 4× fewer bytes per batch) and deco
 
     /root/.cache/bench-venv/bin/python benchmarks/cv_breakdown.py [--rounds 3] [--min-seconds 5]
 
+``--loop SECONDS`` only runs the float32 reference pipeline for that long (2 threads) and prints
+its rate: the process to put under a profiler, e.g.
+``perf record -o /tmp/cv.data python benchmarks/cv_breakdown.py --loop 12`` then
+``perf report -i /tmp/cv.data --no-children --sort symbol`` (docs/BENCHMARKS.md, "CV: decoding
+less").
+
 Needs the benchmark images (benchmarks/datasets/build.py) and a sluice build (imported from
 python/). Cases run interleaved, round after round, each for at least --min-seconds; medians.
 Writes benchmarks/results/cv_breakdown.{json,md}.
@@ -56,7 +62,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--min-seconds", type=float, default=5.0)
+    ap.add_argument("--loop", type=float, default=0.0, help="only run the reference pipeline this many seconds")
     args = ap.parse_args()
+    if args.loop > 0:
+        print(f"float32 (reference): {rate(cases()['float32 (reference)'][0], 'label', args.loop):.0f} img/s")
+        return
     prof = N._cv(sluice, DATA, 2000, 0).profile(samples=400, seconds=30)
     ops = [(o["name"], o["cpu_s"] / max(o["items_in"], 1) * 1e6) for o in [prof.data["source"]] + prof.data["ops"]]
     runs: dict = {k: [] for k in cases()}

@@ -6,7 +6,8 @@ round, each with only sluice's systems, and reports each (workload, system)'s me
 throughput over the rounds for A and B and their ratio. Each checkout's runner imports the
 sluice built in that checkout (``python/sluice/_native*.so`` — see README: the repository's
 ``python/`` folder is used when sluice is not installed in the venv), so build both the same
-way first.
+way first, and run this with a venv that does not have sluice installed (it refuses to
+compare otherwise).
 
     python benchmarks/ab.py --a ../base --b . [--rounds 3] [--workloads cv,nlp,asr]
         [--systems sluice_native,sluice_udf] [--budget 8] [--markdown]
@@ -53,6 +54,13 @@ def run_once(checkout: Path, out: Path, args: argparse.Namespace, extra: list[st
     got = {}
     for w in args.workloads.split(","):
         data = json.loads((out / f"{w}.json").read_text())
+        # A venv with sluice installed makes every checkout's runner import that one build,
+        # and the A/B would compare a build with itself (it happened: 1.00x for a change
+        # worth 1.05x). Refuse rather than print a ratio of nothing.
+        where = Path(data["meta"].get("sluice", {}).get("path") or "/").resolve()
+        if checkout.resolve() not in where.parents:
+            raise SystemExit(f"{checkout}: its runner imported sluice from {where}, not from the "
+                             "checkout; run ab.py with a venv that does not have sluice installed")
         for r in data["runs"]:
             if r.get("status") == "ok" and not r.get("warmup"):
                 got[(w, r["system"])] = r["throughput"]

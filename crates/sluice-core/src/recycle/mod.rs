@@ -24,9 +24,9 @@ pub use pinned::{pin_stats, PinStats, Pinner, Pinning};
 pub const KEPT: usize = 2;
 
 /// Buffers kept at most while a [`Pinning`] lives. Page-locking a buffer is a system call
-/// that touches every page of it, and a buffer freed is unlocked first, so a pinned run keeps every
-/// buffer it has in flight (the engine's queue, the consumer's copies ahead, the batch in
-/// the training step): each is locked once, not once per batch.
+/// that touches every page of it, and a buffer freed is unlocked first, so a pinned run
+/// keeps every buffer it has in flight (the engine's queue, the consumer's copies ahead, the
+/// batch in the training step): each is locked once, not once per batch.
 pub const KEPT_PINNED: usize = 8;
 
 /// Buffers smaller than this are left to the allocator, which reuses them warm anyway.

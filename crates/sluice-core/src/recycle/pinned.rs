@@ -234,8 +234,8 @@ pub(super) fn pin(ptr: *mut u8, len: usize) {
             _ => return,
         }
     };
-    // Locking touches every page of the buffer: not under the table's lock. The buffer is this thread's,
-    // so nothing else locks or frees it meanwhile.
+    // Locking touches every page of the buffer: not under the table's lock. The buffer is
+    // this thread's, so nothing else locks or frees it meanwhile.
     if let Err(code) = pinner.lock(ptr, len) {
         failed(code);
         return;

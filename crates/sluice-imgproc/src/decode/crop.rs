@@ -146,58 +146,41 @@ pub fn decode_for_crop(
     out_w: usize,
     filter: Filter,
 ) -> Result<DecodedForCrop> {
-    let jpeg = sniff(bytes) == Some(Format::Jpeg);
-    let d = match jpeg {
-        true => dct_denominator(height, width, out_h, out_w, filter) as usize,
-        false => 1,
-    };
+    if sniff(bytes) != Some(Format::Jpeg) {
+        return Ok(DecodedForCrop::whole(decode(bytes, opts)?, 1, (0, 0)));
+    }
+    let header = parse_checked_header(bytes, opts)?;
+    let d = dct_denominator(height, width, out_h, out_w, filter) as usize;
     #[cfg(not(feature = "turbojpeg"))]
-    if jpeg {
-        let header = parse_checked_header(bytes, opts)?;
-        let window = decode_jpeg_window(bytes, &header, opts, d, top, left, height, width)?;
-        if let Some(decoded) = window {
-            return Ok(decoded);
-        }
+    if let Some(part) = decode_jpeg_window(bytes, &header, opts, d, top, left, height, width)? {
+        return Ok(part);
     }
+    let rows = top.saturating_add(height);
     if d > 1 {
-        if let Some(image) = decode_jpeg_top(bytes, opts, top.saturating_add(height), d)? {
-            return Ok(DecodedForCrop {
-                image,
-                d: d as u32,
-                shift: (0, 0),
-                origin: (0, 0),
-            });
-        }
-        let header = parse_checked_header(bytes, opts)?;
-        if let Some(image) = decode_jpeg_at(bytes, &header, opts, d)? {
-            let (mut uh, mut uw) = (usize::from(header.height), usize::from(header.width));
-            if swaps_axes(header.orientation) {
-                std::mem::swap(&mut uh, &mut uw);
-            }
-            // See `decode_jpeg_window` for the shifted grid.
-            let (rev_y, rev_x) = reverses_axes(header.orientation);
-            let shift = |n: usize, rev: bool| if rev { n.div_ceil(d) * d - n } else { 0 };
-            return Ok(DecodedForCrop {
-                image,
-                d: d as u32,
-                shift: (shift(uh, rev_y), shift(uw, rev_x)),
-                origin: (0, 0),
-            });
+        let image = match decode_jpeg_top(bytes, &header, opts, rows, d)? {
+            Some(image) => Some(image),
+            None => decode_jpeg_at(bytes, &header, opts, d)?,
+        };
+        if let Some(image) = image {
+            return Ok(DecodedForCrop::whole(image, d, grid_shift(&header, d)));
         }
     }
-    let top_rows = match sniff(bytes) {
-        Some(Format::Jpeg) => decode_jpeg_top(bytes, opts, top.saturating_add(height), 1)?,
-        _ => None,
+    let image = match decode_jpeg_top(bytes, &header, opts, rows, 1)? {
+        Some(image) => image,
+        None => decode(bytes, opts)?,
     };
-    Ok(DecodedForCrop {
-        image: match top_rows {
-            Some(image) => image,
-            None => decode(bytes, opts)?,
-        },
-        d: 1,
-        shift: (0, 0),
-        origin: (0, 0),
-    })
+    Ok(DecodedForCrop::whole(image, 1, (0, 0)))
+}
+
+/// Full-size pixels the 1/`d` grid starts before the upright image (rows, columns). Scaled
+/// pixel i covers stored pixels [i*d, (i+1)*d); the last one is partial when a side is not
+/// a multiple of d. Along an axis the EXIF orientation reverses, that partial pixel comes
+/// first in the upright image, shifting the grid.
+fn grid_shift(header: &JpegHeader, d: usize) -> (usize, usize) {
+    let (uh, uw) = header.upright();
+    let (rev_y, rev_x) = reverses_axes(header.orientation);
+    let shift = |n: usize, rev: bool| if rev { n.div_ceil(d) * d - n } else { 0 };
+    (shift(uh, rev_y), shift(uw, rev_x))
 }
 
 /// The first `rows` rows of the upright image (at 1/`denom` scale, one of 1 and
@@ -214,11 +197,11 @@ pub fn decode_for_crop(
 /// `RandomResizedCrop` keeps a box at a random height: every row under it is work saved.
 pub(crate) fn decode_jpeg_top(
     bytes: &[u8],
+    header: &JpegHeader,
     opts: &DecodeOptions,
     rows: usize,
     denom: usize,
 ) -> Result<Option<Image>> {
-    let header = parse_checked_header(bytes, opts)?;
     let mcu = usize::from(header.mcu_rows);
     // A row's chroma is interpolated from the chroma rows next to it: with vertical
     // subsampling up to 2, the two rows below hold them; beyond that, a whole MCU row.
@@ -234,7 +217,7 @@ pub(crate) fn decode_jpeg_top(
     }
     let header = JpegHeader {
         height: keep as u16,
-        ..header
+        ..header.clone()
     };
     decode_jpeg_at(&short, &header, opts, denom)
 }
@@ -260,10 +243,7 @@ fn decode_jpeg_window(
     height: usize,
     width: usize,
 ) -> Result<Option<DecodedForCrop>> {
-    let o = header.orientation;
-    let (sh, sw) = (usize::from(header.height), usize::from(header.width));
-    let swap = swaps_axes(o);
-    let (uh, uw) = if swap { (sw, sh) } else { (sh, sw) };
+    let (uh, uw) = header.upright();
     if d == 0
         || height == 0
         || width == 0
@@ -272,12 +252,9 @@ fn decode_jpeg_window(
     {
         return Ok(None);
     }
-    let (rev_y, rev_x) = reverses_axes(o);
-    // Scaled pixel i covers stored pixels [i*d, (i+1)*d); the last one is partial when a
-    // side is not a multiple of d. Along an axis the orientation reverses, that partial
-    // pixel comes first in the upright image, shifting the grid.
-    let shift = |n: usize, rev: bool| if rev { n.div_ceil(d) * d - n } else { 0 };
-    let shift = (shift(uh, rev_y), shift(uw, rev_x));
+    let swap = swaps_axes(header.orientation);
+    let (rev_y, rev_x) = reverses_axes(header.orientation);
+    let shift = grid_shift(header, d);
     let (nh, nw) = (uh.div_ceil(d), uw.div_ceil(d));
     // Upright full-size pixels [a, b) -> the upright scaled pixels that cover them.
     let scaled = |(a, b): (usize, usize), s: usize| ((a + s) / d, (b + s).div_ceil(d));
@@ -330,6 +307,16 @@ pub struct DecodedForCrop {
 }
 
 impl DecodedForCrop {
+    /// The whole image at 1/`d`, on a grid shifted by `shift`.
+    fn whole(image: Image, d: usize, shift: (usize, usize)) -> DecodedForCrop {
+        DecodedForCrop {
+            image,
+            d: d as u32,
+            shift,
+            origin: (0, 0),
+        }
+    }
+
     /// The crop (in the upright full-size frame) resized to `out_h` x `out_w`: the second
     /// half of [`decode_resized_crop`].
     #[allow(clippy::too_many_arguments)]
@@ -348,9 +335,10 @@ impl DecodedForCrop {
                 top.checked_sub(self.origin.0),
                 left.checked_sub(self.origin.1),
             ) else {
+                let (oy, ox) = self.origin;
                 return Err(ImageError::InvalidArgument(format!(
-                    "crop at ({top}, {left}) starts before the decoded part at {:?}",
-                    self.origin
+                    "the crop at row {top}, column {left} starts before the part decoded for \
+                     it (from row {oy}, column {ox})"
                 )));
             };
             return resized_crop(&self.image, t, l, height, width, out_h, out_w, filter);
@@ -429,12 +417,7 @@ mod tests {
                         continue;
                     };
                     let part = window(d, t, l, h, w).unwrap().unwrap();
-                    let whole = DecodedForCrop {
-                        image: scaled,
-                        d: d as u32,
-                        shift: part.shift,
-                        origin: (0, 0),
-                    };
+                    let whole = DecodedForCrop::whole(scaled, d, grid_shift(&header, d));
                     let (oh, ow) = (1 + h / (2 * d), 1 + w / (2 * d));
                     let crop = |x: &DecodedForCrop| {
                         x.resized_crop(t, l, h, w, oh, ow, Filter::Bilinear)
@@ -485,7 +468,9 @@ mod tests {
                     let row = full.width * full.channels;
                     let mut cut = 0;
                     for rows in 1..height {
-                        let Some(top) = decode_jpeg_top(&bytes, &opts, rows, denom).unwrap() else {
+                        let Some(top) =
+                            decode_jpeg_top(&bytes, &header, &opts, rows, denom).unwrap()
+                        else {
                             continue;
                         };
                         cut += 1;
@@ -499,7 +484,7 @@ mod tests {
                         );
                     }
                     assert!(cut > 0, "{name} 1/{denom}: never cut");
-                    let whole = decode_jpeg_top(&bytes, &opts, height, denom).unwrap();
+                    let whole = decode_jpeg_top(&bytes, &header, &opts, height, denom).unwrap();
                     assert!(whole.is_none());
                 }
             }
@@ -507,12 +492,17 @@ mod tests {
         let opts = DecodeOptions::default();
         for name in ["photo_prog.jpg", "orient_6.jpg"] {
             let bytes = fixture(name);
+            let header = parse_header(&bytes).unwrap();
             assert!(
-                decode_jpeg_top(&bytes, &opts, 1, 1).unwrap().is_none(),
+                decode_jpeg_top(&bytes, &header, &opts, 1, 1)
+                    .unwrap()
+                    .is_none(),
                 "{name}"
             );
             assert!(
-                decode_jpeg_top(&bytes, &opts, 1, 2).unwrap().is_none(),
+                decode_jpeg_top(&bytes, &header, &opts, 1, 2)
+                    .unwrap()
+                    .is_none(),
                 "{name}"
             );
         }

@@ -190,13 +190,19 @@ fn read_sof(marker: u8, payload: &[u8], at: usize) -> Result<JpegHeader> {
 /// assert_eq!(jpeg_dimensions(&f).unwrap(), (24, 16));
 /// ```
 pub fn jpeg_dimensions(bytes: &[u8]) -> Result<(usize, usize)> {
-    let h = parse_header(bytes)?;
-    let (hh, ww) = (usize::from(h.height), usize::from(h.width));
-    Ok(if swaps_axes(h.orientation) {
-        (ww, hh)
-    } else {
-        (hh, ww)
-    })
+    parse_header(bytes).map(|h| h.upright())
+}
+
+impl JpegHeader {
+    /// Height and width of the upright image (after the EXIF orientation).
+    pub(crate) fn upright(&self) -> (usize, usize) {
+        let (h, w) = (usize::from(self.height), usize::from(self.width));
+        if swaps_axes(self.orientation) {
+            (w, h)
+        } else {
+            (h, w)
+        }
+    }
 }
 
 /// A JPEG's EXIF orientation (1–8; 1 when it has none), read from its header: what a

@@ -3,8 +3,8 @@
 use super::corrupt;
 use crate::error::Result;
 
-/// A Huffman table: a [`FAST_BITS`]-bit lookahead table for short codes, the canonical-code limits for
-/// the rest (JPEG Annex F.2.2.3).
+/// A Huffman table: a [`FAST_BITS`]-bit lookahead table for short codes, the canonical-code
+/// limits for the rest (JPEG Annex F.2.2.3).
 pub(super) struct Huffman {
     /// `(length << 8) | symbol` for codes of at most [`FAST_BITS`] bits; 0 elsewhere.
     pub(super) fast: [u16; 1 << FAST_BITS],

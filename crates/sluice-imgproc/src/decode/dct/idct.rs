@@ -12,28 +12,40 @@
 //! No multiply-add is fused and the order of every sum is fixed, so the bytes are the same
 //! on every SIMD path.
 
+use std::sync::LazyLock;
+
 use crate::simd::sat_u8;
 
-/// `w[k][j]`: the 1-D IDCT basis function `k` at output `j` of `size` (8 or 16) points
-/// across one block, with JPEG's scaling (1/2, and 1/(2 sqrt 2) for k = 0).
+/// The 1-D IDCT basis function `k` at output `j` of `points` evenly spaced across one
+/// block (8: the samples; 16: also halfway between them), with JPEG's scaling: 1/2, and
+/// 1/(2 sqrt 2) for k = 0.
+pub(super) fn cosine(k: usize, j: usize, points: usize) -> f64 {
+    let ck = if k == 0 { 0.5 / 2f64.sqrt() } else { 0.5 };
+    ck * ((2 * j + 1) as f64 * k as f64 * std::f64::consts::PI / (2 * points) as f64).cos()
+}
+
+/// `w[k][j]`: [`cosine`]`(k, j, size)` for `size` 8 or 16, in `f32`.
 pub(super) struct Weights {
     pub(super) size: usize,
     w: [[f32; 16]; 8],
 }
 
 impl Weights {
-    pub(super) fn new(size: usize) -> Weights {
+    fn new(size: usize) -> Weights {
         let mut w = [[0f32; 16]; 8];
         for (k, row) in w.iter_mut().enumerate() {
-            let ck = if k == 0 { 0.5 / 2f64.sqrt() } else { 0.5 };
             for (j, cell) in row.iter_mut().enumerate().take(size) {
-                let angle =
-                    (2 * j + 1) as f64 * k as f64 * std::f64::consts::PI / (2 * size) as f64;
-                *cell = (ck * angle.cos()) as f32;
+                *cell = cosine(k, j, size) as f32;
             }
         }
         Weights { size, w }
     }
+}
+
+/// The weights of an 8- or 16-point IDCT, made once per process (not per image).
+pub(super) fn weights(size: usize) -> Option<&'static Weights> {
+    static ALL: LazyLock<[Weights; 2]> = LazyLock::new(|| [Weights::new(8), Weights::new(16)]);
+    ALL.iter().find(|w| w.size == size)
 }
 
 /// One block's row pass in progress: `t[r]` is row `r` of the coefficients times the
@@ -100,6 +112,23 @@ impl<const SH: usize> RowPass<SH> {
     }
 }
 
+/// The 2-D IDCT of `coef` (natural order) at pixel (`y`, `x`) of `points` x `points`
+/// across the block, in `f64` straight from the definition: the tests' reference.
+#[cfg(test)]
+pub(super) fn reference_idct(coef: &[i32; 64], points: usize, y: usize, x: usize) -> f64 {
+    let c = |k: usize| if k == 0 { 0.5 / 2f64.sqrt() } else { 0.5 };
+    let angle = |p: usize, k: usize| {
+        ((2 * p + 1) as f64 * k as f64 * std::f64::consts::PI / (2 * points) as f64).cos()
+    };
+    let mut v = 0.0;
+    for u in 0..8 {
+        for k in 0..8 {
+            v += c(u) * c(k) * f64::from(coef[u * 8 + k]) * angle(y, u) * angle(x, k);
+        }
+    }
+    v
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -108,49 +137,29 @@ mod tests {
     /// 16, the same cosine series evaluated halfway between the 8 points.
     #[test]
     fn separable_passes_are_the_2d_idct() {
-        let mut s = 0x5EED_1234u64;
-        let mut rnd = move || {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            s
-        };
+        let mut rnd = crate::decode::below(0x5EED_1234);
         for size in [8usize, 16] {
-            let w = Weights::new(size);
+            let w = weights(size).unwrap();
             for _ in 0..50 {
                 let mut coef = [0i32; 64];
                 for (i, c) in coef.iter_mut().enumerate().skip(1) {
-                    if rnd() % 3 == 0 {
-                        let amp = 200 / (1 + (i / 8 + i % 8) as i64);
-                        *c = (rnd() % (2 * amp as u64 + 1)) as i32 - amp as i32;
+                    if rnd(3) == 0 {
+                        let amp = 200 / (1 + (i / 8 + i % 8));
+                        *c = rnd(2 * amp + 1) as i32 - amp as i32;
                     }
                 }
-                let dc = (rnd() % 800) as i32 - 400;
+                let dc = rnd(800) as i32 - 400;
                 let mut pass = RowPass::<16>::new();
                 for (at, &c) in coef.iter().enumerate() {
                     if c != 0 {
-                        pass.add(&w, at, c as f32);
+                        pass.add(w, at, c as f32);
                     }
                 }
                 let mut got = vec![0u8; 16 * 16];
-                pass.write::<16>(&w, 128.5 + dc as f32 / 8.0, &mut got, 16);
+                pass.write::<16>(w, 128.5 + dc as f32 / 8.0, &mut got, 16);
                 for y in 0..size {
                     for x in 0..size {
-                        let mut v = 128.0 + f64::from(dc) / 8.0;
-                        for u in 0..8 {
-                            for k in 0..8 {
-                                let cu = if u == 0 { 0.5 / 2f64.sqrt() } else { 0.5 };
-                                let ck = if k == 0 { 0.5 / 2f64.sqrt() } else { 0.5 };
-                                let n = (2 * size) as f64;
-                                v += cu
-                                    * ck
-                                    * f64::from(coef[u * 8 + k])
-                                    * ((2 * y + 1) as f64 * u as f64 * std::f64::consts::PI / n)
-                                        .cos()
-                                    * ((2 * x + 1) as f64 * k as f64 * std::f64::consts::PI / n)
-                                        .cos();
-                            }
-                        }
+                        let v = 128.0 + f64::from(dc) / 8.0 + reference_idct(&coef, size, y, x);
                         let want = v.clamp(0.0, 255.0);
                         let g = f64::from(got[y * 16 + x]);
                         assert!((g - want).abs() <= 0.51, "{size}: ({y},{x}) {g} vs {want}");
@@ -164,10 +173,10 @@ mod tests {
     /// a DC-only block is flat.
     #[test]
     fn a_dc_only_block_is_flat() {
-        let w = Weights::new(8);
+        let w = weights(8).unwrap();
         let pass = RowPass::<8>::new();
         let mut out = [0u8; 64];
-        pass.write::<8>(&w, 128.5 + 80.0 / 8.0, &mut out, 8);
+        pass.write::<8>(w, 128.5 + 80.0 / 8.0, &mut out, 8);
         assert!(out.iter().all(|&v| v == 138));
     }
 }

@@ -21,6 +21,8 @@
 //! RGB, several scans) is `Ok(None)`: the caller decodes another way. Malformed data is an
 //! error or garbage pixels (as with libjpeg), never a panic: every access is checked.
 
+use std::sync::LazyLock;
+
 use crate::error::{ImageError, Result};
 use crate::simd::{multiversion, sat_u8};
 
@@ -30,7 +32,7 @@ mod idct;
 
 use frame::{parse, Component};
 use huffman::{Bits, Huffman, AC_EOB, AC_LONG, AC_ZRL, FAST_BITS};
-use idct::{RowPass, Weights};
+use idct::{cosine, weights, RowPass, Weights};
 
 /// Natural (row-major) index of the k-th coefficient in zigzag order.
 pub(super) const ZIGZAG: [usize; 64] = [
@@ -44,16 +46,13 @@ pub(super) fn corrupt<T>(msg: impl Into<String>) -> Result<T> {
 }
 
 /// `w[j][k]`: the average of outputs `j*8/s .. (j+1)*8/s` of the 1-D 8-point IDCT of a
-/// unit coefficient `k` (JPEG's scaling: 1/2, and 1/(2 sqrt 2) for k = 0).
+/// unit coefficient `k`.
 fn reduced_idct_weights(s: usize) -> [[f64; 8]; 8] {
     let mut m = [[0f64; 8]; 8];
     let group = 8 / s;
     for (j, row) in m.iter_mut().enumerate().take(s) {
         for (k, cell) in row.iter_mut().enumerate() {
-            let ck = if k == 0 { 0.5 / 2f64.sqrt() } else { 0.5 };
-            let sum: f64 = (j * group..(j + 1) * group)
-                .map(|n| ck * ((2 * n + 1) as f64 * k as f64 * std::f64::consts::PI / 16.0).cos())
-                .sum();
+            let sum: f64 = (j * group..(j + 1) * group).map(|n| cosine(k, n, 8)).sum();
             *cell = sum / group as f64;
         }
     }
@@ -87,17 +86,30 @@ impl Basis {
     }
 }
 
+/// The basis images of a reduced IDCT to `sv` x `sh` pixels (each 1, 2, 4 or 8), made once
+/// per process (not per image; 58 KB for all sixteen).
+fn basis(sv: usize, sh: usize) -> Option<&'static Basis> {
+    static ALL: LazyLock<Vec<Basis>> = LazyLock::new(|| {
+        let sizes = [1, 2, 4, 8];
+        sizes
+            .iter()
+            .flat_map(|&sv| sizes.iter().map(move |&sh| Basis::new(sv, sh)))
+            .collect()
+    });
+    ALL.iter().find(|b| (b.sv, b.sh) == (sv, sh))
+}
+
 /// What a plane's blocks turn into.
 #[derive(Clone, Copy)]
-enum Kernel<'t> {
+enum Kernel {
     /// A scaled decode's reduced IDCT, as sums of basis images.
-    Basis(&'t Basis),
+    Basis(&'static Basis),
     /// A full-size decode's separable IDCT (`idct.rs`): vertical, horizontal weights.
-    Full(&'t Weights, &'t Weights),
+    Full(&'static Weights, &'static Weights),
 }
 
 /// Blocks of a plane, columns `[x0, x1)` and rows `[y0, y1)`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy)]
 struct Blocks {
     x0: usize,
     x1: usize,
@@ -110,7 +122,7 @@ struct Plane<'t> {
     q: &'t [i32; 64],
     dc: &'t Huffman,
     ac: &'t Huffman,
-    kernel: Kernel<'t>,
+    kernel: Kernel,
     /// Output pixels per block: rows, columns.
     sv: usize,
     sh: usize,
@@ -463,19 +475,6 @@ pub(crate) fn decode_window(
         width: (ux1 * unit_px.1).min(ow) - ux0 * unit_px.1,
     };
 
-    let mut bases: Vec<Basis> = Vec::new();
-    let mut weights: Vec<Weights> = Vec::new();
-    for &(sv, sh) in &sizes {
-        if denom > 1 && !bases.iter().any(|b| (b.sv, b.sh) == (sv, sh)) {
-            bases.push(Basis::new(sv, sh));
-        }
-        for s in [sv, sh] {
-            if denom == 1 && !weights.iter().any(|w| w.size == s) {
-                weights.push(Weights::new(s));
-            }
-        }
-    }
-    let weight = |s: usize| weights.iter().find(|w| w.size == s);
     let mut planes = Vec::with_capacity(n);
     for (i, c) in f.comps.iter().enumerate() {
         let (Some(q), Some(dc), Some(ac)) = (
@@ -486,14 +485,14 @@ pub(crate) fn decode_window(
             return corrupt("scan uses a missing table");
         };
         let (sv, sh) = sizes[i];
-        let kernel = match (
-            bases.iter().find(|b| (b.sv, b.sh) == (sv, sh)),
-            weight(sv),
-            weight(sh),
-        ) {
-            (Some(b), _, _) => Kernel::Basis(b),
-            (None, Some(wv), Some(wh)) => Kernel::Full(wv, wh),
-            _ => return corrupt("no IDCT for a block size"),
+        let kernel = match denom {
+            1 => weights(sv)
+                .zip(weights(sh))
+                .map(|(v, h)| Kernel::Full(v, h)),
+            _ => basis(sv, sh).map(Kernel::Basis),
+        };
+        let Some(kernel) = kernel else {
+            return corrupt("no IDCT for a block size");
         };
         let (bv, bh) = unit_blocks(c);
         let keep = Blocks {
@@ -572,43 +571,17 @@ mod tests {
     /// on random blocks.
     #[test]
     fn reduced_idct_is_the_box_average_of_the_full_idct() {
-        let mut s = 0x1234_5678u64;
-        let mut rnd = move || {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            s
-        };
-        let bases: Vec<Basis> = [1usize, 2, 4, 8]
-            .iter()
-            .map(|&n| Basis::new(n, n))
-            .collect();
+        let mut rnd = crate::decode::below(0x1234_5678);
+        let bases: Vec<&Basis> = [1, 2, 4, 8].iter().map(|&n| basis(n, n).unwrap()).collect();
         for _ in 0..200 {
             let mut coef = [0i32; 64];
             for (i, c) in coef.iter_mut().enumerate() {
                 // Realistic spectra: big low frequencies, small high ones.
-                let amp = 600 / (1 + (i / 8 + i % 8) as i64 * 2);
-                *c = (rnd() % (2 * amp as u64 + 1)) as i32 - amp as i32;
+                let amp = 600 / (1 + (i / 8 + i % 8) * 2);
+                *c = rnd(2 * amp + 1) as i32 - amp as i32;
             }
             let full: Vec<f64> = (0..64)
-                .map(|p| {
-                    let (y, x) = (p / 8, p % 8);
-                    let mut v = 0.0;
-                    for u in 0..8 {
-                        for w in 0..8 {
-                            let cu = if u == 0 { 0.5 / 2f64.sqrt() } else { 0.5 };
-                            let cw = if w == 0 { 0.5 / 2f64.sqrt() } else { 0.5 };
-                            v += cu
-                                * cw
-                                * f64::from(coef[u * 8 + w])
-                                * ((2 * y + 1) as f64 * u as f64 * std::f64::consts::PI / 16.0)
-                                    .cos()
-                                * ((2 * x + 1) as f64 * w as f64 * std::f64::consts::PI / 16.0)
-                                    .cos();
-                        }
-                    }
-                    v
-                })
+                .map(|p| idct::reference_idct(&coef, 8, p / 8, p % 8))
                 .collect();
             for b in &bases {
                 let size = b.sv;
@@ -635,7 +608,7 @@ mod tests {
                     }
                 }
             }
-            // The DC basis image is flat 1/8, which `block` relies on.
+            // The DC basis image is flat 1/8, which `basis_block` relies on.
             for b in &bases {
                 assert!(b.table[..b.sv * b.sh]
                     .iter()
@@ -662,11 +635,7 @@ mod tests {
             "photo_gray.jpg",
             "photo_422.jpg",
         ] {
-            let path = format!(
-                "{}/tests/fixtures/{name}",
-                std::env::var("CARGO_MANIFEST_DIR").unwrap()
-            );
-            let good = std::fs::read(path).unwrap();
+            let good = crate::decode::fixture(name);
             assert!(decode(&good, 4).unwrap().is_some(), "{name}");
             for i in 0..400 {
                 let mut bad = good.clone();
@@ -713,11 +682,7 @@ mod tests {
             "photo_odd.jpg",
             "coffee_320x240.jpg",
         ] {
-            let bytes = std::fs::read(format!(
-                "{}/tests/fixtures/{name}",
-                env!("CARGO_MANIFEST_DIR")
-            ))
-            .unwrap();
+            let bytes = crate::decode::fixture(name);
             let Some(whole) = decode_window(&bytes, 1, None).unwrap() else {
                 continue;
             };
@@ -749,11 +714,7 @@ mod tests {
         }
         assert!(decoded >= 5, "{decoded}");
         // Nothing to decode: out of the image, or empty.
-        let bytes = std::fs::read(format!(
-            "{}/tests/fixtures/photo_420.jpg",
-            env!("CARGO_MANIFEST_DIR")
-        ))
-        .unwrap();
+        let bytes = crate::decode::fixture("photo_420.jpg");
         for win in [
             Window {
                 top: 1 << 20,
@@ -770,6 +731,39 @@ mod tests {
         ] {
             assert!(decode_window(&bytes, 1, Some(win)).unwrap().is_none());
         }
+    }
+
+    /// A code that fits the lookahead while its value bits do not (`AC_LONG`) decodes to
+    /// the same coefficient as any other: its run, then its value bits read next.
+    #[test]
+    fn a_short_code_with_long_value_bits_decodes() {
+        let mut dc_counts = [0u8; 16];
+        dc_counts[0] = 1; // "0" -> DC size 0
+        let dc = Huffman::new(&dc_counts, &[0]).unwrap();
+        let mut ac_counts = [0u8; 16];
+        ac_counts[1] = 3; // "00" -> run 0 size 9, "01" -> end of block, "10" -> run 2 size 1
+        let ac = Huffman::new(&ac_counts, &[0x09, 0x00, 0x21]).unwrap();
+        assert_eq!(ac.fast_ac[0], AC_LONG | (9 << 16) | 2);
+        assert_eq!(ac.fast_ac[1 << (FAST_BITS - 2)], AC_EOB | 2);
+        // DC "0"; "00" + 100000101 (261) at k = 1; "10" + "1" (1) at k = 4; "01" ends.
+        let stream = [0b0001_0000, 0b0101_1010, 0b1000_0000];
+        let mut bits = Bits {
+            data: &stream,
+            pos: 0,
+            acc: 0,
+            nbits: 0,
+        };
+        struct Seen(Vec<(usize, i32)>);
+        impl Coefficients for Seen {
+            fn add(&mut self, at: usize, x: i32) {
+                self.0.push((at, x));
+            }
+        }
+        let mut seen = Seen(Vec::new());
+        let mut pred = 0;
+        let dc = entropy(&[1; 64], &dc, &ac, &mut bits, &mut pred, &mut seen).unwrap();
+        assert_eq!(dc, 0);
+        assert_eq!(seen.0, [(ZIGZAG[1], 261), (ZIGZAG[4], 1)]);
     }
 
     #[test]

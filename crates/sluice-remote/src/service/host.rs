@@ -199,7 +199,7 @@ impl<R, V> ServiceHost<R, V> {
         };
         let was = stage.jobs.remove(&job);
         if was {
-            stage.window.reader_left();
+            stage.window.reader_left(job);
         }
         if stage.jobs.is_empty() {
             let gone = st.stages.remove(key).map(|s| s.window.stats());
@@ -265,18 +265,17 @@ impl<R, V> ServiceHost<R, V> {
             let Some(stage) = stage else {
                 return Err(detached(job, key));
             };
-            (stage.runner.clone(), stage.window.clone(), stage.jobs.len())
+            let group: Vec<JobId> = stage.jobs.iter().copied().collect();
+            (stage.runner.clone(), stage.window.clone(), group)
         };
         let mut computed = false;
         let fair = || {
             computed = true;
-            self.fair_run(job, items, || compute(&runner, frame, group))
+            self.fair_run(job, items, || compute(&runner, frame, group.len()))
         };
-        let out = if group > 1 {
-            window.get_or_compute(&frame_digest(frame), group, fair)?
-        } else {
-            Arc::new(fair()?.0)
-        };
+        // Through the window even when this job is alone now: what the others computed
+        // before they left is still there for it.
+        let out = window.get_or_compute(&frame_digest(frame), job, &group, fair)?;
         let mut st = self.lock();
         if let Some(j) = st.jobs.get_mut(&job) {
             j.report.chunks += 1;

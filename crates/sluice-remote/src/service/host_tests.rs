@@ -230,6 +230,37 @@ fn a_sweep_computes_each_chunk_once() {
 }
 
 #[test]
+fn a_job_left_alone_still_reads_what_the_leader_computed_for_it() {
+    // Job 1 runs ahead through the epoch and leaves; job 2, behind, is then the stage's only
+    // job, and the chunks job 1 computed while both were attached are still its to read.
+    let h = host(1);
+    h.attach(1, 1.0, "k", || Ok("s")).unwrap();
+    h.attach(2, 1.0, "k", || Ok("s")).unwrap();
+    let computed = AtomicUsize::new(0);
+    let run = |job, frame: &[u8; 2]| {
+        h.run(job, "k", 1, frame, |_, f, _| {
+            computed.fetch_add(1, SeqCst);
+            Ok((f[1] as u64, 8))
+        })
+        .unwrap()
+    };
+    for frame in [b"c0", b"c1", b"c2"] {
+        run(1, frame);
+    }
+    assert_eq!(*run(2, b"c0"), b'0' as u64);
+    assert!(h.detach(1, "k"));
+    for frame in [b"c1", b"c2"] {
+        assert_eq!(*run(2, frame), frame[1] as u64);
+    }
+    assert_eq!(computed.load(SeqCst), 3, "job 2 computed nothing");
+    assert_eq!(h.report().jobs[&2].stream_hits, 3);
+    // Alone, it keeps nothing of its own.
+    run(2, b"c3");
+    run(2, b"c3");
+    assert_eq!(computed.load(SeqCst), 5);
+}
+
+#[test]
 fn a_failed_chunk_frees_its_slot() {
     let h = host(1);
     h.attach(1, 1.0, "k", || Ok("s")).unwrap();

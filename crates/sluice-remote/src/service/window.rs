@@ -1,8 +1,10 @@
 //! The shared stream's window (`docs/design/SERVICE.md` §2.5): the jobs of a sweep run the same
 //! pipeline with the same seed, so each chunk's reply is the same bytes for all of them. The
 //! worker that gets a chunk first computes it; the others read its reply from the window, each
-//! at its own pace. An entry goes once every job of the group has read it, or — oldest first —
-//! when the window is over its byte budget. A job that comes for an entry that was evicted
+//! at its own pace. An entry goes once every other job of the group has read it or left, or —
+//! oldest first — when the window is over its byte budget. Readers are tracked by job, not
+//! counted: a job that leaves (the leader finishing its epoch first, say) releases only what
+//! it had still to read, never what the jobs behind it are still coming for. A job that comes for an entry that was evicted
 //! computes it again: a slow job pays CPU but never skips a chunk (tf.data's
 //! `CrossTrainerCache` moves a lagging trainer forward instead, so it misses data). A job that
 //! asks while the entry is being computed waits for it rather than computing it twice.
@@ -10,8 +12,8 @@
 //! ```
 //! use sluice_remote::service::window::StreamWindow;
 //! let w = StreamWindow::new(1 << 20);
-//! let first = w.get_or_compute(&7u64, 2, || Ok((vec![1u8, 2], 2)))?;
-//! let second = w.get_or_compute(&7u64, 2, || unreachable!("read from the window"))?;
+//! let first = w.get_or_compute(&7u64, 1, &[1, 2], || Ok((vec![1u8, 2], 2)))?;
+//! let second = w.get_or_compute(&7u64, 2, &[1, 2], || unreachable!("read from the window"))?;
 //! assert!(std::sync::Arc::ptr_eq(&first, &second));
 //! assert_eq!(w.stats().computed, 1);
 //! # Ok::<(), sluice_core::Error>(())
@@ -23,6 +25,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use serde::Serialize;
 use sluice_core::Result;
+
+use super::fair::JobId;
 
 /// What the window did, for the service's status.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -52,8 +56,8 @@ enum Slot<V> {
     Ready {
         value: Arc<V>,
         bytes: u64,
-        /// Jobs still to read it.
-        readers: usize,
+        /// Jobs of the group still to read it.
+        pending: Vec<JobId>,
     },
 }
 
@@ -93,23 +97,27 @@ impl<K: Hash + Eq + Clone, V> StreamWindow<K, V> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The reply for `key`, read by `readers` jobs in all (the group's size when it is made):
-    /// from the window, after waiting for another job computing it, or computed now by
-    /// `compute`, which returns the reply and its size in bytes. A failed computation is not
-    /// kept: the error goes to this caller, and the next one computes again.
+    /// The reply for `key`, as `job` of `group` (the stream's jobs now) reads it: from the
+    /// window, after waiting for another job computing it, or computed now by `compute`,
+    /// which returns the reply and its size in bytes. What this job computes is kept for the
+    /// rest of `group`. A failed computation is not kept: the error goes to this caller, and
+    /// the next one computes again.
     pub fn get_or_compute(
         &self,
         key: &K,
-        readers: usize,
+        job: JobId,
+        group: &[JobId],
         compute: impl FnOnce() -> Result<(V, u64)>,
     ) -> Result<Arc<V>> {
         let mut st = self.lock();
         loop {
             match st.slots.get_mut(key) {
-                Some(Slot::Ready { value, readers, .. }) => {
+                Some(Slot::Ready { value, pending, .. }) => {
                     let value = value.clone();
-                    *readers = readers.saturating_sub(1);
-                    if *readers == 0 {
+                    // A job that joined after the entry was made reads it too, but nobody
+                    // waits on it.
+                    pending.retain(|&j| j != job);
+                    if pending.is_empty() {
                         st.remove(key);
                     }
                     st.stats.hits += 1;
@@ -134,14 +142,15 @@ impl<K: Hash + Eq + Clone, V> StreamWindow<K, V> {
         st.slots.remove(key);
         let out = made.map(|(value, bytes)| {
             let value = Arc::new(value);
-            // This caller read it once; a reply bigger than the whole window is not kept.
-            if readers > 1 && bytes <= self.budget {
+            // This caller has read it; a reply bigger than the whole window is not kept.
+            let pending: Vec<JobId> = group.iter().copied().filter(|&j| j != job).collect();
+            if !pending.is_empty() && bytes <= self.budget {
                 st.slots.insert(
                     key.clone(),
                     Slot::Ready {
                         value: value.clone(),
                         bytes,
-                        readers: readers - 1,
+                        pending,
                     },
                 );
                 st.order.push_back(key.clone());
@@ -161,16 +170,16 @@ impl<K: Hash + Eq + Clone, V> StreamWindow<K, V> {
         out
     }
 
-    /// A job of the group left: every entry has one reader fewer to wait for.
-    pub fn reader_left(&self) {
+    /// `job` left the group: no entry waits for it any more.
+    pub fn reader_left(&self, job: JobId) {
         let mut st = self.lock();
         let done: Vec<K> = st
             .slots
             .iter_mut()
             .filter_map(|(k, s)| match s {
-                Slot::Ready { readers, .. } => {
-                    *readers = readers.saturating_sub(1);
-                    (*readers == 0).then(|| k.clone())
+                Slot::Ready { pending, .. } => {
+                    pending.retain(|&j| j != job);
+                    pending.is_empty().then(|| k.clone())
                 }
                 Slot::Computing => None,
             })
@@ -236,22 +245,27 @@ mod tests {
         Ok((vec![n], bytes))
     }
 
+    fn twice() -> Result<(Vec<u8>, u64)> {
+        panic!("computed twice")
+    }
+
     #[test]
     fn a_chunk_is_computed_once_for_the_group_and_dropped_after_the_last_read() {
         let w = StreamWindow::new(100);
-        let a = w.get_or_compute(&1, 3, || reply(1, 10)).unwrap();
+        let a = w
+            .get_or_compute(&1, 1, &[1, 2, 3], || reply(1, 10))
+            .unwrap();
         assert_eq!((w.len(), w.bytes()), (1, 10));
-        let b = w
-            .get_or_compute(&1, 3, || panic!("computed twice"))
-            .unwrap();
+        let b = w.get_or_compute(&1, 3, &[1, 2, 3], twice).unwrap();
         assert_eq!(w.len(), 1, "one reader left");
-        let c = w
-            .get_or_compute(&1, 3, || panic!("computed twice"))
-            .unwrap();
+        // A job reading again (a resent chunk) is not another reader.
+        w.get_or_compute(&1, 3, &[1, 2, 3], twice).unwrap();
+        assert_eq!(w.len(), 1, "job 2 has still to read it");
+        let c = w.get_or_compute(&1, 2, &[1, 2, 3], twice).unwrap();
         assert!(Arc::ptr_eq(&a, &b) && Arc::ptr_eq(&b, &c));
         assert_eq!((w.len(), w.bytes()), (0, 0), "every job read it");
         let s = w.stats();
-        assert_eq!((s.computed, s.hits, s.evicted), (1, 2, 0));
+        assert_eq!((s.computed, s.hits, s.evicted), (1, 3, 0));
     }
 
     #[test]
@@ -263,7 +277,7 @@ mod tests {
         let first = {
             let (w, computed) = (w.clone(), computed.clone());
             std::thread::spawn(move || {
-                w.get_or_compute(&5, 2, || {
+                w.get_or_compute(&5, 1, &[1, 2], || {
                     computed.fetch_add(1, SeqCst);
                     started_tx.send(()).unwrap();
                     go_rx.recv().unwrap();
@@ -276,7 +290,7 @@ mod tests {
         let second = {
             let (w, computed) = (w.clone(), computed.clone());
             std::thread::spawn(move || {
-                w.get_or_compute(&5, 2, || {
+                w.get_or_compute(&5, 2, &[1, 2], || {
                     computed.fetch_add(1, SeqCst);
                     reply(6, 1)
                 })
@@ -294,11 +308,11 @@ mod tests {
     fn over_budget_the_oldest_entries_go_and_a_late_job_computes_them_again() {
         let w = StreamWindow::new(10);
         for k in 0..4u8 {
-            w.get_or_compute(&k, 2, || reply(k, 4)).unwrap();
+            w.get_or_compute(&k, 1, &[1, 2], || reply(k, 4)).unwrap();
         }
         // 4 + 4 fit in 10: entries 0 and 1 were evicted as 2 and 3 came.
         assert_eq!((w.len(), w.bytes(), w.stats().evicted), (2, 8, 2));
-        let again = w.get_or_compute(&0, 2, || reply(0, 4)).unwrap();
+        let again = w.get_or_compute(&0, 2, &[1, 2], || reply(0, 4)).unwrap();
         assert_eq!(*again, vec![0u8]);
         assert_eq!(
             w.stats().computed,
@@ -307,7 +321,7 @@ mod tests {
         );
         // A reply larger than the whole window is handed on, not kept (nothing else goes).
         let (held, evicted) = (w.len(), w.stats().evicted);
-        w.get_or_compute(&9, 2, || reply(9, 11)).unwrap();
+        w.get_or_compute(&9, 1, &[1, 2], || reply(9, 11)).unwrap();
         assert_eq!((w.len(), w.stats().evicted), (held, evicted));
         assert!(w.bytes() <= 10);
     }
@@ -315,28 +329,47 @@ mod tests {
     #[test]
     fn a_job_leaving_releases_what_only_it_had_left_to_read() {
         let w = StreamWindow::new(100);
-        w.get_or_compute(&1, 2, || reply(1, 5)).unwrap();
-        w.get_or_compute(&2, 3, || reply(2, 5)).unwrap();
-        w.reader_left();
+        w.get_or_compute(&1, 1, &[1, 2], || reply(1, 5)).unwrap();
+        w.get_or_compute(&2, 1, &[1, 2, 3], || reply(2, 5)).unwrap();
+        w.reader_left(2);
         assert_eq!(
             (w.len(), w.bytes()),
             (1, 5),
             "entry 1 waited only for the job that left"
         );
-        w.get_or_compute(&2, 3, || panic!("computed twice"))
-            .unwrap();
+        w.get_or_compute(&2, 3, &[1, 3], twice).unwrap();
         assert!(w.is_empty());
+    }
+
+    #[test]
+    fn the_leader_leaving_keeps_what_the_jobs_behind_it_have_still_to_read() {
+        // Job 1 runs ahead and finishes its epoch first; jobs 2 and 3 still come for its
+        // chunks, each at its own pace.
+        let w = StreamWindow::new(100);
+        for k in 0..4u8 {
+            w.get_or_compute(&k, 1, &[1, 2, 3], || reply(k, 5)).unwrap();
+        }
+        w.get_or_compute(&0, 2, &[1, 2, 3], twice).unwrap();
+        w.reader_left(1);
+        assert_eq!(w.len(), 4, "every entry still has a job behind to read it");
+        for k in 0..4u8 {
+            w.get_or_compute(&k, 3, &[2, 3], twice).unwrap();
+        }
+        assert_eq!(w.len(), 3, "chunks 1-3 wait for job 2 alone");
+        w.reader_left(2);
+        assert!(w.is_empty());
+        assert_eq!(w.stats().computed, 4);
     }
 
     #[test]
     fn a_failed_computation_is_not_kept_and_the_next_read_computes_again() {
         let w: StreamWindow<u8, Vec<u8>> = StreamWindow::new(100);
         let e = w
-            .get_or_compute(&1, 2, || Err(Error::invalid("bad chunk")))
+            .get_or_compute(&1, 1, &[1, 2], || Err(Error::invalid("bad chunk")))
             .unwrap_err();
         assert!(e.to_string().contains("bad chunk"));
         assert!(w.is_empty());
-        let v = w.get_or_compute(&1, 2, || reply(1, 1)).unwrap();
+        let v = w.get_or_compute(&1, 2, &[1, 2], || reply(1, 1)).unwrap();
         assert_eq!(*v, vec![1u8]);
         assert_eq!(w.stats().computed, 2);
     }
@@ -345,17 +378,20 @@ mod tests {
     fn a_computation_that_panics_leaves_no_mark_to_wait_on() {
         let w: StreamWindow<u8, Vec<u8>> = StreamWindow::new(100);
         let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            w.get_or_compute(&1, 2, || panic!("op bug"))
+            w.get_or_compute(&1, 1, &[1, 2], || panic!("op bug"))
         }));
         assert!(unwound.is_err());
         assert!(w.is_empty());
-        assert_eq!(*w.get_or_compute(&1, 2, || reply(1, 1)).unwrap(), vec![1u8]);
+        assert_eq!(
+            *w.get_or_compute(&1, 2, &[1, 2], || reply(1, 1)).unwrap(),
+            vec![1u8]
+        );
     }
 
     #[test]
     fn a_single_reader_keeps_nothing() {
         let w = StreamWindow::new(100);
-        w.get_or_compute(&1, 1, || reply(1, 5)).unwrap();
+        w.get_or_compute(&1, 1, &[1], || reply(1, 5)).unwrap();
         assert!(w.is_empty());
     }
 }

@@ -382,26 +382,33 @@ def test_backlogged_jobs_share_a_worker_by_weight_and_a_paused_job_gives_its_sha
         t.start()
     try:
 
-        def busy():
+        def jobs():
+            """Each job's side of the worker's report, by weight: which job registered first
+            is up to the threads that start the two pipelines."""
             (text,) = ray.get([h.report.remote() for h in _worker_handles(name)])
-            jobs = json.loads(text)["jobs"]
-            return {int(k): v["busy_s"] for k, v in jobs.items()}
+            return {{2.0: "heavy", 1.0: "light"}[v["weight"]]: v for v in json.loads(text)["jobs"].values()}
 
-        _wait_for("both jobs to be served", lambda: len(busy()) == 2 and min(busy().values()) > 0.2)
-        b0 = busy()
-        time.sleep(3.0)
-        b1 = busy()
-        jh, jl = sorted(b1)  # heavy registered first
-        ratio = (b1[jh] - b0[jh]) / (b1[jl] - b0[jl])
-        assert 1.8 <= ratio <= 2.2, (ratio, b0, b1)
+        def after(before, chunks):
+            """The report once `chunks` more chunks were served: a window counted in chunks,
+            so a loaded machine makes it longer, not noisier."""
+            total = lambda r: sum(v["chunks"] for v in r.values())  # noqa: E731
+            return _wait_for(f"{chunks} more chunks", lambda: r if total(r := jobs()) >= total(before) + chunks else None, timeout=120)
+
+        def spent(a, b, who):
+            return b[who]["busy_s"] - a[who]["busy_s"]
+
+        _wait_for("both jobs to be served", lambda: len(r := jobs()) == 2 and min(v["busy_s"] for v in r.values()) > 0.2)
+        r0 = jobs()
+        r1 = after(r0, 120)
+        ratio = spent(r0, r1, "heavy") / spent(r0, r1, "light")
+        assert 1.8 <= ratio <= 2.2, (ratio, r0, r1)
         # The light job stops consuming: its prefetch fills, it sends nothing more, and the
         # heavy one gets the whole worker.
         pause_light.set()
-        time.sleep(2.0)
-        b2 = busy()
-        time.sleep(2.0)
-        b3 = busy()
-        assert (b3[jl] - b2[jl]) < 0.1 * (b3[jh] - b2[jh]), (b2, b3)
+        _wait_for("the light job's last chunks", lambda: _light_done(jobs), timeout=60)
+        r2 = jobs()
+        r3 = after(r2, 40)
+        assert spent(r2, r3, "light") < 0.1 * spent(r2, r3, "heavy"), (r2, r3)
     finally:
         stop.set()
         for t in threads:
@@ -410,6 +417,16 @@ def test_backlogged_jobs_share_a_worker_by_weight_and_a_paused_job_gives_its_sha
         itl.close()
         heavy.close()
         light.close()
+
+
+def _light_done(jobs) -> bool:
+    """Nothing of the light job queued at the worker, and its count unchanged for 1 s."""
+    before = jobs()["light"]
+    if before["queued"]:
+        return False
+    time.sleep(1.0)
+    now = jobs()["light"]
+    return not now["queued"] and now["chunks"] == before["chunks"]
 
 
 def _five_batches_in(name: str, delay: float = 0.002, **ctx_kw):

@@ -118,6 +118,26 @@ impl<T> FairQueue<T> {
         Ok(())
     }
 
+    /// Settles `job`'s account once one of its chunks has run: `delta` is what the chunk cost
+    /// beyond what it was charged when queued (negative when it cost less). The job's queued
+    /// and later chunks start that much later (or sooner), so backlogged jobs share the slots'
+    /// *measured* time by weight even while the estimates are off — a loaded machine, chunks
+    /// whose cost changed. A job cannot bank credit this way: no chunk is moved before the
+    /// queue's virtual time.
+    pub fn settle(&mut self, job: JobId, delta: f64) {
+        let v = self.virtual_time;
+        let Some(j) = self.jobs.get_mut(&job).filter(|_| delta.is_finite()) else {
+            return;
+        };
+        // The chunks keep their spacing; only the whole run moves, and not before `v`.
+        let earliest = j.queue.front().map_or(j.finish, |e| e.start);
+        let shift = (delta / j.weight).max((v - earliest).min(0.0));
+        for e in &mut j.queue {
+            e.start += shift;
+        }
+        j.finish += shift;
+    }
+
     /// The next chunk in fair order, with its job.
     pub fn pop(&mut self) -> Option<(JobId, T)> {
         let (&job, _) = self
@@ -186,6 +206,42 @@ mod tests {
         let served = serve(&mut q, 300);
         assert!(served[&1].abs_diff(200) <= 1, "{served:?}");
         assert_eq!(served[&1] + served[&2], 300);
+    }
+
+    #[test]
+    fn measured_costs_settle_what_the_estimates_got_wrong() {
+        // Both jobs are charged 1.0 a chunk when queued, but job 1's chunks really cost 2.0:
+        // settling each run chunk brings equal weights to equal measured time, not equal
+        // chunks.
+        let mut q = FairQueue::new();
+        let (mut spent, mut chunks) = (HashMap::<JobId, f64>::new(), HashMap::<JobId, u32>::new());
+        backlog(&mut q, 1, 1.0, 8);
+        backlog(&mut q, 2, 1.0, 8);
+        for _ in 0..600 {
+            let (job, _) = q.pop().expect("a chunk");
+            let cost = if job == 1 { 2.0 } else { 1.0 };
+            q.settle(job, cost - 1.0);
+            *spent.entry(job).or_default() += cost;
+            *chunks.entry(job).or_default() += 1;
+            q.push(job, 1.0, 0).unwrap(); // the job keeps its backlog
+        }
+        let ratio = spent[&1] / spent[&2];
+        assert!((ratio - 1.0).abs() < 0.05, "{spent:?} {chunks:?}");
+        assert!(chunks[&2].abs_diff(2 * chunks[&1]) <= 10, "{chunks:?}");
+    }
+
+    #[test]
+    fn settling_gives_no_credit_past_the_virtual_time() {
+        let mut q = FairQueue::new();
+        backlog(&mut q, 1, 1.0, 100);
+        serve(&mut q, 50);
+        // Job 2 arrives late and its chunks turn out far cheaper than charged: the credit
+        // cannot put it before the virtual time, so job 1 is not shut out.
+        backlog(&mut q, 2, 1.0, 100);
+        q.settle(2, -1000.0);
+        backlog(&mut q, 2, 1.0, 100);
+        let served = serve(&mut q, 40);
+        assert!(served.get(&1).copied().unwrap_or(0) >= 15, "{served:?}");
     }
 
     #[test]

@@ -297,7 +297,8 @@ impl<R, V> ServiceHost<R, V> {
             .max(self.options.min_item_cost_s);
         let ticket = st.next_ticket;
         st.next_ticket += 1;
-        st.queue.push(job, items.max(1) as f64 * per_item, ticket)?;
+        let charged = items.max(1) as f64 * per_item;
+        st.queue.push(job, charged, ticket)?;
         st.turns.insert(ticket, Turn::Queued);
         loop {
             while st.running < self.options.slots {
@@ -330,6 +331,7 @@ impl<R, V> ServiceHost<R, V> {
             host: self,
             job,
             items,
+            charged,
             started: Instant::now(),
         };
         let out = f();
@@ -372,6 +374,8 @@ struct Slot<'a, R, V> {
     host: &'a ServiceHost<R, V>,
     job: JobId,
     items: usize,
+    /// What the fair queue charged the chunk when it was queued.
+    charged: f64,
     started: Instant,
 }
 
@@ -381,6 +385,7 @@ impl<R, V> Drop for Slot<'_, R, V> {
         let mut st = self.host.lock();
         st.running -= 1;
         st.busy_s += spent;
+        let floor = self.items.max(1) as f64 * self.host.options.min_item_cost_s;
         if let Some(j) = st.jobs.get_mut(&self.job) {
             j.report.busy_s += spent;
             let per_item = spent / self.items.max(1) as f64;
@@ -389,6 +394,9 @@ impl<R, V> Drop for Slot<'_, R, V> {
                 None => per_item,
             });
         }
+        // The estimate is a moving average of a noisy clock: settle what this chunk really
+        // took (with the same floor the charge had), so the shares hold in measured time.
+        st.queue.settle(self.job, spent.max(floor) - self.charged);
         drop(st);
         self.host.turn.notify_all();
     }

@@ -342,20 +342,34 @@ mod tests {
     fn a_failed_first_answer_waits_for_the_hedge() {
         let lat = measured(2);
         lat.requests.store(100, Relaxed);
+        // The first request fails only once its hedge was sent, and the hedge answers only
+        // after that failure: the order is the test's, not the clock's (on a loaded machine a
+        // 20 ms failure could come before a 2 ms hedge timer fired).
+        let (hedge_sent, first_failed) = (
+            Arc::new(tokio::sync::Notify::new()),
+            Arc::new(tokio::sync::Notify::new()),
+        );
         let mut calls = 0u32;
-        let got: Result<u32, ()> = rt().block_on(hedged(&lat, || {
+        let request = hedged(&lat, || {
             calls += 1;
             let n = calls;
+            let (hedge_sent, first_failed) = (hedge_sent.clone(), first_failed.clone());
             async move {
                 if n == 1 {
-                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    hedge_sent.notified().await;
+                    first_failed.notify_one();
                     Err(())
                 } else {
-                    tokio::time::sleep(Duration::from_millis(40)).await;
+                    hedge_sent.notify_one();
+                    first_failed.notified().await;
                     Ok(n)
                 }
             }
-        }));
+        });
+        // A hedge never sent would leave the first request waiting: fail, do not hang.
+        let got: Result<u32, ()> = rt()
+            .block_on(async { tokio::time::timeout(Duration::from_secs(60), request).await })
+            .expect("the hedge was sent");
         assert_eq!(got, Ok(2));
     }
 }

@@ -106,11 +106,13 @@ def _capped(arg):
 
 
 def test_a_memory_limit_holds_with_skewed_samples():
-    # Uncapped, 100 prefetched outputs of 2-20 MiB run the process ~350 MB above its start.
+    # Uncapped, 100 prefetched outputs of 2-20 MiB run the process ~350 MB above its start
+    # (255 MB on a loaded machine, where the workers fill the prefetch more slowly): well
+    # over the room the capped run is given.
     free, _ = _capped(False)
     assert free["memory"] is None
     room = 160 << 20
-    assert free["peak"] - free["base"] > room + (100 << 20), free["peak"] - free["base"]
+    assert free["peak"] - free["base"] > room + (32 << 20), free["peak"] - free["base"]
     capped, stderr = _capped(room)
     limit = capped["base"] + room
     assert capped["ids"] == free["ids"] == list(range(200))

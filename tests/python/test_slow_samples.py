@@ -13,8 +13,10 @@ import time
 import sluice
 
 def slow_tail(s):
-    # 5 % of the samples take 20 ms, the rest 0.2 ms: a ratio machine load does not hide.
-    time.sleep(0.02 if int(s["id"]) % 20 == 7 else 0.0002)
+    # 5 % of the samples take 100 ms, the rest 0.2 ms: a tail a loaded machine does not hide
+    # (with 20 ms, two busy loops beside the suite stretched the fast samples enough that the
+    # other workers no longer filled the window while the head was slow).
+    time.sleep(0.1 if int(s["id"]) % 20 == 7 else 0.0002)
     return s
 
 

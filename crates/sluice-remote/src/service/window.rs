@@ -4,10 +4,12 @@
 //! at its own pace. An entry goes once every other job of the group has read it or left, or —
 //! oldest first — when the window is over its byte budget. Readers are tracked by job, not
 //! counted: a job that leaves (the leader finishing its epoch first, say) releases only what
-//! it had still to read, never what the jobs behind it are still coming for. A job that comes for an entry that was evicted
-//! computes it again: a slow job pays CPU but never skips a chunk (tf.data's
-//! `CrossTrainerCache` moves a lagging trainer forward instead, so it misses data). A job that
-//! asks while the entry is being computed waits for it rather than computing it twice.
+//! it had still to read, never what the jobs behind it are still coming for. A job that comes
+//! for an entry that was evicted computes it again: a slow job pays CPU but never skips a
+//! chunk (tf.data's `CrossTrainerCache` moves a lagging trainer forward instead, so it misses
+//! data). A job that asks while the entry is being computed waits for it rather than
+//! computing it twice. A job alone on its stage reads through the window too (what the
+//! others made for it before they left is there) but keeps nothing of its own.
 //!
 //! ```
 //! use sluice_remote::service::window::StreamWindow;

@@ -132,6 +132,16 @@ pub(super) struct Bits<'a> {
 }
 
 impl<'a> Bits<'a> {
+    /// The stream starting at byte `pos` of `data`, nothing read yet.
+    pub(super) fn new(data: &'a [u8], pos: usize) -> Self {
+        Bits {
+            data,
+            pos,
+            acc: 0,
+            nbits: 0,
+        }
+    }
+
     #[inline(always)]
     pub(super) fn refill(&mut self) {
         // Fast path: the next 8 bytes at once when none is 0xFF (no stuffing, no marker).

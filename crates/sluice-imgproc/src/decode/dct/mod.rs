@@ -515,12 +515,7 @@ pub(crate) fn decode_window(
             keep,
         });
     }
-    let mut bits = Bits {
-        data,
-        pos: f.scan,
-        acc: 0,
-        nbits: 0,
-    };
+    let mut bits = Bits::new(data, f.scan);
     decode_scan(
         &mut planes,
         &f.comps,
@@ -747,12 +742,7 @@ mod tests {
         assert_eq!(ac.fast_ac[1 << (FAST_BITS - 2)], AC_EOB | 2);
         // DC "0"; "00" + 100000101 (261) at k = 1; "10" + "1" (1) at k = 4; "01" ends.
         let stream = [0b0001_0000, 0b0101_1010, 0b1000_0000];
-        let mut bits = Bits {
-            data: &stream,
-            pos: 0,
-            acc: 0,
-            nbits: 0,
-        };
+        let mut bits = Bits::new(&stream, 0);
         struct Seen(Vec<(usize, i32)>);
         impl Coefficients for Seen {
             fn add(&mut self, at: usize, x: i32) {
@@ -777,12 +767,7 @@ mod tests {
         let t = Huffman::new(&counts, &[7, 8, 9, 10]).unwrap();
         // Codes: 00 -> 7, 010 -> 8, 011 -> 9, 10000000000 -> 10.
         let stream = [0b0001_0011, 0b1000_0000, 0b0000_0000];
-        let mut b = Bits {
-            data: &stream,
-            pos: 0,
-            acc: 0,
-            nbits: 0,
-        };
+        let mut b = Bits::new(&stream, 0);
         b.refill();
         let got: Vec<u8> = (0..4).map(|_| t.decode(&mut b).unwrap()).collect();
         assert_eq!(got, [7, 8, 9, 10]);

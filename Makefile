@@ -70,6 +70,7 @@ test: test-rust test-python
 
 test-rust:
 	cargo test --workspace --exclude sluice-py -q
+	cargo test -q --manifest-path vendor/symphonia-bundle-mp3/Cargo.toml  # the patched MP3 decoder against upstream's code (vendor/README.md)
 
 # The report's browser test opens pages in headless Chromium: Debian's package, installed when
 # missing and we may (root with apt); otherwise that test skips and says why.

@@ -9,10 +9,11 @@
 //! Huffman decoding of the spectral samples (part3), the hot loop of MP3 decoding.
 //!
 //! Same results as `requantize::read_huffman_samples` (kept as the reference and compared
-//! against this one by the tests below), but each code pair is decoded from one 64-bit window
-//! of the main data: one unaligned load per pair instead of a byte-wise refill, one or two
-//! table look-ups (a root of up to 10 bits and one sub-table) instead of up to three 8-bit
-//! steps, and the linbits and sign bits taken from the same window. Upstream's decoder spent
+//! against this one by the tests below), but the codes are read from a 64-bit register of
+//! the main data, reloaded by one unaligned load only when it holds fewer bits than the
+//! longest pair needs, instead of a byte-wise refill; one or two table look-ups (a root of up
+//! to 10 bits and one sub-table) instead of up to three 8-bit steps; and the linbits and sign
+//! bits taken from the same register without branching on the sample. Upstream's decoder spent
 //! ~45% of an MPEG-2 clip's decode time in that loop.
 
 use symphonia_core::errors::{Result, decode_error};
@@ -34,6 +35,8 @@ const LINK: u32 = 1 << 31;
 /// A zero entry is a bit pattern no code starts with.
 struct Table {
     root: u32,
+    /// The longest code's length.
+    max_len: u32,
     entries: Vec<u32>,
 }
 
@@ -72,7 +75,7 @@ impl Table {
             }
             start = end;
         }
-        Some(Table { root, entries })
+        Some(Table { root, max_len, entries })
     }
 
     /// The code at the top of `window`: `(value, length)`, or `None` for no code.
@@ -106,6 +109,9 @@ struct Bits<'a> {
 }
 
 impl Bits<'_> {
+    /// The bits a fresh `window` surely holds.
+    const WINDOW: u32 = 57;
+
     /// The next ≥ 57 bits at the top of a word.
     #[inline(always)]
     fn window(&self) -> u64 {
@@ -181,8 +187,17 @@ pub(super) fn read_huffman_samples(
             continue;
         };
 
+        // A pair takes at most its code, two linbits fields and two signs; the window is
+        // reloaded only when fewer bits than that are left in it, so most pairs decode from
+        // a register.
+        let need = table.max_len + 2 * (linbits + 1);
+        let mut w = bits.window();
+        let mut avail = Bits::WINDOW;
         while i < region_end && bits_read < part3_bits {
-            let w = bits.window();
+            if avail < need {
+                w = bits.window();
+                avail = Bits::WINDOW;
+            }
             let Some((value, mut used)) = table.decode(w)
             else {
                 return overrun();
@@ -190,9 +205,8 @@ pub(super) fn read_huffman_samples(
             let mut x = (value >> 4) as usize;
             let mut y = (value & 0xf) as usize;
 
-            // At most 19 + (13 + 1) · 2 = 47 bits: all within the 57-bit window. Whether a
-            // sample is zero is a coin toss, so signs are taken without branching: a zero
-            // sample reads no sign bit and stays +0.0 (`POW43[0]` is 0).
+            // Whether a sample is zero is a coin toss, so signs are taken without branching:
+            // a zero sample reads no sign bit and stays +0.0 (`POW43[0]` is 0).
             if x == 15 && linbits > 0 {
                 x += ((w << used) >> (64 - linbits)) as usize;
                 used += linbits;
@@ -212,6 +226,8 @@ pub(super) fn read_huffman_samples(
             buf[i + 1] = f32::from_bits(pow43[y].to_bits() | (sign << 31));
             i += 2;
 
+            w <<= used;
+            avail -= used;
             bits.pos += used as usize;
             bits_read += used;
             if bits.pos > end {
@@ -225,8 +241,15 @@ pub(super) fn read_huffman_samples(
         return overrun();
     };
 
+    // A quadruple takes at most its code and four signs.
+    let need = quads.max_len + 4;
+    let mut w = bits.window();
+    let mut avail = Bits::WINDOW;
     while i <= 572 && bits_read < part3_bits {
-        let w = bits.window();
+        if avail < need {
+            w = bits.window();
+            avail = Bits::WINDOW;
+        }
         let Some((value, mut used)) = quads.decode(w)
         else {
             return overrun();
@@ -244,6 +267,8 @@ pub(super) fn read_huffman_samples(
         }
         i += 4;
 
+        w <<= used;
+        avail -= used;
         bits.pos += used as usize;
         bits_read += used;
         if bits.pos > end {

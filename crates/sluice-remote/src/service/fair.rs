@@ -126,7 +126,10 @@ impl<T> FairQueue<T> {
     /// queue's virtual time.
     pub fn settle(&mut self, job: JobId, delta: f64) {
         let v = self.virtual_time;
-        let Some(j) = self.jobs.get_mut(&job).filter(|_| delta.is_finite()) else {
+        if !delta.is_finite() {
+            return;
+        }
+        let Some(j) = self.jobs.get_mut(&job) else {
             return;
         };
         // The chunks keep their spacing; only the whole run moves, and not before `v`.

@@ -285,19 +285,21 @@ impl<R, V> ServiceHost<R, V> {
         Ok(out)
     }
 
+    /// What the fair queue counts for a chunk of `items` at `per_item` seconds each, never
+    /// less than the options' floor per item: the charge when it is queued, from the job's
+    /// estimate, and the settlement when it has run, from the time it took.
+    fn charge(&self, items: usize, per_item: f64) -> f64 {
+        items.max(1) as f64 * per_item.max(self.options.min_item_cost_s)
+    }
+
     /// Waits for a slot in fair order, then computes.
     fn fair_run<T>(&self, job: JobId, items: usize, f: impl FnOnce() -> Result<T>) -> Result<T> {
         let queued_at = Instant::now();
         let mut st = self.lock();
-        let per_item = st
-            .jobs
-            .get(&job)
-            .and_then(|j| j.per_item_s)
-            .unwrap_or(0.0)
-            .max(self.options.min_item_cost_s);
+        let per_item = st.jobs.get(&job).and_then(|j| j.per_item_s).unwrap_or(0.0);
         let ticket = st.next_ticket;
         st.next_ticket += 1;
-        let charged = items.max(1) as f64 * per_item;
+        let charged = self.charge(items, per_item);
         st.queue.push(job, charged, ticket)?;
         st.turns.insert(ticket, Turn::Queued);
         loop {
@@ -385,18 +387,18 @@ impl<R, V> Drop for Slot<'_, R, V> {
         let mut st = self.host.lock();
         st.running -= 1;
         st.busy_s += spent;
-        let floor = self.items.max(1) as f64 * self.host.options.min_item_cost_s;
+        let per_item = spent / self.items.max(1) as f64;
         if let Some(j) = st.jobs.get_mut(&self.job) {
             j.report.busy_s += spent;
-            let per_item = spent / self.items.max(1) as f64;
             j.per_item_s = Some(match j.per_item_s {
                 Some(old) => 0.7 * old + 0.3 * per_item,
                 None => per_item,
             });
         }
         // The estimate is a moving average of a noisy clock: settle what this chunk really
-        // took (with the same floor the charge had), so the shares hold in measured time.
-        st.queue.settle(self.job, spent.max(floor) - self.charged);
+        // took, so the shares hold in measured time.
+        let took = self.host.charge(self.items, per_item);
+        st.queue.settle(self.job, took - self.charged);
         drop(st);
         self.host.turn.notify_all();
     }

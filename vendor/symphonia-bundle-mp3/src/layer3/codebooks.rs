@@ -553,8 +553,8 @@ pub const CODEBOOK_LINBITS: [u32; 32] = [
     13,
 ];
 
-#[cfg(test)]
-fn mpeg_gen_value(i: u16, wrap: u16) -> u16 {
+/// The value of code `i` of a table: `x << 4 | y` for a pair, the 4 bits of a quadruple.
+pub(super) fn mpeg_gen_value(i: u16, wrap: u16) -> u16 {
     ((i / wrap) << 4) | (i % wrap)
 }
 

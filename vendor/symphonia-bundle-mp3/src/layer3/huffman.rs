@@ -13,8 +13,9 @@
 //! the main data, reloaded by one unaligned load only when it holds fewer bits than the
 //! longest pair needs, instead of a byte-wise refill; one or two table look-ups (a root of up
 //! to 10 bits and one sub-table) instead of up to three 8-bit steps; and the linbits and sign
-//! bits taken from the same register without branching on the sample. Upstream's decoder spent
-//! ~45% of an MPEG-2 clip's decode time in that loop.
+//! bits taken from the same register without branching on the sample. Upstream's loop was
+//! about half of an MPEG-2 clip's decode time (`perf` over sluice's ASR benchmark: 24 % of the
+//! pipeline, decode ~50 %; sluice's docs/BENCHMARKS.md, "ASR past the decode-only limit").
 
 use symphonia_core::errors::{Result, decode_error};
 
@@ -22,7 +23,7 @@ use lazy_static::lazy_static;
 use log::info;
 
 use super::GranuleChannel;
-use super::codebooks::{CODEBOOK_LINBITS, MPEG_QUADS_TABLES, MPEG_TABLES};
+use super::codebooks::{CODEBOOK_LINBITS, MPEG_QUADS_TABLES, MPEG_TABLES, mpeg_gen_value};
 use super::requantize::POW43;
 
 /// Widest root table: codes up to this length take one look-up.
@@ -49,8 +50,7 @@ impl Table {
         let mut long: Vec<(u32, u32, u32, u32)> = Vec::new();
         for (i, (&code, &len)) in codes.iter().zip(lens).enumerate() {
             let len = u32::from(len);
-            let value = ((i as u32 / u32::from(wrap)) << 4) | (i as u32 % u32::from(wrap));
-            let leaf = (len << 8) | value;
+            let leaf = (len << 8) | u32::from(mpeg_gen_value(i as u16, wrap));
             if len <= root {
                 let first = (code << (root - len)) as usize;
                 entries[first..first + (1 << (root - len))].fill(leaf);
@@ -102,34 +102,73 @@ lazy_static! {
         MPEG_QUADS_TABLES.iter().map(|t| Table::new(t.codes, t.lens, t.wrap)).collect();
 }
 
-/// MSB-first bits of `buf` from bit `pos`; reads past the end see zeros.
-struct Bits<'a> {
+/// MSB-first bits of `buf` from bit `pos`, the next ones held in a 64-bit register that is
+/// reloaded by one unaligned load only when it holds fewer bits than the next code may take;
+/// reads past the end see zeros, and consuming past it is an overrun.
+struct Reader<'a> {
     buf: &'a [u8],
+    start: usize,
     pos: usize,
+    window: u64,
+    /// Valid bits at the top of `window`.
+    avail: u32,
 }
 
-impl Bits<'_> {
-    /// The bits a fresh `window` surely holds.
+impl<'a> Reader<'a> {
+    /// The bits a fresh window surely holds: 64 less the offset in its first byte.
     const WINDOW: u32 = 57;
 
-    /// The next ≥ 57 bits at the top of a word.
-    #[inline(always)]
-    fn window(&self) -> u64 {
-        let i = self.pos >> 3;
-        let mut word = [0u8; 8];
-        match self.buf.get(i..i + 8) {
-            Some(b) => word.copy_from_slice(b),
-            None => {
-                let tail = self.buf.get(i..).unwrap_or(&[]);
-                word[..tail.len()].copy_from_slice(tail);
-            }
-        }
-        u64::from_be_bytes(word) << (self.pos & 7)
+    fn new(buf: &'a [u8], start: usize) -> Self {
+        Reader { buf, start, pos: start, window: 0, avail: 0 }
     }
 
-    fn len(&self) -> usize {
-        self.buf.len() * 8
+    /// The next bits at the top of a word, at least `need` (≤ 57) of them valid.
+    #[inline(always)]
+    fn peek(&mut self, need: u32) -> u64 {
+        if self.avail < need {
+            let i = self.pos >> 3;
+            let mut word = [0u8; 8];
+            match self.buf.get(i..i + 8) {
+                Some(b) => word.copy_from_slice(b),
+                None => {
+                    let tail = self.buf.get(i..).unwrap_or(&[]);
+                    word[..tail.len()].copy_from_slice(tail);
+                }
+            }
+            self.window = u64::from_be_bytes(word) << (self.pos & 7);
+            self.avail = Self::WINDOW;
+        }
+        self.window
     }
+
+    /// Consumes `used` bits of what [`peek`](Self::peek) promised; an overrun past the data.
+    #[inline(always)]
+    fn consume(&mut self, used: u32) -> Result<()> {
+        self.window <<= used;
+        self.avail -= used;
+        self.pos += used as usize;
+        if self.pos > self.buf.len() * 8 { overrun() } else { Ok(()) }
+    }
+
+    /// Bits consumed since `start`.
+    fn read(&self) -> u32 {
+        (self.pos - self.start) as u32
+    }
+}
+
+/// One big_values sample `v` of the code at the top of `w`, `used` bits in: its linbits when
+/// saturated, then its sign, `±v^(4/3)`. Whether a sample is zero is a coin toss, so the sign
+/// is taken without branching: a zero sample reads no sign bit and stays +0.0 (`POW43[0]`).
+#[inline(always)]
+fn big_value(w: u64, used: &mut u32, mut v: usize, linbits: u32, pow43: &[f32]) -> f32 {
+    if v == 15 && linbits > 0 {
+        v += ((w << *used) >> (64 - linbits)) as usize;
+        *used += linbits;
+    }
+    let nz = u32::from(v > 0);
+    let sign = ((w << *used) >> 63) as u32 & nz;
+    *used += nz;
+    f32::from_bits(pow43[v].to_bits() | (sign << 31))
 }
 
 fn overrun<T>() -> Result<T> {
@@ -153,13 +192,11 @@ pub(super) fn read_huffman_samples(
     }
 
     let pow43: &[f32] = &POW43[..];
-    let mut bits = Bits { buf: main_data, pos: start };
-    let end = bits.len();
-    if start > end {
+    if start > main_data.len() * 8 {
         return overrun();
     }
+    let mut bits = Reader::new(main_data, start);
 
-    let mut bits_read = 0u32;
     let mut i = 0;
     let big_values_len = 2 * channel.big_values as usize;
     let regions: [usize; 3] = [
@@ -187,52 +224,18 @@ pub(super) fn read_huffman_samples(
             continue;
         };
 
-        // A pair takes at most its code, two linbits fields and two signs; the window is
-        // reloaded only when fewer bits than that are left in it, so most pairs decode from
-        // a register.
+        // A pair takes at most its code, two linbits fields and two signs.
         let need = table.max_len + 2 * (linbits + 1);
-        let mut w = bits.window();
-        let mut avail = Bits::WINDOW;
-        while i < region_end && bits_read < part3_bits {
-            if avail < need {
-                w = bits.window();
-                avail = Bits::WINDOW;
-            }
+        while i < region_end && bits.read() < part3_bits {
+            let w = bits.peek(need);
             let Some((value, mut used)) = table.decode(w)
             else {
                 return overrun();
             };
-            let mut x = (value >> 4) as usize;
-            let mut y = (value & 0xf) as usize;
-
-            // Whether a sample is zero is a coin toss, so signs are taken without branching:
-            // a zero sample reads no sign bit and stays +0.0 (`POW43[0]` is 0).
-            if x == 15 && linbits > 0 {
-                x += ((w << used) >> (64 - linbits)) as usize;
-                used += linbits;
-            }
-            let nz = u32::from(x > 0);
-            let sign = ((w << used) >> 63) as u32 & nz;
-            used += nz;
-            buf[i] = f32::from_bits(pow43[x].to_bits() | (sign << 31));
-
-            if y == 15 && linbits > 0 {
-                y += ((w << used) >> (64 - linbits)) as usize;
-                used += linbits;
-            }
-            let nz = u32::from(y > 0);
-            let sign = ((w << used) >> 63) as u32 & nz;
-            used += nz;
-            buf[i + 1] = f32::from_bits(pow43[y].to_bits() | (sign << 31));
+            buf[i] = big_value(w, &mut used, (value >> 4) as usize, linbits, pow43);
+            buf[i + 1] = big_value(w, &mut used, (value & 0xf) as usize, linbits, pow43);
             i += 2;
-
-            w <<= used;
-            avail -= used;
-            bits.pos += used as usize;
-            bits_read += used;
-            if bits.pos > end {
-                return overrun();
-            }
+            bits.consume(used)?;
         }
     }
 
@@ -243,13 +246,8 @@ pub(super) fn read_huffman_samples(
 
     // A quadruple takes at most its code and four signs.
     let need = quads.max_len + 4;
-    let mut w = bits.window();
-    let mut avail = Bits::WINDOW;
-    while i <= 572 && bits_read < part3_bits {
-        if avail < need {
-            w = bits.window();
-            avail = Bits::WINDOW;
-        }
+    while i <= 572 && bits.read() < part3_bits {
+        let w = bits.peek(need);
         let Some((value, mut used)) = quads.decode(w)
         else {
             return overrun();
@@ -266,19 +264,13 @@ pub(super) fn read_huffman_samples(
             used += nz;
         }
         i += 4;
-
-        w <<= used;
-        avail -= used;
-        bits.pos += used as usize;
-        bits_read += used;
-        if bits.pos > end {
-            return overrun();
-        }
+        bits.consume(used)?;
     }
 
+    let bits_read = bits.read();
     if bits_read < part3_bits {
         // The stuffing bits must still lie within the main data.
-        if bits.pos + (part3_bits - bits_read) as usize > end {
+        if start + part3_bits as usize > main_data.len() * 8 {
             return overrun();
         }
     }
@@ -342,7 +334,7 @@ mod tests {
             for (i, (&code, &len)) in t.codes.iter().zip(t.lens).enumerate() {
                 // The code at the top of the window, followed by ones.
                 let window = (u64::from(code) << (64 - len)) | (u64::MAX >> len);
-                let value = ((i as u32 / u32::from(t.wrap)) << 4) | (i as u32 % u32::from(t.wrap));
+                let value = u32::from(mpeg_gen_value(i as u16, t.wrap));
                 assert_eq!(table.decode(window), Some((value, u32::from(len))));
             }
         }

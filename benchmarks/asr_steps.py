@@ -5,11 +5,18 @@ unfused), and the resampler alone (decoding to the clip's own rate against decod
     SLUICE_BENCH_ASR_RATE=22050 /root/.cache/bench-venv/bin/python benchmarks/asr_steps.py
 
 SLUICE_BENCH_ASR_RATE picks the clips at one sample rate (22050: every clip is resampled).
+
+``--loop SECONDS`` only runs the ASR reference pipeline on one thread for that long and prints
+its rate: the process to put under a profiler, e.g.
+``perf record -o /tmp/asr.data python benchmarks/asr_steps.py --loop 10`` then
+``perf report -i /tmp/asr.data --no-children --sort symbol`` (docs/BENCHMARKS.md, "ASR past
+the decode-only limit").
 Needs the benchmark clips (benchmarks/datasets/build.py) and a sluice build (imported from
 python/).
 """
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from pathlib import Path
@@ -37,7 +44,26 @@ def clips_per_second(ds) -> float:
     return best
 
 
+def loop(seconds: float) -> float:
+    """The reference pipeline's clips/s on one thread, epoch after epoch for `seconds`."""
+    ds = N._asr(sluice, DATA, None, 0)
+    t0, n = time.perf_counter(), 0
+    while time.perf_counter() - t0 < seconds:
+        for _ in ds.iter(seed=0, num_threads=1):
+            n += 1
+            if time.perf_counter() - t0 >= seconds:
+                break
+    return n / (time.perf_counter() - t0)
+
+
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--loop", type=float, default=0.0,
+                    help="only run the reference pipeline on one thread this many seconds")
+    args = ap.parse_args()
+    if args.loop > 0:
+        print(f"ASR reference pipeline, one thread: {loop(args.loop):.0f} clips/s")
+        return
     print(N._asr(sluice, DATA, None, 0).profile(samples=200, seconds=30))
     files = sluice.read_files(C.audio_files(DATA) * 4)
     native = clips_per_second(files.map(au.decode()))

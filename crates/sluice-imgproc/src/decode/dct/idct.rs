@@ -3,8 +3,9 @@
 //!
 //! A block's AC coefficients are added into the row pass as they come out of the entropy
 //! decoder (one vector multiply-add each: row `r` of the block gets `x * W[c]`), so the
-//! coefficient block is never stored. The column pass then reads only the rows that got a
-//! coefficient — most blocks of a photo have two to four. An 8-point IDCT can also be
+//! coefficient block is never stored. The column pass then reads only the rows down to the
+//! last one that got a coefficient (the entropy decoder knows it from the last zigzag
+//! position) — most blocks of a photo have two to four. An 8-point IDCT can also be
 //! evaluated at 16 points (`Weights::new(16)`): that is how a component subsampled 2x lands
 //! on the full-size grid without a separate upsampling pass (the DCT-domain upsampling
 //! libjpeg-turbo uses for its scaled IDCTs).
@@ -49,10 +50,9 @@ pub(super) fn weights(size: usize) -> Option<&'static Weights> {
 }
 
 /// One block's row pass in progress: `t[r]` is row `r` of the coefficients times the
-/// horizontal weights, `SH` pixels wide; `rows` marks the rows that hold any.
+/// horizontal weights, `SH` pixels wide.
 pub(super) struct RowPass<const SH: usize> {
     t: [[f32; SH]; 8],
-    rows: u8,
 }
 
 impl<const SH: usize> RowPass<SH> {
@@ -60,7 +60,6 @@ impl<const SH: usize> RowPass<SH> {
     pub(super) fn new() -> Self {
         RowPass {
             t: [[0f32; SH]; 8],
-            rows: 0,
         }
     }
 
@@ -72,36 +71,30 @@ impl<const SH: usize> RowPass<SH> {
         for (t, &w) in row.iter_mut().zip(&wh.w[c]) {
             *t += x * w;
         }
-        self.rows |= 1 << r;
     }
 
-    /// The column pass: `SV` rows of `SH` pixels into `out` (row `j` at `j * stride`),
-    /// `level` (128 + DC / 8, plus 0.5 to round) added to every pixel.
+    /// The column pass over the first `rows` rows (those below hold no coefficient; one
+    /// with none among them adds zeros, which leaves every sum as it was): `SV` rows of
+    /// `SH` pixels into `out` (row `j` at `j * stride`), `level` (128 + DC / 8, plus 0.5 to
+    /// round) added to every pixel.
     #[inline(always)]
     pub(super) fn write<const SV: usize>(
         &self,
         wv: &Weights,
         level: f32,
+        rows: usize,
         out: &mut [u8],
         stride: usize,
     ) {
-        let mut used = [0usize; 8];
-        let mut n = 0;
-        for (r, slot) in (0..8)
-            .filter(|r| self.rows & (1 << r) != 0)
-            .zip(used.iter_mut())
-        {
-            *slot = r;
-            n += 1;
-        }
+        let t = &self.t[..rows.min(8)];
         for j in 0..SV {
             let Some(dst) = out.get_mut(j * stride..j * stride + SH) else {
                 return;
             };
             let mut acc = [level; SH];
-            for &r in &used[..n] {
+            for (r, row) in t.iter().enumerate() {
                 let w = wv.w[r][j];
-                for (a, &t) in acc.iter_mut().zip(&self.t[r]) {
+                for (a, &t) in acc.iter_mut().zip(row) {
                     *a += w * t;
                 }
             }
@@ -156,7 +149,7 @@ mod tests {
                     }
                 }
                 let mut got = vec![0u8; 16 * 16];
-                pass.write::<16>(w, 128.5 + dc as f32 / 8.0, &mut got, 16);
+                pass.write::<16>(w, 128.5 + dc as f32 / 8.0, 8, &mut got, 16);
                 for y in 0..size {
                     for x in 0..size {
                         let v = 128.0 + f64::from(dc) / 8.0 + reference_idct(&coef, size, y, x);
@@ -169,14 +162,13 @@ mod tests {
         }
     }
 
-    /// Rows with no coefficient are left out of the column pass, not computed as zeros:
-    /// a DC-only block is flat.
+    /// A DC-only block (no row in the column pass) is flat.
     #[test]
     fn a_dc_only_block_is_flat() {
         let w = weights(8).unwrap();
         let pass = RowPass::<8>::new();
         let mut out = [0u8; 64];
-        pass.write::<8>(w, 128.5 + 80.0 / 8.0, &mut out, 8);
+        pass.write::<8>(w, 128.5 + 80.0 / 8.0, 0, &mut out, 8);
         assert!(out.iter().all(|&v| v == 138));
     }
 }

@@ -186,8 +186,26 @@ impl<const SH: usize> Coefficients for (RowPass<SH>, &Weights) {
     }
 }
 
+/// `ROWS[k]`: how many rows of a block (from the top) hold the AC coefficients up to
+/// zigzag position `k`; 0 for `k` = 0, a block with no AC coefficient.
+const ROWS: [u8; 64] = {
+    let mut rows = [0u8; 64];
+    let mut k = 1;
+    let mut most = 0;
+    while k < 64 {
+        let r = (ZIGZAG[k] / 8 + 1) as u8;
+        if r > most {
+            most = r;
+        }
+        rows[k] = most;
+        k += 1;
+    }
+    rows
+};
+
 /// Decodes one block's Huffman codes: the DC difference into `pred`, then each nonzero AC
-/// coefficient, dequantized, into `ac`. Returns the dequantized DC.
+/// coefficient, dequantized, into `ac`. Returns the dequantized DC and the zigzag position
+/// of the last coefficient (0 when there is none).
 #[inline(always)]
 fn entropy(
     q: &[i32; 64],
@@ -196,7 +214,7 @@ fn entropy(
     state: &mut Bits<'_>,
     pred: &mut i32,
     ac: &mut impl Coefficients,
-) -> Result<i32> {
+) -> Result<(i32, usize)> {
     // A local copy keeps the bit buffer in registers.
     let mut b = *state;
     let bits = &mut b;
@@ -208,6 +226,7 @@ fn entropy(
     *pred = pred.wrapping_add(bits.receive_extend(t));
     let dc = pred.wrapping_mul(q[0]).clamp(-MAX_COEF, MAX_COEF);
     let mut k = 1;
+    let mut last = 0;
     while k < 64 {
         if bits.nbits < 32 {
             bits.refill();
@@ -243,10 +262,11 @@ fn entropy(
             return corrupt("coefficient index out of range");
         }
         ac.add(ZIGZAG[k], v.wrapping_mul(q[k]).clamp(-MAX_COEF, MAX_COEF));
+        last = k;
         k += 1;
     }
     *state = b;
-    Ok(dc)
+    Ok((dc, last))
 }
 
 /// A block of a scaled decode: its reduced IDCT (`N` = its pixel count), written at `at`.
@@ -263,7 +283,7 @@ fn basis_block<const N: usize>(
         acc: [0f32; N],
         flat: true,
     };
-    let dc = entropy(p.q, p.dc, p.ac, bits, pred, &mut sum)?;
+    let (dc, _) = entropy(p.q, p.dc, p.ac, bits, pred, &mut sum)?;
     let (acc, flat) = (sum.acc, sum.flat);
     // The DC basis image is flat: 1/8 everywhere.
     let level = 128.5 + dc as f32 / 8.0;
@@ -294,10 +314,11 @@ fn full_block<const SV: usize, const SH: usize>(
     pred: &mut i32,
 ) -> Result<()> {
     let mut sink = (RowPass::<SH>::new(), wh);
-    let dc = entropy(p.q, p.dc, p.ac, bits, pred, &mut sink)?;
+    let (dc, last) = entropy(p.q, p.dc, p.ac, bits, pred, &mut sink)?;
     let pass = sink.0;
     if let Some(out) = p.pixels.get_mut(at..) {
-        pass.write::<SV>(wv, 128.5 + dc as f32 / 8.0, out, p.stride);
+        let rows = usize::from(ROWS[last & 63]);
+        pass.write::<SV>(wv, 128.5 + dc as f32 / 8.0, rows, out, p.stride);
     }
     Ok(())
 }
@@ -751,8 +772,8 @@ mod tests {
         }
         let mut seen = Seen(Vec::new());
         let mut pred = 0;
-        let dc = entropy(&[1; 64], &dc, &ac, &mut bits, &mut pred, &mut seen).unwrap();
-        assert_eq!(dc, 0);
+        let (dc, last) = entropy(&[1; 64], &dc, &ac, &mut bits, &mut pred, &mut seen).unwrap();
+        assert_eq!((dc, last), (0, 4));
         assert_eq!(seen.0, [(ZIGZAG[1], 261), (ZIGZAG[4], 1)]);
     }
 

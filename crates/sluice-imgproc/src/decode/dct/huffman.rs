@@ -121,56 +121,105 @@ impl Huffman {
     }
 }
 
-/// The entropy-coded bit stream: MSB-first in a 64-bit accumulator, byte stuffing undone;
-/// at a marker (or the end) it feeds zeros, as libjpeg does with corrupt data.
-#[derive(Clone, Copy)]
-pub(super) struct Bits<'a> {
-    pub(super) data: &'a [u8],
-    pub(super) pos: usize,
-    pub(super) acc: u64,
-    pub(super) nbits: u32,
+/// Zero bytes after each restart segment of a [`Scan`]: a refill reads 8 bytes at once
+/// and may start at a segment's end.
+const PAD: usize = 8;
+
+/// A scan's entropy-coded data with the byte stuffing undone (0xFF 0x00 is 0xFF), cut at
+/// its markers into restart segments, each followed by [`PAD`] zero bytes. Done once per
+/// image, it lets [`Bits::refill`] load 8 bytes without looking for markers in them.
+pub(super) struct Scan {
+    bytes: Vec<u8>,
+    /// Each segment's `[start, end)` in `bytes`, in file order.
+    segments: Vec<(usize, usize)>,
 }
 
-impl<'a> Bits<'a> {
-    /// The stream starting at byte `pos` of `data`, nothing read yet.
-    pub(super) fn new(data: &'a [u8], pos: usize) -> Self {
+impl Scan {
+    /// The scan starting at byte `at` of `data`. A segment ends at any marker (or the end
+    /// of the data); the next one starts after the RSTn marker found from there, skipping
+    /// any junk, as libjpeg resynchronises. Any other marker ends the scan: past it, and
+    /// past the last segment, the bits are zeros, as libjpeg feeds them to corrupt data.
+    pub(super) fn new(data: &[u8], at: usize) -> Scan {
+        let mut bytes = Vec::with_capacity(data.len().saturating_sub(at) + PAD);
+        let mut segments = Vec::new();
+        let mut i = at.min(data.len());
+        loop {
+            let start = bytes.len();
+            while let Some(j) = memchr::memchr(0xFF, &data[i..]) {
+                bytes.extend_from_slice(&data[i..i + j]);
+                i += j;
+                if data.get(i + 1) != Some(&0) {
+                    break;
+                }
+                bytes.push(0xFF);
+                i += 2;
+            }
+            if !data[i..].contains(&0xFF) {
+                bytes.extend_from_slice(&data[i..]);
+                i = data.len();
+            }
+            segments.push((start, bytes.len()));
+            bytes.extend_from_slice(&[0; PAD]);
+            // The next RSTn, past junk (a stuffed 0xFF, fill bytes); another marker ends.
+            loop {
+                let (Some(&a), Some(&b)) = (data.get(i), data.get(i + 1)) else {
+                    return Scan { bytes, segments };
+                };
+                if a == 0xFF && (0xD0..=0xD7).contains(&b) {
+                    i += 2;
+                    break;
+                }
+                if a == 0xFF && b != 0 && b != 0xFF {
+                    return Scan { bytes, segments };
+                }
+                i += 1;
+            }
+        }
+    }
+
+    /// A reader at the start of the scan.
+    pub(super) fn bits(&self) -> Bits<'_> {
+        let (pos, end) = self.segments.first().copied().unwrap_or((0, 0));
         Bits {
-            data,
+            data: &self.bytes,
+            segments: &self.segments,
+            seg: 0,
             pos,
+            end,
             acc: 0,
             nbits: 0,
         }
     }
+}
 
+/// The entropy-coded bit stream of a [`Scan`]: MSB-first in a 64-bit accumulator whose
+/// top `nbits` bits are the next ones; at the end of a segment it feeds zeros.
+#[derive(Clone, Copy)]
+pub(super) struct Bits<'a> {
+    data: &'a [u8],
+    segments: &'a [(usize, usize)],
+    seg: usize,
+    /// The next byte to load, and the end of the segment it is in.
+    pos: usize,
+    end: usize,
+    pub(super) acc: u64,
+    pub(super) nbits: u32,
+}
+
+impl Bits<'_> {
+    /// Tops the accumulator up to 56–63 bits with one 8-byte load and no branch on the
+    /// data (the bits below `nbits` it ORs in again are the same stream bits).
     #[inline(always)]
     pub(super) fn refill(&mut self) {
-        // Fast path: the next 8 bytes at once when none is 0xFF (no stuffing, no marker).
-        if let Some(next) = self.data.get(self.pos..self.pos + 8) {
-            let w = u64::from_be_bytes(next.try_into().unwrap_or([0xFF; 8]));
-            let x = !w; // a 0xFF byte of w is a zero byte of x
-            let has_ff = x.wrapping_sub(0x0101_0101_0101_0101) & !x & 0x8080_8080_8080_8080;
-            let k = (64 - self.nbits) / 8;
-            if has_ff == 0 && k > 0 {
-                self.acc |= (w >> (64 - 8 * k)) << (64 - self.nbits - 8 * k);
-                self.pos += k as usize;
-                self.nbits += 8 * k;
-                return;
-            }
-        }
-        while self.nbits <= 56 {
-            let mut byte = 0u8;
-            if let Some(&b) = self.data.get(self.pos) {
-                if b != 0xFF {
-                    self.pos += 1;
-                    byte = b;
-                } else if self.data.get(self.pos + 1) == Some(&0) {
-                    self.pos += 2;
-                    byte = 0xFF;
-                }
-            }
-            self.acc |= u64::from(byte) << (56 - self.nbits);
-            self.nbits += 8;
-        }
+        // Past the segment's end the load reads its zero padding.
+        let p = self.pos.min(self.end);
+        let w = self
+            .data
+            .get(p..p + 8)
+            .map_or(0, |b| u64::from_be_bytes(b.try_into().unwrap_or([0; 8])));
+        self.acc |= w >> self.nbits;
+        self.pos = p + ((63 - self.nbits) >> 3) as usize;
+        self.nbits |= 56;
     }
     #[inline(always)]
     pub(super) fn peek(&self, n: u32) -> u32 {
@@ -181,37 +230,105 @@ impl<'a> Bits<'a> {
         self.acc <<= n;
         self.nbits -= n;
     }
-    /// Reads `s` (0..=15) bits as a signed coefficient (JPEG's RECEIVE + EXTEND).
+    /// Reads `s` (0..=15) bits as a signed coefficient (JPEG's RECEIVE + EXTEND), without
+    /// a branch: the sign of a coefficient is a coin toss a branch would mispredict half
+    /// the time.
     #[inline(always)]
     pub(super) fn receive_extend(&mut self, s: u32) -> i32 {
-        if s == 0 {
-            return 0;
-        }
-        let v = self.peek(s) as i32;
+        let s = s & 15;
+        // Two shifts, so that `s` = 0 reads nothing.
+        let v = ((self.acc >> 32) >> (32 - s)) as i32;
         self.consume(s);
-        if v < 1 << (s - 1) {
-            v - (1 << s) + 1
-        } else {
-            v
-        }
+        let all = (1i32 << s) - 1;
+        v - i32::from(v < (1 << s) >> 1) * all
     }
-    /// At a restart interval: drops the buffered bits and skips the RSTn marker (or any
-    /// junk before it).
+    /// At a restart interval: drops the buffered bits and moves to the next segment (the
+    /// data after the next RSTn marker); after the last one, zeros.
     pub(super) fn restart(&mut self) {
         self.acc = 0;
         self.nbits = 0;
-        while self.pos + 1 < self.data.len() {
-            if self.data[self.pos] == 0xFF && (0xD0..=0xD7).contains(&self.data[self.pos + 1]) {
-                self.pos += 2;
-                return;
+        match self.segments.get(self.seg + 1) {
+            Some(&(start, end)) => {
+                self.seg += 1;
+                (self.pos, self.end) = (start, end);
             }
-            if self.data[self.pos] == 0xFF
-                && self.data[self.pos + 1] != 0
-                && self.data[self.pos + 1] != 0xFF
-            {
-                return; // another marker (EOI): keep feeding zeros
+            None => self.pos = self.end,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Reads `n` bytes, 8 bits at a time, refilling before each.
+    fn read(bits: &mut Bits<'_>, n: usize) -> Vec<u8> {
+        (0..n)
+            .map(|_| {
+                bits.refill();
+                let b = bits.peek(8) as u8;
+                bits.consume(8);
+                b
+            })
+            .collect()
+    }
+
+    /// Stuffed 0xFF bytes are undone; the data ends at a marker, after which (and after
+    /// the end of the file) the reader feeds zeros; a restart moves to the data after the
+    /// next RSTn, past junk and fill bytes, and after the last segment stays on zeros.
+    #[test]
+    fn a_scan_is_destuffed_and_cut_at_its_markers() {
+        let data = [
+            0x12, 0xFF, 0x00, 0x34, 0xFF, 0xD0, // segment 0: 12 FF 34, RST0
+            0x56, 0xFF, 0x00, 0xFF, 0x00, 0xAB, 0xFF, 0xFF,
+            0xD1, // 56 FF FF, junk AB, fill, RST1
+            0x78, 0xFF, 0xD9, // 78, EOI
+            0xFF, 0xD2, 0x99, // after EOI: never read
+        ];
+        let scan = Scan::new(&data, 0);
+        let mut bits = scan.bits();
+        assert_eq!(read(&mut bits, 5), [0x12, 0xFF, 0x34, 0, 0]);
+        bits.restart();
+        // Only the first byte of this segment is read before the restart: the rest is
+        // skipped, as is the junk before the next RSTn.
+        assert_eq!(read(&mut bits, 1), [0x56]);
+        bits.restart();
+        assert_eq!(read(&mut bits, 12), [0x78, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        bits.restart();
+        assert_eq!(read(&mut bits, 3), [0, 0, 0]);
+        // Reading far past a segment's end stays on zeros, and never panics.
+        let short = Scan::new(&[0xAA, 0xFF], 0);
+        let mut bits = short.bits();
+        assert_eq!(read(&mut bits, 100)[..3], [0xAA, 0, 0]);
+        // An empty or out-of-range scan is all zeros.
+        assert_eq!(read(&mut Scan::new(&[], 0).bits(), 3), [0, 0, 0]);
+        assert_eq!(read(&mut Scan::new(&[1, 2], 9).bits(), 3), [0, 0, 0]);
+    }
+
+    /// The branchless RECEIVE + EXTEND is JPEG's (F.2.2.1): every size and value.
+    #[test]
+    fn receive_extend_is_the_jpeg_definition() {
+        for s in 0..=15u32 {
+            for v in 0..1u32 << s {
+                let want = if s == 0 {
+                    0
+                } else if v < 1 << (s - 1) {
+                    v as i32 - (1 << s) + 1
+                } else {
+                    v as i32
+                };
+                // `v` in the top bits, then ones that must stay unread.
+                let acc = if s == 0 {
+                    !0
+                } else {
+                    (u64::from(v) << (64 - s)) | ((1 << (64 - s)) - 1)
+                };
+                let empty = Scan::new(&[], 0);
+                let mut bits = empty.bits();
+                (bits.acc, bits.nbits) = (acc, 63);
+                assert_eq!(bits.receive_extend(s), want, "s {s} v {v}");
+                assert_eq!((bits.acc, bits.nbits), (acc << s, 63 - s), "s {s} v {v}");
             }
-            self.pos += 1;
         }
     }
 }

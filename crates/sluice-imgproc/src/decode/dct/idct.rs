@@ -58,9 +58,7 @@ pub(super) struct RowPass<const SH: usize> {
 impl<const SH: usize> RowPass<SH> {
     #[inline(always)]
     pub(super) fn new() -> Self {
-        RowPass {
-            t: [[0f32; SH]; 8],
-        }
+        RowPass { t: [[0f32; SH]; 8] }
     }
 
     /// Adds the dequantized coefficient `x` at natural (row-major) position `at`.

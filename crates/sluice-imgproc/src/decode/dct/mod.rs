@@ -31,7 +31,7 @@ mod huffman;
 mod idct;
 
 use frame::{parse, Component};
-use huffman::{Bits, Huffman, AC_EOB, AC_LONG, AC_ZRL, FAST_BITS};
+use huffman::{Bits, Huffman, Scan, AC_EOB, AC_LONG, AC_ZRL, FAST_BITS};
 use idct::{cosine, weights, RowPass, Weights};
 
 /// Natural (row-major) index of the k-th coefficient in zigzag order.
@@ -219,18 +219,25 @@ fn entropy(
     let mut b = *state;
     let bits = &mut b;
     bits.refill();
-    let t = u32::from(dc.decode(bits)?);
-    if t > 15 {
-        return corrupt("bad DC code");
-    }
-    *pred = pred.wrapping_add(bits.receive_extend(t));
+    // A DC size is an AC symbol of run 0 (size 0 reads as end of block, value 0), so the
+    // AC lookahead decodes the code and its value bits at once when they fit.
+    let e = dc.fast_ac[bits.peek(FAST_BITS) as usize];
+    let diff = if e != 0 && e & (AC_ZRL | AC_LONG | 0xF00) == 0 {
+        bits.consume((e & 0xFF) as u32);
+        e >> 16
+    } else {
+        let t = u32::from(dc.decode(bits)?);
+        if t > 15 {
+            return corrupt("bad DC code");
+        }
+        bits.receive_extend(t)
+    };
+    *pred = pred.wrapping_add(diff);
     let dc = pred.wrapping_mul(q[0]).clamp(-MAX_COEF, MAX_COEF);
     let mut k = 1;
     let mut last = 0;
     while k < 64 {
-        if bits.nbits < 32 {
-            bits.refill();
-        }
+        bits.refill();
         let fast = ac_table.fast_ac[bits.peek(FAST_BITS) as usize];
         let v = if fast != 0 {
             bits.consume((fast & 0xFF) as u32);
@@ -536,7 +543,8 @@ pub(crate) fn decode_window(
             keep,
         });
     }
-    let mut bits = Bits::new(data, f.scan);
+    let scan = Scan::new(data, f.scan);
+    let mut bits = scan.bits();
     decode_scan(
         &mut planes,
         &f.comps,
@@ -763,7 +771,8 @@ mod tests {
         assert_eq!(ac.fast_ac[1 << (FAST_BITS - 2)], AC_EOB | 2);
         // DC "0"; "00" + 100000101 (261) at k = 1; "10" + "1" (1) at k = 4; "01" ends.
         let stream = [0b0001_0000, 0b0101_1010, 0b1000_0000];
-        let mut bits = Bits::new(&stream, 0);
+        let scan = Scan::new(&stream, 0);
+        let mut bits = scan.bits();
         struct Seen(Vec<(usize, i32)>);
         impl Coefficients for Seen {
             fn add(&mut self, at: usize, x: i32) {
@@ -788,7 +797,8 @@ mod tests {
         let t = Huffman::new(&counts, &[7, 8, 9, 10]).unwrap();
         // Codes: 00 -> 7, 010 -> 8, 011 -> 9, 10000000000 -> 10.
         let stream = [0b0001_0011, 0b1000_0000, 0b0000_0000];
-        let mut b = Bits::new(&stream, 0);
+        let scan = Scan::new(&stream, 0);
+        let mut b = scan.bits();
         b.refill();
         let got: Vec<u8> = (0..4).map(|_| t.decode(&mut b).unwrap()).collect();
         assert_eq!(got, [7, 8, 9, 10]);

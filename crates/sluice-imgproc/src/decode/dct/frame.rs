@@ -1,6 +1,8 @@
 //! The markers before the scan: frame header, tables, restart interval, Adobe segment.
 
 use super::corrupt;
+use std::rc::Rc;
+
 use super::huffman::Huffman;
 use crate::decode::markers::{Marker, Markers, Sof, WalkError};
 use crate::error::Result;
@@ -21,8 +23,8 @@ pub(super) struct Frame {
     pub(super) width: usize,
     pub(super) comps: Vec<Component>,
     pub(super) qt: [Option<[i32; 64]>; 4],
-    pub(super) dc: [Option<Huffman>; 4],
-    pub(super) ac: [Option<Huffman>; 4],
+    pub(super) dc: [Option<Rc<Huffman>>; 4],
+    pub(super) ac: [Option<Rc<Huffman>>; 4],
     pub(super) restart: usize,
     pub(super) adobe: Option<u8>,
     /// Offset of the entropy-coded data of the (single) scan.
@@ -103,7 +105,7 @@ pub(super) fn parse(data: &[u8]) -> Result<Option<Frame>> {
                     if slot > 3 || class > 1 {
                         return corrupt("bad DHT");
                     }
-                    let t = Huffman::new(&counts, symbols)?;
+                    let t = Huffman::shared(&counts, symbols)?;
                     if class == 0 {
                         f.dc[slot] = Some(t);
                     } else {

@@ -1,5 +1,8 @@
 //! The JPEG entropy decoder: Huffman tables (with a 10-bit lookahead) and the bit reader.
 
+use std::cell::RefCell;
+use std::rc::Rc;
+
 use super::corrupt;
 use crate::error::Result;
 
@@ -31,7 +34,35 @@ pub(super) const AC_ZRL: i32 = 1 << 13;
 /// `fast_ac` flag: the code's value bits (their count in bits 16..) follow it.
 pub(super) const AC_LONG: i32 = 1 << 14;
 
+/// Tables a thread built lately, by their DHT bytes (counts, then symbols): most files
+/// of a dataset come from one encoder with the same tables (libjpeg's defaults, unless
+/// it optimised them), and building one takes longer than comparing its bytes.
+const CACHED: usize = 8;
+
 impl Huffman {
+    /// [`Huffman::new`], or the same table built for an earlier file on this thread.
+    pub(super) fn shared(counts: &[u8; 16], symbols: &[u8]) -> Result<Rc<Huffman>> {
+        thread_local! {
+            static RECENT: RefCell<Vec<(Vec<u8>, Rc<Huffman>)>> = const { RefCell::new(Vec::new()) };
+        }
+        let key = |k: &[u8]| {
+            k.len() == 16 + symbols.len() && k[..16] == counts[..] && k[16..] == *symbols
+        };
+        if let Some(t) =
+            RECENT.with_borrow(|r| r.iter().find(|(k, _)| key(k)).map(|(_, t)| t.clone()))
+        {
+            return Ok(t);
+        }
+        let t = Rc::new(Huffman::new(counts, symbols)?);
+        RECENT.with_borrow_mut(|r| {
+            if r.len() == CACHED {
+                r.remove(0);
+            }
+            r.push(([&counts[..], symbols].concat(), t.clone()));
+        });
+        Ok(t)
+    }
+
     pub(super) fn new(counts: &[u8; 16], symbols: &[u8]) -> Result<Huffman> {
         let mut h = Huffman {
             fast: [0; 1 << FAST_BITS],
@@ -303,6 +334,24 @@ mod tests {
         // An empty or out-of-range scan is all zeros.
         assert_eq!(read(&mut Scan::new(&[], 0).bits(), 3), [0, 0, 0]);
         assert_eq!(read(&mut Scan::new(&[1, 2], 9).bits(), 3), [0, 0, 0]);
+    }
+
+    /// A table met again is the one built before; another table (even one of the same
+    /// counts) is built anew, and a full cache drops its oldest.
+    #[test]
+    fn tables_are_shared_by_their_bytes() {
+        let mut counts = [0u8; 16];
+        counts[1] = 2;
+        let a = Huffman::shared(&counts, &[1, 2]).unwrap();
+        assert!(Rc::ptr_eq(&a, &Huffman::shared(&counts, &[1, 2]).unwrap()));
+        let b = Huffman::shared(&counts, &[2, 1]).unwrap();
+        assert!(!Rc::ptr_eq(&a, &b));
+        assert_eq!((b.fast[0], a.fast[0]), ((2 << 8) | 2, (2 << 8) | 1));
+        for n in 0..CACHED as u8 {
+            Huffman::shared(&counts, &[10 + n, 11 + n]).unwrap();
+        }
+        assert!(!Rc::ptr_eq(&a, &Huffman::shared(&counts, &[1, 2]).unwrap()));
+        assert!(Huffman::shared(&[3; 16], &[1, 2, 3]).is_err());
     }
 
     /// The branchless RECEIVE + EXTEND is JPEG's (F.2.2.1): every size and value.

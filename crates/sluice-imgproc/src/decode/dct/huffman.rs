@@ -1,6 +1,6 @@
 //! The JPEG entropy decoder: Huffman tables (with a 10-bit lookahead) and the bit reader.
 
-use std::cell::RefCell;
+use std::cell::{OnceCell, RefCell};
 use std::rc::Rc;
 
 use super::corrupt;
@@ -21,6 +21,8 @@ pub(super) struct Huffman {
     /// length; [`AC_LONG`] `| (size << 16) | (run << 8) | code length` when only the code
     /// fits; 0 for longer codes.
     pub(super) fast_ac: [i32; 1 << FAST_BITS],
+    /// For blocks only read past: [`Huffman::skips`], made on first use.
+    skips: OnceCell<Box<[u16]>>,
 }
 
 /// 10 bits, not stb_image's 9: more AC codes decode with their value bits in one lookup.
@@ -28,6 +30,12 @@ pub(super) struct Huffman {
 /// full-size decodes 6–13% faster; 11 bits was slower again (bigger tables to build and
 /// hold in L1 for every image).
 pub(super) const FAST_BITS: u32 = 10;
+/// Bits of lookahead of [`Huffman::skips`].
+pub(super) const SKIP_BITS: u32 = 12;
+/// [`Huffman::skips`] fields: bits to consume (low 4 bits), zigzag positions passed (from
+/// bit 4), and the end of the block reached (this flag).
+pub(super) const SKIP_EOB: u16 = 1 << 11;
+
 /// `fast_ac` flags: end of block, and a run of 16 zeros.
 pub(super) const AC_EOB: i32 = 1 << 12;
 pub(super) const AC_ZRL: i32 = 1 << 13;
@@ -70,6 +78,7 @@ impl Huffman {
             valoffset: [0; 17],
             values: [0; 256],
             fast_ac: [0; 1 << FAST_BITS],
+            skips: OnceCell::new(),
         };
         if symbols.len() > 256 {
             return corrupt("Huffman table with more than 256 symbols");
@@ -127,6 +136,53 @@ impl Huffman {
             }
         }
         Ok(h)
+    }
+
+    /// An AC table's multi-symbol lookahead for blocks whose coefficients are not wanted
+    /// (beside or above a window): for the next [`SKIP_BITS`] bits, how many bits the whole
+    /// AC symbols in them (codes and value bits) take, how many zigzag positions they pass
+    /// (run + 1 each, 16 for a run of zeros) and whether one is the end of block, where it
+    /// stops; 0 when not even one symbol fits. Such a block is read a few symbols per
+    /// lookup instead of one.
+    ///
+    /// Making it costs about as much as reading ~2,000 blocks saves, so with `make` false
+    /// it is only given when an earlier file (sharing the table) made it; else it is empty.
+    pub(super) fn skips(&self, make: bool) -> &[u16] {
+        if !make {
+            return self.skips.get().map_or(&[], |t| t);
+        }
+        self.skips.get_or_init(|| {
+            let mask = (1u32 << SKIP_BITS) - 1;
+            (0..1u32 << SKIP_BITS)
+                .map(|idx| {
+                    let (mut used, mut passed) = (0u32, 0u16);
+                    while used < SKIP_BITS {
+                        let window = (idx << used) & mask;
+                        let e = self.fast_ac[(window >> (SKIP_BITS - FAST_BITS)) as usize];
+                        let len = (e & 0xFF) as u32;
+                        if e == 0 || e & AC_LONG != 0 || len > SKIP_BITS - used {
+                            break;
+                        }
+                        if e & AC_EOB != 0 {
+                            return (used + len) as u16 | passed << 4 | SKIP_EOB;
+                        }
+                        let step = if e & AC_ZRL != 0 {
+                            16
+                        } else {
+                            ((e >> 8) & 15) as u16 + 1
+                        };
+                        // Past 63 positions no block can use the entry (and the field
+                        // stays in its 7 bits).
+                        if passed + step > 63 {
+                            break;
+                        }
+                        used += len;
+                        passed += step;
+                    }
+                    used as u16 | passed << 4
+                })
+                .collect()
+        })
     }
 
     /// Decodes one symbol; `bits` must hold at least 16 bits.
@@ -352,6 +408,77 @@ mod tests {
         }
         assert!(!Rc::ptr_eq(&a, &Huffman::shared(&counts, &[1, 2]).unwrap()));
         assert!(Huffman::shared(&[3; 16], &[1, 2, 3]).is_err());
+    }
+
+    /// Every entry of the skip lookahead is what decoding its bits symbol by symbol (the
+    /// canonical decoder, then the value bits) gives: the whole symbols in the window (of
+    /// at most [`FAST_BITS`] each) up to an end of block, their bits and positions passed; on JPEG's example luminance
+    /// table (Annex K.3) and on one with one- and two-bit end-of-block and ZRL codes.
+    #[test]
+    fn the_skip_lookahead_is_symbol_by_symbol_decoding() {
+        let k3 = (
+            [0u8, 2, 1, 3, 3, 2, 4, 3, 5, 5, 4, 4, 0, 0, 1, 0x7d],
+            [
+                &[
+                    0x01, 0x02, 0x03, 0x00, 0x04, 0x11, 0x05, 0x12, 0x21, 0x31, 0x41,
+                ][..],
+                &[
+                    0x06, 0x13, 0x51, 0x61, 0x07, 0x22, 0x71, 0x14, 0x32, 0x81, 0x91, 0xa1,
+                ],
+                &[
+                    0x08, 0x23, 0x42, 0xb1, 0xc1, 0x15, 0x52, 0xd1, 0xf0, 0x24, 0x33, 0x62,
+                ],
+                &[
+                    0x72, 0x82, 0x09, 0x0a, 0x16, 0x17, 0x18, 0x19, 0x1a, 0x25, 0x26, 0x27,
+                ],
+            ]
+            .concat(),
+        );
+        let mut counts = [0u8; 16];
+        (counts[0], counts[1], counts[2]) = (1, 1, 2);
+        let short = (counts, vec![0x00, 0xF0, 0x01, 0x32]);
+        for (counts, mut symbols) in [k3, short] {
+            // The rest of K.3's 162 symbols: only their count matters past 12 bits.
+            let n: usize = counts.iter().map(|&c| usize::from(c)).sum();
+            symbols.resize(n, 0xFA);
+            let t = Huffman::new(&counts, &symbols).unwrap();
+            let skips = t.skips(true);
+            for idx in 0..1u32 << SKIP_BITS {
+                // The window's bits, then zeros (not through a Scan: 0xFF bytes would
+                // read as a marker).
+                let empty = Scan::new(&[], 0);
+                let mut bits = empty.bits();
+                (bits.acc, bits.nbits) = (u64::from(idx) << (64 - SKIP_BITS), 63);
+                let (mut used, mut passed, mut end) = (0, 0, false);
+                loop {
+                    let before = bits.nbits;
+                    let rs = t.decode(&mut bits).unwrap_or(0xFF);
+                    let (run, size) = (u16::from(rs >> 4), u32::from(rs & 15));
+                    // A symbol longer than the one-symbol lookahead is left to it.
+                    let len = before - bits.nbits + size;
+                    if rs == 0xFF || len > FAST_BITS || len > SKIP_BITS - used {
+                        break;
+                    }
+                    let step = match rs {
+                        0x00 => 0,
+                        0xF0 => 16,
+                        _ => run + 1,
+                    };
+                    if passed + step > 63 {
+                        break;
+                    }
+                    used += len;
+                    bits.consume(size);
+                    passed += step;
+                    if rs == 0x00 {
+                        end = true;
+                        break;
+                    }
+                }
+                let want = used as u16 | passed << 4 | if end { SKIP_EOB } else { 0 };
+                assert_eq!(skips[idx as usize], want, "{idx:012b}");
+            }
+        }
     }
 
     /// The branchless RECEIVE + EXTEND is JPEG's (F.2.2.1): every size and value.

@@ -31,7 +31,7 @@ mod huffman;
 mod idct;
 
 use frame::{parse, Component};
-use huffman::{Bits, Huffman, Scan, AC_EOB, AC_LONG, AC_ZRL, FAST_BITS};
+use huffman::{Bits, Huffman, Scan, AC_EOB, AC_LONG, AC_ZRL, FAST_BITS, SKIP_BITS, SKIP_EOB};
 use idct::{cosine, weights, RowPass, Weights};
 
 /// Natural (row-major) index of the k-th coefficient in zigzag order.
@@ -99,6 +99,10 @@ fn basis(sv: usize, sh: usize) -> Option<&'static Basis> {
     ALL.iter().find(|b| (b.sv, b.sh) == (sv, sh))
 }
 
+/// Blocks read past in one decode from which the skip lookahead is made for a table that
+/// lacks it: making it (~17 µs) costs what reading ~2,000 blocks with it saves.
+const SKIM_BLOCKS: usize = 2048;
+
 /// What a plane's blocks turn into.
 #[derive(Clone, Copy)]
 enum Kernel {
@@ -134,6 +138,8 @@ struct Plane<'t> {
     /// The blocks whose pixels are wanted. The scan still has to read every block before
     /// the last of them, but the others are only entropy-decoded: no IDCT, no pixels.
     keep: Blocks,
+    /// Enough blocks are read past to make the skip lookahead ([`Huffman::skips`]).
+    skim: bool,
 }
 
 /// Coefficients beyond a valid 8-bit JPEG's range (|X| <= 2048) are clamped, so garbage
@@ -143,14 +149,23 @@ const MAX_COEF: i32 = 1 << 14;
 /// Where a block's AC coefficients go as they are decoded. (A trait, not a closure: its
 /// method must be inlined into the decoding loop, which closures were not.)
 trait Coefficients {
+    /// The coefficients are not wanted: the block is only read past, several symbols at a
+    /// time where they fit the skip lookahead ([`Huffman::skips`]) when there is one.
+    fn skips<'h>(&self, _: &'h Huffman) -> Option<&'h [u16]> {
+        None
+    }
     /// The dequantized coefficient `x` at natural (row-major) position `at`.
     fn add(&mut self, at: usize, x: i32);
 }
 
-/// A block only read past.
-struct Skip;
+/// A block only read past; with `true`, the skip lookahead is made if it is not yet.
+struct Skip(bool);
 
 impl Coefficients for Skip {
+    #[inline(always)]
+    fn skips<'h>(&self, t: &'h Huffman) -> Option<&'h [u16]> {
+        Some(t.skips(self.0))
+    }
     #[inline(always)]
     fn add(&mut self, _: usize, _: i32) {}
 }
@@ -207,13 +222,13 @@ const ROWS: [u8; 64] = {
 /// coefficient, dequantized, into `ac`. Returns the dequantized DC and the zigzag position
 /// of the last coefficient (0 when there is none).
 #[inline(always)]
-fn entropy(
+fn entropy<C: Coefficients>(
     q: &[i32; 64],
     dc: &Huffman,
     ac_table: &Huffman,
     state: &mut Bits<'_>,
     pred: &mut i32,
-    ac: &mut impl Coefficients,
+    ac: &mut C,
 ) -> Result<(i32, usize)> {
     // A local copy keeps the bit buffer in registers.
     let mut b = *state;
@@ -234,10 +249,28 @@ fn entropy(
     };
     *pred = pred.wrapping_add(diff);
     let dc = pred.wrapping_mul(q[0]).clamp(-MAX_COEF, MAX_COEF);
+    let skips = ac.skips(ac_table);
     let mut k = 1;
     let mut last = 0;
     while k < 64 {
         bits.refill();
+        if let Some(skips) = skips {
+            if let Some(&e) = skips.get(bits.peek(SKIP_BITS) as usize) {
+                let passed = usize::from(e >> 4 & 0x7F);
+                let end = e & SKIP_EOB != 0;
+                // Only while the block goes on past them: a block whose coefficients reach
+                // position 63 ends there, with no end-of-block code, and the one-symbol
+                // path reads its last symbols (and gives a bad one's error).
+                if e != 0 && k + passed <= 63 {
+                    bits.consume(u32::from(e & 15));
+                    k += passed;
+                    if end {
+                        break;
+                    }
+                    continue;
+                }
+            }
+        }
         let fast = ac_table.fast_ac[bits.peek(FAST_BITS) as usize];
         let v = if fast != 0 {
             bits.consume((fast & 0xFF) as u32);
@@ -342,7 +375,7 @@ fn any_block(
 ) -> Result<()> {
     let k = p.keep;
     if bx < k.x0 || bx >= k.x1 || by < k.y0 || by >= k.y1 {
-        return entropy(p.q, p.dc, p.ac, bits, pred, &mut Skip).map(drop);
+        return entropy(p.q, p.dc, p.ac, bits, pred, &mut Skip(p.skim)).map(drop);
     }
     let at = (by - k.y0) * p.sv * p.stride + (bx - k.x0) * p.sh;
     match p.kernel {
@@ -433,6 +466,17 @@ pub(crate) fn decode_window(
     data: &[u8],
     denom: usize,
     window: Option<Window>,
+) -> Result<Option<Region>> {
+    decode_region(data, denom, window, SKIM_BLOCKS)
+}
+
+/// [`decode_window`], with the skip lookahead made from `skim_blocks` blocks read past
+/// (the tests take both paths on small files).
+fn decode_region(
+    data: &[u8],
+    denom: usize,
+    window: Option<Window>,
+    skim_blocks: usize,
 ) -> Result<Option<Region>> {
     if !matches!(denom, 1 | 2 | 4 | 8) {
         return Ok(None);
@@ -541,7 +585,18 @@ pub(crate) fn decode_window(
             stride,
             blocks_w: units_w * bh,
             keep,
+            skim: false,
         });
+    }
+    // Blocks read past: all those of the units scanned, less those kept.
+    let read: usize = f.comps.iter().map(unit_blocks).map(|(v, h)| v * h).sum();
+    let kept: usize = planes
+        .iter()
+        .map(|p| (p.keep.x1 - p.keep.x0) * (p.keep.y1 - p.keep.y0))
+        .sum();
+    let skim = (units_w * uy1 * read).saturating_sub(kept) >= skim_blocks;
+    for p in &mut planes {
+        p.skim = skim;
     }
     let scan = Scan::new(data, f.scan);
     let mut bits = scan.bits();
@@ -722,7 +777,11 @@ mod tests {
                         height: 1 + rnd(h - top),
                         width: 1 + rnd(w - left),
                     };
+                    // Blocks read past one symbol at a time, or several (the skip
+                    // lookahead made at once): the same bytes.
                     let r = decode_window(&bytes, 1, Some(win)).unwrap().unwrap();
+                    let skimmed = decode_region(&bytes, 1, Some(win), 0).unwrap().unwrap();
+                    assert_eq!((r.at, &r.samples), (skimmed.at, &skimmed.samples), "{name}");
                     let a = r.at;
                     assert!(a.top <= top && a.left <= left, "{name}");
                     assert!(a.top + a.height >= top + win.height, "{name}");

@@ -21,6 +21,8 @@
 //! RGB, several scans) is `Ok(None)`: the caller decodes another way. Malformed data is an
 //! error or garbage pixels (as with libjpeg), never a panic: every access is checked.
 
+use std::cell::RefCell;
+use std::mem::MaybeUninit;
 use std::sync::LazyLock;
 
 use crate::error::{ImageError, Result};
@@ -130,8 +132,10 @@ struct Plane<'t> {
     /// Output pixels per block: rows, columns.
     sv: usize,
     sh: usize,
-    /// The pixels of the blocks in `keep`, `stride` per row.
+    /// The pixels of the blocks in `keep`, `stride` per row: the first `len` bytes (the
+    /// buffer may be longer: a reused one).
     pixels: Vec<u8>,
+    len: usize,
     stride: usize,
     /// Blocks per row of this component (the raster order of a one-component scan).
     blocks_w: usize,
@@ -581,7 +585,8 @@ fn decode_region(
             kernel,
             sv,
             sh,
-            pixels: vec![0u8; stride * (keep.y1 - keep.y0) * sv],
+            pixels: spare_plane(stride * (keep.y1 - keep.y0) * sv),
+            len: stride * (keep.y1 - keep.y0) * sv,
             stride,
             blocks_w: units_w * bh,
             keep,
@@ -612,32 +617,66 @@ fn decode_region(
     // Every plane is on the output grid now, starting at the region's corner; interleave
     // and convert colours.
     let (rh, rw) = (at.height, at.width);
-    let mut out = vec![0u8; rh * rw * n];
-    for (y, row) in out.chunks_exact_mut(rw * n).enumerate() {
+    // Not zeroed first: every byte is written below, or the Vec is dropped empty.
+    let mut out = Vec::with_capacity(rh * rw * n);
+    let spare = &mut out.spare_capacity_mut()[..rh * rw * n];
+    for (y, row) in spare.chunks_exact_mut(rw * n).enumerate() {
         let line = |i: usize| {
             let p: &Plane<'_> = planes.get(i)?;
-            p.pixels.get(y * p.stride..)?.get(..rw)
+            p.pixels.get(..p.len)?.get(y * p.stride..)?.get(..rw)
         };
         match (line(0), line(1), line(2)) {
-            (Some(l), None, None) if n == 1 => row.copy_from_slice(l),
+            (Some(l), None, None) if n == 1 => {
+                for (o, &v) in row.iter_mut().zip(l) {
+                    o.write(v);
+                }
+            }
             (Some(l), Some(cb), Some(cr)) => ycc_row_to_rgb(l, cb, cr, row),
             _ => return corrupt("plane smaller than the region"),
         }
     }
+    // SAFETY: each of the `rh` rows of `rw * n` bytes was written (a line is `rw` samples
+    // or the function returned above).
+    unsafe { out.set_len(rh * rw * n) };
+    SPARE_PLANES.with_borrow_mut(|spare| {
+        spare.extend(
+            planes
+                .into_iter()
+                .map(|p| p.pixels)
+                .take(3 - spare.len().min(3)),
+        )
+    });
     Ok(Some(Region { samples: out, at }))
+}
+
+thread_local! {
+    /// Plane buffers of this thread's last decode, for the next: every kept block writes
+    /// all its pixels, so a buffer needs no zeroing (nor fresh pages) to be reused.
+    static SPARE_PLANES: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A plane buffer of at least `len` bytes (the blocks are written at their offsets and
+/// the rows read by them, so a longer one serves), reused when one is spare: only its
+/// growth is zeroed.
+fn spare_plane(len: usize) -> Vec<u8> {
+    let mut buf = SPARE_PLANES.with_borrow_mut(Vec::pop).unwrap_or_default();
+    if buf.len() < len {
+        buf.resize(len, 0);
+    }
+    buf
 }
 
 multiversion! {
 /// libjpeg's YCbCr -> RGB (`jdcolor.c`: 16-bit fixed point, rounded) for one row.
-fn ycc_row_to_rgb(y: &[u8], cb: &[u8], cr: &[u8], out: &mut [u8]) {
+fn ycc_row_to_rgb(y: &[u8], cb: &[u8], cr: &[u8], out: &mut [MaybeUninit<u8>]) {
     const HALF: i32 = 1 << 15;
     // One pass, pixel by pixel: LLVM vectorizes the three interleaved stores as one
     // shuffled store group (a separate interleaving pass stayed scalar).
     for (((px, &l), &u), &v) in out.chunks_exact_mut(3).zip(y).zip(cb).zip(cr) {
         let (l, u, v) = (i32::from(l), i32::from(u) - 128, i32::from(v) - 128);
-        px[0] = (l + ((91_881 * v + HALF) >> 16)).clamp(0, 255) as u8;
-        px[1] = (l + ((-22_554 * u - 46_802 * v + HALF) >> 16)).clamp(0, 255) as u8;
-        px[2] = (l + ((116_130 * u + HALF) >> 16)).clamp(0, 255) as u8;
+        px[0].write((l + ((91_881 * v + HALF) >> 16)).clamp(0, 255) as u8);
+        px[1].write((l + ((-22_554 * u - 46_802 * v + HALF) >> 16)).clamp(0, 255) as u8);
+        px[2].write((l + ((116_130 * u + HALF) >> 16)).clamp(0, 255) as u8);
     }
 }
 }

@@ -16,24 +16,7 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let dir = std::path::PathBuf::from(args.first().expect("usage: window_decode DIR [ROUNDS]"));
     let rounds: usize = args.get(1).map_or(5, |s| s.parse().expect("ROUNDS"));
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .expect("DIR")
-        .flatten()
-        .flat_map(|e| {
-            let p = e.path();
-            if p.is_dir() {
-                std::fs::read_dir(&p)
-                    .unwrap()
-                    .flatten()
-                    .map(|e| e.path())
-                    .collect()
-            } else {
-                vec![p]
-            }
-        })
-        .filter(|p| p.extension().is_some_and(|x| x == "jpg"))
-        .collect();
-    files.sort();
+    let files = common::jpegs(&dir);
     let opts = DecodeOptions::default();
     let mut t = [0f64; 3];
     let mut worst = f64::INFINITY;

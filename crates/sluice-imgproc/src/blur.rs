@@ -128,7 +128,13 @@ fn blur_kernel(src: &[u8], h: usize, w: usize, c: usize, kx: &[f32], ky: &[f32],
     let stride = w * c;
     let xs = reflect_table(w, rw);
     let ys = reflect_table(h, rh);
-    let mut tmp = vec![0f32; h * stride];
+    // The scratch image (600 KB for a 224 px RGB image) is this thread's last one: every
+    // row is written before it is read, so it needs no zeroing, nor (as a fresh block this
+    // size would) pages from the kernel each time.
+    let mut tmp = SCRATCH.with_borrow_mut(std::mem::take);
+    if tmp.len() < h * stride {
+        tmp.resize(h * stride, 0.0);
+    }
     let mut padded = vec![0f32; (w + 2 * rw) * c];
     // The margins' source columns: the left ones, then the right ones.
     let margins: Vec<usize> = xs[..rw].iter().chain(&xs[rw + w..]).copied().collect();
@@ -143,6 +149,12 @@ fn blur_kernel(src: &[u8], h: usize, w: usize, c: usize, kx: &[f32], ky: &[f32],
         }
         vertical_row(&tmp, &rows, ky, &mut acc, out);
     }
+    SCRATCH.set(tmp);
+}
+
+thread_local! {
+    /// [`blur_kernel`]'s scratch image, kept for the thread's next call.
+    static SCRATCH: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 multiversion! {

@@ -1,5 +1,6 @@
-//! What the examples share: Linux's CPU clocks (other processes on the cores do not count)
-//! and a fixed uniform generator, so two builds see the same parameters.
+//! What the examples share: Linux's CPU clocks (other processes on the cores do not count),
+//! a fixed uniform generator, so two builds see the same parameters, and the JPEGs of a
+//! benchmark folder.
 // Each example uses the parts it needs.
 #![allow(dead_code)]
 
@@ -36,4 +37,21 @@ pub fn rng(seed: u64) -> impl FnMut() -> f64 {
         s ^= s << 17;
         (s >> 11) as f64 / (1u64 << 53) as f64
     }
+}
+
+/// The `.jpg` files in `dir` and in its folders one level down (the benchmark's class
+/// folders), sorted.
+pub fn jpegs(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let list = |d: &std::path::Path| -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(d)
+            .map(|r| r.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default()
+    };
+    let mut files: Vec<_> = list(dir)
+        .into_iter()
+        .flat_map(|p| if p.is_dir() { list(&p) } else { vec![p] })
+        .filter(|p| p.extension().is_some_and(|x| x == "jpg"))
+        .collect();
+    files.sort();
+    files
 }

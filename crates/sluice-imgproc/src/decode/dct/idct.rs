@@ -84,13 +84,35 @@ impl<const SH: usize> RowPass<SH> {
         out: &mut [u8],
         stride: usize,
     ) {
-        let t = &self.t[..rows.min(8)];
+        // The row count as a constant: the loops over rows unroll, with no exit branch
+        // (a per-block count mispredicts it) in each of the output rows.
+        match rows {
+            0 => self.write_rows::<SV, 0>(wv, level, out, stride),
+            1 => self.write_rows::<SV, 1>(wv, level, out, stride),
+            2 => self.write_rows::<SV, 2>(wv, level, out, stride),
+            3 => self.write_rows::<SV, 3>(wv, level, out, stride),
+            4 => self.write_rows::<SV, 4>(wv, level, out, stride),
+            5 => self.write_rows::<SV, 5>(wv, level, out, stride),
+            6 => self.write_rows::<SV, 6>(wv, level, out, stride),
+            7 => self.write_rows::<SV, 7>(wv, level, out, stride),
+            _ => self.write_rows::<SV, 8>(wv, level, out, stride),
+        }
+    }
+
+    #[inline(always)]
+    fn write_rows<const SV: usize, const ROWS: usize>(
+        &self,
+        wv: &Weights,
+        level: f32,
+        out: &mut [u8],
+        stride: usize,
+    ) {
         for j in 0..SV {
             let Some(dst) = out.get_mut(j * stride..j * stride + SH) else {
                 return;
             };
             let mut acc = [level; SH];
-            for (r, row) in t.iter().enumerate() {
+            for (r, row) in self.t.iter().enumerate().take(ROWS) {
                 let w = wv.w[r][j];
                 for (a, &t) in acc.iter_mut().zip(row) {
                     *a += w * t;

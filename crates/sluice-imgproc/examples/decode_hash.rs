@@ -71,13 +71,14 @@ fn main() {
     let mut unit = common::rng(0x00C0_FFEE);
     let mut below = move |n: usize| (unit() * n as f64) as usize;
     let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/");
-    let names = [
+    for name in [
         "photo_420.jpg",
         "photo_restart.jpg",
         "photo_gray.jpg",
         "photo_422.jpg",
-    ];
-    for name in names.iter().chain(&["photo_444.jpg", "coffee_320x240.jpg"]) {
+        "photo_444.jpg",
+        "coffee_320x240.jpg",
+    ] {
         let good = std::fs::read(format!("{fixtures}{name}")).unwrap();
         for i in 0..3000 {
             let mut bad = good.clone();

@@ -232,7 +232,13 @@ impl Scan {
         let mut i = at.min(data.len());
         loop {
             let start = bytes.len();
-            while let Some(j) = memchr::memchr(0xFF, &data[i..]) {
+            // Copy to the next marker: up to each 0xFF, which is data when a 0x00 follows.
+            loop {
+                let Some(j) = memchr::memchr(0xFF, &data[i..]) else {
+                    bytes.extend_from_slice(&data[i..]);
+                    i = data.len();
+                    break;
+                };
                 bytes.extend_from_slice(&data[i..i + j]);
                 i += j;
                 if data.get(i + 1) != Some(&0) {
@@ -240,10 +246,6 @@ impl Scan {
                 }
                 bytes.push(0xFF);
                 i += 2;
-            }
-            if !data[i..].contains(&0xFF) {
-                bytes.extend_from_slice(&data[i..]);
-                i = data.len();
             }
             segments.push((start, bytes.len()));
             bytes.extend_from_slice(&[0; PAD]);

@@ -13,6 +13,18 @@
 //!
 //! It is also the one place that sees every free, so it unlocks page-locked batch buffers
 //! before their memory is reused (`sluice_core::recycle::pinned`).
+//!
+//! Its memory is not advised for transparent huge pages (`libmimalloc-sys`'s `no_thp`
+//! feature). mimalloc 3 advises each arena it maps (`MADV_HUGEPAGE`), so on a kernel in the
+//! common `madvise` mode every first touch of a 2 MiB range that mimalloc had purged zeroes
+//! a whole huge page, after compacting memory to find one. A pipeline's buffers come and go
+//! (a chunk's images, a Ray reply copied out), and on the shared service's workers — whose
+//! chunks run on whichever of Ray's 64 threads takes them, each with its own heap — that
+//! zeroing was 46% of the worker's CPU; the first epoch of a job cost its two workers 8.7
+//! CPU seconds against 3.6 without it (docs/BENCHMARKS.md, "Huge pages"). In-process
+//! pipelines reuse their memory warm and neither gain nor lose. Unlike mimalloc's
+//! `allow_thp=0` option this leaves the rest of the process alone (it would turn huge pages
+//! off for the whole process: numpy's and torch's arrays too).
 
 use std::alloc::{GlobalAlloc, Layout};
 use std::ffi::c_void;
@@ -116,6 +128,40 @@ unsafe impl GlobalAlloc for MiMalloc {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The mapping holding a big mimalloc block is not advised for huge pages (the kernel's
+    /// `hg` flag in `/proc/self/smaps`), whatever the kernel's own setting.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn mimallocs_memory_is_not_advised_for_huge_pages() {
+        let size = 8 << 20;
+        // SAFETY: a plain allocation, freed below.
+        let p = unsafe { mi::mi_malloc(size) } as usize;
+        assert_ne!(p, 0);
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let mut flags = None;
+        let mut inside = false;
+        for line in smaps.lines() {
+            let range = line
+                .split_whitespace()
+                .next()
+                .and_then(|r| r.split_once('-'));
+            if let Some((lo, hi)) = range.filter(|_| !line.starts_with("VmFlags")) {
+                if let (Ok(lo), Ok(hi)) =
+                    (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16))
+                {
+                    inside = lo <= p && p < hi;
+                }
+            } else if inside && line.starts_with("VmFlags:") {
+                flags = Some(line.to_string());
+            }
+        }
+        // SAFETY: allocated above by mimalloc.
+        unsafe { mi::mi_free(p as *mut c_void) };
+        let flags = flags.expect("the block's mapping is in /proc/self/smaps");
+        assert!(flags.contains(" rd"), "{flags}");
+        assert!(!flags.split_whitespace().any(|f| f == "hg"), "{flags}");
+    }
 
     #[test]
     fn every_size_and_alignment_is_honoured_through_realloc() {

@@ -116,8 +116,18 @@ fn out_bytes(floats: usize) -> usize {
 fn stream_block(o: &mut [MaybeUninit<f32>], v: &[f32; BLOCK]) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        use std::arch::x86_64::{_mm_loadu_ps, _mm_stream_ps};
+        use std::arch::x86_64::{_mm256_loadu_ps, _mm256_stream_ps, _mm_loadu_ps, _mm_stream_ps};
         let p = o.as_mut_ptr().cast::<f32>();
+        if o.len() == BLOCK && p as usize % 32 == 0 && crate::simd::use_avx2() {
+            for i in (0..BLOCK).step_by(8) {
+                // SAFETY: the CPU has AVX (checked with AVX2); `p + i .. p + i + 8` lies in
+                // `o` and is 32-byte aligned.
+                unsafe { _mm256_stream_ps(p.add(i), _mm256_loadu_ps(v.as_ptr().add(i))) };
+            }
+            #[cfg(test)]
+            tests::STREAMED.with(|n| n.set(n.get() + 1));
+            return true;
+        }
         if o.len() == BLOCK && p as usize % 16 == 0 {
             for i in (0..BLOCK).step_by(4) {
                 // SAFETY: SSE is part of x86-64; `p + i .. p + i + 4` lies in `o` (BLOCK

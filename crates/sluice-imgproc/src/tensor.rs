@@ -64,6 +64,20 @@ pub fn normalize_hwc_into(
     std: &[f32],
     out: &mut [MaybeUninit<f32>],
 ) -> Result<()> {
+    normalize_hwc(data, channels, mean, std, out, true)
+}
+
+/// [`normalize_hwc_into`]; `slot`: `out` is a batch's slot, read next after the rest of the
+/// batch, so a big one may be written with streaming stores. A sample's own output is read
+/// back soon (copied into a batch, serialised into a reply), from the cache.
+fn normalize_hwc(
+    data: &[u8],
+    channels: usize,
+    mean: &[f32],
+    std: &[f32],
+    out: &mut [MaybeUninit<f32>],
+    slot: bool,
+) -> Result<()> {
     let c = channels;
     if !matches!(c, 1 | 3) || data.len() % c != 0 {
         return invalid(format!(
@@ -91,7 +105,7 @@ pub fn normalize_hwc_into(
     let (p1, p2) = rest.split_at_mut(plane);
     let mean = [mean[0], mean[1], mean[2]];
     let std = [std[0], std[1], std[2]];
-    let stream = out_bytes(plane * 3) >= STREAM_BYTES;
+    let stream = slot && out_bytes(plane * 3) >= STREAM_BYTES;
     normalize_rgb_kernel(data, p0, p1, p2, mean, std, stream);
     if stream {
         store_fence();
@@ -99,11 +113,11 @@ pub fn normalize_hwc_into(
     Ok(())
 }
 
-/// Outputs at least this big are written with streaming (non-temporal) stores. A batch's
-/// float32 224² image is 602 KB, written once and read next by the consumer after the rest
-/// of its 38.5 MB batch: through the cache, each line was first read from memory only to be
-/// overwritten, and `normalize` took 7.4 % of the CV pipeline's CPU. A small output is read
-/// back soon, from the cache, so it is stored normally.
+/// Batch slots at least this big are written with streaming (non-temporal) stores. A
+/// batch's float32 224² image is 602 KB, written once and read next by the consumer after
+/// the rest of its 38.5 MB batch: through the cache, each line was first read from memory
+/// only to be overwritten, and `normalize` took 7.4 % of the CV pipeline's CPU. A small slot
+/// is read back soon, from the cache, so it is stored normally.
 const STREAM_BYTES: usize = 256 << 10;
 
 fn out_bytes(floats: usize) -> usize {
@@ -206,14 +220,15 @@ pub fn normalize(img: &Image, mean: &[f32], std: &[f32]) -> Result<Vec<f32>> {
     let n = img.data.len();
     // Not zeroed first: every float is written.
     let mut out = Vec::with_capacity(n);
-    normalize_hwc_into(
+    normalize_hwc(
         &img.data,
         img.channels,
         mean,
         std,
         &mut out.spare_capacity_mut()[..n],
+        false,
     )?;
-    // SAFETY: `normalize_hwc_into` wrote all `n` floats.
+    // SAFETY: `normalize_hwc` wrote all `n` floats.
     unsafe { out.set_len(n) };
     Ok(out)
 }
@@ -294,6 +309,10 @@ mod tests {
                 if cfg!(target_arch = "x86_64") {
                     assert_eq!(streamed, expect, "{side} {off} {path}");
                 }
+                // A sample's own output is read back soon: never streamed.
+                let own = normalize(&img, &m, &s).unwrap();
+                assert_eq!(own, slot[off..off + 3 * n], "{side} {off} {path}");
+                assert_eq!(STREAMED.with(|s| s.get()), streamed, "{side} {off} {path}");
             });
         }
     }

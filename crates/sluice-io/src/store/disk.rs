@@ -8,10 +8,20 @@
 //! - `tmp/<32 hex>.<pid>.<n>`: a download in progress, made as long as the object at once, so
 //!   the bytes it will take count against the cap from the start;
 //! - `usage`: the bytes held (objects + downloads in progress), a counter every process updates;
-//! - `lock`: open file description locks ([`libc::F_OFD_SETLK`]) on single bytes — byte 0
-//!   guards `usage` and eviction, byte `1 + hash` is held by the one process downloading that
-//!   object. The kernel drops them when their holder exits, so a killed download never blocks
-//!   anyone; its temporary file is removed by the next eviction scan (its lock is free).
+//! - `lock`: byte 0 guards `usage` and eviction;
+//! - `fills/<hex digit>`: one of 16 files, by the object's hash; byte `hash mod 2⁴⁰` is held by
+//!   the one process downloading that object.
+//!
+//! Both are open file description locks ([`libc::F_OFD_SETLK`]) on single bytes. The kernel
+//! drops them when their holder exits, so a killed download never blocks anyone; its
+//! temporary file is removed by the next eviction scan (its lock is free). The kernel walks
+//! every lock on a file to take or release one, so the downloads in flight (hundreds per
+//! process, from every process of the node) are spread over 16 files and kept off `lock`,
+//! which every download takes twice: on one file each of those took a walk as long as all
+//! the downloads, ~4 % of a cold pass's client CPU with one process (`perf`,
+//! `benchmarks/bucket.py`'s raw case). A process of a sluice from before this layout locks
+//! its downloads in `lock`, so beside one of these the same object can be fetched twice at
+//! once: both copies are whole and the later rename wins.
 //!
 //! A download becomes visible by `rename` only once complete, so a partial object is never read.
 //! Eviction scans the directory only when the counter passes the cap, removes the least
@@ -129,6 +139,13 @@ fn hash_url(url: &str) -> u128 {
     ((pass(0xcbf2_9ce4_8422_2325) as u128) << 64) | pass(0x84222325cbf29ce4) as u128
 }
 
+/// Which of the 16 fill lock files holds `hash`'s download lock. FNV's top bits barely
+/// change between URLs that differ in their last bytes (`…/0`, `…/1`), so the two halves are
+/// mixed by a multiply first.
+fn fill_shard(hash: u128) -> u64 {
+    ((hash as u64) ^ ((hash >> 64) as u64)).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 60
+}
+
 fn trailer(url: &str, v: &Version) -> Vec<u8> {
     let etag = v.etag.as_deref().unwrap_or("");
     let mut t = Vec::with_capacity(url.len() + etag.len() + FIXED as usize);
@@ -198,7 +215,7 @@ fn set_lock(file: &File, at: u64, kind: libc::c_int, wait: bool) -> io::Result<b
 impl DiskCache {
     /// Opens (creating) the cache at `dir`, holding at most `limit` bytes.
     pub fn open(dir: &Path, limit: u64) -> Result<DiskCache> {
-        for sub in ["objects", "tmp"] {
+        for sub in ["objects", "tmp", "fills"] {
             std::fs::create_dir_all(dir.join(sub))
                 .map_err(|e| Error::io(format!("{} (object cache)", dir.display()), e))?;
         }
@@ -237,6 +254,23 @@ impl DiskCache {
             .map_err(|e| self.err("lock file", e))
     }
 
+    /// A new open file description of the file holding the download lock of `hash`, and the
+    /// byte to lock in it.
+    fn fill_lock(&self, hash: u128) -> Result<(File, u64)> {
+        let file = File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(
+                self.dir
+                    .join("fills")
+                    .join(format!("{:x}", fill_shard(hash))),
+            )
+            .map_err(|e| self.err("download lock file", e))?;
+        Ok((file, hash as u64 & ((1 << 40) - 1)))
+    }
+
     fn object_path(&self, hash: u128) -> PathBuf {
         let name = format!("{hash:032x}");
         self.dir.join("objects").join(&name[..2]).join(name)
@@ -273,8 +307,7 @@ impl DiskCache {
     /// (look it up again a little later).
     pub fn begin(self: &Arc<Self>, url: &str) -> Result<Option<Fill>> {
         let hash = hash_url(url);
-        let lock = self.lock_file()?;
-        let at = 1 + (hash as u64 & ((1 << 40) - 1));
+        let (lock, at) = self.fill_lock(hash)?;
         if !lock_byte(&lock, at, false).map_err(|e| self.err("lock", e))? {
             return Ok(None);
         }
@@ -359,8 +392,8 @@ impl DiskCache {
             // Its download's lock is free: the process that made it is gone.
             let abandoned = match hash {
                 Some(h) => {
-                    let probe = self.lock_file()?;
-                    lock_byte(&probe, 1 + (h as u64 & ((1 << 40) - 1)), false).unwrap_or(false)
+                    let (probe, at) = self.fill_lock(h)?;
+                    lock_byte(&probe, at, false).unwrap_or(false)
                 }
                 None => true,
             };

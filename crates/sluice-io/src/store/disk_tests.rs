@@ -110,6 +110,91 @@ fn one_download_at_a_time_and_an_abandoned_one_leaves_nothing() {
     assert!(cache.begin("s3://b/x").unwrap().is_some());
 }
 
+/// The open file description locks on each file (device major, minor, inode), from
+/// `/proc/locks` (every process's).
+#[cfg(target_os = "linux")]
+fn locks_per_file() -> std::collections::HashMap<(u32, u32, u64), usize> {
+    let mut per = std::collections::HashMap::new();
+    for line in std::fs::read_to_string("/proc/locks").unwrap().lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        // "1: OFDLCK ADVISORY WRITE -1 fd:01:1234 0 0" (a blocked waiter's line has "->").
+        if fields.get(1) != Some(&"OFDLCK") {
+            continue;
+        }
+        let Some(id) = fields.get(5).map(|f| f.split(':').collect::<Vec<_>>()) else {
+            continue;
+        };
+        if let [maj, min, ino] = id[..] {
+            if let (Ok(maj), Ok(min), Ok(ino)) = (
+                u32::from_str_radix(maj, 16),
+                u32::from_str_radix(min, 16),
+                ino.parse(),
+            ) {
+                *per.entry((maj, min, ino)).or_insert(0) += 1;
+            }
+        }
+    }
+    per
+}
+
+/// Downloads in flight take no lock on the accounting file (every download takes that one
+/// twice: the kernel walks its whole list each time) and are spread over the fill lock
+/// files; a scan still sees each held download's lock, in whichever file it is.
+#[cfg(target_os = "linux")]
+#[test]
+fn downloads_in_flight_are_locked_apart_from_the_accounting_lock() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let cache = open(dir.path(), 1 << 30);
+    let mut fills: Vec<Fill> = (0..64)
+        .map(|i| cache.begin(&format!("s3://b/{i}")).unwrap().unwrap())
+        .collect();
+    for fill in &mut fills {
+        assert!(fill.reserve(10).unwrap());
+    }
+    let id = |m: std::fs::Metadata| (libc::major(m.dev()), libc::minor(m.dev()), m.ino());
+    let lock = id(std::fs::metadata(dir.path().join("lock")).unwrap());
+    let files: Vec<_> = std::fs::read_dir(dir.path().join("fills"))
+        .unwrap()
+        .flatten()
+        .map(|e| id(e.metadata().unwrap()))
+        .collect();
+    // `/proc/locks` is read while other tests take and drop locks, and a read can skip a
+    // line then: read again until every one of the 64 is seen.
+    let mut shards = Vec::new();
+    for _ in 0..100 {
+        let per = locks_per_file();
+        assert_eq!(
+            per.get(&lock),
+            None,
+            "a download's lock on the accounting file"
+        );
+        shards = files
+            .iter()
+            .map(|f| per.get(f).copied().unwrap_or(0))
+            .collect();
+        if shards.iter().sum::<usize>() == 64 {
+            break;
+        }
+    }
+    assert_eq!(shards.iter().sum::<usize>(), 64, "{shards:?}");
+    assert!(
+        shards.len() > 8 && shards.iter().all(|&n| n < 20),
+        "{shards:?}"
+    );
+    // Every download is still in progress: a scan keeps all 64 and removes none.
+    let reserved = bytes_on_disk(dir.path());
+    assert!(reserved >= 640, "{reserved}");
+    assert_eq!(cache.held_bytes().unwrap(), reserved);
+    assert_eq!(
+        std::fs::read_dir(dir.path().join("tmp")).unwrap().count(),
+        64
+    );
+    assert!(cache.begin("s3://b/7").unwrap().is_none());
+    drop(fills);
+    assert_eq!(cache.held_bytes().unwrap(), 0);
+}
+
 #[test]
 fn a_download_whose_process_died_is_cleaned_up_by_the_next_scan() {
     let dir = tempfile::tempdir().unwrap();

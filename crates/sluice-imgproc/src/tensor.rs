@@ -105,12 +105,42 @@ fn normalize_hwc(
     let (p1, p2) = rest.split_at_mut(plane);
     let mean = [mean[0], mean[1], mean[2]];
     let std = [std[0], std[1], std[2]];
-    let stream = slot && out_bytes(plane * 3) >= STREAM_BYTES;
-    normalize_rgb_kernel(data, p0, p1, p2, mean, std, stream);
-    if stream {
+    let stores = if slot && out_bytes(plane * 3) >= STREAM_BYTES {
+        Stores::streaming()
+    } else {
+        Stores::Cached
+    };
+    normalize_rgb_kernel(data, p0, p1, p2, mean, std, stores);
+    if stores != Stores::Cached {
         store_fence();
     }
     Ok(())
+}
+
+/// How [`normalize_rgb_kernel`] writes its blocks, decided once per image.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stores {
+    /// Through the cache.
+    Cached,
+    /// Streaming, 128 bits at a time (SSE: every x86-64 CPU).
+    Stream128,
+    /// Streaming, 256 bits at a time where a block is 32-byte aligned (AVX).
+    Stream256,
+}
+
+impl Stores {
+    /// The widest streaming stores this CPU takes (none off x86-64).
+    fn streaming() -> Stores {
+        #[cfg(target_arch = "x86_64")]
+        if crate::simd::use_avx2() {
+            return Stores::Stream256;
+        }
+        if cfg!(target_arch = "x86_64") {
+            Stores::Stream128
+        } else {
+            Stores::Cached
+        }
+    }
 }
 
 /// Batch slots at least this big are written with streaming (non-temporal) stores. A
@@ -124,37 +154,40 @@ fn out_bytes(floats: usize) -> usize {
     floats * std::mem::size_of::<f32>()
 }
 
-/// Writes `v` to `o` with streaming stores when `o` is a whole block starting on a 16-byte
-/// boundary (a plane at an odd offset falls back to plain stores); `false` if not written.
+/// Writes `v` to `o` with streaming stores when `o` is a whole block starting on a boundary
+/// the stores take (a plane at an odd offset falls back to plain stores); `false` if not
+/// written.
 #[inline(always)]
-fn stream_block(o: &mut [MaybeUninit<f32>], v: &[f32; BLOCK]) -> bool {
+fn stream_block(o: &mut [MaybeUninit<f32>], v: &[f32; BLOCK], stores: Stores) -> bool {
+    let p = o.as_mut_ptr().cast::<f32>();
+    if o.len() != BLOCK || stores == Stores::Cached || p as usize % 16 != 0 {
+        return false;
+    }
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_mm256_loadu_ps, _mm256_stream_ps, _mm_loadu_ps, _mm_stream_ps};
-        let p = o.as_mut_ptr().cast::<f32>();
-        if o.len() == BLOCK && p as usize % 32 == 0 && crate::simd::use_avx2() {
+        if stores == Stores::Stream256 && p as usize % 32 == 0 {
             for i in (0..BLOCK).step_by(8) {
-                // SAFETY: the CPU has AVX (checked with AVX2); `p + i .. p + i + 8` lies in
-                // `o` and is 32-byte aligned.
+                // SAFETY: `Stream256` is only chosen on a CPU with AVX; `p + i .. p + i + 8`
+                // lies in `o` (BLOCK long) and is 32-byte aligned.
                 unsafe { _mm256_stream_ps(p.add(i), _mm256_loadu_ps(v.as_ptr().add(i))) };
             }
-            #[cfg(test)]
-            tests::STREAMED.with(|n| n.set(n.get() + 1));
-            return true;
-        }
-        if o.len() == BLOCK && p as usize % 16 == 0 {
+        } else {
             for i in (0..BLOCK).step_by(4) {
-                // SAFETY: SSE is part of x86-64; `p + i .. p + i + 4` lies in `o` (BLOCK
-                // long) and is 16-byte aligned (checked above, `i` a multiple of 4).
+                // SAFETY: SSE is part of x86-64; `p + i .. p + i + 4` lies in `o` and is
+                // 16-byte aligned.
                 unsafe { _mm_stream_ps(p.add(i), _mm_loadu_ps(v.as_ptr().add(i))) };
             }
-            #[cfg(test)]
-            tests::STREAMED.with(|n| n.set(n.get() + 1));
-            return true;
         }
+        #[cfg(test)]
+        tests::STREAMED.with(|n| n.set(n.get() + 1));
+        true
     }
-    let _ = (o, v);
-    false
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = v;
+        false
+    }
 }
 
 /// Orders streaming stores before what follows: the batch is handed to another thread
@@ -170,7 +203,7 @@ fn store_fence() {
 multiversion! {
     /// The same float ops as the tables, on 64-pixel blocks so the
     /// de-interleave and the divisions vectorise (a table lookup per
-    /// sample does not). `stream`: streaming stores where a block allows.
+    /// sample does not). `stores`: how the blocks are written.
     fn normalize_rgb_kernel(
         data: &[u8],
         p0: &mut [MaybeUninit<f32>],
@@ -178,7 +211,7 @@ multiversion! {
         p2: &mut [MaybeUninit<f32>],
         mean: [f32; 3],
         std: [f32; 3],
-        stream: bool,
+        stores: Stores,
     ) {
         let inv = (1.0f64 / 255.0) as f32;
         let planes = p0
@@ -194,7 +227,7 @@ multiversion! {
                 b[i] = (b[i] * inv - mean[2]) / std[2];
             }
             for (o, v) in [(o0, &r), (o1, &g), (o2, &b)] {
-                if stream && stream_block(o, v) {
+                if stream_block(o, v, stores) {
                     continue;
                 }
                 for (o, &v) in o.iter_mut().zip(v) {

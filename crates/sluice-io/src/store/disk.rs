@@ -245,30 +245,29 @@ impl DiskCache {
     /// A new open file description of `lock` (each lock holder needs its own: locks on one
     /// description do not exclude each other).
     fn lock_file(&self) -> Result<File> {
-        File::options()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(self.dir.join("lock"))
-            .map_err(|e| self.err("lock file", e))
+        self.open_lock(self.dir.join("lock"), "lock file")
     }
 
     /// A new open file description of the file holding the download lock of `hash`, and the
     /// byte to lock in it.
     fn fill_lock(&self, hash: u128) -> Result<(File, u64)> {
-        let file = File::options()
+        let path = self
+            .dir
+            .join("fills")
+            .join(format!("{:x}", fill_shard(hash)));
+        let file = self.open_lock(path, "download lock file")?;
+        Ok((file, hash as u64 & ((1 << 40) - 1)))
+    }
+
+    /// Opens (creating) a lock file: a new open file description of it.
+    fn open_lock(&self, path: PathBuf, what: &str) -> Result<File> {
+        File::options()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
-            .open(
-                self.dir
-                    .join("fills")
-                    .join(format!("{:x}", fill_shard(hash))),
-            )
-            .map_err(|e| self.err("download lock file", e))?;
-        Ok((file, hash as u64 & ((1 << 40) - 1)))
+            .open(path)
+            .map_err(|e| self.err(what, e))
     }
 
     fn object_path(&self, hash: u128) -> PathBuf {

@@ -650,7 +650,7 @@ fn decode_region(
             planes
                 .into_iter()
                 .map(|p| p.pixels)
-                .take(3 - spare.len().min(3)),
+                .take(3usize.saturating_sub(spare.len())),
         )
     });
     Ok(Some(Region { samples: out, at }))

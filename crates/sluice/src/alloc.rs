@@ -20,8 +20,9 @@
 //! a whole huge page, after compacting memory to find one. A pipeline's buffers come and go
 //! (a chunk's images, a Ray reply copied out), and on the shared service's workers — whose
 //! chunks run on whichever of Ray's 64 threads takes them, each with its own heap — that
-//! zeroing was 46% of the worker's CPU; the first epoch of a job cost its two workers 8.7
-//! CPU seconds against 3.6 without it (docs/BENCHMARKS.md, "Huge pages"). In-process
+//! zeroing was 46% of the worker's CPU; the first epoch of a job cost its two workers
+//! 9.3–10.0 CPU seconds against 3.5 without it (`benchmarks/service_epochs.py`;
+//! docs/BENCHMARKS.md, "Huge pages"). In-process
 //! pipelines reuse their memory warm and neither gain nor lose. Unlike mimalloc's
 //! `allow_thp=0` option this leaves the rest of the process alone (it would turn huge pages
 //! off for the whole process: numpy's and torch's arrays too).

@@ -12,7 +12,9 @@ Loaders (each in a fresh process, a window of ``--seconds`` after ``--warmup`` s
   ``iter_torch_batches(device, pin_memory=True, normalize=(mean, std), decode_on_device=False)``
   — a quarter of the bytes over PCIe;
 * ``sluice GPU decode``: the same with ``decode_on_device=True``: the host reads the files and
-  draws the crops, nvJPEG decodes and the device crops, flips and normalises;
+  draws the crops, nvJPEG decodes (through nvImageCodec where it is installed: the hardware
+  decoder) and the device crops, flips and normalises; ``(torchvision nvJPEG)``: the same with
+  torchvision's ``decode_jpeg`` (the row is run only where nvImageCodec took the one above);
 * ``DALI``: ``fn.decoders.image_random_crop(device="mixed")`` → resize → crop_mirror_normalize,
   when ``nvidia.dali`` imports (gpu_check.sh tries to install it);
 * ``DataLoader + torchvision``: ``ImageFolder`` with RandomResizedCrop, flip, ToTensor,
@@ -44,31 +46,40 @@ from peers.common import tree_cpu_seconds  # noqa: E402
 ROOT = HERE.parent
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 LOADERS = ("model alone", "sluice float32", "sluice uint8 + device normalize", "DataLoader + torchvision",
-           "sluice GPU decode", "DALI")
+           "sluice GPU decode", "DALI", "sluice GPU decode (torchvision nvJPEG)")
 
 
-def make_images(root: Path, n: int) -> Path:
-    """n JPEGs in 10 class folders, cut from the fixture photos at random sizes (made once)."""
-    done = root / f".done-{n}"
-    if done.exists():
-        return root
+def _make_image(job: tuple) -> None:
+    """Image i of make_images, drawn from its own seed (so the set is the same in any order)."""
+    root, i, photos = job
     import numpy as np
     from PIL import Image
 
-    photos = [Image.open(p).convert("RGB") for p in sorted((ROOT / "examples/fixtures/images").rglob("*.jpg"))]
-    rng = np.random.default_rng(0)
-    for i in range(n):
-        im = photos[i % len(photos)]
-        w, h = im.size
-        cw, ch = int(w * rng.uniform(0.5, 1.0)), int(h * rng.uniform(0.5, 1.0))
-        x, y = int(rng.integers(0, w - cw + 1)), int(rng.integers(0, h - ch + 1))
-        side = int(rng.integers(300, 600))
-        out = im.crop((x, y, x + cw, y + ch)).resize((side, int(side * ch / cw)))
-        d = root / f"class{i % 10}"
-        d.mkdir(parents=True, exist_ok=True)
-        buf = io.BytesIO()
-        out.save(buf, "JPEG", quality=90)
-        (d / f"{i:06d}.jpg").write_bytes(buf.getvalue())
+    im = Image.open(photos[i % len(photos)]).convert("RGB")
+    rng = np.random.default_rng(i)
+    w, h = im.size
+    cw, ch = int(w * rng.uniform(0.5, 1.0)), int(h * rng.uniform(0.5, 1.0))
+    x, y = int(rng.integers(0, w - cw + 1)), int(rng.integers(0, h - ch + 1))
+    side = int(rng.integers(300, 600))
+    out = im.crop((x, y, x + cw, y + ch)).resize((side, int(side * ch / cw)))
+    d = Path(root) / f"class{i % 10}"
+    d.mkdir(parents=True, exist_ok=True)
+    buf = io.BytesIO()
+    out.save(buf, "JPEG", quality=90)
+    (d / f"{i:06d}.jpg").write_bytes(buf.getvalue())
+
+
+def make_images(root: Path, n: int) -> Path:
+    """n JPEGs in 10 class folders, cut from the fixture photos at random sizes (made once, on
+    every core: a GPU machine's minutes are few)."""
+    from multiprocessing import Pool
+
+    done = root / f".done-{n}"
+    if done.exists():
+        return root
+    photos = [str(p) for p in sorted((ROOT / "examples/fixtures/images").rglob("*.jpg"))]
+    with Pool(os.cpu_count() or 1) as pool:
+        pool.map(_make_image, [(str(root), i, photos) for i in range(n)], chunksize=16)
     done.touch()
     return root
 
@@ -94,9 +105,11 @@ def batches(loader: str, data: Path, device, batch: int, threads: int, workers: 
     if loader == LOADERS[1]:
         return sluice_cv(True).iter_torch_batches(device=device, pin_memory=cuda, num_threads=threads,
                                                   decode_on_device=False)
-    if loader in (LOADERS[2], LOADERS[4]):
+    if loader in (LOADERS[2], LOADERS[4], LOADERS[6]):
+        if loader == LOADERS[6]:
+            sys.modules["nvidia.nvimgcodec"] = None  # type: ignore[assignment]  # torchvision decodes
         return sluice_cv(False).iter_torch_batches(device=device, pin_memory=cuda, num_threads=threads,
-                                                   normalize=(MEAN, STD), decode_on_device=loader == LOADERS[4])
+                                                   normalize=(MEAN, STD), decode_on_device=loader != LOADERS[2])
     if loader == LOADERS[5]:
         return dali(data, batch, threads)
     import torchvision
@@ -200,11 +213,18 @@ def dali_installed() -> bool:
     return subprocess.run([sys.executable, "-c", "import nvidia.dali"], capture_output=True).returncode == 0
 
 
+def nvimgcodec_installed() -> bool:
+    return subprocess.run([sys.executable, "-c", "from nvidia import nvimgcodec"], capture_output=True).returncode == 0
+
+
 def run_child(a: argparse.Namespace, loader: str, threads: int) -> dict:
     cmd = [sys.executable, __file__, "--child", loader, "--threads", str(threads)]
     for k in ("device", "model", "batch", "seconds", "warmup", "workers", "data"):
         cmd += [f"--{k}", str(getattr(a, k))]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=a.seconds * 4 + 300)
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=a.seconds * 4 + 90)
+    except subprocess.TimeoutExpired as e:
+        return {"error": f"{(e.stderr or b'')[-1200:]!r}\nno result in {e.timeout:.0f} s"}
     if out.returncode:
         return {"error": out.stderr[-1500:]}
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -232,25 +252,37 @@ def main(argv=None) -> int:
     make_images(Path(a.data), a.images)
     curve = [int(t) for t in a.threads.split(",")]
     top = max(curve)
-    rows = []
+    rows: list = []
+
+    def add(row: dict) -> None:
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        report(a, rows)  # after every row: a run cut short still leaves what it measured
+
     for loader in LOADERS:
         if loader == "DALI" and not dali_installed():
-            rows.append({"loader": loader, "threads": top, "error": "nvidia.dali does not import here"})
+            add({"loader": loader, "threads": top, "error": "nvidia.dali does not import here"})
             continue
-        if loader == "sluice GPU decode" and a.device != "cuda":
+        if loader.startswith("sluice GPU decode") and a.device != "cuda":
             continue
-        r = run_child(a, loader, top)
-        rows.append({"loader": loader, "threads": top, **r})
-        print(json.dumps(rows[-1]), flush=True)
+        if loader == LOADERS[6] and not nvimgcodec_installed():
+            continue  # the row above already decoded with torchvision
+        add({"loader": loader, "threads": top, **run_child(a, loader, top)})
     # The host threads each path needs: the CPU path's curve, and the GPU decode's.
     for loader in (LOADERS[2], LOADERS[4]) if a.device == "cuda" else (LOADERS[2],):
         for t in curve[:-1] if len(curve) > 1 else []:
-            r = run_child(a, loader, t)
-            rows.append({"loader": f"{loader} (curve)", "threads": t, **r})
-            print(json.dumps(rows[-1]), flush=True)
-    import torch
+            add({"loader": f"{loader} (curve)", "threads": t, **run_child(a, loader, t)})
+    print((a.out / "gpu_feed.md").read_text())
+    return 0
 
-    dev = torch.cuda.get_device_name(0) if a.device == "cuda" and torch.cuda.is_available() else a.device
+
+def report(a: argparse.Namespace, rows: list) -> None:
+    """DIR/gpu_feed.{md,json} for the rows so far."""
+    dev = a.device
+    if a.device == "cuda":
+        import torch
+
+        dev = torch.cuda.get_device_name(0) if torch.cuda.is_available() else a.device
     cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
     ceiling = rows[0].get("images_per_s")
     lines = [f"{a.model}, batch {a.batch}, bf16 autocast, channels_last; device: {dev}; host: {cpu}, "
@@ -264,12 +296,9 @@ def main(argv=None) -> int:
         vs = f"{r['images_per_s'] / ceiling:.2f}×" if ceiling else "-"
         lines.append(f"| {r['loader']} | {r['threads']} | {r['images_per_s']:,.0f} | {vs} "
                      f"| {r['wait_share']:.0%} | {r['cpu_s_per_image'] * 1e3:.2f} |")
-    text = "\n".join(lines)
-    print(text)
     a.out.mkdir(parents=True, exist_ok=True)
-    (a.out / "gpu_feed.md").write_text(text + "\n")
+    (a.out / "gpu_feed.md").write_text("\n".join(lines) + "\n")
     (a.out / "gpu_feed.json").write_text(json.dumps(rows, indent=1))
-    return 0
 
 
 if __name__ == "__main__":

@@ -243,6 +243,9 @@ def main(argv=None) -> int:
     ap.add_argument("--images", type=int, default=4000)
     ap.add_argument("--data", default=str(Path.home() / ".cache/sluice-bench/gpu-feed"))
     ap.add_argument("--out", type=Path, default=HERE / "results")
+    ap.add_argument("--loaders", default=None,
+                    help="only these rows (comma list of their numbers: 0 model alone .. 6, as LOADERS)")
+    ap.add_argument("--curves", default="2,4", help="the loaders whose thread curve is run (numbers)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.child:
@@ -259,7 +262,8 @@ def main(argv=None) -> int:
         print(json.dumps(row), flush=True)
         report(a, rows)  # after every row: a run cut short still leaves what it measured
 
-    for loader in LOADERS:
+    picked = LOADERS if a.loaders is None else [LOADERS[int(i)] for i in a.loaders.split(",")]
+    for loader in picked:
         if loader == "DALI" and not dali_installed():
             add({"loader": loader, "threads": top, "error": "nvidia.dali does not import here"})
             continue
@@ -269,7 +273,9 @@ def main(argv=None) -> int:
             continue  # the row above already decoded with torchvision
         add({"loader": loader, "threads": top, **run_child(a, loader, top)})
     # The host threads each path needs: the CPU path's curve, and the GPU decode's.
-    for loader in (LOADERS[2], LOADERS[4]) if a.device == "cuda" else (LOADERS[2],):
+    for loader in [LOADERS[int(i)] for i in a.curves.split(",") if i]:
+        if loader.startswith("sluice GPU decode") and a.device != "cuda":
+            continue
         for t in curve[:-1] if len(curve) > 1 else []:
             add({"loader": f"{loader} (curve)", "threads": t, **run_child(a, loader, t)})
     print((a.out / "gpu_feed.md").read_text())
@@ -284,7 +290,7 @@ def report(a: argparse.Namespace, rows: list) -> None:
 
         dev = torch.cuda.get_device_name(0) if torch.cuda.is_available() else a.device
     cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
-    ceiling = rows[0].get("images_per_s")
+    ceiling = next((r.get("images_per_s") for r in rows if r["loader"] == LOADERS[0]), None)
     lines = [f"{a.model}, batch {a.batch}, bf16 autocast, channels_last; device: {dev}; host: {cpu}, "
              f"{os.cpu_count()} cores; ≥ {a.seconds:.0f} s per row", "",
              "| loader | threads | images/s | vs model alone | waiting for data | host CPU ms/image |",

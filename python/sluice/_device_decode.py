@@ -11,7 +11,7 @@ resized (antialiased, as the host's kernels) and flipped on the device, and stac
 ``[batch, H, W, C]`` — what the host path's batch is, ready for ``normalize=``. Images that
 are not JPEGs are decoded on the host and moved. On the CPU device the same code decodes with
 libjpeg-turbo (what the tests check it with). Where nvImageCodec is installed
-(``pip install nvidia-nvimgcodec-cu12``) it decodes instead of torchvision: its nvjpeg
+(``pip install nvidia-nvimgcodec-cu13[nvjpeg]``, ``-cu12`` for CUDA 12) it decodes instead of torchvision: its nvjpeg
 extension uses the hardware JPEG decoder of an A100/H100/H200, and torchvision's image
 decoding is deprecated since 0.29."""
 
@@ -142,12 +142,16 @@ def _nvimgcodec_decode(data: list, mode: Any, device: torch.device) -> "list | N
         if entry is None:
             from nvidia import nvimgcodec
 
+            spec = nvimgcodec.ColorSpec
+            # sRGB is `SRGB` in 0.5 and later (the first releases called it `RGB`).
             params = nvimgcodec.DecodeParams(
                 apply_exif_orientation=False,
-                color_spec=nvimgcodec.ColorSpec.GRAY if gray else nvimgcodec.ColorSpec.RGB)
-            entry = _NVIMGCODEC[index, gray] = (nvimgcodec.Decoder(device_id=index), params)
-        decoder, params = entry
-        blobs = [bytes(d.numpy()) for d in data]
+                color_spec=spec.GRAY if gray else getattr(spec, "SRGB", None) or spec.RGB)
+            entry = _NVIMGCODEC[index, gray] = (nvimgcodec.Decoder(device_id=index), params,
+                                                getattr(nvimgcodec, "CodeStream", bytes))
+        decoder, params, stream_of = entry
+        # 0.9 decodes code streams only (earlier releases took the bytes themselves).
+        blobs = [stream_of(bytes(d.numpy())) for d in data]
         try:
             # Ordered on the stream the copies and crops run on (the consumer's side stream).
             images = decoder.decode(blobs, params=params, cuda_stream=torch.cuda.current_stream(device).cuda_stream)

@@ -31,6 +31,7 @@ import torch
 import torch.utils.data as tud
 
 from . import _device_decode
+from ._ahead import ahead
 from ._device_decode import decode_batch, split_encoded
 from .frameworks import INV_255, check_images
 
@@ -330,10 +331,10 @@ def iter_torch_batches(
             _normalized(out, on_device, dtypes)
             yield out
         return
-    # On a GPU: copy from (pinned) host memory on a side stream, `prefetch` batches ahead,
-    # so the copies overlap the training step running on the current stream.
+    # On a GPU: each batch is sent (copied from pinned host memory, decoded and normalised
+    # there, all on a side stream) by a thread of its own, `prefetch` batches ahead, so that
+    # work, host half and device half, runs beside the training step instead of inside it.
     stream = torch.cuda.Stream(device=device)
-    ahead: collections.deque = collections.deque()
     # Host batches whose copies may still be running: a copy from page-locked memory reads
     # it after `send` returns, and the engine writes a later batch into the same buffer as
     # soon as it is freed, so it is held until its copy is done.
@@ -341,7 +342,7 @@ def iter_torch_batches(
 
     def send(batch: dict) -> tuple:
         host, encoded = _host_part(batch, specs, host_dtypes, decode)
-        with torch.cuda.stream(stream):
+        with torch.cuda.device(device), torch.cuda.stream(stream):
             out = {}
             for k, v in host.items():
                 if isinstance(v, torch.Tensor):
@@ -367,17 +368,12 @@ def iter_torch_batches(
         return _receive(out, done)
 
     try:
-        for batch in batches:
-            ahead.append(send(batch))
-            if len(ahead) > prefetch:
-                yield receive(*ahead.popleft())
-        while ahead:
-            yield receive(*ahead.popleft())
+        # A batch sent but never taken (a `break`) is waited for before its buffers go back.
+        for sent in ahead(batches, send, max(1, prefetch), drop=lambda s: s[1].synchronize()):
+            yield receive(*sent)
     finally:
-        # Stopped early (a `break`): no host buffer goes back while a copy still reads it.
+        # Stopped early: no host buffer goes back while a copy still reads it.
         for done, _ in held:
-            done.synchronize()
-        for _, done, _ in ahead:
             done.synchronize()
 
 

@@ -92,8 +92,10 @@ def test_bad_normalize_arguments_and_fields_say_what_is_wrong():
 def test_cuda_normalizes_on_the_gpu_with_the_hosts_values():  # pragma: no cover - GPU only
     torch = pytest.importorskip("torch")
     want = host_normalized()
+    # Decoded on the host as `want` was (nvJPEG's pixels differ by a level here and there:
+    # test_device_decode.py holds them to their own bound); only the normalising moves.
     got = list(crops().batch(3).iter_torch_batches(seed=7, epoch=0, device="cuda", pin_memory=True,
-                                                   normalize=(MEAN, STD)))
+                                                   normalize=(MEAN, STD), decode_on_device=False))
     for g, w in zip(got, want):
         assert g["image"].device.type == "cuda"
         np.testing.assert_allclose(g["image"].cpu().numpy(), w["image"], rtol=0, atol=1e-6)

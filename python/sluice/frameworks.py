@@ -173,7 +173,10 @@ class FrameworksMixin:
         host would have made (the same crops and flips), and the batch is decoded (nvJPEG),
         cropped, resized and flipped on ``device`` into uint8 ``[batch, H, W, C]``, then
         normalised there with ``normalize=``. ``"auto"`` (the default): where ``device`` is a
-        GPU whose nvJPEG torchvision can drive; ``True`` forces it (on the CPU too, with
+        GPU whose nvJPEG torchvision can drive and the pipeline has fewer than 4 host threads
+        (``num_threads``, else the process's share of the cores: on an H200, 4 host threads
+        fed ResNet-50 at the model's own rate, the GPU's decode at 0.73–0.89× of it, since
+        it shares the GPU with the step); ``True`` forces it (on the CPU too, with
         torchvision's CPU decoder); ``False`` keeps decoding on the host. The device's decoder
         is not the host's, so its pixels differ within a stated tolerance (mean ≤ 1 level, ≥ 35
         dB): a run is reproducible on its machine, and ``False`` gives the host's bytes on
@@ -194,7 +197,8 @@ class FrameworksMixin:
             raise ValueError(f"iter_torch_batches: decode_on_device must be True, False or 'auto', "
                              f"got {decode_on_device!r}")
         torch_side = _pytorch()
-        on_device = torch_side.decodes_on_device(device, decode_on_device)
+        on_device = torch_side.decodes_on_device(
+            device, decode_on_device, torch_side.host_threads(iter_kwargs.get("num_threads")))
         # Before the run starts: its first batch buffers are already page-locked.
         pinned = torch_side.pin_batches(device, bool(pin_memory))
         try:

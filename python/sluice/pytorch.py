@@ -396,13 +396,43 @@ def cuda_pinner() -> "tuple[int, int] | None":
     return tuple(ctypes.cast(f, ctypes.c_void_p).value for f in (lib.cudaHostRegister, lib.cudaHostUnregister))
 
 
-def decodes_on_device(device: Any, asked: "bool | str") -> bool:
+#: Host threads per GPU from which ``decode_on_device="auto"`` leaves decoding on the host.
+#: Measured on an H200 (docs/BENCHMARKS.md, "Feed the GPU"): ResNet-50 was fed at 0.30× and
+#: 0.53× of the model alone by 1 and 2 host threads decoding on the host, at 1.00× by 4,
+#: and at 0.73–0.89× by the GPU's own decode, which shares the GPU with the training step
+#: whatever the host threads. So the device's decode pays only below 4 host threads.
+HOST_THREADS_ENOUGH = 4
+
+
+def host_threads(num_threads: "int | None") -> int:
+    """The host threads one process's pipeline has: ``num_threads`` (0 is the iterating
+    thread alone), else its share of the cores it may run on — divided among the processes
+    of the node when ``torchrun`` says how many there are (``LOCAL_WORLD_SIZE``)."""
+    if num_threads is not None:
+        return max(1, num_threads)
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    try:
+        local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    except ValueError:
+        local = 1
+    return max(1, cores // local)
+
+
+def decodes_on_device(device: Any, asked: "bool | str", threads: int = 1) -> bool:
     """Whether the batches are decoded on ``device`` (``iter_torch_batches(decode_on_device=)``):
     forced with ``True``; with ``"auto"``, where ``device`` is a CUDA GPU that decodes JPEGs
-    (torchvision's nvJPEG, checked once)."""
+    (torchvision's nvJPEG, checked once) and the pipeline has fewer than
+    ``HOST_THREADS_ENOUGH`` host ``threads`` (``host_threads``) to decode with.
+
+    >>> decodes_on_device("cpu", "auto"), decodes_on_device("cpu", True)
+    (False, True)
+    """
     if asked is True:
         return True
-    if asked is False or device is None:
+    if asked is False or device is None or threads >= HOST_THREADS_ENOUGH:
         return False
     device = torch.device(device)
     return device.type == "cuda" and torch.cuda.is_available() and _device_decode.available(device)

@@ -142,6 +142,29 @@ def test_auto_decodes_on_the_host_without_a_gpu_and_bad_values_are_refused():
         next(crops().iter_torch_batches(decode_on_device="yes"))
 
 
+def test_auto_leaves_decoding_on_the_host_with_enough_host_threads(monkeypatch):
+    import os
+
+    from sluice import pytorch
+
+    assert pytorch.host_threads(8) == 8
+    assert pytorch.host_threads(0) == 1  # the iterating thread alone
+    cores = len(os.sched_getaffinity(0))
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")  # torchrun: 4 processes share the node
+    assert pytorch.host_threads(None) == max(1, cores // 4)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "junk")
+    assert pytorch.host_threads(None) == cores
+    # Enough host threads: the host decodes, whatever the device (no GPU needed to say so).
+    assert pytorch.decodes_on_device("cuda", "auto", threads=pytorch.HOST_THREADS_ENOUGH) is False
+    assert pytorch.decodes_on_device("cuda", True, threads=64) is True
+    # The run's own thread count is what the choice is made with.
+    seen = []
+    real = pytorch.decodes_on_device
+    monkeypatch.setattr(pytorch, "decodes_on_device", lambda d, a, t=1: seen.append(t) or real(d, a, t))
+    next(crops().iter_torch_batches(seed=5, epoch=0, num_threads=3))
+    assert seen == [3]
+
+
 def test_a_corrupt_jpeg_fails_naming_the_sample():
     ds = sluice.from_items([{"bytes": b"\xff\xd8\xff\xe0 not a jpeg", "label": 0}])
     with pytest.raises(Exception, match="op 'device_draws' failed on sample 0"):
@@ -152,8 +175,8 @@ def test_a_corrupt_jpeg_fails_naming_the_sample():
 def test_cuda_nvjpeg_makes_the_hosts_crops():  # pragma: no cover - GPU only
     from sluice import pytorch
 
-    assert pytorch.decodes_on_device("cuda", "auto")
-    dev = list(crops().iter_torch_batches(seed=5, epoch=0, device="cuda", pin_memory=True))
+    assert pytorch.decodes_on_device("cuda", "auto", threads=1)
+    dev = list(crops().iter_torch_batches(seed=5, epoch=0, device="cuda", pin_memory=True, decode_on_device=True))
     host = list(crops().iter_torch_batches(seed=5, epoch=0, decode_on_device=False, fuse_ops=False))
     for d, h in zip(dev, host):
         assert d["image"].device.type == "cuda"

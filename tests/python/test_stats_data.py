@@ -147,3 +147,12 @@ def test_bad_live_arguments():
         ds.iter(stats_port=70000)
     with pytest.raises(ValueError, match="stats_port must be >= 0"):
         ds.iter(stats_port=-1)
+
+
+def test_the_sources_queue_holds_two_chunks_for_each_worker_of_the_stage_it_feeds():
+    # 16 workers draining a queue of 4 chunks idled whenever the source thread waited for a
+    # core (docs/BENCHMARKS.md, "The many-core curve"): it now holds at least two each.
+    for threads, want in ((16, 32), (2, 4)):
+        it = sluice.range(100).map(lambda x: x).iter(num_threads=threads)
+        assert len(list(it)) == 100
+        assert it.stats().stages[0]["queue_capacity"] == want

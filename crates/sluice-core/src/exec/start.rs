@@ -79,7 +79,8 @@ pub(super) fn start(plan: &PhysicalPlan, opts: &ExecOptions) -> Result<Started> 
         Some(rp) => rp.stage_resumes(plan)?,
         None => vec![StageResume::default(); plan.stages.len()],
     };
-    let (source_stage, start, keys) = source_start(plan, opts, &mut resumes)?;
+    let (mut source_stage, start, keys) = source_start(plan, opts, &mut resumes)?;
+    source_stage.queue_depth = source_depth(plan);
     let mut input = match OrderedItems::new(&source_stage, start).filter(|_| inline_source) {
         Some(items) => Input::Inline {
             items: Box::new(items),
@@ -148,13 +149,23 @@ pub(super) fn start(plan: &PhysicalPlan, opts: &ExecOptions) -> Result<Started> 
     })
 }
 
+/// The source's queue, in chunks: at least two for each worker of the stage it feeds.
+/// Costly items travel one to a chunk, so 16 workers drain a queue of 4 in a quarter of an
+/// item's time, and any wait of the source thread for a core (every core busy decoding) left
+/// them idle: on a 16-vCPU host that queue was 1.7 full on average while 16 decode threads
+/// were idle 24 % of the time (docs/BENCHMARKS.md, "The many-core curve").
+fn source_depth(plan: &PhysicalPlan) -> usize {
+    let feeds = plan.stages.first().map_or(1, |s| s.variant.workers());
+    plan.source.queue_depth.max(2 * feeds)
+}
+
 /// The run's statistics, one entry for the source and one per stage.
 fn new_stats(plan: &PhysicalPlan, first_inline: usize, inline_source: bool) -> Arc<PipelineStats> {
     let mut infos = vec![StageInfo {
         name: format!("source: {}", plan.source.source.name()),
         threads: 1,
         inline: inline_source,
-        queue_capacity: plan.source.queue_depth,
+        queue_capacity: source_depth(plan),
     }];
     for (i, st) in plan.stages.iter().enumerate() {
         let inline = i >= first_inline;

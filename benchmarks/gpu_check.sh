@@ -19,8 +19,9 @@
 #   6. runs benchmarks/scaling.py over 1..cores threads for the three reference workloads, when
 #      $GPU_CHECK_BENCH_DATA names a tarball of (subsets of) the benchmark datasets' parts,
 #      made with `benchmarks/gpu_carry.sh`.
-# Everything it writes goes under $OUT (default ./gpu-check-out), seven files: log.txt,
-# machine.txt, pytest.txt, gpu_feed.{md,json}, scaling.{md,json}. A step that cannot run says
+# Everything it writes goes under $OUT (default ./gpu-check-out), eight files: log.txt,
+# machine.txt, pytest.txt, gpu_feed.{md,json}, scaling.{md,json}, probe.txt (step 7:
+# benchmarks/scaling_probe.py, the machine's own many-core ceiling and the CV stats). A step that cannot run says
 # why in log.txt and the rest go on.
 #
 #   OUT=/tmp/out bash benchmarks/gpu_check.sh            # on the GPU machine
@@ -63,7 +64,11 @@ done
 
 # 3. sluice: the carried wheel, else the one this Python has, else a build.
 if ls dist/sluice_ml-*.whl >/dev/null 2>&1; then
-  "$PY" -m pip install -q --force-reinstall --no-deps dist/sluice_ml-*.whl && echo "gpu_check: installed $(ls dist/sluice_ml-*.whl)"
+  # Into a folder of its own, ahead on the path: the Python's own environment (a developer's
+  # venv on a dry run) keeps the sluice it had.
+  site=/tmp/sluice-gpu-check/site && rm -rf "$site" \
+    && "$PY" -m pip install -q --no-deps --no-index --target "$site" dist/sluice_ml-*.whl \
+    && export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" && echo "gpu_check: installed $(ls dist/sluice_ml-*.whl)"
 elif "$PY" -c "import sluice._native" 2>/dev/null; then
   echo "gpu_check: using the sluice this Python has"
 elif command -v cargo >/dev/null; then
@@ -128,6 +133,10 @@ if [ -f "$BENCH_DATA" ]; then
     "${sargs[@]}" --data "$bench" --out /tmp/sluice-gpu-check/scaling
   echo "gpu_check: scaling rc=$?"
   cp /tmp/sluice-gpu-check/scaling/scaling.md /tmp/sluice-gpu-check/scaling/scaling.json "$OUT"/ 2>/dev/null
+  # 7. What binds the curve: the machine's own ceiling and the CV stats at half and all cores.
+  if [ "$DEVICE" = cpu ]; then pargs=(--procs 1,$cores --seconds 0.5); else pargs=(--procs "$(for t in 1 2 4 8 12; do [ "$t" -lt "$cores" ] && printf '%s,' "$t"; done)$cores"); fi
+  timeout 120 "$PY" benchmarks/scaling_probe.py "${pargs[@]}" --cv "$bench" > "$OUT/probe.txt" 2>&1
+  echo "gpu_check: probe rc=$?"
 else
   echo "gpu_check: no $BENCH_DATA: the many-core curve is skipped"
 fi

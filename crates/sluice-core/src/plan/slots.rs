@@ -25,8 +25,13 @@ use crate::plan::logical::{ElemMode, OnError};
 use crate::plan::physical::{ChainOp, PhysicalPlan, StageKind};
 
 /// Moves every op that can write straight into the batch right after its chain into that
-/// batch (a chain on a worker pool keeps its ops: its work is spread over other processes).
-/// Returns how many ops moved.
+/// batch. Returns how many ops moved.
+///
+/// A chain on a worker pool (processes, Ray, a shared service) gives them up too: its reply
+/// then carries the op's input — a uint8 image, a quarter of the float32 slot's bytes —
+/// across processes or the network, and the batch makes the floats as it stacks, which
+/// costs it about what copying the floats in did. A pool's chain keeps one op at least: an
+/// empty remote chain would be a round trip for nothing.
 pub fn write_into_batches(plan: &mut PhysicalPlan) -> usize {
     let mut moved = 0;
     for i in 1..plan.stages.len() {
@@ -41,15 +46,16 @@ pub fn write_into_batches(plan: &mut PhysicalPlan) -> usize {
         else {
             continue;
         };
-        if !pad.is_empty() || chain.variant.is_pool() {
+        if !pad.is_empty() {
             continue;
         }
+        let pool = chain.variant.is_pool();
         let StageKind::Chain { ops, .. } = &mut chain.kind else {
             continue;
         };
         // From the end back, so each op is checked against all that will run after it.
         let mut k = ops.len();
-        while k > 0 {
+        while k > 0 && !(pool && ops.len() == 1) {
             k -= 1;
             let after: Vec<&ChainOp> = ops[k + 1..].iter().chain(&*slots).collect();
             if movable(&ops[k], &after) {
@@ -255,7 +261,7 @@ mod tests {
             assert_eq!(chain.len() + slots.len(), 2);
             assert_eq!((chain[0], slots), (0, second));
         }
-        // A skip policy drops samples; a pad or a worker pool keeps the op in its chain.
+        // A skip policy drops samples; a pad keeps the op in its chain.
         assert_eq!(moved(vec![(T::Write("x"), Skip)]), (vec![0], vec![]));
         // So does an op after it that may drop or repeat its sample (skipping its failures,
         // a filter, a flat_map), even on another field: a bad input it drops must still fail.
@@ -276,7 +282,19 @@ mod tests {
             backend: "processes".into(),
             workers: 2,
         };
-        let mut pooled = plan(vec![(T::Write("x"), Raise)], false, pool);
-        assert_eq!(write_into_batches(&mut pooled), 0);
+        // A worker pool's chain gives its slot writer up (its reply carries the smaller
+        // input), but keeps one op: a chain of none would ship samples for nothing.
+        let mut alone = plan(vec![(T::Write("x"), Raise)], false, pool.clone());
+        assert_eq!(write_into_batches(&mut alone), 0);
+        let mut pooled = plan(
+            vec![(T::Touch("y", "z"), Raise), (T::Write("x"), Raise)],
+            false,
+            pool,
+        );
+        assert_eq!(write_into_batches(&mut pooled), 1);
+        let StageKind::Chain { ops, .. } = &pooled.stages[0].kind else {
+            unreachable!()
+        };
+        assert_eq!(ops.len(), 1);
     }
 }

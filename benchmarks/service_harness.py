@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 
 from peers import common as C  # noqa: E402
@@ -115,7 +114,12 @@ def ray_cluster(store_bytes: int = 500_000_000):
     os.makedirs(os.path.join(tmp, "ray"))
     os.environ["RAY_TMPDIR"] = tmp
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "python"), os.environ.get("PYTHONPATH")]))
+    # The nodes and drivers import the sluice this process does (a `PYTHONPATH=<build>/python`
+    # of an A/B included), not whatever the checkout's python/ holds.
+    import sluice
+
+    here = str(Path(sluice.__file__).resolve().parent.parent)
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))
     c = cluster_utils.Cluster(initialize_head=True, head_node_args={
         "num_cpus": 0, "object_store_memory": store_bytes, "include_dashboard": False})
     try:

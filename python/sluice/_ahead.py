@@ -25,13 +25,16 @@ class _Failed:
 
 
 def ahead(items: Iterator[T], fn: Callable[[T], R], depth: int,
-          drop: Callable[[R], object] | None = None) -> Iterator[R]:
+          drop: Callable[[R], object] | None = None,
+          interrupt: Callable[[], object] | None = None) -> Iterator[R]:
     """``fn(item)`` for each of ``items``, in order, made on a daemon thread up to ``depth``
     results ahead of the consumer. An error of ``items`` or ``fn`` is raised to the consumer
     after the results before it. Closing the generator (a ``break``) stops the thread: it
     makes no result after the one in hand and is joined, so nothing runs on after the loop;
     ``drop`` is called on each result made but never taken (a CUDA batch waits there for
-    the copies that still read its host buffers)."""
+    the copies that still read its host buffers); ``interrupt`` (closing the pipeline), when
+    the thread is still busy then, so that a thread waiting in ``items`` for a sample that
+    may never come (a hung function, Ctrl-C) returns instead of holding the close up."""
     if depth < 1:
         raise ValueError(f"ahead: depth must be at least 1, got {depth}")
     out: queue.Queue = queue.Queue(maxsize=depth)
@@ -75,6 +78,8 @@ def ahead(items: Iterator[T], fn: Callable[[T], R], depth: int,
             yield got
     finally:
         stop.set()
+        if interrupt is not None and thread.is_alive():
+            interrupt()
         # The thread may be blocked in `put` or inside `fn`/`items`: drain, then wait for it.
         while thread.is_alive():
             try:

@@ -369,7 +369,8 @@ def iter_torch_batches(
 
     try:
         # A batch sent but never taken (a `break`) is waited for before its buffers go back.
-        for sent in ahead(batches, send, max(1, prefetch), drop=lambda s: s[1].synchronize()):
+        for sent in ahead(batches, send, max(1, prefetch), drop=lambda s: s[1].synchronize(),
+                          interrupt=getattr(batches, "close", None)):
             yield receive(*sent)
     finally:
         # Stopped early: no host buffer goes back while a copy still reads it.

@@ -62,3 +62,40 @@ def test_a_break_stops_the_thread_and_drops_what_was_made():
 def test_depth_must_be_positive():
     with pytest.raises(ValueError, match="depth must be at least 1"):
         next(ahead(iter([1]), lambda x: x, depth=0))
+
+
+def test_closing_interrupts_a_source_that_would_never_answer():
+    woken = threading.Event()
+
+    def items():
+        yield 0
+        woken.wait(60)  # a sample that never comes, until the pipeline is closed
+        if woken.is_set():
+            return
+        yield 1
+
+    gen = ahead(items(), lambda x: x, depth=1, interrupt=woken.set)
+    assert next(gen) == 0
+    time.sleep(0.1)  # the thread is waiting in `items` now
+    t0 = time.monotonic()
+    gen.close()
+    assert woken.is_set() and time.monotonic() - t0 < 30
+
+
+def test_a_sluice_pipeline_closes_under_it():
+    import sluice
+
+    def slow(s):
+        if s["id"] >= 2:
+            time.sleep(0.5)
+        return s
+
+    it = sluice.range(100).map(slow).iter(num_threads=1)
+    before = threading.active_count()
+    got = []
+    for b in ahead(it, lambda s: s["id"], depth=1, interrupt=it.close):
+        got.append(b)
+        if len(got) == 3:
+            break
+    assert got == [0, 1, 2]
+    assert threading.active_count() <= before

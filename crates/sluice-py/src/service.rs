@@ -43,6 +43,13 @@ pub struct PyServiceHost {
     host: ServiceHost<Hosted, Py<PyAny>>,
     /// The prefix cache's tier on this node, when the service keeps one.
     node: Option<NodeCache>,
+    /// One thread per slot that every chunk's work runs on. A chunk arrives on whichever of
+    /// Ray's threads took the call (up to 64), each with its own allocator heap; run there,
+    /// each chunk's images landed in pages that heap had never touched, and the kernel
+    /// zeroed every one of them: 29 % of a worker's CPU went to 4 KiB page faults
+    /// (`benchmarks/service_epochs.py`, docs/BENCHMARKS.md). On the slots' own threads the
+    /// heaps stay warm.
+    slots: rayon::ThreadPool,
 }
 
 /// A stage on a worker, and its cacheable prefix if it has one.
@@ -108,9 +115,15 @@ impl PyServiceHost {
             }
             None => None,
         };
+        let threads = rayon::ThreadPoolBuilder::new()
+            .num_threads(slots.max(1))
+            .thread_name(|i| format!("sluice-slot-{i}"))
+            .build()
+            .map_err(|e| to_py(Error::Resource(format!("service worker threads: {e}"))))?;
         Ok(PyServiceHost {
             host: ServiceHost::new(options).py()?,
             node,
+            slots: threads,
         })
     }
 
@@ -143,7 +156,10 @@ impl PyServiceHost {
                 let items = wire::chunk_len(frame).map_err(Error::from)?;
                 self.host
                     .run(job, key, items, frame, |stage, frame, group| {
-                        reply_to_py(stage.runner.run_split(frame, SPLIT_THRESHOLD), group)
+                        let split = self
+                            .slots
+                            .install(|| stage.runner.run_split(frame, SPLIT_THRESHOLD));
+                        reply_to_py(split, group)
                     })
             })
             .map_err(host_error)?;
@@ -226,10 +242,10 @@ impl PyServiceHost {
                 self.host
                     .run(job, key, items, frame, |stage, frame, group| {
                         let Some(prefix) = &stage.prefix else {
-                            return reply_to_py(
-                                stage.runner.run_split(frame, SPLIT_THRESHOLD),
-                                group,
-                            );
+                            let split = self
+                                .slots
+                                .install(|| stage.runner.run_split(frame, SPLIT_THRESHOLD));
+                            return reply_to_py(split, group);
                         };
                         // This node's records complete the shards' answers.
                         let (mut found, mut fetch_s) = (found.clone(), fetch_s);
@@ -243,8 +259,9 @@ impl PyServiceHost {
                             .unwrap_or_default();
                         found.extend(local.iter().map(|(i, r)| (*i, r.as_slice())));
                         fetch_s += took;
-                        let out =
-                            prefix.run(&stage.runner, frame, &found, fetch_s, SPLIT_THRESHOLD);
+                        let out = self.slots.install(|| {
+                            prefix.run(&stage.runner, frame, &found, fetch_s, SPLIT_THRESHOLD)
+                        });
                         if let Some(n) = node {
                             n.keep(prefix.key(), out.records.iter().map(|(i, r)| (*i, &r[..])));
                         }

@@ -584,3 +584,22 @@ def test_cli_serve_status_stop(nodes):
     assert r.returncode == 0 and "stopped" in r.stdout, (r.stdout, r.stderr[-2000:])
     r = run_cmd([*sluice_cmd, "service", "status", name, "--address", address], timeout=60)
     assert r.returncode == 2 and f"no sluice service named '{name}'" in r.stdout
+
+
+def test_chunks_run_on_the_workers_own_slot_threads(svc):
+    # Run on whichever of Ray's threads took the call, each chunk's buffers landed in
+    # allocator heaps that had never touched those pages, and the kernel zeroed them all;
+    # the worker's one thread per slot keeps its heaps warm.
+    name = svc()
+
+    def where(s):
+        import threading
+
+        with open(f"/proc/self/task/{threading.get_native_id()}/comm") as f:
+            return {"id": s["id"], "thread": f.read().strip()}
+
+    ds = sluice.range(64).map(where, name="where").batch(8)
+    ctx = sluice.Context(service=name)
+    names = {t for b in ds.iter(seed=0, epoch=0, chunk_size=8, context=ctx) for t in b["thread"]}
+    ctx.close()
+    assert names and all(n.startswith("sluice-slot-") for n in names), names

@@ -100,3 +100,15 @@ def test_cuda_normalizes_on_the_gpu_with_the_hosts_values():  # pragma: no cover
         assert g["image"].device.type == "cuda"
         np.testing.assert_allclose(g["image"].cpu().numpy(), w["image"], rtol=0, atol=1e-6)
     del torch
+
+
+@needs_cuda
+def test_jax_normalizes_on_the_gpu_where_jax_sees_one():  # pragma: no cover - GPU only
+    jax = pytest.importorskip("jax")
+    if not any(d.platform == "gpu" for d in jax.devices()):
+        pytest.skip("jax sees no GPU here (a CPU-only jaxlib beside a CUDA torch)")
+    want = host_normalized()
+    got = list(crops().batch(3).iter_jax(seed=7, epoch=0, normalize=(MEAN, STD)))
+    for g, w in zip(got, want):
+        assert {d.platform for d in g["image"].devices()} == {"gpu"}
+        np.testing.assert_allclose(np.asarray(g["image"]), w["image"], rtol=0, atol=1e-6)

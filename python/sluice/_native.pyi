@@ -59,6 +59,15 @@ def pin_buffers(pinner: str | tuple[int, int]) -> PinGuard:
     """Page-lock batch buffers: "mlock", or the addresses of cudaHostRegister and cudaHostUnregister."""
 def pin_stats() -> dict[str, int]:
     """locked, locked_bytes, locks, unlocks, failed, last_error."""
+def cores() -> int:
+    """The cores this process may run on (affinity and CPU quota): what the engine's default
+    thread counts take.
+
+    >>> cores() >= 1
+    True
+    """
+    ...
+
 def join_stopped() -> bool:
     """Waits (up to 10 s) for the workers of runs an error or Ctrl-C ended while they were in
     a call, then for the object cache's queued writes; called at interpreter exit. False if

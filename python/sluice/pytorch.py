@@ -30,7 +30,7 @@ import numpy as np
 import torch
 import torch.utils.data as tud
 
-from . import _device_decode
+from . import _device_decode, _native
 from ._ahead import ahead
 from ._device_decode import decode_batch, split_encoded
 from .frameworks import INV_255, check_images
@@ -199,7 +199,7 @@ class TorchEpoch:
             kwargs = dict(self._owner._iter_kwargs)
             if self._workers > 1 and kwargs.get("num_threads") is None:
                 # The workers share the cores.
-                kwargs["num_threads"] = max(1, (os.cpu_count() or 1) // self._workers)
+                kwargs["num_threads"] = max(1, _native.cores() // self._workers)
             part = self._owner._part(self._worker, self._workers)
             self._it = part.iter(self._owner._seed, epoch=self.epoch, **kwargs)
             if self._resume is not None:
@@ -407,14 +407,12 @@ HOST_THREADS_ENOUGH = 4
 
 def host_threads(num_threads: "int | None") -> int:
     """The host threads one process's pipeline has: ``num_threads`` (0 is the iterating
-    thread alone), else its share of the cores it may run on — divided among the processes
-    of the node when ``torchrun`` says how many there are (``LOCAL_WORLD_SIZE``)."""
+    thread alone), else its share of the cores the engine counts (``_native.cores``) —
+    divided among the processes of the node when ``torchrun`` says how many there are
+    (``LOCAL_WORLD_SIZE``)."""
     if num_threads is not None:
         return max(1, num_threads)
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
+    cores = _native.cores()
     try:
         local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     except ValueError:

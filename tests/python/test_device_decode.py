@@ -143,13 +143,11 @@ def test_auto_decodes_on_the_host_without_a_gpu_and_bad_values_are_refused():
 
 
 def test_auto_leaves_decoding_on_the_host_with_enough_host_threads(monkeypatch):
-    import os
-
-    from sluice import pytorch
+    from sluice import _native, pytorch
 
     assert pytorch.host_threads(8) == 8
     assert pytorch.host_threads(0) == 1  # the iterating thread alone
-    cores = len(os.sched_getaffinity(0))
+    cores = _native.cores()  # what the engine's default thread counts take
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")  # torchrun: 4 processes share the node
     assert pytorch.host_threads(None) == max(1, cores // 4)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "junk")

@@ -32,6 +32,13 @@ use pyo3::prelude::*;
 #[global_allocator]
 static ALLOC: sluice::alloc::MiMalloc = sluice::alloc::MiMalloc;
 
+/// The cores this process may run on (its affinity and CPU quota): what every default
+/// thread count of the engine takes, so Python's own sizing agrees with it.
+#[pyfunction]
+fn cores() -> usize {
+    sluice::cores::cores()
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<dataset::PyDataset>()?;
@@ -40,6 +47,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<iter::PyStats>()?;
     m.add_function(wrap_pyfunction!(iter::elastic_state_json, m)?)?;
     m.add_function(wrap_pyfunction!(iter::join_stopped, m)?)?;
+    m.add_function(wrap_pyfunction!(cores, m)?)?;
     m.add_function(wrap_pyfunction!(cli::cli_main, m)?)?;
     m.add_function(wrap_pyfunction!(report::render_report, m)?)?;
     m.add_function(wrap_pyfunction!(report::write_report, m)?)?;

@@ -36,10 +36,10 @@ pub use sluice_core::{
     SampleRef, SampleStream, Shape, ShardSpec, SlotWriter, Source, SourceRef, SourceStage, Stage,
     StageKind, StageReport, StatsReport, Tensor, TensorData, Value, Variant,
 };
-// What the bindings and tools build on: the executor's backends and controls, statistics and
-// their endpoint, the engine's interrupt flag, recycled batch buffers, the field-name and
-// tensor-data macros.
-pub use sluice_core::{exec, field_names, interrupt, recycle, stats, with_tensor_data};
+// What the bindings and tools build on: the cores a default thread count takes, the
+// executor's backends and controls, statistics and their endpoint, the engine's interrupt
+// flag, recycled batch buffers, the field-name and tensor-data macros.
+pub use sluice_core::{cores, exec, field_names, interrupt, recycle, stats, with_tensor_data};
 pub use sluice_io::shard_writer::{ShardFormat, ShardOptions};
 pub use sluice_io::store::cache::flush_writes as flush_cache_writes;
 pub use sluice_io::store::{configure_storage, CacheSpec};

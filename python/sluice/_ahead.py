@@ -61,7 +61,8 @@ def ahead(items: Iterator[T], fn: Callable[[T], R], depth: int,
                     return
                 r = fn(item)
                 if not put(r):
-                    return dropped(r)
+                    dropped(r)
+                    return
             put(_DONE)
         except BaseException as e:  # noqa: BLE001 - handed to the consumer, raised there
             put(_Failed(e))

@@ -144,14 +144,14 @@ def _nvimgcodec_decode(data: list, mode: Any, device: torch.device) -> "list | N
 
             spec = nvimgcodec.ColorSpec
             # sRGB is `SRGB` in 0.5 and later (the first releases called it `RGB`).
-            params = nvimgcodec.DecodeParams(
-                apply_exif_orientation=False,
-                color_spec=spec.GRAY if gray else getattr(spec, "SRGB", None) or spec.RGB)
-            entry = _NVIMGCODEC[index, gray] = (nvimgcodec.Decoder(device_id=index), params,
-                                                getattr(nvimgcodec, "CodeStream", bytes))
+            rgb = spec.SRGB if hasattr(spec, "SRGB") else spec.RGB
+            params = nvimgcodec.DecodeParams(apply_exif_orientation=False, color_spec=spec.GRAY if gray else rgb)
+            # 0.9 decodes code streams, made over the batch's own bytes (a numpy view, no
+            # copy); earlier releases took a copy of them as `bytes`.
+            stream_of = getattr(nvimgcodec, "CodeStream", bytes)
+            entry = _NVIMGCODEC[index, gray] = (nvimgcodec.Decoder(device_id=index), params, stream_of)
         decoder, params, stream_of = entry
-        # 0.9 decodes code streams only (earlier releases took the bytes themselves).
-        blobs = [stream_of(bytes(d.numpy())) for d in data]
+        blobs = [stream_of(d.numpy()) for d in data]
         try:
             # Ordered on the stream the copies and crops run on (the consumer's side stream).
             images = decoder.decode(blobs, params=params, cuda_stream=torch.cuda.current_stream(device).cuda_stream)

@@ -82,7 +82,10 @@ def test_closing_interrupts_a_source_that_would_never_answer():
     assert woken.is_set() and time.monotonic() - t0 < 30
 
 
-def test_a_sluice_pipeline_closes_under_it():
+def test_a_sluice_pipeline_closed_from_the_consumer_while_the_thread_waits_in_it():
+    # What the CUDA hand-off does on a `break`: `it.close()` from the consumer's thread while
+    # the sending thread is inside `next(it)` (waiting on a slow sample) must neither hang nor
+    # raise, and the thread is gone once the loop is.
     import sluice
 
     def slow(s):

@@ -42,7 +42,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from peers.common import tree_cpu_seconds  # noqa: E402
+from peers.common import cpu_model, tree_cpu_seconds  # noqa: E402
 ROOT = HERE.parent
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 LOADERS = ("model alone", "sluice float32", "sluice uint8 + device normalize", "DataLoader + torchvision",
@@ -289,7 +289,7 @@ def report(a: argparse.Namespace, rows: list) -> None:
         import torch
 
         dev = torch.cuda.get_device_name(0) if torch.cuda.is_available() else a.device
-    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
+    cpu = cpu_model()
     ceiling = next((r.get("images_per_s") for r in rows if r["loader"] == LOADERS[0]), None)
     lines = [f"{a.model}, batch {a.batch}, bf16 autocast, channels_last; device: {dev}; host: {cpu}, "
              f"{os.cpu_count()} cores; ≥ {a.seconds:.0f} s per row", "",

@@ -23,6 +23,9 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from peers.common import cpu_isa, cpu_model  # noqa: E402
 
 
 def _hash(seconds: float, start, out) -> None:
@@ -62,7 +65,6 @@ def ceiling(kind, procs: int, seconds: float) -> float:
 
 
 def cv_stats(data: Path, threads: int, seconds: float) -> str:
-    sys.path.insert(0, str(HERE))
     import sluice
     from peers import sluice_native
 
@@ -86,7 +88,7 @@ def main() -> int:
     ap.add_argument("--cv-threads", default=None, help="the CV runs' thread counts (default: half and all)")
     a = ap.parse_args()
     counts = [int(x) for x in a.procs.split(",")]
-    print(f"{os.cpu_count()} CPUs; N processes at once, {a.seconds:g} s each")
+    print(f"{cpu_model()}, {cpu_isa()}, {os.cpu_count()} CPUs; N processes at once, {a.seconds:g} s each")
     print("| probe | " + " | ".join(f"N={n}" for n in counts) + " |")
     print("|---|" + "---:|" * len(counts))
     for name, kind in (("hash (MiB/s; × one process)", _hash), ("copy (MiB/s; × one process)", _copy)):

@@ -19,8 +19,9 @@
 //! common `madvise` mode every first touch of a 2 MiB range that mimalloc had purged zeroes
 //! a whole huge page, after compacting memory to find one. A pipeline's buffers come and go
 //! (a chunk's images, a Ray reply copied out), and on the shared service's workers — whose
-//! chunks run on whichever of Ray's 64 threads takes them, each with its own heap — that
-//! zeroing was 46% of the worker's CPU; the first epoch of a job cost its two workers
+//! chunks then ran on whichever of Ray's 64 threads took them, each with its own heap (they
+//! run on the worker's own slot threads now: `sluice-py/src/service.rs`) — that zeroing was
+//! 46% of the worker's CPU; the first epoch of a job cost its two workers
 //! 9.3–10.0 CPU seconds against 3.5 without it (`benchmarks/service_epochs.py`;
 //! docs/BENCHMARKS.md, "Huge pages"). In-process
 //! pipelines reuse their memory warm and neither gain nor lose. Unlike mimalloc's

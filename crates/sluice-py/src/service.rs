@@ -16,7 +16,7 @@ use sluice_remote::service::host::{HostOptions, ServiceHost};
 use sluice_remote::service::key;
 use sluice_remote::service::metrics::prometheus_text;
 use sluice_remote::service::node_cache::NodeCache;
-use sluice_remote::service::prefix::PrefixRunner;
+use sluice_remote::service::prefix::{PrefixBook, PrefixRunner};
 use sluice_remote::service::registry::{
     JobBeat, JobInfo, Registry, RegistryOptions, Scale, WorkerBeat,
 };
@@ -50,6 +50,8 @@ pub struct PyServiceHost {
     /// (`benchmarks/service_epochs.py`, docs/BENCHMARKS.md). On the slots' own threads the
     /// heaps stay warm.
     slots: rayon::ThreadPool,
+    /// What this worker measured of each prefix, shared by the stages of every job that runs it.
+    prefixes: PrefixBook,
 }
 
 /// A stage on a worker, and its cacheable prefix if it has one.
@@ -124,6 +126,7 @@ impl PyServiceHost {
             host: ServiceHost::new(options).py()?,
             node,
             slots: threads,
+            prefixes: PrefixBook::default(),
         })
     }
 
@@ -134,7 +137,7 @@ impl PyServiceHost {
             let key = key::stage_key(init)?;
             self.host.attach(job, weight, &key, || {
                 let runner = StageRunner::new(init, &load_udf, Some(codec()))?;
-                let prefix = PrefixRunner::of(init, &runner)?;
+                let prefix = PrefixRunner::of(init, &runner, &self.prefixes)?;
                 Ok(Hosted { runner, prefix })
             })?;
             Ok(key)

@@ -89,19 +89,45 @@ fn ewma(old: Option<f64>, new: f64) -> Option<f64> {
     Some(old.map_or(new, |o| 0.8 * o + 0.2 * new))
 }
 
-/// A stage's cached prefix: its key, where the ops split, and what it measured.
+/// What one worker measured of one prefix: shared by every stage there whose prefix has that
+/// key (jobs with other seeds, epochs or tails run the same prefix), so a job that attaches
+/// starts from what the others measured instead of learning the costs again — 32 chunks of
+/// asking and filling cache shards that do not pay, per job.
+#[derive(Debug, Default)]
+pub struct PrefixCosts(std::sync::Mutex<Costs>);
+
+/// The measurements of the prefixes a worker runs, by prefix key; an entry lives while a
+/// stage uses it.
+#[derive(Debug, Default)]
+pub struct PrefixBook(std::sync::Mutex<HashMap<String, std::sync::Weak<PrefixCosts>>>);
+
+impl PrefixBook {
+    /// The measurements of prefix `key`: those of the stages already running it, else new.
+    pub fn costs(&self, key: &str) -> Arc<PrefixCosts> {
+        let mut book = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(costs) = book.get(key).and_then(std::sync::Weak::upgrade) {
+            return costs;
+        }
+        book.retain(|_, c| c.strong_count() > 0);
+        let costs = Arc::new(PrefixCosts::default());
+        book.insert(key.to_string(), Arc::downgrade(&costs));
+        costs
+    }
+}
+
+/// A stage's cached prefix: its key, where the ops split, and what the worker measured of it.
 #[derive(Debug)]
 pub struct PrefixRunner {
     key: String,
     split: usize,
-    costs: std::sync::Mutex<Costs>,
+    costs: Arc<PrefixCosts>,
 }
 
 impl PrefixRunner {
-    /// The prefix of the stage `init` describes, rebuilt as `runner`: `None` when there is
-    /// nothing to cache (no source to read in the worker, or the first op is random or not a
-    /// raising map).
-    pub fn of(init: &str, runner: &StageRunner) -> Result<Option<PrefixRunner>> {
+    /// The prefix of the stage `init` describes, rebuilt as `runner`, sharing the
+    /// measurements `book` holds for its key: `None` when there is nothing to cache (no
+    /// source to read in the worker, or the first op is random or not a raising map).
+    pub fn of(init: &str, runner: &StageRunner, book: &PrefixBook) -> Result<Option<PrefixRunner>> {
         let work = runner.work();
         if work.read.is_none() {
             return Ok(None);
@@ -128,15 +154,16 @@ impl PrefixRunner {
             .unwrap_or_default();
         let canonical = serde_json::to_vec(&serde_json::json!([package.source, ops, files]))
             .map_err(|e| Error::Internal(format!("prefix key: {e}")))?;
+        let key = content_key(&canonical);
         Ok(Some(PrefixRunner {
-            key: content_key(&canonical),
+            costs: book.costs(&key),
+            key,
             split,
-            costs: Default::default(),
         }))
     }
 
     fn costs(&self) -> std::sync::MutexGuard<'_, Costs> {
-        self.costs.lock().unwrap_or_else(|p| p.into_inner())
+        self.costs.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Whether this chunk should go through the cache: yes until reading a record is known

@@ -108,23 +108,35 @@ fn samples(main: &RemoteStage, reply: &SplitFrame) -> Vec<Sample> {
 #[test]
 fn the_prefix_is_the_deterministic_maps_before_the_first_random_op() {
     let (main, runner) = stage(&[false, false, true, false], 1);
-    let p = PrefixRunner::of(main.init(), &runner).unwrap().unwrap();
+    let p = PrefixRunner::of(main.init(), &runner, &PrefixBook::default())
+        .unwrap()
+        .unwrap();
     assert_eq!(p.split, 2);
     let (main2, runner2) = stage(&[true, false], 1);
-    assert!(PrefixRunner::of(main2.init(), &runner2).unwrap().is_none());
+    assert!(
+        PrefixRunner::of(main2.init(), &runner2, &PrefixBook::default())
+            .unwrap()
+            .is_none()
+    );
     // Other seeds share the prefix; another prefix op does not.
     let (other_seed, r) = stage(&[false, false, true, false], 9);
-    let q = PrefixRunner::of(other_seed.init(), &r).unwrap().unwrap();
+    let q = PrefixRunner::of(other_seed.init(), &r, &PrefixBook::default())
+        .unwrap()
+        .unwrap();
     assert_eq!(p.key(), q.key());
     let (shorter, r) = stage(&[false, true], 1);
-    let s = PrefixRunner::of(shorter.init(), &r).unwrap().unwrap();
+    let s = PrefixRunner::of(shorter.init(), &r, &PrefixBook::default())
+        .unwrap()
+        .unwrap();
     assert_ne!(p.key(), s.key());
 }
 
 #[test]
 fn cached_records_give_the_bytes_of_a_full_run_for_any_seed_and_epoch() {
     let (main, runner) = stage(&[false, true], 1);
-    let p = PrefixRunner::of(main.init(), &runner).unwrap().unwrap();
+    let p = PrefixRunner::of(main.init(), &runner, &PrefixBook::default())
+        .unwrap()
+        .unwrap();
     let chunk = items(0, &[5, 3, 8, 1]);
     let frame = main.request(chunk.clone(), None).unwrap();
     let full = runner.run_split(&frame, SPLIT_THRESHOLD);
@@ -158,7 +170,9 @@ fn cached_records_give_the_bytes_of_a_full_run_for_any_seed_and_epoch() {
 #[test]
 fn a_corrupt_record_is_an_error_reply_not_a_panic() {
     let (main, runner) = stage(&[false, true], 1);
-    let p = PrefixRunner::of(main.init(), &runner).unwrap().unwrap();
+    let p = PrefixRunner::of(main.init(), &runner, &PrefixBook::default())
+        .unwrap()
+        .unwrap();
     let frame = main.request(items(0, &[2]), None).unwrap();
     let bad = HashMap::from([(2u64, &[1u8, 2, 3][..])]);
     let out = p.run(&runner, &frame, &bad, 0.0, SPLIT_THRESHOLD);
@@ -191,7 +205,9 @@ fn a_file_rewritten_gets_a_new_prefix_key() {
 #[test]
 fn a_cache_slower_than_computing_is_left_alone_and_probed_now_and_then() {
     let (main, runner) = stage(&[false, true], 1);
-    let p = PrefixRunner::of(main.init(), &runner).unwrap().unwrap();
+    let p = PrefixRunner::of(main.init(), &runner, &PrefixBook::default())
+        .unwrap()
+        .unwrap();
     let frame = main.request(items(0, &[1, 2]), None).unwrap();
     let first = p.run(
         &runner,
@@ -225,7 +241,9 @@ fn a_cache_slower_than_computing_is_left_alone_and_probed_now_and_then() {
 #[test]
 fn a_cold_chunk_does_not_measure_the_read_cost() {
     let (main, runner) = stage(&[false, true], 1);
-    let p = PrefixRunner::of(main.init(), &runner).unwrap().unwrap();
+    let p = PrefixRunner::of(main.init(), &runner, &PrefixBook::default())
+        .unwrap()
+        .unwrap();
     let first = p.run(
         &runner,
         &main.request(items(0, &[1]), None).unwrap(),
@@ -294,4 +312,30 @@ fn shards_that_hold_almost_nothing_asked_of_them_stop_being_filled() {
         r.shard_fetched(0.001, 4, 4);
     }
     assert!(r.shards_pay());
+}
+
+#[test]
+fn stages_with_one_prefix_share_what_the_worker_measured_of_it() {
+    let book = PrefixBook::default();
+    let (a, ra) = stage(&[false, false, true, false], 1);
+    let (b, rb) = stage(&[false, false, true, false], 9);
+    let (other, ro) = stage(&[false, true], 1);
+    let p = PrefixRunner::of(a.init(), &ra, &book).unwrap().unwrap();
+    let q = PrefixRunner::of(b.init(), &rb, &book).unwrap().unwrap();
+    let o = PrefixRunner::of(other.init(), &ro, &book).unwrap().unwrap();
+    // The first job's stage judged the shards useless: the second job's, with another seed,
+    // does not ask them 32 more times to learn it; another prefix's stage knows nothing yet.
+    p.costs().compute_s = Some(2e-3);
+    for _ in 0..SHARD_ASKS_JUDGED {
+        p.shard_fetched(0.001, 4, 0);
+    }
+    assert!(!q.shards_pay());
+    assert_eq!(q.measured(), (Some(2e-3), None));
+    assert_eq!(o.measured(), (None, None));
+    assert!(o.shards_pay());
+    // Once no stage runs a prefix, its entry goes; a stage built later starts afresh.
+    drop((p, q));
+    let again = PrefixRunner::of(b.init(), &rb, &book).unwrap().unwrap();
+    assert_eq!(again.measured(), (None, None));
+    assert_eq!(book.0.lock().unwrap().len(), 2, "{book:?}");
 }

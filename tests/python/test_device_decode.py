@@ -187,3 +187,44 @@ def test_cuda_nvjpeg_makes_the_hosts_crops():  # pragma: no cover - GPU only
         return
     # Installed: it decoded (a failure would have fallen back to torchvision, marked False).
     assert _device_decode._NVIMGCODEC and all(v is not False for v in _device_decode._NVIMGCODEC.values())
+
+
+@pytest.mark.parametrize("bicubic", [False, True])
+def test_batched_crops_match_one_interpolate_per_image(bicubic, monkeypatch):
+    """The batched resize (two matrix products over crops padded to their group's largest) gives
+    the pixels of torch's antialiased ``interpolate`` run on each crop, flipped or not: crops
+    shrunk and enlarged, square and not, split into groups when they would pad too much."""
+    import torch.nn.functional as F
+
+    from sluice import _device_decode as D
+
+    rng = np.random.default_rng(7)
+    images, draws = [], []
+    for i in range(12):
+        h, w = int(rng.integers(20, 300)), int(rng.integers(20, 300))
+        images.append(torch.as_tensor(rng.integers(0, 256, (3, h, w), dtype=np.uint8)))
+        ch, cw = int(rng.integers(1, h + 1)), int(rng.integers(1, w + 1))
+        top, left = int(rng.integers(0, h - ch + 1)), int(rng.integers(0, w - cw + 1))
+        draws.append([top, left, ch, cw, 40, 56, i % 2, int(bicubic), 3, 1])
+    draws = np.array(draws, dtype=np.int64)
+    want = []
+    for img, (top, left, h, w, oh, ow, flip, *_) in zip(images, draws.tolist()):
+        x = img[None, :, top:top + h, left:left + w].float()
+        x = F.interpolate(x, size=(oh, ow), mode="bicubic" if bicubic else "bilinear", antialias=True, align_corners=False)
+        want.append((x.flip(-1) if flip else x).round().clamp(0, 255).to(torch.uint8)[0])
+    want = torch.stack(want)
+    for budget in (D.GROUP_ELEMENTS, 3 * 300 * 300):  # one group; then several
+        monkeypatch.setattr(D, "GROUP_ELEMENTS", budget)
+        got = D.resize_crops(images, draws)
+        assert got.shape == want.shape == (12, 3, 40, 56) and got.dtype == torch.uint8
+        diff = (got.int() - want.int()).abs()
+        assert diff.max() <= 1 and (diff > 0).float().mean() < 0.01, (diff.max(), (diff > 0).float().mean())
+
+
+def test_batched_crops_refuse_mixed_output_sizes():
+    from sluice import _device_decode as D
+
+    images = [torch.zeros(3, 10, 10, dtype=torch.uint8)] * 2
+    draws = np.array([[0, 0, 10, 10, 8, 8, 0, 0, 3, 1], [0, 0, 10, 10, 8, 6, 0, 0, 3, 1]], dtype=np.int64)
+    with pytest.raises(ValueError, match="different output sizes"):
+        D.resize_crops(images, draws)

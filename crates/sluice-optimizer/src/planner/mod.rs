@@ -190,13 +190,14 @@ pub const RULES: &[Rule] = &[
         },
     },
     // The first chunk: one item until costs are measured, more when a stage runs on Ray
-    // (each chunk pays a round trip there).
+    // (each chunk pays a round trip there), and how much work chunks grow to carry.
     Rule {
         name: "first chunk",
         reorders: false,
         merges: false,
         apply: |p| {
             p.plan.source.chunk_size = p.plan.first_chunk();
+            p.plan.source.chunk_work_ns = p.plan.chunk_work_ns();
             Ok(())
         },
     },

@@ -418,7 +418,7 @@ def main() -> None:
     ap.add_argument("--cases", default="sweep,fairness,scaling,costs,prefix")
     ap.add_argument("--uint8", action="store_true", help="sweep/prefix: no normalize, uint8 replies")
     ap.add_argument("--chunk", type=int, default=64,
-                    help="sweep/prefix: images per chunk (one service call each); 0: the engine sizes them")
+                    help="sweep/prefix: images per chunk (one service call each); 64 is RAY.md's advice for a cluster")
     ap.add_argument("--node-cache-bytes", type=int, default=None,
                     help="prefix: the cache's node tier (default: the service's; 0: the shards alone)")
     ap.add_argument("--markdown", action="store_true", help="print the Markdown table at the end")

@@ -72,7 +72,7 @@ t0, cpu0 = time.time(), cpu()
 shas, hash_cpu, n, first, marks, chunks, stop = [], 0.0, 0, None, [], 0, False
 for epoch in range(P["epochs"]):
     h = hashlib.sha256()
-    it = ds.iter(seed=P["seed"], epoch=epoch, chunk_size=P["chunk"] or None, context=ctx)
+    it = ds.iter(seed=P["seed"], epoch=epoch, chunk_size=P["chunk"], context=ctx)
     for b in it:
         c = time.thread_time()
         for k in sorted(b):

@@ -259,7 +259,7 @@ impl<'a> Flow<'a> {
 }
 
 /// Items per chunk once the executor has measured the stages (`exec::source`'s sizer):
-/// ~the plan's [`chunk_work_ns`](sluice_core::PhysicalPlan::chunk_work_ns) ([`CHUNK_WORK_NS`] on threads) of `work` (CPU seconds per item after the source), no more than
+/// ~[`CHUNK_WORK_NS`] of `work` (CPU seconds per item after the source), no more than
 /// [`CHUNK_BYTES`] of items of `item_bytes`, within the plan's first
 /// ([`PhysicalPlan::first_chunk`]) and largest chunk.
 ///
@@ -275,7 +275,7 @@ impl<'a> Flow<'a> {
 pub fn steady_chunk(plan: &PhysicalPlan, work: f64, item_bytes: f64) -> f64 {
     let first = plan.first_chunk() as f64;
     let max_chunk = (plan.source.max_chunk.max(plan.source.chunk_size).max(1)) as f64;
-    (plan.source.chunk_work_ns * 1e-9 / work.max(1e-12))
+    (CHUNK_WORK_NS * 1e-9 / work.max(1e-12))
         .min(CHUNK_BYTES / item_bytes.max(1.0))
         .clamp(first, max_chunk)
         .floor()

@@ -305,7 +305,6 @@ pub const CHUNK_BYTES: f64 = 8.0 * 1024.0 * 1024.0;
 struct ChunkSizer {
     size: u64,
     max: u64,
-    work_ns: f64,
 }
 
 impl ChunkSizer {
@@ -314,7 +313,6 @@ impl ChunkSizer {
         ChunkSizer {
             size,
             max: (src.max_chunk as u64).max(size),
-            work_ns: src.chunk_work_ns,
         }
     }
     fn next(&mut self, stats: &PipelineStats) -> u64 {
@@ -340,7 +338,7 @@ impl ChunkSizer {
                 bytes = bytes.max(c.bytes_out.load(Relaxed) as f64 / out as f64);
             }
         }
-        let want = (self.work_ns / cpu.max(1.0)).min(CHUNK_BYTES / bytes.max(1.0)) as u64;
+        let want = (CHUNK_WORK_NS / cpu.max(1.0)).min(CHUNK_BYTES / bytes.max(1.0)) as u64;
         if want > self.size {
             self.size = want.min(self.size * 2).min(self.max);
         }
@@ -361,7 +359,6 @@ mod tests {
             chunk_size: chunk,
             max_chunk: max,
             queue_depth: 1,
-            chunk_work_ns: CHUNK_WORK_NS,
         }
     }
 
@@ -410,29 +407,6 @@ mod tests {
         // 100 µs items grow to the 10 that carry 1 ms, doubling.
         let sizes: Vec<u64> = (0..6).map(|_| s.next(&stats_after(50, 100_000))).collect();
         assert_eq!(sizes, [2, 4, 8, 10, 10, 10]);
-    }
-
-    #[test]
-    fn chunks_for_ray_grow_to_carry_its_round_trip_within_the_byte_cap() {
-        // 2.6 ms per item of 150 KB (a CV crop on a Ray stage): 1 ms of work is under one
-        // item, so chunks for threads stay at the first 16; a Ray stage's chunks double to
-        // the ~100 ms it wants, 38 items (5.7 MB, under the 8 MiB cap).
-        let stats = sized_stats(10_000, 2_600_000, 150_528);
-        let mut threads = ChunkSizer::new(&source(16, 1024));
-        assert_eq!(threads.next(&stats), 16);
-        let mut ray = ChunkSizer::new(&SourceStage {
-            chunk_work_ns: crate::plan::physical::RAY_CHUNK_WORK_NS,
-            ..source(16, 1024)
-        });
-        let sizes: Vec<u64> = (0..3).map(|_| ray.next(&stats)).collect();
-        assert_eq!(sizes, [32, 38, 38]);
-        // 602 KB float32 items: the byte cap (13 items) is under the first size; it stays.
-        let big = sized_stats(10_000, 2_600_000, 602_112);
-        let mut ray = ChunkSizer::new(&SourceStage {
-            chunk_work_ns: crate::plan::physical::RAY_CHUNK_WORK_NS,
-            ..source(16, 1024)
-        });
-        assert_eq!(ray.next(&big), 16);
     }
 
     #[test]

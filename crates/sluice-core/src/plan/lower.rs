@@ -112,7 +112,6 @@ pub fn lower(plan: &Arc<LogicalPlan>, opts: &LowerOptions) -> Result<PhysicalPla
             chunk_size: opts.chunk_size,
             max_chunk: opts.max_chunk.max(opts.chunk_size),
             queue_depth: opts.queue_depth,
-            chunk_work_ns: crate::exec::CHUNK_WORK_NS,
         },
         stages,
         delivery: Default::default(),

@@ -136,7 +136,6 @@ mod tests {
                 chunk_size: 1,
                 max_chunk: 1,
                 queue_depth: 1,
-                chunk_work_ns: crate::exec::CHUNK_WORK_NS,
             },
             stages,
             delivery: Default::default(),

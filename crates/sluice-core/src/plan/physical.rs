@@ -193,11 +193,6 @@ pub struct SourceStage {
     /// `chunk_size`, chunks have a fixed size.
     pub max_chunk: usize,
     pub queue_depth: usize,
-    /// Downstream work, in nanoseconds, each chunk should carry once the stages are measured
-    /// ([`crate::exec::CHUNK_WORK_NS`], or [`RAY_CHUNK_WORK_NS`] when a stage runs on Ray:
-    /// [`PhysicalPlan::chunk_work_ns`]). Not part of the plan's JSON: it follows from the
-    /// stages.
-    pub chunk_work_ns: f64,
 }
 
 impl Serialize for SourceStage {
@@ -259,13 +254,6 @@ impl Delivery {
 /// ~0.1 ms) start at one item, so a slow function's first output is not held back.
 pub const POOL_FIRST_CHUNK: usize = 16;
 
-/// Work a chunk carries when a stage runs on Ray: a chunk there is a Ray call (about a
-/// millisecond of CPU on each side) and a reply moved between object stores, which costs per
-/// object as well as per byte, so chunks grow until they carry ~100 ms of the stages' time
-/// (or [`crate::exec::CHUNK_BYTES`] of output). On the shared service, CV chunks of 64 images
-/// cost 17 % less CPU per sample than chunks of 16 (docs/BENCHMARKS.md, "Chunks of 64").
-pub const RAY_CHUNK_WORK_NS: f64 = 100_000_000.0;
-
 #[cfg(test)]
 impl PhysicalPlan {
     /// A plan of `stages` (each queue one chunk deep) over a range of 8, for the tests of
@@ -279,7 +267,6 @@ impl PhysicalPlan {
                 chunk_size: 4,
                 max_chunk: 4,
                 queue_depth: 1,
-                chunk_work_ns: crate::exec::CHUNK_WORK_NS,
             },
             stages: stages
                 .into_iter()
@@ -307,35 +294,14 @@ impl PhysicalPlan {
     /// ```
     pub fn first_chunk(&self) -> usize {
         let own = self.source.chunk_size.max(1);
-        if self.on_ray() && self.source.max_chunk > own {
+        let pooled = self.stages.iter().any(
+            |s| matches!(&s.variant, Variant::Pool { backend, .. } if backend == crate::exec::backend::RAY),
+        );
+        if pooled && self.source.max_chunk > own {
             own.max(POOL_FIRST_CHUNK.min(self.source.max_chunk))
         } else {
             own
         }
-    }
-
-    /// Downstream work a chunk should carry once measured: [`RAY_CHUNK_WORK_NS`] when a stage
-    /// runs on Ray, else [`crate::exec::CHUNK_WORK_NS`].
-    ///
-    /// ```
-    /// use sluice_core::{lower, LogicalPlan, LowerOptions, RangeSource, SourceNode};
-    /// use std::sync::Arc;
-    /// let src = Arc::new(LogicalPlan::Source(SourceNode::new(Arc::new(RangeSource::new(9)))));
-    /// let plan = lower(&src, &LowerOptions::default()).unwrap();
-    /// assert_eq!(plan.chunk_work_ns(), sluice_core::exec::CHUNK_WORK_NS);
-    /// ```
-    pub fn chunk_work_ns(&self) -> f64 {
-        if self.on_ray() {
-            RAY_CHUNK_WORK_NS
-        } else {
-            crate::exec::CHUNK_WORK_NS
-        }
-    }
-
-    fn on_ray(&self) -> bool {
-        self.stages.iter().any(
-            |s| matches!(&s.variant, Variant::Pool { backend, .. } if backend == crate::exec::backend::RAY),
-        )
     }
 
     /// The plan as pretty JSON.
@@ -409,17 +375,11 @@ mod tests {
             workers: 2,
         };
         assert_eq!(plan.first_chunk(), 1, "a process's round trip is cheap");
-        assert_eq!(plan.chunk_work_ns(), crate::exec::CHUNK_WORK_NS);
         plan.stages[0].variant = Variant::Pool {
             backend: crate::exec::backend::RAY.into(),
             workers: 2,
         };
         assert_eq!(plan.first_chunk(), POOL_FIRST_CHUNK);
-        assert_eq!(
-            plan.chunk_work_ns(),
-            RAY_CHUNK_WORK_NS,
-            "and they grow further"
-        );
         plan.source.max_chunk = 4;
         assert_eq!(plan.first_chunk(), 4, "never past the largest chunk");
         plan.source.chunk_size = 3;

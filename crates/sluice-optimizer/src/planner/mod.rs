@@ -190,14 +190,13 @@ pub const RULES: &[Rule] = &[
         },
     },
     // The first chunk: one item until costs are measured, more when a stage runs on Ray
-    // (each chunk pays a round trip there), and how much work chunks grow to carry.
+    // (each chunk pays a round trip there).
     Rule {
         name: "first chunk",
         reorders: false,
         merges: false,
         apply: |p| {
             p.plan.source.chunk_size = p.plan.first_chunk();
-            p.plan.source.chunk_work_ns = p.plan.chunk_work_ns();
             Ok(())
         },
     },

@@ -2,7 +2,7 @@
 job's driver (this process) and of each service worker.
 
 A local Ray with 3 CPUs, a service of 2 one-CPU workers (no prefix cache), and the CV job of
-``service_harness.pipeline`` over 2,000 images (float32 replies, chunks of 16). Each epoch's
+``service_harness.pipeline`` over 2,000 images (float32 replies, chunks of ``--chunk``, 16 by default). Each epoch's
 CPU is read from ``getrusage`` (the driver) and ``/proc/PID/stat`` (the workers), so it
 counts every thread of each process; the first epoch includes the workers' warm-up.
 
@@ -41,6 +41,7 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=5)
     ap.add_argument("--images", type=int, default=2000)
     ap.add_argument("--kind", default="cv", choices=["cv", "cv-u8"])
+    ap.add_argument("--chunk", type=int, default=16, help="images per chunk (one service call each)")
     args = ap.parse_args()
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     import ray
@@ -58,7 +59,7 @@ def main() -> None:
     try:
         for epoch in range(args.epochs):
             d0, w0, t0, n = me(), [proc(p) for p in pids], time.time(), 0
-            for b in ds.iter(seed=1, epoch=epoch, chunk_size=16, context=ctx):
+            for b in ds.iter(seed=1, epoch=epoch, chunk_size=args.chunk, context=ctx):
                 n += len(b["label"])
             d1, w1 = me(), [proc(p) for p in pids]
             row = {"epoch": epoch, "samples": n, "wall_s": round(time.time() - t0, 2),

@@ -34,15 +34,26 @@ def dispatcher_name(name: str) -> str:
 
 class ServiceWorker:
     """One worker of the pool: hosts the stages of the jobs attached to it. A stage with a
-    deterministic prefix worth caching reads its records from the cache shards first and
-    sends them the ones it computed (without waiting: a lost put is a later miss)."""
+    deterministic prefix worth caching reads its records from its node's tier and the cache
+    shards first and sends the shards the ones it computed (without waiting: a lost put is a
+    later miss) — unless every worker shares its tier (``share_tier``): the tier then holds
+    all any of them made, and the shards would only hold copies."""
 
     def __init__(self, slots: int, window_bytes: int, shards: list | None = None, node_cache: tuple | None = None):
         self._host = _native.ServiceHost(slots, window_bytes, node_cache)
         self._shards = list(shards or [])
+        self._tier_shared = False
+        self._tier_told = -1
 
     def set_shards(self, shards: list) -> None:
         self._shards = list(shards)
+
+    def share_tier(self, shared: bool, told: int) -> None:
+        """Whether every worker of the service reads and writes this worker's node tier, as
+        the dispatcher's ``told``-th word on it says (calls may run out of order on the
+        actor's threads: an older word is ignored)."""
+        if told > self._tier_told:
+            self._tier_told, self._tier_shared = told, bool(shared)
 
     def attach(self, job: int, weight: float, init: str) -> str:
         return self._host.attach(job, weight, init)
@@ -54,8 +65,8 @@ class ServiceWorker:
     def run(self, job: int, key: str, frame: bytes) -> Any:
         """The chunk's split reply ``(frame, [uint8 arrays])``, or — when several jobs of a
         stream read it — a reference to it in Ray's object store, put there once."""
-        shards = self._shards
-        plan = self._host.prefix_plan(job, key, frame, len(shards)) if shards else None
+        shards = [] if self._tier_shared else self._shards
+        plan = self._host.prefix_plan(job, key, frame, len(shards)) if shards or self._tier_shared else None
         if plan is None:
             return self._host.run(job, key, frame)
         prefix, groups = plan
@@ -179,6 +190,9 @@ class Dispatcher:
         self._events: list[str] = []
         self._shards: list[Any] = []
         self._cache_reports: list[dict] = []
+        self._tiers: dict[str, str | None] = {}  # worker id -> its node tier's identity
+        self._tier_shared = False
+        self._tier_told = 0  # how many times the workers were told
         self._start_shards()
         self._start(int(options["min_workers"]))
         self._last_scale = self._now()
@@ -262,9 +276,24 @@ class Dispatcher:
                 for handle in self._workers.values():
                     handle.set_shards.remote(self._shards)
 
+    def _share_tier(self) -> None:
+        """Tells the workers whether they all share one node tier (one machine's nodes, a
+        shared disk): then every record one of them made is in it, and storing copies in the
+        shards is a transfer nobody reads. A worker joining with a tier of its own turns the
+        shards back on. Called with the lock held."""
+        tiers = {self._tiers.get(wid) for wid in self._workers}
+        shared = bool(self._shards) and bool(self._workers) and len(tiers) == 1 and None not in tiers
+        if shared != self._tier_shared:
+            self._tier_shared, self._tier_told = shared, self._tier_told + 1
+            self._event("every worker shares one node tier: the shards are left alone" if shared
+                        else "the workers' node tiers differ: the shards are used")
+            for handle in self._workers.values():
+                handle.share_tier.remote(shared, self._tier_told)
+
     def _retire(self, ids: list[str]) -> None:
         for wid in ids:
             handle = self._workers.pop(wid, None)
+            self._tiers.pop(wid, None)
             self._registry.remove_worker(wid)
             if handle is not None:
                 self._ray.kill(handle)
@@ -289,15 +318,20 @@ class Dispatcher:
                     continue  # busy starting, slow to answer, or briefly unreachable: next tick
                 except ray.exceptions.RayError as e:
                     self._starting.pop(wid, None)
+                    self._tiers.pop(wid, None)
                     if self._workers.pop(wid, None) is not None:
                         self._registry.remove_worker(wid)
                     self._event(f"worker {wid} lost ({type(e).__name__})")
                     continue
+                report = json.loads(text)
                 if wid in starting:
                     handle, _ = self._starting.pop(wid)
                     self._workers[wid] = handle
-                    self._registry.add_worker(now, wid, json.loads(text).get("node", ""))
+                    self._registry.add_worker(now, wid, report.get("node", ""))
+                    handle.share_tier.remote(self._tier_shared, self._tier_told)
+                self._tiers[wid] = (report.get("node_cache") or {}).get("tier")
                 self._registry.worker_beat(now, wid, text)
+            self._share_tier()
             for job in self._registry.expire(now):
                 self._event(f"job {job} expired (no heartbeat)")
                 for handle in self._workers.values():
@@ -384,7 +418,7 @@ class Dispatcher:
                 name=self._name,
                 generation=self.generation,
                 metrics_address=self._metrics,
-                cache=_cache_status(self._cache_reports),
+                cache={**_cache_status(self._cache_reports), "tier_shared": self._tier_shared},
                 starting=sorted(self._starting),
                 events=list(self._events),
             )

@@ -343,6 +343,32 @@ def test_each_node_keeps_the_prefix_and_reads_it_back_without_asking_the_shards(
     ctx.close()
 
 
+def test_workers_that_all_share_one_node_tier_leave_the_shards_alone(svc, tmp_path):
+    """Both worker nodes of this cluster reach one directory (one machine, as a shared disk
+    would): every record a worker makes is in the tier the other reads, so the dispatcher
+    tells them to keep no copies in the shards — no puts, no reads — and the runs stay
+    byte-identical, the later ones reading the tier."""
+    name = svc(cache_bytes=64 << 20, cache_shards=2, node_cache_dir=str(tmp_path / "shared"))
+    _wait_for("the dispatcher to see one tier", lambda: service.status(name)["cache"].get("tier_shared"))
+    ds = _split_pipeline()
+    ctx = sluice.Context(service=name)
+    for seed, epoch in ((1, 0), (7, 0)):
+        expected = [_digest(b) for b in ds.iter(seed=seed, epoch=epoch, chunk_size=8)]
+        assert [_digest(b) for b in ds.iter(seed=seed, epoch=epoch, chunk_size=8, context=ctx)] == expected
+
+    def tiers():
+        st = service.status(name)
+        node = [w["node_cache"] for w in st["workers"] if w.get("node_cache")]
+        return (st, node) if len(node) == 2 and sum(t["hits"] for t in node) >= 160 - 16 else None
+
+    st, node = _wait_for("the workers' reports", tiers)
+    assert len({t["tier"] for t in node}) == 1 and sum(t["stored"] for t in node) >= 160
+    prefixes = st["cache"].get("prefixes", {}).values()
+    assert sum(p["puts"] + p["hits"] + p["misses"] for p in prefixes) == 0, st["cache"]
+    assert any("shares one node tier" in e for e in st["events"]), st["events"]
+    ctx.close()
+
+
 def _worker_handles(name: str) -> list:
     prefix = f"svc:{name}:"
     return [

@@ -188,7 +188,8 @@ impl PyServiceHost {
             // What this node holds is read here; the shards are asked for the rest, unless
             // reading through them costs more than computing (then the rest is computed).
             let mut groups = vec![Vec::new(); shards.max(1)];
-            if self.node.is_some() && !prefix.use_shards() {
+            // No shards (every worker shares this tier), or shards dearer than computing.
+            if self.node.is_some() && (shards == 0 || !prefix.use_shards()) {
                 return Ok(Some((prefix.key().to_string(), groups)));
             }
             for index in PrefixRunner::items(frame)? {
@@ -268,7 +269,8 @@ impl PyServiceHost {
                         if let Some(n) = node {
                             n.keep(prefix.key(), out.records.iter().map(|(i, r)| (*i, &r[..])));
                         }
-                        let to_shards = prefix.store_in_shards(node.is_some(), asked);
+                        // No shards (their records are all in this tier already): none kept.
+                        let to_shards = shards > 0 && prefix.store_in_shards(node.is_some(), asked);
                         let records = if to_shards { out.records } else { Vec::new() };
                         made = Some((records, out.compute_s, prefix.key().to_string()));
                         reply_to_py(out.reply, group)

@@ -33,6 +33,8 @@ use sluice_io::store::disk::{DiskCache, Version};
 #[derive(Debug)]
 pub struct NodeCache {
     disk: Arc<DiskCache>,
+    /// The directory's identity ([`NodeCache::tier`]).
+    tier: String,
     hits: AtomicU64,
     misses: AtomicU64,
     stored: AtomicU64,
@@ -47,6 +49,7 @@ impl NodeCache {
     pub fn open(dir: &Path, limit: u64) -> Result<NodeCache> {
         Ok(NodeCache {
             disk: Arc::new(DiskCache::open(dir, limit)?),
+            tier: tier_id(dir)?,
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
             stored: AtomicU64::new(0),
@@ -137,15 +140,58 @@ impl NodeCache {
         }
     }
 
-    /// `(hits, misses, stored)` so far, and the directory with its cap.
+    /// The directory's identity: the same for every worker that opens this directory,
+    /// whatever the path or node it is reached from (a shared disk, one machine's nodes),
+    /// different for another directory. Workers that all report one tier hold every
+    /// record any of them made: the service then keeps no copy in its shards.
+    pub fn tier(&self) -> &str {
+        &self.tier
+    }
+
+    /// `(hits, misses, stored)` so far, and the directory with its cap and identity.
     pub fn report(&self) -> serde_json::Value {
         serde_json::json!({
+            "tier": self.tier,
             "dir": self.disk.dir().display().to_string(),
             "limit": self.disk.limit(),
             "hits": self.hits.load(Relaxed),
             "misses": self.misses.load(Relaxed),
             "stored": self.stored.load(Relaxed),
         })
+    }
+}
+
+/// The identity in `dir`'s `tier` file, made by the first opener: written under a name of
+/// its own, then linked into place (a link never replaces a file), so every opener reads
+/// the one that won.
+fn tier_id(dir: &Path) -> Result<String> {
+    let path = dir.join("tier");
+    if let Ok(id) = std::fs::read_to_string(&path) {
+        if !id.is_empty() {
+            return Ok(id);
+        }
+    }
+    let mine = format!(
+        "{:016x}{:08x}",
+        sluice_core::rng::combine(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64),
+            u64::from(std::process::id()),
+        ),
+        std::process::id()
+    );
+    let tmp = dir.join(format!(".tier-{mine}"));
+    let io = |e| Error::io(format!("{} (node cache tier)", path.display()), e);
+    std::fs::write(&tmp, &mine).map_err(io)?;
+    let linked = std::fs::hard_link(&tmp, &path);
+    let _ = std::fs::remove_file(&tmp);
+    match linked {
+        Ok(()) => Ok(mine),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            std::fs::read_to_string(&path).map_err(io)
+        }
+        Err(e) => Err(io(e)),
     }
 }
 
@@ -178,6 +224,35 @@ mod tests {
         assert!((100..200).filter(|&i| a.has("p", i)).count() < 64);
         let r = a.report();
         assert!(r["stored"].as_u64().unwrap() >= 100 && r["hits"].as_u64().unwrap() == 2);
+    }
+
+    #[test]
+    fn openers_of_one_directory_share_its_tier_and_another_directory_differs() {
+        let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let openers: Vec<NodeCache> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..8)
+                .map(|_| s.spawn(|| NodeCache::open(d1.path(), 1 << 20).unwrap()))
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let tier = openers[0].tier().to_string();
+        assert!(tier.len() >= 16 && openers.iter().all(|n| n.tier() == tier));
+        assert_eq!(openers[0].report()["tier"], tier.as_str());
+        let other = NodeCache::open(d2.path(), 1 << 20).unwrap();
+        assert_ne!(other.tier(), tier);
+        // Reopened later (a worker restarted), the directory keeps its identity.
+        assert_eq!(NodeCache::open(d1.path(), 1 << 20).unwrap().tier(), tier);
+        // No temporary file is left behind.
+        let names: Vec<_> = std::fs::read_dir(d1.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert!(
+            !names
+                .iter()
+                .any(|n| n.to_string_lossy().starts_with(".tier-")),
+            "{names:?}"
+        );
     }
 
     #[test]

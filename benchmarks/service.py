@@ -364,7 +364,9 @@ def markdown(res: dict) -> str:
                 yes(s["cached_identical_epoch0"] == 4))
             pre = [p for p in (s.get("cache") or {}).get("prefixes", {}).values()]
             row(f"prefix cache ({w})", "records read / computed, stored, refused; bytes",
-                "; ".join(f"{p['hits']} / {p['misses']}, {p['puts']}, {p['refused']}; {p['bytes'] / 1e6:.0f} MB" for p in pre) or "no prefix cached", "", "")
+                "; ".join(f"{p['hits']} / {p['misses']}, {p['puts']}, {p['refused']}; {p['bytes'] / 1e6:.0f} MB" for p in pre)
+                or ("none: every worker shares one node tier, the shards are left alone"
+                    if (s.get("cache") or {}).get("tier_shared") else "no prefix cached"), "", "")
             tiers = [t for t in s.get("node_cache") or [] if t]
             row(f"prefix cache ({w})", "node tier: records read / not there, stored (all workers)",
                 f"{sum(t['hits'] for t in tiers)} / {sum(t['misses'] for t in tiers)}, {sum(t['stored'] for t in tiers)}"

@@ -91,6 +91,8 @@ class ServiceWorker:
         import ray
 
         report = self._host.report()
+        if report.get("node_cache"):
+            report["node_cache"]["shared"] = self._tier_shared  # what the dispatcher last said
         report["node"] = ray.get_runtime_context().get_node_id()
         report["pid"] = os.getpid()
         return json.dumps(report)

@@ -349,7 +349,12 @@ def test_workers_that_all_share_one_node_tier_leave_the_shards_alone(svc, tmp_pa
     tells them to keep no copies in the shards — no puts, no reads — and the runs stay
     byte-identical, the later ones reading the tier."""
     name = svc(cache_bytes=64 << 20, cache_shards=2, node_cache_dir=str(tmp_path / "shared"))
-    _wait_for("the dispatcher to see one tier", lambda: service.status(name)["cache"].get("tier_shared"))
+    def told():  # the dispatcher saw one tier, and both workers have heard so
+        st = service.status(name)
+        tiers = [w.get("node_cache") or {} for w in st["workers"]]
+        return st["cache"].get("tier_shared") and len(tiers) == 2 and all(t.get("shared") for t in tiers)
+
+    _wait_for("the workers to hear that they share one tier", told)
     ds = _split_pipeline()
     ctx = sluice.Context(service=name)
     for seed, epoch in ((1, 0), (7, 0)):

@@ -60,44 +60,6 @@ struct Hosted {
     prefix: Option<PrefixRunner>,
 }
 
-/// Claims the chunk's records that are still missing on the node tier: `(claimed, computed
-/// early, others' records)`. When another worker is computing some of them, this one computes
-/// (and keeps) its own claimed records first — so two workers waiting on each other's records
-/// never both wait — then waits for the others' a bounded time (a few times what computing
-/// them takes here); whatever is still missing is computed by the chunk's run.
-#[allow(clippy::type_complexity)]
-fn claim_missing(
-    node: &NodeCache,
-    prefix: &PrefixRunner,
-    runner: &sluice_remote::StageRunner,
-    frame: &[u8],
-    indices: &[u64],
-    found: &HashMap<u64, &[u8]>,
-    slots: &rayon::ThreadPool,
-) -> (Vec<u64>, Vec<(u64, Vec<u8>)>, Vec<(u64, Vec<u8>)>) {
-    let missing: Vec<u64> = (indices.iter())
-        .filter(|i| !found.contains_key(i))
-        .copied()
-        .collect();
-    let (mine, others): (Vec<u64>, Vec<u64>) = missing
-        .into_iter()
-        .partition(|&i| node.claim(prefix.key(), i));
-    if others.is_empty() {
-        return (mine, Vec::new(), Vec::new());
-    }
-    // Computed here first; a failure is left to the chunk's run, which names the sample.
-    let early = slots
-        .install(|| prefix.compute(runner, frame, &mine))
-        .unwrap_or_default();
-    node.keep(prefix.key(), early.iter().map(|(i, r)| (*i, &r[..])));
-    node.release(prefix.key(), &mine);
-    let per_item = prefix.measured().0.unwrap_or(0.01);
-    let wait = (4.0 * per_item * others.len() as f64).clamp(0.2, 5.0);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs_f64(wait);
-    let theirs = node.wait_for(prefix.key(), &others, deadline);
-    (mine, early, theirs)
-}
-
 /// A split reply as Python takes it: `(frame, [uint8 arrays])`. A reply several jobs of a
 /// stream will read is put into Ray's object store once and answered as its reference: each
 /// job's host then fetches it once, however many of its jobs read it, instead of the worker
@@ -301,29 +263,12 @@ impl PyServiceHost {
                             .unwrap_or_default();
                         found.extend(local.iter().map(|(i, r)| (*i, r.as_slice())));
                         fetch_s += took;
-                        // Records another worker on this tier is computing now are waited for,
-                        // not computed twice (jobs that start together ask for the same ones).
-                        let (mine, early, theirs) = match node {
-                            Some(n) => claim_missing(
-                                n,
-                                prefix,
-                                &stage.runner,
-                                frame,
-                                &indices,
-                                &found,
-                                &self.slots,
-                            ),
-                            None => Default::default(),
-                        };
-                        found.extend(early.iter().chain(&theirs).map(|(i, r)| (*i, r.as_slice())));
-                        let mut out = self.slots.install(|| {
+                        let out = self.slots.install(|| {
                             prefix.run(&stage.runner, frame, &found, fetch_s, SPLIT_THRESHOLD)
                         });
                         if let Some(n) = node {
                             n.keep(prefix.key(), out.records.iter().map(|(i, r)| (*i, &r[..])));
-                            n.release(prefix.key(), &mine);
                         }
-                        out.records.extend(early);
                         // No shards (their records are all in this tier already): none kept.
                         let to_shards = shards > 0 && prefix.store_in_shards(node.is_some(), asked);
                         let records = if to_shards { out.records } else { Vec::new() };

@@ -35,8 +35,6 @@ pub struct NodeCache {
     disk: Arc<DiskCache>,
     /// The directory's identity ([`NodeCache::tier`]).
     tier: String,
-    /// Where workers say which records they are computing ([`NodeCache::claim`]).
-    claims: std::path::PathBuf,
     hits: AtomicU64,
     misses: AtomicU64,
     stored: AtomicU64,
@@ -52,13 +50,6 @@ impl NodeCache {
         Ok(NodeCache {
             disk: Arc::new(DiskCache::open(dir, limit)?),
             tier: tier_id(dir)?,
-            claims: {
-                let claims = dir.join("claims");
-                std::fs::create_dir_all(&claims).map_err(|e| {
-                    Error::io(format!("{} (node cache claims)", claims.display()), e)
-                })?;
-                claims
-            },
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
             stored: AtomicU64::new(0),
@@ -149,83 +140,6 @@ impl NodeCache {
         }
     }
 
-    /// Claims the computation of the record of `prefix` for `index`: `true` when this caller
-    /// should compute it (no other worker on the tier is computing it now, or its claim is
-    /// older than [`CLAIM_STALE`]: it died with it), `false` when another is — the caller can
-    /// [`NodeCache::wait_for`] the record instead of computing it twice. A tier that cannot
-    /// hold claims lets everyone compute.
-    pub fn claim(&self, prefix: &str, index: u64) -> bool {
-        let path = self.claim_path(prefix, index);
-        for _ in 0..2 {
-            match std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&path)
-            {
-                Ok(_) => return true,
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                    let age = std::fs::metadata(&path)
-                        .and_then(|m| m.modified())
-                        .ok()
-                        .and_then(|t| t.elapsed().ok());
-                    match age {
-                        Some(age) if age > CLAIM_STALE => {
-                            let _ = std::fs::remove_file(&path);
-                        }
-                        Some(_) => return false,
-                        None => return true, // gone meanwhile, or unreadable: compute it
-                    }
-                }
-                Err(_) => return true,
-            }
-        }
-        true
-    }
-
-    /// Gives up the claims of `indices` (their records are kept, or they failed).
-    pub fn release(&self, prefix: &str, indices: &[u64]) {
-        for &index in indices {
-            let _ = std::fs::remove_file(self.claim_path(prefix, index));
-        }
-    }
-
-    /// The records of `indices` that other workers claimed, read as they land until
-    /// `deadline`; an index whose claim is given up without its record is waited for no
-    /// more (its claimant failed, or the cap had no room): the caller computes what is
-    /// missing from the answer.
-    pub fn wait_for(
-        &self,
-        prefix: &str,
-        indices: &[u64],
-        deadline: Instant,
-    ) -> Vec<(u64, Vec<u8>)> {
-        let mut left: Vec<u64> = indices.to_vec();
-        let mut got = Vec::new();
-        loop {
-            left.retain(|&i| {
-                if self.has(prefix, i) {
-                    if let Some(record) = self.get(prefix, i) {
-                        got.push((i, record));
-                        return false;
-                    }
-                }
-                // Still claimed: keep waiting. Not claimed and not here: stop.
-                self.claim_path(prefix, i).exists()
-            });
-            if left.is_empty() || Instant::now() >= deadline {
-                return got;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(2));
-        }
-    }
-
-    fn claim_path(&self, prefix: &str, index: u64) -> std::path::PathBuf {
-        self.claims.join(format!(
-            "{:016x}",
-            sluice_core::rng::combine(super::key::name_hash(prefix), index)
-        ))
-    }
-
     /// The directory's identity: the same for every worker that opens this directory,
     /// whatever the path or node it is reached from (a shared disk, one machine's nodes),
     /// different for another directory. Workers that all report one tier hold every
@@ -246,9 +160,6 @@ impl NodeCache {
         })
     }
 }
-
-/// A claim older than this was left by a worker that died computing it: others take it over.
-pub const CLAIM_STALE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The identity in `dir`'s `tier` file, made by the first opener: written under a name of
 /// its own, then linked into place (a link never replaces a file), so every opener reads
@@ -342,47 +253,6 @@ mod tests {
                 .any(|n| n.to_string_lossy().starts_with(".tier-")),
             "{names:?}"
         );
-    }
-
-    #[test]
-    fn a_record_is_claimed_once_waited_for_and_abandoned_claims_expire() {
-        let dir = tempfile::tempdir().unwrap();
-        let (a, b) = (
-            NodeCache::open(dir.path(), 1 << 20).unwrap(),
-            NodeCache::open(dir.path(), 1 << 20).unwrap(),
-        );
-        assert!(a.claim("p", 1) && a.claim("p", 2));
-        assert!(!b.claim("p", 1), "another worker is computing it");
-        assert!(b.claim("q", 1) && b.claim("p", 3), "other records are free");
-        // b waits for 1 and 2 while a computes them: 1 lands, 2 is given up without its
-        // record (a failed on it) — b stops waiting for either at once.
-        std::thread::scope(|s| {
-            s.spawn(|| {
-                std::thread::sleep(std::time::Duration::from_millis(30));
-                a.put("p", 1, b"one");
-                a.release("p", &[1, 2]);
-            });
-            let t0 = Instant::now();
-            let got = b.wait_for("p", &[1, 2], t0 + std::time::Duration::from_secs(20));
-            assert_eq!(got, vec![(1, b"one".to_vec())]);
-            assert!(t0.elapsed() < std::time::Duration::from_secs(10));
-        });
-        // Released, it can be claimed again; a claim past CLAIM_STALE is taken over.
-        assert!(b.claim("p", 2));
-        let old = std::time::SystemTime::now() - CLAIM_STALE - std::time::Duration::from_secs(1);
-        std::fs::File::options()
-            .write(true)
-            .open(b.claim_path("p", 2))
-            .unwrap()
-            .set_modified(old)
-            .unwrap();
-        assert!(a.claim("p", 2), "its claimant died with it");
-        // A deadline bounds the wait for a record that never lands.
-        let t0 = Instant::now();
-        assert!(b
-            .wait_for("p", &[2], t0 + std::time::Duration::from_millis(50))
-            .is_empty());
-        assert!(t0.elapsed() >= std::time::Duration::from_millis(50));
     }
 
     #[test]

@@ -228,45 +228,6 @@ impl PrefixRunner {
         &self.key
     }
 
-    /// The records of the frame's items whose source index is in `which`: the prefix alone,
-    /// run ahead of [`PrefixRunner::run`] for the records this worker claimed, so that
-    /// workers waiting for them get them before it waits in turn for theirs.
-    pub fn compute(
-        &self,
-        runner: &StageRunner,
-        frame: &[u8],
-        which: &[u64],
-    ) -> Result<Vec<(u64, Vec<u8>)>> {
-        let which: std::collections::HashSet<u64> = which.iter().copied().collect();
-        let inputs: Chunk = wire::decode_chunk(frame)?
-            .into_iter()
-            .filter(|it| which.contains(&it.source_index))
-            .collect();
-        if inputs.is_empty() {
-            return Ok(Vec::new());
-        }
-        let work = runner.work();
-        let prefix = StageWork {
-            ops: work.ops[..self.split].to_vec(),
-            skip: Skip::default(),
-            ..work.clone()
-        };
-        let n = inputs.len();
-        let t0 = Instant::now();
-        let out = prefix.run_here(inputs)?;
-        let spent = t0.elapsed().as_secs_f64();
-        if out.len() != n {
-            return Err(Error::Internal(format!(
-                "a one-to-one prefix made {} items of {n}",
-                out.len()
-            )));
-        }
-        let mut c = self.costs();
-        c.compute_s = ewma(c.compute_s, spent / n as f64);
-        drop(c);
-        Ok(out.iter().map(|it| (it.source_index, record(it))).collect())
-    }
-
     /// The source indices of the items in a request frame, in order.
     pub fn items(frame: &[u8]) -> Result<Vec<u64>> {
         let chunk = wire::decode_chunk(frame)?;

@@ -94,6 +94,13 @@ fn host_error(e: Error) -> PyErr {
     }
 }
 
+impl PyServiceHost {
+    /// A chunk's whole stage, on one of the worker's slot threads.
+    fn run_whole(&self, stage: &Hosted, frame: &[u8]) -> SplitFrame {
+        (self.slots).install(|| stage.runner.run_split(frame, SPLIT_THRESHOLD))
+    }
+}
+
 #[pymethods]
 impl PyServiceHost {
     /// `node_cache`: `(service name, directory, byte cap)` of the prefix cache's tier on
@@ -159,10 +166,7 @@ impl PyServiceHost {
                 let items = wire::chunk_len(frame).map_err(Error::from)?;
                 self.host
                     .run(job, key, items, frame, |stage, frame, group| {
-                        let split = self
-                            .slots
-                            .install(|| stage.runner.run_split(frame, SPLIT_THRESHOLD));
-                        reply_to_py(split, group)
+                        reply_to_py(self.run_whole(stage, frame), group)
                     })
             })
             .map_err(host_error)?;
@@ -188,8 +192,7 @@ impl PyServiceHost {
             // What this node holds is read here; the shards are asked for the rest, unless
             // reading through them costs more than computing (then the rest is computed).
             let mut groups = vec![Vec::new(); shards.max(1)];
-            // No shards (every worker shares this tier), or shards dearer than computing.
-            if self.node.is_some() && (shards == 0 || !prefix.use_shards()) {
+            if self.node.is_some() && !prefix.use_shards(shards) {
                 return Ok(Some((prefix.key().to_string(), groups)));
             }
             for index in PrefixRunner::items(frame)? {
@@ -246,10 +249,7 @@ impl PyServiceHost {
                 self.host
                     .run(job, key, items, frame, |stage, frame, group| {
                         let Some(prefix) = &stage.prefix else {
-                            let split = self
-                                .slots
-                                .install(|| stage.runner.run_split(frame, SPLIT_THRESHOLD));
-                            return reply_to_py(split, group);
+                            return reply_to_py(self.run_whole(stage, frame), group);
                         };
                         // This node's records complete the shards' answers.
                         let (mut found, mut fetch_s) = (found.clone(), fetch_s);
@@ -269,8 +269,7 @@ impl PyServiceHost {
                         if let Some(n) = node {
                             n.keep(prefix.key(), out.records.iter().map(|(i, r)| (*i, &r[..])));
                         }
-                        // No shards (their records are all in this tier already): none kept.
-                        let to_shards = shards > 0 && prefix.store_in_shards(node.is_some(), asked);
+                        let to_shards = prefix.store_in_shards(shards, node.is_some(), asked);
                         let records = if to_shards { out.records } else { Vec::new() };
                         made = Some((records, out.compute_s, prefix.key().to_string()));
                         reply_to_py(out.reply, group)

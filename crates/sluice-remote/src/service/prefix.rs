@@ -180,9 +180,14 @@ impl PrefixRunner {
     /// the node's disk costs tens of µs, one through a shard a Ray call and a transfer between
     /// object stores, which can cost more than computing it again. Yes until a shard read is
     /// known to cost more than a computation, or the shards are seen to hold almost nothing
-    /// asked of them; then once every [`PROBE_EVERY`] chunks, to measure again. Without a
-    /// node tier the shards are the cache, and [`Self::use_cache`] decides alone.
-    pub fn use_shards(&self) -> bool {
+    /// asked of them; then once every [`PROBE_EVERY`] chunks, to measure again. Never when
+    /// the worker is given no shards (every worker shares its tier: they would hold copies
+    /// of it). Without a node tier the shards are the cache, and [`Self::use_cache`] decides
+    /// alone.
+    pub fn use_shards(&self, shards: usize) -> bool {
+        if shards == 0 {
+            return false;
+        }
         let mut c = self.costs();
         c.shard_chunks += 1;
         !shards_cost_more(&c) || c.shard_chunks.is_multiple_of(PROBE_EVERY)
@@ -194,11 +199,12 @@ impl PrefixRunner {
         !shards_cost_more(&self.costs())
     }
 
-    /// Whether a chunk's computed records go to the shards: always without a node tier (they
-    /// are the cache), else when the shards pay or this chunk asked them (a probe, which
-    /// fills them for the next); otherwise the node's tier alone keeps them.
-    pub fn store_in_shards(&self, node_tier: bool, asked_shards: usize) -> bool {
-        !node_tier || asked_shards > 0 || self.shards_pay()
+    /// Whether a chunk's computed records go to the worker's `shards`: never when there are
+    /// none, always without a node tier (they are the cache), else when the shards pay or
+    /// this chunk asked them (a probe, which fills them for the next); otherwise the node's
+    /// tier alone keeps them.
+    pub fn store_in_shards(&self, shards: usize, node_tier: bool, asked_shards: usize) -> bool {
+        shards > 0 && (!node_tier || asked_shards > 0 || self.shards_pay())
     }
 
     /// What asking the shards took: `seconds` on the wall for `asked` records, `found` of

@@ -270,8 +270,12 @@ fn bare_runner() -> PrefixRunner {
 #[test]
 fn the_shards_are_asked_until_a_read_through_them_costs_more_than_computing() {
     let r = bare_runner();
+    // A worker given no shards (its tier is every worker's) neither asks nor fills them, and
+    // that chunk is not counted towards the next probe.
+    assert!(!r.use_shards(0) && !r.store_in_shards(0, true, 0) && !r.store_in_shards(0, false, 0));
+    assert_eq!(r.costs().shard_chunks, 0);
     // Nothing measured: ask them.
-    assert!(r.use_shards() && r.shards_pay());
+    assert!(r.use_shards(2) && r.shards_pay());
     r.costs().compute_s = Some(2e-3);
     // A chunk that found under half of what it asked says nothing.
     r.shard_fetched(0.5, 16, 7);
@@ -281,9 +285,9 @@ fn the_shards_are_asked_until_a_read_through_them_costs_more_than_computing() {
     assert!(!r.shards_pay());
     // Then records stay on the node, unless the chunk asked the shards (a probe) or there
     // is no node tier.
-    assert!(!r.store_in_shards(true, 0));
-    assert!(r.store_in_shards(true, 3) && r.store_in_shards(false, 0));
-    let asked: Vec<bool> = (0..2 * PROBE_EVERY).map(|_| r.use_shards()).collect();
+    assert!(!r.store_in_shards(2, true, 0));
+    assert!(r.store_in_shards(2, true, 3) && r.store_in_shards(2, false, 0));
+    let asked: Vec<bool> = (0..2 * PROBE_EVERY).map(|_| r.use_shards(2)).collect();
     assert_eq!(
         asked.iter().filter(|&&a| a).count(),
         2,
@@ -293,7 +297,7 @@ fn the_shards_are_asked_until_a_read_through_them_costs_more_than_computing() {
     for _ in 0..20 {
         r.shard_fetched(0.0032, 16, 16);
     }
-    assert!(r.shards_pay() && r.use_shards());
+    assert!(r.shards_pay() && r.use_shards(2));
 }
 
 #[test]

@@ -167,21 +167,19 @@ impl NodeCache {
 fn tier_id(dir: &Path) -> Result<String> {
     let path = dir.join("tier");
     if let Ok(id) = std::fs::read_to_string(&path) {
-        if !id.is_empty() {
-            return Ok(id);
-        }
+        return Ok(id);
     }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
     let mine = format!(
-        "{:016x}{:08x}",
-        sluice_core::rng::combine(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos() as u64),
-            u64::from(std::process::id()),
-        ),
-        std::process::id()
+        "{:016x}",
+        sluice_core::rng::combine(now, u64::from(std::process::id()))
     );
-    let tmp = dir.join(format!(".tier-{mine}"));
+    // Its own name per opener (threads of one process may draw the same `mine`).
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Relaxed);
+    let tmp = dir.join(format!(".tier-{mine}.{}.{n}", std::process::id()));
     let io = |e| Error::io(format!("{} (node cache tier)", path.display()), e);
     std::fs::write(&tmp, &mine).map_err(io)?;
     let linked = std::fs::hard_link(&tmp, &path);

@@ -368,6 +368,9 @@ def test_workers_that_all_share_one_node_tier_leave_the_shards_alone(svc, tmp_pa
 
     st, node = _wait_for("the workers' reports", tiers)
     assert len({t["tier"] for t in node}) == 1 and sum(t["stored"] for t in node) >= 160
+    # The shards answered the dispatcher's poll (their report is not just missing) and hold,
+    # and were asked, nothing.
+    st = _wait_for("the shards' reports", lambda: (s := service.status(name))["cache"].get("shards") == 2 and s)
     prefixes = st["cache"].get("prefixes", {}).values()
     assert sum(p["puts"] + p["hits"] + p["misses"] for p in prefixes) == 0, st["cache"]
     assert any("shares one node tier" in e for e in st["events"]), st["events"]

@@ -218,9 +218,11 @@ def test_a_download_killed_midway_leaves_nothing_readable(tmp_path):
         _use(endpoint)
         ds = sluice.read_text("s3://bkt/big.txt", cache_dir=cache, errors="replace")
         assert len(ds) == 1
-        # Storing another object under a cap the two big files pass makes the cache scan its
-        # directory: the dead download's file is swept (its lock is free).
-        sluice.read_files("s3://bkt/small.bin", cache_dir=cache, cache_limit=30 << 20).take(1)
+        # Storing another object under a cap the cached big file alone fills makes the cache
+        # scan its directory: the dead download's file is swept (its lock is free). Not a cap
+        # the two big files pass: the kill may land after the dead download made its file but
+        # before it counted its bytes, and then nothing would need room.
+        sluice.read_files("s3://bkt/small.bin", cache_dir=cache, cache_limit=24 << 20).take(1)
     # The store (and its sweep) runs on this process's cache writer thread: wait for it (10 s
     # at most: a hang guard, not a speed check).
     deadline = time.monotonic() + 10

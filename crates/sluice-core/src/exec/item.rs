@@ -94,6 +94,18 @@ impl Item {
         }
     }
 
+    /// Where this item stands in the source's order: its cursor, or after a re-sequencing
+    /// stage (a numbered batch, `take`, a window) the input cursor the first of them recorded.
+    /// The source admits chunks by their source cursors (the memory cap's accounting), so
+    /// what the consumer reached must be told in the same space: a `take`'s count of outputs
+    /// compared with source positions left everything counted as in flight forever.
+    pub(crate) fn source_cursor(&self) -> Cursor {
+        self.outer
+            .as_deref()
+            .and_then(|o| o.first())
+            .map_or(self.cursor, |r| r.input)
+    }
+
     /// `e`, raised by `op` on this item's sample, as the error naming both.
     pub(crate) fn failed_in(&self, op: &str, e: Error) -> Error {
         Error::InSample {
@@ -145,4 +157,37 @@ pub(crate) fn is_interrupt(e: &Error) -> bool {
 /// Output chunks of a stage may be empty after filtering; downstream skips them cheaply.
 pub(crate) fn nonempty(chunks: &mut Vec<Chunk>) {
     chunks.retain(|c| !c.is_empty());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exec::resume::{push_outer, Restart};
+
+    #[test]
+    fn the_source_cursor_is_the_first_renumbering_stages_input() {
+        let at = |pos| Cursor {
+            epoch: 2,
+            pos,
+            ord: 0,
+        };
+        let mut it = Item::at(2, 40, 40, at(41));
+        assert_eq!(it.source_cursor(), at(41), "not renumbered: its own cursor");
+        // A numbered batch recorded source position 33; a take after it, batch 4.
+        let batch = Restart {
+            slot: 2,
+            input: at(33),
+            input_index: 0,
+            counter: 4,
+        };
+        let take = Restart {
+            slot: 3,
+            input: at(4),
+            input_index: 4,
+            counter: 4,
+        };
+        it.outer = push_outer(&push_outer(&None, batch), take);
+        it.cursor = at(4);
+        assert_eq!(it.source_cursor(), at(33));
+    }
 }

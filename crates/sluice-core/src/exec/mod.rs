@@ -194,7 +194,7 @@ impl Execution {
                 Next::Rows(item.sample, n)
             }
             None => {
-                self.ctl.wait.reached(&item.cursor);
+                self.ctl.wait.reached(&item.source_cursor());
                 self.position = Some((item.cursor, item.outer));
                 Next::Item(item.sample)
             }

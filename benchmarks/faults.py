@@ -5,7 +5,8 @@ A "trainer" child iterates a pipeline with random built-in ops and a Python UDF 
 its per-sample generator; after each batch it appends the batch's ids, a digest of the batch's
 bytes and `it.state_dict()` to a log (one line, flushed and fsynced: what a trainer saving a
 checkpoint per step does). The driver kills the child with SIGKILL after a random number of
-batches, starts a new child that loads the last complete checkpoint, kills that one too, and
+batches (the child waits there, its pipeline's threads still running ahead, so a child on a
+busy machine cannot finish the epoch before the driver has read its ticks), starts a new child that loads the last complete checkpoint, kills that one too, and
 so on; the last child runs to the end of the epoch. The batches logged by all children are
 compared with an uninterrupted run: every sample exactly once, batch for batch byte-identical.
 
@@ -29,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -74,16 +76,20 @@ def child(args: argparse.Namespace) -> None:
         with open(args.state) as f:
             it.load_state_dict(json.load(f))
     with open(args.log, "a") as log:
-        for batch in it:
+        for n, batch in enumerate(it, 1):
             line = {"ids": batch["id"].tolist(), "digest": digest(batch), "state": it.state_dict()}
             log.write(json.dumps(line) + "\n")
             log.flush()
             os.fsync(log.fileno())
             print("b", flush=True)
+            if n == args.stop_after:
+                time.sleep(3600)  # the driver's SIGKILL ends it here
 
 
-def start(case: dict, log: str, rank: int = 0, world: int = 1, state: str | None = None):
+def start(case: dict, log: str, rank: int = 0, world: int = 1, state: str | None = None,
+          stop_after: int | None = None):
     cmd = [sys.executable, __file__, "--child", "--log", log, "--n", str(case["n"])]
+    cmd += ["--stop-after", str(stop_after or 0)]
     cmd += ["--seed", str(case["seed"]), "--rank", str(rank), "--world", str(world)]
     cmd += ["--threads", str(case.get("threads", 2)), "--processes", str(case.get("processes", 0))]
     if state:
@@ -104,7 +110,7 @@ def start(case: dict, log: str, rank: int = 0, world: int = 1, state: str | None
 def run_until(case: dict, log: str, batches: int | None, **kw) -> bool:
     """Runs a child until it logged `batches` more batches (then SIGKILL) or the end (None).
     Returns True if it was killed."""
-    proc, ticks = start(case, log, **kw)
+    proc, ticks = start(case, log, stop_after=batches, **kw)
     seen = 0
     while batches is None or seen < batches:
         try:
@@ -215,6 +221,7 @@ def main() -> None:
     ap.add_argument("--state")
     ap.add_argument("--rank", type=int, default=0)
     ap.add_argument("--world", type=int, default=1)
+    ap.add_argument("--stop-after", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--processes", type=int, default=0)
     ap.add_argument("--n", type=int, default=3000)

@@ -74,17 +74,58 @@ pub fn hflip(img: &mut Image) -> Result<()> {
     match img.channels {
         1 => img.data.chunks_exact_mut(stride).for_each(|r| r.reverse()),
         _ => {
+            // RGB (`validate`): each row is mirrored from a copy; 16 bytes of slack let the
+            // vector path read its last 5 pixels with one 16-byte load.
+            let mut copy = vec![0u8; stride + 16];
             for row in img.data.chunks_exact_mut(stride) {
-                // Reversing the bytes (a fast vectorised memory op) mirrors
-                // the pixels but also turns RGB into BGR; swap R and B back.
-                row.reverse();
-                for p in row.chunks_exact_mut(3) {
-                    p.swap(0, 2);
-                }
+                copy[..stride].copy_from_slice(row);
+                mirror_rgb_row(&copy, row);
             }
         }
     }
     Ok(())
+}
+
+/// Writes the RGB pixels of `src` (a row, then at least 16 bytes of slack) into `dst` in
+/// reverse order. Byte reversal then a swap of R and B per pixel took ~17 µs per 224² image,
+/// the swap a scalar loop; with SSSE3's byte shuffle 5 pixels move per load and store.
+fn mirror_rgb_row(src: &[u8], dst: &mut [u8]) {
+    let w = dst.len() / 3;
+    let mut x = 0;
+    #[cfg(target_arch = "x86_64")]
+    if crate::simd::use_avx2() {
+        // SAFETY: the CPU has AVX2, so SSSE3.
+        x = unsafe { mirror_rgb_ssse3(src, dst) };
+    }
+    for x in x..w {
+        let s = 3 * (w - 1 - x);
+        dst[3 * x..3 * x + 3].copy_from_slice(&src[s..s + 3]);
+    }
+}
+
+/// The vector part of [`mirror_rgb_row`]: 5 pixels per step, each step's 16-byte store
+/// spilling one byte that the next step overwrites; returns the pixels written.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "ssse3")]
+unsafe fn mirror_rgb_ssse3(src: &[u8], dst: &mut [u8]) -> usize {
+    use std::arch::x86_64::{_mm_loadu_si128, _mm_setr_epi8, _mm_shuffle_epi8, _mm_storeu_si128};
+    let w = dst.len() / 3;
+    assert!(src.len() >= 3 * w + 16);
+    // Output pixel k of a step is input pixel 4 - k; byte 15 is spill (zeroed).
+    let rev = _mm_setr_epi8(12, 13, 14, 9, 10, 11, 6, 7, 8, 3, 4, 5, 0, 1, 2, -128);
+    let mut x = 0;
+    // A step stores dst[3x..3x+16], which must stay inside the row.
+    while 3 * x + 16 <= 3 * w {
+        let s = 3 * (w - 5 - x);
+        // SAFETY: 3x + 16 <= 3w gives x + 5 <= w, so s + 16 <= 3w + 1 <= src.len()
+        // (asserted), and the store ends inside the row: unaligned, in bounds.
+        unsafe {
+            let v = _mm_loadu_si128(src.as_ptr().add(s).cast());
+            _mm_storeu_si128(dst.as_mut_ptr().add(3 * x).cast(), _mm_shuffle_epi8(v, rev));
+        }
+        x += 5;
+    }
+    x
 }
 
 /// Resampling filter for [`resize`] and friends.
@@ -404,18 +445,22 @@ mod tests {
 
     #[test]
     fn hflip_twice_is_identity_and_mirrors() {
-        for (w, c) in [(1, 3), (2, 3), (5, 3), (4, 1), (7, 1)] {
-            let img = ramp(3, w, c);
-            let mut f = img.clone();
-            hflip(&mut f).unwrap();
-            for y in 0..3 {
-                for x in 0..w {
-                    assert_eq!(f.pixel(y, x), img.pixel(y, w - 1 - x));
+        // Widths around the vector path's 5-pixel steps and its one-byte spill, on every path.
+        let widths = [1, 2, 4, 5, 6, 7, 9, 10, 11, 15, 16, 224, 225, 227];
+        crate::simd::for_each_path(|path| {
+            for (w, c) in widths.iter().map(|&w| (w, 3)).chain([(4, 1), (7, 1)]) {
+                let img = ramp(3, w, c);
+                let mut f = img.clone();
+                hflip(&mut f).unwrap();
+                for y in 0..3 {
+                    for x in 0..w {
+                        assert_eq!(f.pixel(y, x), img.pixel(y, w - 1 - x), "{w}x{c} {path}");
+                    }
                 }
+                hflip(&mut f).unwrap();
+                assert_eq!(f, img, "{w}x{c} {path}");
             }
-            hflip(&mut f).unwrap();
-            assert_eq!(f, img);
-        }
+        });
     }
 
     #[test]

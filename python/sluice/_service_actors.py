@@ -65,8 +65,9 @@ class ServiceWorker:
     def run(self, job: int, key: str, frame: bytes) -> Any:
         """The chunk's split reply ``(frame, [uint8 arrays])``, or — when several jobs of a
         stream read it — a reference to it in Ray's object store, put there once."""
+        # A shared tier holds every record: the shards would only hold copies (none asked or filled).
         shards = [] if self._tier_shared else self._shards
-        plan = self._host.prefix_plan(job, key, frame, len(shards)) if shards or self._tier_shared else None
+        plan = self._host.prefix_plan(job, key, frame, len(shards)) if self._shards else None
         if plan is None:
             return self._host.run(job, key, frame)
         prefix, groups = plan

@@ -10,6 +10,11 @@ its rate: the process to put under a profiler, e.g.
 ``perf report -i /tmp/cv.data --no-children --sort symbol`` (docs/BENCHMARKS.md, "CV: decoding
 less").
 
+``--busy SECONDS`` runs the float32 pipeline (2 threads) twice and prints, over
+at least SECONDS of steady state after the first batch, the rate, the cores the process kept
+busy (``getrusage``), each of its threads' CPU (``/proc/self/task``), and the decoding stage's
+time waiting for work: what says whether the cores sit idle and which thread waits.
+
 Needs the benchmark images (benchmarks/datasets/build.py) and a sluice build (imported from
 python/). Cases run interleaved, round after round, each for at least --min-seconds; medians.
 Writes benchmarks/results/cv_breakdown.{json,md}.
@@ -58,12 +63,54 @@ def rate(make, field: str, min_seconds: float) -> float:
     return n / seconds
 
 
+def busy(min_seconds: float) -> None:
+    """Cores busy and per-thread CPU of the reference pipeline in steady state (``--busy``)."""
+    import resource
+
+    tck = os.sysconf("SC_CLK_TCK")
+
+    def threads() -> dict:
+        out = {}
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                stat = Path(f"/proc/self/task/{tid}/stat").read_text()
+            except OSError:
+                continue
+            f = stat[stat.rindex(")") + 2:].split()
+            out[tid] = (stat[stat.index("(") + 1:stat.rindex(")")], (int(f[11]) + int(f[12])) / tck)
+        return out
+
+    for rep in range(2):
+        ds = N._cv(sluice, DATA, 100_000, 0)  # longer than any window: the threads are alive at its end
+        it = iter(ds.iter(seed=rep, num_threads=2))
+        next(it)
+        r0, t0, th0, n = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter(), threads(), 0
+        for b in it:
+            n += len(b["label"])
+            if time.perf_counter() - t0 >= min_seconds:
+                break
+        r1, dt, th1 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter() - t0, threads()
+        cpu = r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime
+        per = sorted(((name, (c - th0.get(tid, (name, 0.0))[1]) / dt) for tid, (name, c) in th1.items()),
+                     key=lambda x: -x[1])
+        print(f"run {rep}: {n / dt:,.0f} img/s, {cpu / dt:.2f} cores busy, {cpu / n * 1e6:.0f} µs CPU per image")
+        print("  threads (cores): " + ", ".join(f"{name} {c:.2f}" for name, c in per if c >= 0.005))
+        del it
+        stage = ds.stats().stages[1]
+        print(f"  {stage['name'][:40]}: busy {stage['busy_s']:.2f} s, waiting for work {stage['wait_in_s']:.2f} s "
+              f"(of {stage['busy_s'] + stage['wait_in_s'] + stage['wait_out_s']:.2f} thread-seconds)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--min-seconds", type=float, default=5.0)
     ap.add_argument("--loop", type=float, default=0.0, help="only run the reference pipeline this many seconds")
+    ap.add_argument("--busy", type=float, default=0.0, help="cores busy and per-thread CPU over this many seconds")
     args = ap.parse_args()
+    if args.busy > 0:
+        busy(args.busy)
+        return
     if args.loop > 0:
         print(f"float32 (reference): {rate(cases()['float32 (reference)'][0], 'label', args.loop):.0f} img/s")
         return

@@ -149,7 +149,8 @@ pub(super) fn spawn_parallel(
     // priority while the workers run at a lower one ([`WORKER_NICE`]), but a woken thread
     // may still wait for a core; with only one chunk per worker queued, two workers finishing
     // in that wait both drained it and sat idle: the CV reference plan (chunks of one ~1 ms
-    // image) kept its 2 cores 1.85 busy, 1.91 with this one more (NLP unchanged within noise).
+    // image) kept its 2 cores 1.84-1.86 busy (`benchmarks/cv_breakdown.py --busy`), 1.90-1.94
+    // with this one more; more than one cost NLP 2-6 % (docs/BENCHMARKS.md).
     let (work_tx, work_rx) = bounded::<(Chunk, Sender<Partial>)>(threads + 1);
     let window = Arc::new(TailWindow::new(threads, depth, stats.memory().cloned()));
     stats

@@ -6,8 +6,9 @@ its per-sample generator; after each batch it appends the batch's ids, a digest 
 bytes and `it.state_dict()` to a log (one line, flushed and fsynced: what a trainer saving a
 checkpoint per step does). The driver kills the child with SIGKILL after a random number of
 batches (the child waits there, its pipeline's threads still running ahead, so a child on a
-busy machine cannot finish the epoch before the driver has read its ticks), starts a new child that loads the last complete checkpoint, kills that one too, and
-so on; the last child runs to the end of the epoch. The batches logged by all children are
+busy machine cannot finish the epoch before the driver has read its ticks), starts a new
+child that loads the last complete checkpoint, kills that one too, and so on; the last child
+runs to the end of the epoch. The batches logged by all children are
 compared with an uninterrupted run: every sample exactly once, batch for batch byte-identical.
 
 Elastic: two ranks run part of the epoch and are killed; their last checkpoints are merged

@@ -22,8 +22,9 @@ table gives medians over rounds. Throughput counts each pass after its first bat
 to the first batch is its own column). The gaps between consecutive batches at the consumer
 (within a pass) are pooled over rounds for their p50/p99. The server logs every request, so the
 table also gives the object GETs per pass, how many of them stalled and how many of those no
-other request hedged; repeats of the same object and range within a pass (hedges, retries)
-are in the JSON. Server CPU is per wall second
+other request hedged, the hedges (repeats of an object and range within a pass) of GETs that
+were not stalled — a hedge the tail did not need — and how long after a stalled GET its hedge
+came (median and largest over the passes); repeats of every kind are in the JSON. Server CPU is per wall second
 of the case's windows; client CPU is this process's (pipeline, I/O runtime, cache writer) per
 image or row, the median over passes — less, in the capped case, the CPU of the thread that
 sums the cache folder's sizes. `--cases raw` reads the photos as bytes without decoding
@@ -294,10 +295,19 @@ def requests_in(log: list[dict], t: tuple[float, float]) -> dict:
         return any(s != r["t"] and s < end for s in starts[(r["key"], r["range"])])
 
     stalled = [r for r in gets if r["stalled"]]
+    # A request's hedge is the next GET of its object and range; a repeat of one whose first GET
+    # was not stalled is a hedge the tail did not need.
+    first = {}
+    for r in sorted(gets, key=lambda r: r["t"]):
+        first.setdefault((r["key"], r["range"]), r)
+    spare = sum(len(ts) - 1 for k, ts in starts.items() if not first[k]["stalled"])
+    lags = [min(later) - r["t"] for r in stalled
+            if (later := [s for s in starts[(r["key"], r["range"])] if s > r["t"]])]
     return {"gets": len(gets), "stalled": len(stalled),
             "errors": sum(r["status"] >= 500 for r in gets),
             "repeats": len(gets) - len(starts),
-            "unhedged": sum(not hedged(r) for r in stalled)}
+            "unhedged": sum(not hedged(r) for r in stalled),
+            "unstalled_hedged": spare, "lags_s": lags}
 
 
 def cpu_line() -> tuple[str, int]:
@@ -401,7 +411,8 @@ def main() -> None:
                 "server_cores": statistics.median(res["server_cores"] for res in case.rounds),
                 "client_cpu_us": 1e6 * statistics.median(p["cpu_per_unit"] for res in case.rounds
                                                          for p in res["passes"]),
-                "requests_per_pass": {k: statistics.mean(q[k] for q in reqs) for k in reqs[0]},
+                "requests_per_pass": {k: statistics.mean(q[k] for q in reqs) for k in reqs[0] if k != "lags_s"},
+                "stall_hedge_lag_s": sorted(x for q in reqs for x in q["lags_s"]),
                 "per_round": [{k: v for k, v in res.items() if k != "passes"} |
                               {"passes": [{k: v for k, v in p.items() if k != "gaps"} for p in res["passes"]]}
                               for res in case.rounds],
@@ -433,14 +444,18 @@ def main() -> None:
              f"server first byte {args.delay_ms:g} ms, {args.stall_fraction:g} of object GETs stalled "
              f"{args.stall_s:g} s.", "",
              "| workload | read from | throughput | vs local | first batch | batch gap p50 | p99 | p99 vs local "
-             "| object GETs / pass (stalled, of them unhedged) | cache max | server's CPU | client CPU per unit |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| object GETs / pass (stalled, of them unhedged) | hedges of unstalled GETs / pass; a stall's hedge after, p50 / max "
+             "| cache max | server's CPU | client CPU per unit |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for row in rows:
         if "median" not in row:
-            lines.append(f"| {row['workload']} | {row['case']} | failed: {row['error']} ||||||||||")
+            lines.append(f"| {row['workload']} | {row['case']} | failed: {row['error']} |||||||||||")
             continue
         q = row["requests_per_pass"]
         gets = "—" if row["kind"] == "local" else f"{q['gets']:,.0f} ({q['stalled']:.1f}, {q.get('unhedged', 0):.1f})"
+        lags = row["stall_hedge_lag_s"]
+        hedges = "—" if row["kind"] == "local" else (
+            f"{q['unstalled_hedged']:.1f}; " + (f"{pct(lags, 0.5) * 1000:,.0f} / {lags[-1] * 1000:,.0f} ms" if lags else "—"))
         cache = "—"
         if "cache_max" in row:
             cache = mb(row["cache_max"])
@@ -449,7 +464,7 @@ def main() -> None:
         lines.append(f"| {row['workload']} | {row['case']} | {row['median']:,.0f} {row['unit']} "
                      f"| {row.get('vs_local', math.nan):.2f}× | {row['first_batch_s'] * 1000:,.0f} ms "
                      f"| {row['gap_p50_s'] * 1000:,.1f} ms | {row['gap_p99_s'] * 1000:,.1f} ms "
-                     f"| {row.get('p99_vs_local', math.nan):.2f}× | {gets} | {cache} "
+                     f"| {row.get('p99_vs_local', math.nan):.2f}× | {gets} | {hedges} | {cache} "
                      f"| {row['server_cores']:.2f} cores | {row['client_cpu_us']:,.1f} µs |")
     if not cache_api:
         lines += ["", "This sluice build has no `cache_dir=`: the cached cases were not run."]

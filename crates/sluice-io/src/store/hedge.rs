@@ -176,10 +176,11 @@ impl Place<'_> {
         self.ahead < QUEUED || self.answered_since() > self.ahead + self.ahead / 8 + QUEUED
     }
 
-    /// Whether as many requests have been answered since this one was sent as were ahead of
-    /// it: it is at the head of the queue it joined.
+    /// Whether the queue ahead of this request has been answered — all but a sixteenth of it:
+    /// with one request in a hundred stalled, a queue of hundreds holds a stall or two that
+    /// only their own hedges answer, and a request behind them is as stuck as they are.
     fn drained(&self) -> bool {
-        self.answered_since() >= self.ahead
+        self.answered_since() + self.ahead / 16 >= self.ahead
     }
 
     /// Requests of the store answered since this one was sent.
@@ -220,8 +221,9 @@ where
     let t0 = Instant::now();
     let mut first = Box::pin(start());
     // Past the recent p95 the request is sent again once it has been overtaken (the module
-    // doc), or once every request that was ahead of it has been answered and it still is not,
-    // a look later (the last of a burst has nothing behind it to overtake it) — if the budget
+    // doc), or once the requests that were ahead of it have been answered and it still is not,
+    // a look later (the last of a burst, or a request the consumer waits for while the
+    // read-ahead sends nothing, has nothing behind it to overtake it) — if the budget
     // allows and a hedge permit is free (at most an eighth more requests than the store's
     // are ever sent twice at once). Until then it looks again every quarter of the p95, and
     // from four times the p95 on it is an outlier, hedged whether overtaken or not. Deciding
@@ -484,6 +486,24 @@ mod tests {
         // Drained at the look at 10 ms, still drained and unanswered at the next (12.5 ms, on
         // tokio's millisecond timer 13): hedged then, answered 5 ms later, long before an
         // outlier's hedge (40 ms).
+        assert_eq!(took, 18);
+    }
+
+    #[test]
+    fn a_stall_behind_another_stall_is_hedged_once_the_rest_drained() {
+        let lat = measured(10);
+        lat.requests.store(1000, Relaxed);
+        // 32 ahead, of which 30 answer 2 ms after this one (which stalls) was sent; the other
+        // two stall too, and nothing is sent after it.
+        let mut ahead = sent(&lat, 32);
+        let drain = async {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            ahead.truncate(2);
+        };
+        let (got, calls, took) = beside(&lat, stalls_first, drain);
+        drop(ahead);
+        assert_eq!((got, calls), (Ok(2), 2));
+        // As in the test above: hedged at the second look (13 ms), not as an outlier (40 ms).
         assert_eq!(took, 18);
     }
 

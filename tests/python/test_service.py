@@ -225,9 +225,12 @@ def test_a_sweep_computes_each_chunk_once_and_reads_it_at_its_own_pace(svc):
     jobs = [j for r in reports for j in r["jobs"].values()]
     assert sum(j["chunks"] for j in jobs) == 200  # 100 chunks per job, each answered once
     computed = sum(j["chunks"] - j["stream_hits"] for j in jobs)
-    # Each job's prefetch is its first chunks: b computed again those of a's head start it
-    # prefetched (what b prefetched beyond them, a read from the window). Nothing else twice.
-    assert computed == 100 + min(head_a, head_b), (head_a, head_b, reports)
+    # Each job's prefetch is its first chunks: b computed again those of a's head start (what
+    # b prefetched beyond them, a read from the window). Nothing else twice. The two heads are
+    # counted when a job's chunks stopped growing for 0.5 s, and on a loaded machine one more
+    # may land after that (CI once read a's as 17 and b's as 16 where b recomputed 17): the
+    # recomputed count is one of the two, never more.
+    assert 100 + min(head_a, head_b) <= computed <= 100 + max(head_a, head_b), (head_a, head_b, reports)
     assert 0 < head_a < 60 and 0 < head_b < 60
     a.close()
     b.close()

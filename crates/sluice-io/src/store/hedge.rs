@@ -12,10 +12,10 @@
 //! and this client's queues drain in order) would be answered by the time its hedge was,
 //! and its hedge spent a permit a stall needed. With a store whose latencies spread widely,
 //! a request past the p95 has been overtaken by most of those sent with it, so the rule is
-//! the p95 rule; with one as even as a loopback server's, measured on
-//! `benchmarks/bucket.py`'s cold CV passes, the plain rule hedged 5–9 % of the requests
-//! that were not stalled (the start of each pass) and left the stalls among them waiting
-//! for a permit for 230–330 ms, the largest gaps between batches.
+//! the p95 rule; with one as even as the loopback bucket of `benchmarks/bucket.py`, the plain
+//! rule at times hedged 5–9 % of the requests that were not stalled (the start of each pass)
+//! and left the stalls among them waiting for a permit for 230–330 ms (docs/BENCHMARKS.md,
+//! "hedging only stragglers").
 //!
 //! The same measurements size how many requests to keep in flight (Little's law: in flight =
 //! rate × latency), so no user sets a concurrency.
@@ -118,6 +118,28 @@ impl Latency {
         self.p95().map_or(UNMEASURED, |p95| p95.max(FLOOR))
     }
 
+    /// How long a request unanswered for `elapsed` waits before it next looks whether to be
+    /// hedged: until [`Latency::hedge_after`], or — while the store's p95 is not known yet (a
+    /// process's first requests) — at most [`UNMEASURED_STEP`], so a stall among the first
+    /// requests is hedged once the first answers give the p95, not after [`UNMEASURED`].
+    fn look_in(&self, elapsed: Duration) -> Duration {
+        match self.p95() {
+            Some(p95) => p95.max(FLOOR).saturating_sub(elapsed),
+            None => UNMEASURED.saturating_sub(elapsed).min(UNMEASURED_STEP),
+        }
+    }
+
+    /// A request's [`Place`] from now until it is answered or dropped.
+    fn enter(&self) -> Place<'_> {
+        // Relaxed counts: a heuristic, not a consistent snapshot.
+        let ahead = self.outstanding.fetch_add(1, Relaxed);
+        Place {
+            lat: self,
+            ahead,
+            answered: self.answered.load(Relaxed),
+        }
+    }
+
     /// A hedge permit, if the budget allows one more hedge and a permit is free now. Hedges
     /// sent at the p95 may take a tenth of the requests; a request unanswered at four times
     /// the p95 (an outlier, not a burst's queueing) may take a twentieth more, so the tail's
@@ -154,18 +176,6 @@ struct Place<'a> {
     ahead: u64,
     /// The store's answered count then.
     answered: u64,
-}
-
-impl Latency {
-    fn enter(&self) -> Place<'_> {
-        // Relaxed counts: a heuristic, not a consistent snapshot.
-        let ahead = self.outstanding.fetch_add(1, Relaxed);
-        Place {
-            lat: self,
-            ahead,
-            answered: self.answered.load(Relaxed),
-        }
-    }
 }
 
 impl Place<'_> {
@@ -228,11 +238,8 @@ where
     // are ever sent twice at once). Until then it looks again every quarter of the p95, and
     // from four times the p95 on it is an outlier, hedged whether overtaken or not. Deciding
     // once, at the first p95, left a stall that found the permits or the budget taken at that
-    // instant (the burst that starts a pass) without one. While the store's p95 is not known
-    // yet (a process's first requests), it looks every [`UNMEASURED_STEP`]: the first answers
-    // give the p95 within tens of milliseconds, and a stall among the first requests is then
-    // hedged as any other, not after [`UNMEASURED`].
-    let mut wait = lat.p95().map_or(UNMEASURED_STEP, |p| p.max(FLOOR));
+    // instant (the burst that starts a pass) without one. Before the p95: [`Latency::look_in`].
+    let mut wait = lat.look_in(Duration::ZERO);
     let mut drained_before = false;
     let _hedge_permit = loop {
         match select(first, Box::pin(tokio::time::sleep(wait))).await {
@@ -244,10 +251,7 @@ where
         }
         let (p95, elapsed) = (lat.hedge_after(), t0.elapsed());
         if elapsed < p95 {
-            wait = match lat.p95() {
-                Some(_) => p95 - elapsed,
-                None => UNMEASURED_STEP.min(p95 - elapsed),
-            };
+            wait = lat.look_in(elapsed);
             continue;
         }
         let outlier = elapsed >= p95 * 4;
@@ -431,6 +435,13 @@ mod tests {
         (got, calls, took)
     }
 
+    /// A store whose recent requests each took `ms`, with a hedge budget that never binds.
+    fn busy(ms: u64) -> Latency {
+        let lat = measured(ms);
+        lat.requests.store(1000, Relaxed);
+        lat
+    }
+
     /// `n` requests sent to the store and not answered yet.
     fn sent(lat: &Latency, n: usize) -> Vec<Place<'_>> {
         (0..n).map(|_| lat.enter()).collect()
@@ -438,8 +449,7 @@ mod tests {
 
     #[test]
     fn a_request_queued_behind_a_burst_is_not_hedged_at_the_p95() {
-        let lat = measured(10);
-        lat.requests.store(1000, Relaxed);
+        let lat = busy(10);
         // 100 requests ahead, none answered; this one answers at 35 ms: past the p95 (10 ms),
         // before four times it.
         let ahead = sent(&lat, 100);
@@ -451,8 +461,7 @@ mod tests {
 
     #[test]
     fn a_request_overtaken_by_later_ones_is_hedged_at_the_p95() {
-        let lat = measured(10);
-        lat.requests.store(1000, Relaxed);
+        let lat = busy(10);
         // 20 requests ahead; 2 ms after this one (which stalls 5 s) is sent, those 20 and 10
         // sent after it are answered: it was overtaken.
         let ahead = sent(&lat, 20);
@@ -472,8 +481,7 @@ mod tests {
 
     #[test]
     fn the_last_of_a_burst_is_hedged_a_look_after_the_queue_ahead_drained() {
-        let lat = measured(10);
-        lat.requests.store(1000, Relaxed);
+        let lat = busy(10);
         // 20 ahead, all answered 2 ms after this one (which stalls) was sent; none sent after
         // it, so nothing can overtake it.
         let ahead = sent(&lat, 20);
@@ -491,8 +499,7 @@ mod tests {
 
     #[test]
     fn a_stall_behind_another_stall_is_hedged_once_the_rest_drained() {
-        let lat = measured(10);
-        lat.requests.store(1000, Relaxed);
+        let lat = busy(10);
         // 32 ahead, of which 30 answer 2 ms after this one (which stalls) was sent; the other
         // two stall too, and nothing is sent after it.
         let mut ahead = sent(&lat, 32);
@@ -527,8 +534,7 @@ mod tests {
 
     #[test]
     fn a_request_never_overtaken_is_hedged_as_an_outlier() {
-        let lat = measured(10);
-        lat.requests.store(1000, Relaxed);
+        let lat = busy(10);
         // 100 ahead that never answer, and this one stalls: hedged at four times the p95.
         let ahead = sent(&lat, 100);
         let (got, calls, took) = beside(&lat, stalls_first, async {});

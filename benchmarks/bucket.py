@@ -23,8 +23,10 @@ to the first batch is its own column). The gaps between consecutive batches at t
 (within a pass) are pooled over rounds for their p50/p99. The server logs every request, so the
 table also gives the object GETs per pass, how many of them stalled and how many of those no
 other request hedged, the hedges (repeats of an object and range within a pass) of GETs that
-were not stalled — a hedge the tail did not need — and how long after a stalled GET its hedge
-came (median and largest over the passes); repeats of every kind are in the JSON. Server CPU is per wall second
+were not stalled — a hedge the tail did not need — and how long an object whose first GET
+stalled waited for a GET of it that did not stall to be sent (its hedge, or a third request
+when the hedge stalled too; median, 95th percentile and largest over the passes); repeats of
+every kind are in the JSON. Server CPU is per wall second
 of the case's windows; client CPU is this process's (pipeline, I/O runtime, cache writer) per
 image or row, the median over passes — less, in the capped case, the CPU of the thread that
 sums the cache folder's sizes. `--cases raw` reads the photos as bytes without decoding
@@ -283,31 +285,29 @@ def pct(values: list[float], q: float) -> float:
 def requests_in(log: list[dict], t: tuple[float, float]) -> dict:
     """The server's object GETs that started within a pass (the log's "t" is a request's
     start): how many, stalled, 503s, repeats of an object and range already asked for in the
-    pass (hedges, retries), and stalled GETs no other GET of the same object and range was
-    sent beside while they were held (nothing hedged them)."""
-    gets = [r for r in log if r["method"] == "GET" and r["key"] and t[0] <= r["t"] <= t[1]]
-    starts: dict = {}
+    pass (hedges, retries), stalled GETs no other GET of the same object and range was sent
+    beside while they were held (nothing hedged them), the repeats of objects whose first GET
+    was not stalled (hedges the tail did not need), and how long each object whose first GET
+    stalled waited until a GET of it that did not stall went out (its hedge, or a third
+    request when the hedge stalled too)."""
+    gets = sorted((r for r in log if r["method"] == "GET" and r["key"] and t[0] <= r["t"] <= t[1]),
+                  key=lambda r: r["t"])
+    tries: dict = {}  # an object and range's GETs in the pass, in order
     for r in gets:
-        starts.setdefault((r["key"], r["range"]), []).append(r["t"])
+        tries.setdefault((r["key"], r["range"]), []).append(r)
 
     def hedged(r: dict) -> bool:
         end = r["t"] + r["ms"] / 1000
-        return any(s != r["t"] and s < end for s in starts[(r["key"], r["range"])])
+        return any(o is not r and o["t"] < end for o in tries[(r["key"], r["range"])])
 
     stalled = [r for r in gets if r["stalled"]]
-    # A request's hedge is the next GET of its object and range; a repeat of one whose first GET
-    # was not stalled is a hedge the tail did not need.
-    first = {}
-    for r in sorted(gets, key=lambda r: r["t"]):
-        first.setdefault((r["key"], r["range"]), r)
-    spare = sum(len(ts) - 1 for k, ts in starts.items() if not first[k]["stalled"])
-    lags = [min(later) - r["t"] for r in stalled
-            if (later := [s for s in starts[(r["key"], r["range"])] if s > r["t"]])]
     return {"gets": len(gets), "stalled": len(stalled),
             "errors": sum(r["status"] >= 500 for r in gets),
-            "repeats": len(gets) - len(starts),
+            "repeats": len(gets) - len(tries),
             "unhedged": sum(not hedged(r) for r in stalled),
-            "unstalled_hedged": spare, "lags_s": lags}
+            "unstalled_hedged": sum(len(rs) - 1 for rs in tries.values() if not rs[0]["stalled"]),
+            "lags_s": [answered[0]["t"] - rs[0]["t"] for rs in tries.values()
+                       if rs[0]["stalled"] and (answered := [r for r in rs[1:] if not r["stalled"]])]}
 
 
 def cpu_line() -> tuple[str, int]:
@@ -444,7 +444,7 @@ def main() -> None:
              f"server first byte {args.delay_ms:g} ms, {args.stall_fraction:g} of object GETs stalled "
              f"{args.stall_s:g} s.", "",
              "| workload | read from | throughput | vs local | first batch | batch gap p50 | p99 | p99 vs local "
-             "| object GETs / pass (stalled, of them unhedged) | hedges of unstalled GETs / pass; a stall's hedge after, p50 / max "
+             "| object GETs / pass (stalled, of them unhedged) | hedges of unstalled GETs / pass; a stalled object's wait for a GET that answered, p50 / p95 / max "
              "| cache max | server's CPU | client CPU per unit |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for row in rows:
@@ -455,7 +455,8 @@ def main() -> None:
         gets = "—" if row["kind"] == "local" else f"{q['gets']:,.0f} ({q['stalled']:.1f}, {q.get('unhedged', 0):.1f})"
         lags = row["stall_hedge_lag_s"]
         hedges = "—" if row["kind"] == "local" else (
-            f"{q['unstalled_hedged']:.1f}; " + (f"{pct(lags, 0.5) * 1000:,.0f} / {lags[-1] * 1000:,.0f} ms" if lags else "—"))
+            f"{q['unstalled_hedged']:.1f}; "
+            + (f"{pct(lags, 0.5) * 1000:,.0f} / {pct(lags, 0.95) * 1000:,.0f} / {lags[-1] * 1000:,.0f} ms" if lags else "—"))
         cache = "—"
         if "cache_max" in row:
             cache = mb(row["cache_max"])

@@ -47,6 +47,12 @@ const UNMEASURED: Duration = Duration::from_millis(300);
 const QUEUED: u64 = 4;
 /// How often a request looks whether its store's p95 has become known.
 const UNMEASURED_STEP: Duration = Duration::from_millis(25);
+/// Requests sent for one read at most: the first and five hedges. When a store stalls one
+/// request in twenty, one read in 8,000 has its first three stalled — a few per pass of
+/// `benchmarks/bucket.py --stall-fraction 0.05`, each holding its batch for the whole stall
+/// when three were the most — and six stalled in a row are one in 64 million. The hedges'
+/// budget, not this, bounds the load on a store that stalls everything.
+const MAX_SENT: usize = 6;
 
 /// Recent first-byte latencies of one store, its request permits and hedging counters.
 #[derive(Debug)]
@@ -135,9 +141,39 @@ impl Latency {
         let ahead = self.outstanding.fetch_add(1, Relaxed);
         Place {
             lat: self,
-            ahead,
+            mark: Mark {
+                ahead,
+                answered: self.answered.load(Relaxed),
+            },
+        }
+    }
+
+    /// Where a hedge of a request already counted stands as it is sent: behind every other
+    /// request outstanding now.
+    fn mark_hedge(&self) -> Mark {
+        Mark {
+            ahead: self.outstanding.load(Relaxed).saturating_sub(1),
             answered: self.answered.load(Relaxed),
         }
+    }
+
+    /// Whether requests sent after the one at `m` have been answered before it: more answers
+    /// since it was sent than there were requests ahead of it, by an eighth and [`QUEUED`]
+    /// (two runtime threads answer a burst nearly, not exactly, in order).
+    fn overtaken(&self, m: Mark) -> bool {
+        m.ahead < QUEUED || self.answered_since(m) > m.ahead + m.ahead / 8 + QUEUED
+    }
+
+    /// Whether the queue ahead of the request at `m` has been answered — all but a sixteenth
+    /// of it: with one request in a hundred stalled, a queue of hundreds holds a stall or two
+    /// that only their own hedges answer, and a request behind them is as stuck as they are.
+    fn drained(&self, m: Mark) -> bool {
+        self.answered_since(m) + m.ahead / 16 >= m.ahead
+    }
+
+    /// Requests of the store answered since the one at `m` was sent.
+    fn answered_since(&self, m: Mark) -> u64 {
+        self.answered.load(Relaxed).saturating_sub(m.answered)
     }
 
     /// A hedge permit, if the budget allows one more hedge and a permit is free now. Hedges
@@ -168,36 +204,20 @@ impl Latency {
     }
 }
 
-/// A request's place among its store's requests, from when it is sent until it is answered
-/// (or dropped).
-struct Place<'a> {
-    lat: &'a Latency,
+/// Where a request stood in its store's queue when it was sent.
+#[derive(Debug, Clone, Copy)]
+struct Mark {
     /// Requests sent before it and not answered then.
     ahead: u64,
     /// The store's answered count then.
     answered: u64,
 }
 
-impl Place<'_> {
-    /// Whether requests sent after this one have been answered before it: more answers since
-    /// it was sent than there were requests ahead of it, by an eighth and [`QUEUED`] (two
-    /// runtime threads answer a burst nearly, not exactly, in order).
-    fn overtaken(&self) -> bool {
-        self.ahead < QUEUED || self.answered_since() > self.ahead + self.ahead / 8 + QUEUED
-    }
-
-    /// Whether the queue ahead of this request has been answered — all but a sixteenth of it:
-    /// with one request in a hundred stalled, a queue of hundreds holds a stall or two that
-    /// only their own hedges answer, and a request behind them is as stuck as they are.
-    fn drained(&self) -> bool {
-        self.answered_since() + self.ahead / 16 >= self.ahead
-    }
-
-    /// Requests of the store answered since this one was sent.
-    fn answered_since(&self) -> u64 {
-        let now = self.lat.answered.load(Relaxed);
-        now.saturating_sub(self.answered)
-    }
+/// A request counted among its store's outstanding ones, from when it is sent until it is
+/// answered (or dropped), with its hedges counted once.
+struct Place<'a> {
+    lat: &'a Latency,
+    mark: Mark,
 }
 
 impl Drop for Place<'_> {
@@ -217,83 +237,74 @@ pub fn latency_of(base: &str) -> Arc<Latency> {
 }
 
 /// Runs the request `start` makes, and a second one if the first has not answered after the
-/// store's recent p95; the first answer wins (a failed answer waits for the other).
+/// store's recent p95 and straggles; the first answer wins (a failed answer waits for the
+/// others).
 pub async fn hedged<F, Fut, T, E>(lat: &Latency, mut start: F) -> Result<T, E>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, E>>,
 {
-    use futures::future::{select, Either};
+    use futures::future::{select, select_all, Either};
     // The semaphore is never closed: a failed acquire only means no permit is held.
     let _permit = lat.permits.acquire().await.ok();
     lat.requests.fetch_add(1, Relaxed);
     let place = lat.enter();
-    let t0 = Instant::now();
-    let mut first = Box::pin(start());
-    // Past the recent p95 the request is sent again once it has been overtaken (the module
-    // doc), or once the requests that were ahead of it have been answered and it still is not,
-    // a look later (the last of a burst, or a request the consumer waits for while the
-    // read-ahead sends nothing, has nothing behind it to overtake it) — if the budget
-    // allows and a hedge permit is free (at most an eighth more requests than the store's
-    // are ever sent twice at once). Until then it looks again every quarter of the p95, and
-    // from four times the p95 on it is an outlier, hedged whether overtaken or not. Deciding
-    // once, at the first p95, left a stall that found the permits or the budget taken at that
-    // instant (the burst that starts a pass) without one. Before the p95: [`Latency::look_in`].
+    // The newest request sent: when, and where it stood. Each is judged by the same rule.
+    let (mut sent, mut mark) = (Instant::now(), place.mark);
+    let mut racing = vec![sent_at(sent, Box::pin(start()))];
+    let mut hedge_permits = Vec::new();
+    // Past the recent p95 the newest request is sent again once it has been overtaken (the
+    // module doc), or once the requests that were ahead of it have been answered and it
+    // still is not, a look later (the last of a burst, or a request the consumer waits for
+    // while the read-ahead sends nothing, has nothing behind it to overtake it) — if the
+    // budget allows and a hedge permit is free (at most an eighth more requests than the
+    // store's are ever sent twice at once). Until then it looks again every quarter of the
+    // p95, and from four times the p95 on it is an outlier, sent again whether overtaken or
+    // not. Deciding once, at the first p95, left a stall that found the permits or the budget
+    // taken at that instant (the burst that starts a pass) without one. Before the p95:
+    // [`Latency::look_in`]. A hedge that stalls too (one stalled request's hedge in a hundred,
+    // when a store stalls one request in a hundred) is judged the same way from when it was
+    // sent, and one more request goes from the outliers' budget, up to [`MAX_SENT`]: waiting
+    // for four times the p95 after the hedge held a batch ~300 ms (docs/BENCHMARKS.md,
+    // "hedging only stragglers").
     let mut wait = lat.look_in(Duration::ZERO);
     let mut drained_before = false;
-    let _hedge_permit = loop {
-        match select(first, Box::pin(tokio::time::sleep(wait))).await {
-            Either::Left((got, _)) => {
-                lat.record(t0.elapsed());
-                return got;
-            }
-            Either::Right(((), unanswered)) => first = unanswered,
-        }
-        let (p95, elapsed) = (lat.hedge_after(), t0.elapsed());
-        if elapsed < p95 {
-            wait = lat.look_in(elapsed);
-            continue;
-        }
-        let outlier = elapsed >= p95 * 4;
-        let drained = place.drained();
-        if outlier || place.overtaken() || (drained && drained_before) {
-            if let Some(permit) = lat.try_hedge(outlier) {
-                break permit;
-            }
-        }
-        drained_before = drained;
-        wait = (p95 / 4).max(FLOOR);
-    };
-    // The first answer wins (a failed one waits for the others), its latency counted from its
-    // own start. Should the hedge stall too — one stalled request's hedge in a hundred, when a
-    // store stalls one request in a hundred — one more goes once both have taken four times
-    // the p95 since the hedge was sent (from the outliers' budget).
-    let mut racing = vec![
-        sent_at(t0, first),
-        sent_at(Instant::now(), Box::pin(start())),
-    ];
-    let mut third_permit = None;
     loop {
-        let outlier = tokio::time::sleep(lat.hedge_after() * 4);
-        match select(futures::future::select_all(racing), Box::pin(outlier)).await {
-            Either::Left((((sent, got), _, rest), _)) => match got {
+        match select(select_all(racing), Box::pin(tokio::time::sleep(wait))).await {
+            Either::Left((((at, got), _, rest), _)) => match got {
                 Ok(v) => {
-                    lat.record(sent.elapsed());
+                    lat.record(at.elapsed());
                     return Ok(v);
                 }
                 Err(e) if rest.is_empty() => return Err(e),
                 Err(_) => racing = rest,
             },
-            Either::Right(((), all)) => {
-                racing = all.into_inner();
-                if third_permit.is_none() {
-                    third_permit = lat.try_hedge(true);
-                    if third_permit.is_some() {
-                        racing.push(sent_at(Instant::now(), Box::pin(start())));
-                    }
-                }
+            Either::Right(((), all)) => racing = all.into_inner(),
+        }
+        let (p95, elapsed) = (lat.hedge_after(), sent.elapsed());
+        if elapsed < p95 {
+            wait = lat.look_in(elapsed);
+            continue;
+        }
+        if 1 + hedge_permits.len() >= MAX_SENT {
+            wait = p95 * 4;
+            continue;
+        }
+        let outlier = elapsed >= p95 * 4;
+        let drained = lat.drained(mark);
+        if outlier || lat.overtaken(mark) || (drained && drained_before) {
+            // The first hedge from the tail's budget; one more from the outliers'.
+            if let Some(permit) = lat.try_hedge(outlier || !hedge_permits.is_empty()) {
+                hedge_permits.push(permit);
+                (sent, mark) = (Instant::now(), lat.mark_hedge());
+                racing.push(sent_at(sent, Box::pin(start())));
+                drained_before = false;
+                wait = lat.look_in(Duration::ZERO);
+                continue;
             }
         }
+        drained_before = drained;
+        wait = (p95 / 4).max(FLOOR);
     }
 }
 
@@ -562,6 +573,72 @@ mod tests {
         // The first request and its hedge both stall 5 s; the third answers in 5 ms.
         let got = run(&lat, |n| if n <= 2 { 5_000 } else { 5 });
         assert_eq!((got, lat.hedged.load(Relaxed)), ((Ok(3), 3), 2));
+    }
+
+    /// Calls 1 and 2 stall 5 s, the third answers in 5 ms.
+    fn stalls_twice(n: u32) -> u64 {
+        if n <= 2 {
+            5_000
+        } else {
+            5
+        }
+    }
+
+    /// Beside a request sent at 0 with 20 ahead: at 2 ms 10 more are sent and all 30 are
+    /// answered (the request is overtaken and hedged at the p95, 10 ms); at 9 ms 20 more are
+    /// sent, which the hedge joins behind; at 12 ms, if `overtake_hedge`, 10 more are sent and
+    /// those 30 answered, else nothing more moves.
+    async fn two_queues(lat: &Latency, overtake_hedge: bool) {
+        let ahead = sent(lat, 20);
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        drop((ahead, sent(lat, 10)));
+        tokio::time::sleep(Duration::from_millis(7)).await;
+        let ahead_of_hedge = sent(lat, 20);
+        tokio::time::sleep(Duration::from_millis(3)).await;
+        if overtake_hedge {
+            drop((ahead_of_hedge, sent(lat, 10)));
+        } else {
+            std::mem::forget(ahead_of_hedge);
+        }
+    }
+
+    #[test]
+    fn a_hedge_overtaken_while_it_stalls_gets_a_third_request_at_the_p95() {
+        let lat = busy(10);
+        let (got, calls, took) = beside(&lat, stalls_twice, two_queues(&lat, true));
+        assert_eq!((got, calls), (Ok(3), 3));
+        // The hedge at 10 ms, overtaken by 12 ms: the third at its p95 (20 ms), answered at
+        // 25 — not at four times the p95 after the hedge (50 ms, answered at 55).
+        assert_eq!(took, 25);
+        assert_eq!(lat.hedged.load(Relaxed), 2);
+    }
+
+    #[test]
+    fn a_hedge_queued_behind_a_burst_gets_its_third_only_as_an_outlier() {
+        let lat = busy(10);
+        let (got, calls, took) = beside(&lat, stalls_twice, two_queues(&lat, false));
+        assert_eq!((got, calls), (Ok(3), 3));
+        // Nothing overtakes the hedge and its queue never drains: the third goes at four times
+        // the p95 after the hedge (50 ms), answered 5 ms later.
+        assert_eq!(took, 55);
+    }
+
+    #[test]
+    fn three_stalls_in_a_row_get_a_fourth_request() {
+        let lat = busy(5);
+        // Calls 1 to 3 stall 5 s; the fourth answers in 5 ms. Alone in its store, each is
+        // sent again at the p95 after the one before (5, 10, 15 ms).
+        let (got, calls, took) = beside(&lat, |n| if n <= 3 { 5_000 } else { 5 }, async {});
+        assert_eq!((got, calls, took), (Ok(4), 4, 20));
+        assert_eq!(lat.hedged.load(Relaxed), 3);
+    }
+
+    #[test]
+    fn a_read_sends_at_most_max_sent_requests() {
+        let lat = busy(5);
+        // Every call stalls 1 s: the read ends with the first answer, after MAX_SENT sends.
+        let (got, calls, took) = beside(&lat, |_| 1_000, async {});
+        assert_eq!((got, calls, took), (Ok(1), MAX_SENT as u32, 1_000));
     }
 
     #[test]

@@ -292,7 +292,11 @@ where
         }
         let outlier = elapsed >= p95 * 4;
         let drained = lat.drained(mark);
-        if outlier || lat.overtaken(mark) || (drained && drained_before) {
+        // A hedge sent with fewer than QUEUED ahead of it has no queue to be judged by: one
+        // more goes only as an outlier, so a lone slow read (a large object's slow first byte
+        // in a quiet store) is not sent again at every p95.
+        let judged = hedge_permits.is_empty() || mark.ahead >= QUEUED;
+        if outlier || (judged && (lat.overtaken(mark) || (drained && drained_before))) {
             // The first hedge from the tail's budget; one more from the outliers'.
             if let Some(permit) = lat.try_hedge(outlier || !hedge_permits.is_empty()) {
                 hedge_permits.push(permit);
@@ -304,7 +308,11 @@ where
             }
         }
         drained_before = drained;
-        wait = (p95 / 4).max(FLOOR);
+        wait = if judged {
+            (p95 / 4).max(FLOOR)
+        } else {
+            (p95 * 4).saturating_sub(elapsed).max(FLOOR)
+        };
     }
 }
 
@@ -626,10 +634,11 @@ mod tests {
     #[test]
     fn three_stalls_in_a_row_get_a_fourth_request() {
         let lat = busy(5);
-        // Calls 1 to 3 stall 5 s; the fourth answers in 5 ms. Alone in its store, each is
-        // sent again at the p95 after the one before (5, 10, 15 ms).
+        // Calls 1 to 3 stall 5 s; the fourth answers in 5 ms. Alone in its store, the first
+        // is hedged at the p95 (5 ms); its hedges have no queue to be judged by, so each
+        // further one goes at four times the p95 after the one before (25, 45 ms).
         let (got, calls, took) = beside(&lat, |n| if n <= 3 { 5_000 } else { 5 }, async {});
-        assert_eq!((got, calls, took), (Ok(4), 4, 20));
+        assert_eq!((got, calls, took), (Ok(4), 4, 50));
         assert_eq!(lat.hedged.load(Relaxed), 3);
     }
 

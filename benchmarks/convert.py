@@ -37,7 +37,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "python"))
+sys.path.insert(0, str(HERE))
+import checkout  # noqa: E402
+
+checkout.use()
 
 import sluice  # noqa: E402
 from peers import common as C  # noqa: E402

@@ -26,7 +26,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-sys.path.insert(0, str(REPO / "python"))
+sys.path.insert(0, str(HERE))
+import checkout  # noqa: E402
+
+checkout.use()
 
 import pyarrow as pa  # noqa: E402
 import pyarrow.dataset as pads  # noqa: E402

@@ -22,7 +22,10 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "python"))
+sys.path.insert(0, str(HERE))
+import checkout  # noqa: E402
+
+checkout.use()
 sys.path.insert(0, str(HERE))
 
 import sluice  # noqa: E402

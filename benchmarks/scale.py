@@ -73,7 +73,8 @@ def make_files(root: Path, files: int, classes: int) -> None:
 
 
 def run_case(name: str, root: Path) -> dict:
-    code = ("import sys, time, resource\nsys.path.insert(0, %r)\nROOT = %r\n" % (str(REPO / "python"), str(root))
+    code = ("import sys, time, resource\nsys.path.insert(0, %r)\nimport checkout\ncheckout.use()\nROOT = %r\n"
+            % (str(HERE), str(root))
             + CASES[name]
             + "\nt1 = time.perf_counter()\nimport json\n"
               "print(json.dumps({'seconds': t1 - t0, "
@@ -90,7 +91,8 @@ def rss_mib() -> float:
 
 
 def terabyte(samples: int) -> dict:
-    sys.path.insert(0, str(REPO / "python"))
+    import checkout
+    checkout.use()
     import numpy as np
 
     import sluice

@@ -48,8 +48,14 @@ pub struct ReadAhead {
 
 #[derive(Debug)]
 struct State {
-    /// Fetches by sample index, with the hint's sequence number.
-    fetches: HashMap<u64, (u64, Fetch)>,
+    /// Fetches by sample index, with their hints' sequence numbers, oldest first: a run of
+    /// several epochs names an index again (the next epoch's hint) while this epoch's fetch
+    /// of it may still be held. Keyed by index alone, that hint was skipped and taking the
+    /// index dropped it, so each epoch's first objects were fetched one by one as needed
+    /// (230–530 ms gaps at epoch starts from a bucket: docs/BENCHMARKS.md).
+    fetches: HashMap<u64, VecDeque<(u64, Fetch)>>,
+    /// Fetches held (in flight or done), what the window counts.
+    held: usize,
     /// Hints not started yet, in order, with their sequence numbers.
     waiting: VecDeque<(u64, u64, String)>,
     seq: u64,
@@ -68,6 +74,7 @@ impl ReadAhead {
             capacity: capacity.max(1),
             state: Mutex::new(State {
                 fetches: HashMap::new(),
+                held: 0,
                 waiting: VecDeque::new(),
                 seq: 0,
                 lat: None,
@@ -95,15 +102,13 @@ impl ReadAhead {
     /// Starts waiting hints while the window has room.
     fn pump(&self, st: &mut State) {
         let window = self.window(st);
-        while st.fetches.len() < window {
+        while st.held < window {
             let Some((index, seq, url)) = st.waiting.pop_front() else {
                 break;
             };
-            if st.fetches.contains_key(&index) {
-                continue;
-            }
             if let Ok(f) = super::spawn_fetch(&url) {
-                st.fetches.insert(index, (seq, f));
+                st.fetches.entry(index).or_default().push_back((seq, f));
+                st.held += 1;
             }
         }
     }
@@ -120,13 +125,19 @@ impl ReadAhead {
         }
         // Entries hinted this long ago would have been taken by a running iteration.
         let stale = st.seq.saturating_sub(8 * self.capacity as u64);
-        st.fetches.retain(|_, (s, f)| {
-            let keep = *s >= stale;
-            if !keep {
-                f.abort();
-            }
-            keep
+        let mut dropped = 0;
+        st.fetches.retain(|_, queue| {
+            queue.retain(|(s, f)| {
+                let keep = *s >= stale;
+                if !keep {
+                    f.abort();
+                    dropped += 1;
+                }
+                keep
+            });
+            !queue.is_empty()
         });
+        st.held -= dropped;
         for (index, url) in wanted {
             st.seq += 1;
             let seq = st.seq;
@@ -143,13 +154,16 @@ impl ReadAhead {
     pub fn take_many(&self, wanted: &[(u64, String)]) -> Vec<Result<Bytes>> {
         let started: Vec<Option<Fetch>> = {
             let mut st = self.lock();
-            let got = wanted
-                .iter()
-                .map(|(i, _)| st.fetches.remove(i).map(|(_, f)| f))
-                .collect();
-            // Those not started are fetched below, now: not again from the hints.
-            let now: std::collections::HashSet<u64> = wanted.iter().map(|(i, _)| *i).collect();
-            st.waiting.retain(|(i, _, _)| !now.contains(i));
+            let got: Vec<Option<Fetch>> = wanted.iter().map(|(i, _)| st.take(*i)).collect();
+            // Those not started are fetched below, now: not again from their hints — each
+            // one's oldest, a later epoch's hints for the index staying.
+            for ((i, _), f) in wanted.iter().zip(&got) {
+                if f.is_none() {
+                    if let Some(at) = st.waiting.iter().position(|(w, _, _)| w == i) {
+                        st.waiting.remove(at);
+                    }
+                }
+            }
             st.taken += wanted.len() as u64;
             let secs = st.since.elapsed().as_secs_f64();
             if secs >= 0.5 {
@@ -181,14 +195,29 @@ impl ReadAhead {
 
     /// Objects held (fetched or in flight).
     pub fn held(&self) -> usize {
-        self.lock().fetches.len()
+        self.lock().held
+    }
+}
+
+impl State {
+    /// The oldest fetch held for `index`, if any.
+    fn take(&mut self, index: u64) -> Option<Fetch> {
+        let queue = self.fetches.get_mut(&index)?;
+        let (_, f) = queue.pop_front()?;
+        if queue.is_empty() {
+            self.fetches.remove(&index);
+        }
+        self.held -= 1;
+        Some(f)
     }
 }
 
 impl Drop for ReadAhead {
     fn drop(&mut self) {
-        for (_, (_, f)) in self.lock().fetches.drain() {
-            f.abort();
+        for (_, queue) in self.lock().fetches.drain() {
+            for (_, f) in queue {
+                f.abort();
+            }
         }
     }
 }
@@ -225,6 +254,51 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("nope"));
+    }
+
+    /// `n` local files `0.bin`… holding their own number, as `(index, path)` pairs.
+    fn files(dir: &std::path::Path, n: u64) -> Vec<(u64, String)> {
+        (0..n)
+            .map(|i| {
+                let p = dir.join(format!("{i}.bin"));
+                std::fs::write(&p, [i as u8]).unwrap();
+                (i, p.display().to_string())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_next_epochs_hints_for_indices_still_held_are_fetched_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = files(dir.path(), 2);
+        let ahead = ReadAhead::new(8);
+        // Epoch 0 names 0, 1; epoch 1 names 1, 0 before epoch 0 has taken either.
+        ahead.start(&f);
+        ahead.start(&[f[1].clone(), f[0].clone()]);
+        assert_eq!(ahead.held(), 4);
+        for epoch in [f.clone(), vec![f[1].clone(), f[0].clone()]] {
+            let got = ahead.take_many(&epoch);
+            for ((i, _), b) in epoch.iter().zip(got) {
+                assert_eq!(b.unwrap(), vec![*i as u8]);
+            }
+        }
+        assert_eq!(ahead.held(), 0);
+    }
+
+    #[test]
+    fn taking_an_index_keeps_the_next_epochs_waiting_hint_for_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = files(dir.path(), 2);
+        let ahead = ReadAhead::new(2);
+        ahead.start(&f);
+        // The window is full: epoch 1's hints wait.
+        ahead.start(&f);
+        assert_eq!(ahead.held(), 2);
+        ahead.take_many(&f);
+        // Taking epoch 0's made room for epoch 1's, which were not dropped with them.
+        assert_eq!(ahead.held(), 2);
+        assert_eq!(ahead.take_many(&f[..1])[0].as_ref().unwrap(), &vec![0u8]);
+        assert_eq!(ahead.held(), 1);
     }
 
     #[test]

@@ -3,7 +3,8 @@ checkout's `python/` (its last build).
 
 Inserting `python/` ahead of everything, as the scripts once did, overrode PYTHONPATH: an A/B
 run as `PYTHONPATH=<build A>/python python benchmarks/bucket.py` measured the checkout's
-build, not A's (docs/BENCHMARKS.md, "Which build a benchmark measured").
+build, not A's (docs/BENCHMARKS.md, "Where the p99 comes from, and a hedge that stalls
+too": which build a benchmark measured).
 
     import checkout; checkout.use()
 """

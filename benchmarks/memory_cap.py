@@ -31,6 +31,7 @@ from peers import common as C  # noqa: E402
 RUN = r"""
 import json, sys, time
 sys.path.insert(0, sys.argv[3])
+import checkout; checkout.use()
 import sluice, sluice.image as img, sluice.text as T
 def hwm():
     return next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmHWM"))
@@ -116,7 +117,7 @@ def main() -> None:
     results: dict[str, list] = {}
     for _ in range(args.rounds):
         for name, cap in cases:
-            r = subprocess.run([sys.executable, "-c", RUN, str(data), json.dumps(cap), str(HERE.parent / "python"),
+            r = subprocess.run([sys.executable, "-c", RUN, str(data), json.dumps(cap), str(HERE),
                                 args.kind, *extra],
                                capture_output=True, text=True, timeout=1800)
             if r.returncode != 0:

@@ -48,7 +48,7 @@ const QUEUED: u64 = 4;
 /// How often a request looks whether its store's p95 has become known.
 const UNMEASURED_STEP: Duration = Duration::from_millis(25);
 /// Requests sent for one read at most: the first and five hedges. When a store stalls one
-/// request in twenty, one read in 8,000 has its first three stalled — a few per pass of
+/// request in twenty, one read in 8,000 has its first three stalled — a few per run of
 /// `benchmarks/bucket.py --stall-fraction 0.05`, each holding its batch for the whole stall
 /// when three were the most — and six stalled in a row are one in 64 million. The hedges'
 /// budget, not this, bounds the load on a store that stalls everything.
@@ -265,8 +265,8 @@ where
     // [`Latency::look_in`]. A hedge that stalls too (one stalled request's hedge in a hundred,
     // when a store stalls one request in a hundred) is judged the same way from when it was
     // sent, and one more request goes from the outliers' budget, up to [`MAX_SENT`]: waiting
-    // for four times the p95 after the hedge held a batch ~300 ms (docs/BENCHMARKS.md,
-    // "hedging only stragglers").
+    // for four times the p95 after the hedge held a batch ~300 ms (docs/BENCHMARKS.md, "a
+    // hedge that stalls too").
     let mut wait = lat.look_in(Duration::ZERO);
     let mut drained_before = false;
     loop {

@@ -160,6 +160,15 @@ pub struct MemoryCap {
     admitted: Mutex<std::collections::VecDeque<((u64, u64), u64)>>,
 }
 
+/// What [`MemoryCap::predicted`] expects the pipeline to hold with a chunk let in.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Prediction {
+    /// This many bytes, with `in_flight` items let in and not yet consumed.
+    Bytes { bytes: u64, in_flight: u64 },
+    /// Not known: no item's size is measured yet.
+    Unknown,
+}
+
 /// What the source knows of a chunk it is about to let in.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct ChunkNeed {
@@ -215,8 +224,9 @@ impl MemoryCap {
     /// What the pipeline will hold with `chunk` let in: what the process holds now plus the
     /// chunk at its biggest (twice: while it is converted) — or, if more, the process at the
     /// start plus every item in flight at its mean size (those let in may not have grown to
-    /// their size yet), the chunk, and an item's copy per worker.
-    fn predicted(&self, chunk: &ChunkNeed, stats: &PipelineStats, ctl: &Control) -> (u64, u64) {
+    /// their size yet), the chunk, and an item's copy per worker. [`Prediction::Unknown`]
+    /// while no size is measured and the stages have work enough.
+    fn predicted(&self, chunk: &ChunkNeed, stats: &PipelineStats, ctl: &Control) -> Prediction {
         let measured = stats.item_bytes();
         let mut admitted = self.admitted.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(reached) = ctl.wait.reached_at() {
@@ -225,20 +235,27 @@ impl MemoryCap {
             }
         }
         let in_flight: u64 = admitted.iter().map(|(_, n)| n).sum();
-        let rss = self.rss();
+        let workers: usize = stats.stages.iter().map(|(info, _)| info.threads).sum();
         let (mean, max) = match measured {
             Some(m) => m,
-            // Not measured yet, and little room: what is in flight shows the sizes first.
-            None if in_flight > 0 && rss > self.limit / 2 => return (u64::MAX, in_flight),
+            // No size is known yet: what is in flight shows the sizes first. Letting in all
+            // the queues take instead (22-39 chunks before the first output, with the
+            // workers slow to start on a busy machine) put a run with 10x skewed items 7-13
+            // MiB past its cap: four 20 MiB items among them, counted at the 2 MiB of the
+            // first one measured.
+            None if admitted.len() >= workers.max(1) => return Prediction::Unknown,
             None => (0.0, 0.0),
         };
+        let rss = self.rss();
         // The chunk at its biggest, and once more for the copies made while it is converted
         // (a Python function's array and the engine's); each worker may hold such a copy.
         let new = chunk.items as f64 * max;
-        let workers: usize = stats.stages.iter().map(|(info, _)| info.threads).sum();
         let now = rss as f64 + 2.0 * new;
         let planned = self.base as f64 + in_flight as f64 * mean + new + workers as f64 * max;
-        (now.max(planned) as u64, in_flight)
+        Prediction::Bytes {
+            bytes: now.max(planned) as u64,
+            in_flight,
+        }
     }
 
     /// Resident bytes of this process and its children now.
@@ -262,10 +279,24 @@ impl MemoryCap {
     pub(super) fn admit(&self, chunk: ChunkNeed, stats: &PipelineStats, ctl: &Control) {
         let mut held: Option<Instant> = None;
         loop {
-            let (predicted, in_flight) = self.predicted(&chunk, stats, ctl);
-            if predicted <= self.limit || ctl.cancelled() {
+            if ctl.cancelled() {
                 break;
             }
+            let in_flight = match self.predicted(&chunk, stats, ctl) {
+                Prediction::Bytes { bytes, .. } if bytes <= self.limit => break,
+                Prediction::Bytes { in_flight, .. } => in_flight,
+                Prediction::Unknown => {
+                    // The stages have work; the wait is for a measurement, not for room, so
+                    // it is neither a hold nor a cost of the cap. A stall (the first chunks
+                    // all filtered out, say) lets the next one go.
+                    if ctl.wait.stalled() {
+                        ctl.wait.restart();
+                        break;
+                    }
+                    std::thread::sleep(POLL);
+                    continue;
+                }
+            };
             // Memory freed by what was consumed may still count as resident: glibc keeps
             // freed heap memory (big arrays too, once its mmap threshold has grown). Give it
             // back and look again before holding on.
@@ -499,6 +530,54 @@ mod tests {
         // An output ends the stall.
         ctl.wait.delivered();
         assert!(!ctl.wait.stalled());
+    }
+
+    #[test]
+    fn until_a_size_is_measured_only_what_the_stages_work_on_goes_in() {
+        use crate::stats::StageInfo;
+        let info = |threads| StageInfo {
+            name: "map".into(),
+            threads,
+            inline: false,
+            queue_capacity: 4,
+        };
+        let stats = PipelineStats::new(vec![info(1), info(2)]);
+        let ctl = Control::default();
+        // Room for anything: only the unknown sizes hold chunks back.
+        let cap = MemoryCap::new(u64::MAX / 2);
+        let need = |pos| ChunkNeed {
+            items: 1,
+            last: (0, pos),
+        };
+        for pos in 0..3 {
+            cap.admit(need(pos), &stats, &ctl);
+        }
+        // Three chunks for three threads; the fourth waits for a measurement.
+        std::thread::scope(|s| {
+            let fourth = s.spawn(|| cap.admit(need(3), &stats, &ctl));
+            std::thread::sleep(Duration::from_millis(50));
+            assert!(!fourth.is_finished(), "let in before any size was known");
+            for i in 0..2 {
+                let c = stats.counters(i);
+                c.items_in.fetch_add(1, Relaxed);
+                c.bytes_out.fetch_add(1 << 10, Relaxed);
+            }
+            fourth.join().unwrap();
+        });
+        let r = cap.report();
+        // Waiting for a size is not the cap holding for room, nor letting anything over it.
+        assert_eq!((r.held_chunks, r.forced), (0, 0), "{r:?}");
+        // Sizes known, the same cap lets chunks in at once.
+        cap.admit(need(4), &stats, &ctl);
+
+        // No size measured and the consumer stalled (the first chunks filtered out, say):
+        // one more goes, not counted as forced over the cap.
+        let stats = PipelineStats::new(vec![info(1)]);
+        let cap = MemoryCap::new(u64::MAX / 2);
+        cap.admit(need(0), &stats, &ctl);
+        ctl.wait.waiting();
+        cap.admit(need(1), &stats, &ctl);
+        assert_eq!(cap.report().forced, 0);
     }
 
     #[test]

@@ -213,23 +213,28 @@ impl PipelineStats {
     /// Bytes one source item becomes, on average and at its biggest, as the stages measured
     /// so far: the largest of the stages' bytes per input (a batch's too) and of the biggest
     /// items a stage made (what a memory cap budgets chunks at) — `None` until every stage
-    /// has made or taken something.
+    /// on a thread of its own has made or taken something. Stages run by the consumer's
+    /// thread count once they have: waiting for them would hold a run's first chunks until
+    /// the consumer first asks.
     pub fn item_bytes(&self) -> Option<(f64, f64)> {
         let seen = |c: &StageCounters| c.items_in.load(Relaxed).max(c.items_out.load(Relaxed));
-        if self.stages.iter().any(|(_, c)| seen(c) == 0) {
+        if self
+            .stages
+            .iter()
+            .any(|(info, c)| !info.inline && seen(c) == 0)
+        {
             return None;
         }
-        Some(
-            self.stages
-                .iter()
-                .fold((0.0f64, 0.0f64), |(mean, max), (_, c)| {
-                    let m = c.bytes_out.load(Relaxed) as f64 / seen(c) as f64;
-                    (
-                        mean.max(m),
-                        max.max(m).max(c.max_item_bytes.load(Relaxed) as f64),
-                    )
-                }),
-        )
+        Some(self.stages.iter().filter(|(_, c)| seen(c) > 0).fold(
+            (0.0f64, 0.0f64),
+            |(mean, max), (_, c)| {
+                let m = c.bytes_out.load(Relaxed) as f64 / seen(c) as f64;
+                (
+                    mean.max(m),
+                    max.max(m).max(c.max_item_bytes.load(Relaxed) as f64),
+                )
+            },
+        ))
     }
 
     /// Counters for `stages` (the executor makes one per run; a worker process running one
@@ -528,6 +533,31 @@ mod tests {
         assert_eq!(c.delay_max_ms, 2.0);
         assert_eq!(c.delay_p50_ms, 0.0);
         assert!(c.first_output_s.is_some());
+    }
+
+    #[test]
+    fn item_bytes_wait_for_the_threaded_stages_not_the_consumers() {
+        let info = |inline| StageInfo {
+            name: "stage".into(),
+            threads: 1,
+            inline,
+            queue_capacity: 2,
+        };
+        let stats = PipelineStats::new(vec![info(false), info(false), info(true)]);
+        assert_eq!(stats.item_bytes(), None);
+        let (source, map) = (stats.counters(0), stats.counters(1));
+        source.items_out.fetch_add(4, Relaxed);
+        assert_eq!(stats.item_bytes(), None, "the map has made nothing yet");
+        map.items_in.fetch_add(2, Relaxed);
+        map.bytes_out.fetch_add(2_000, Relaxed);
+        map.max_item_bytes.fetch_max(1_500, Relaxed);
+        // The consumer's batch stage has taken nothing: it does not hold the figures back,
+        // nor divide by its zero.
+        assert_eq!(stats.item_bytes(), Some((1_000.0, 1_500.0)));
+        let batch = stats.counters(2);
+        batch.items_in.fetch_add(2, Relaxed);
+        batch.bytes_out.fetch_add(4_200, Relaxed);
+        assert_eq!(stats.item_bytes(), Some((2_100.0, 2_100.0)));
     }
 
     #[test]

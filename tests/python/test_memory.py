@@ -207,3 +207,24 @@ def test_the_cap_counts_what_the_consumer_took_after_a_stage_that_renumbers(tail
     # run, 2026-11-30 15:00 UTC) the cap once held 4 chunks for 5 ms — not understood yet, and
     # not the crawl this test is about — so a brief hold is tolerated, none forced.
     assert m["forced"] == 0 and m["held_s"] < 1.0, m
+
+
+def test_stages_behind_a_shuffle_buffer_do_not_hold_the_source_before_it_fills():
+    # Until a run has measured its items' sizes the cap lets in one chunk per stage thread.
+    # A map behind a shuffle buffer sees nothing until the buffer is full, so waiting for its
+    # size held the source a chunk at a time: 0.7 s to the first output became 544 s with a
+    # 100,000-item buffer. Under the default cap, as every run has one.
+    code = textwrap.dedent(
+        """
+        import numpy as np, sluice
+        def f(s):
+            return {"x": np.full(16, s["id"], dtype=np.int64)}
+        ds = sluice.range(120_000).shuffle_buffer(50_000).map(f).batch(1_000)
+        it = ds.iter(seed=1, num_threads=2)
+        ids = np.sort(np.concatenate([b["x"][:, 0] for b in it]))
+        print(bool((ids == np.arange(120_000)).all()), it.stats().to_dict()["memory"]["forced"])
+        """
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["True", "0"], r.stdout

@@ -158,6 +158,9 @@ pub struct MemoryCap {
     /// Chunks let in and not yet past the consumer: their last item's (epoch, position) and
     /// their length (only the source thread admits).
     admitted: Mutex<std::collections::VecDeque<((u64, u64), u64)>>,
+    /// How many stages, the source first, a run's first chunks reach as they go: the sizes
+    /// are known once these have measured an item ([`MemoryCap::sized_by`]).
+    sized_by: usize,
 }
 
 /// What [`MemoryCap::predicted`] expects the pipeline to hold with a chunk let in.
@@ -216,9 +219,24 @@ impl MemoryCap {
             base: 0,
             trimmed: AtomicU64::new(0),
             admitted: Mutex::new(Default::default()),
+            sized_by: usize::MAX,
         };
         cap.base = cap.rss();
         cap
+    }
+
+    /// Sizes count as known once the first `stages` stages (the source first) have measured
+    /// an item: those before the first one that holds items back (a shuffle buffer, a batch,
+    /// a pack) and that one. Until then the source lets in one chunk per stage thread. By
+    /// default every stage on threads of its own.
+    ///
+    /// ```
+    /// let cap = sluice_core::exec::MemoryCap::new(1 << 40).sized_by(2);
+    /// assert_eq!(cap.report().limit, 1 << 40);
+    /// ```
+    pub fn sized_by(mut self, stages: usize) -> Self {
+        self.sized_by = stages;
+        self
     }
 
     /// What the pipeline will hold with `chunk` let in: what the process holds now plus the
@@ -227,7 +245,7 @@ impl MemoryCap {
     /// their size yet), the chunk, and an item's copy per worker. [`Prediction::Unknown`]
     /// while no size is measured and the stages have work enough.
     fn predicted(&self, chunk: &ChunkNeed, stats: &PipelineStats, ctl: &Control) -> Prediction {
-        let measured = stats.item_bytes();
+        let measured = stats.item_bytes(self.sized_by);
         let mut admitted = self.admitted.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(reached) = ctl.wait.reached_at() {
             while admitted.front().is_some_and(|(last, _)| *last <= reached) {

@@ -212,15 +212,18 @@ impl PipelineStats {
 
     /// Bytes one source item becomes, on average and at its biggest, as the stages measured
     /// so far: the largest of the stages' bytes per input (a batch's too) and of the biggest
-    /// items a stage made (what a memory cap budgets chunks at) — `None` until every stage
-    /// on a thread of its own has made or taken something. Stages run by the consumer's
-    /// thread count once they have: waiting for them would hold a run's first chunks until
-    /// the consumer first asks.
-    pub fn item_bytes(&self) -> Option<(f64, f64)> {
+    /// items a stage made (what a memory cap budgets chunks at) — `None` until each of the
+    /// first `sized_by` stages (the source is the first) that runs on threads of its own has
+    /// made or taken something. Stages past those count once they have: those run by the
+    /// consumer's thread (waiting for them would hold the first chunks until the consumer
+    /// first asks) and those behind a stage that holds items back (a shuffle buffer, a
+    /// batch: they see nothing until it is full).
+    pub fn item_bytes(&self, sized_by: usize) -> Option<(f64, f64)> {
         let seen = |c: &StageCounters| c.items_in.load(Relaxed).max(c.items_out.load(Relaxed));
         if self
             .stages
             .iter()
+            .take(sized_by)
             .any(|(info, c)| !info.inline && seen(c) == 0)
         {
             return None;
@@ -543,21 +546,28 @@ mod tests {
             inline,
             queue_capacity: 2,
         };
-        let stats = PipelineStats::new(vec![info(false), info(false), info(true)]);
-        assert_eq!(stats.item_bytes(), None);
+        let stats = PipelineStats::new(vec![info(false), info(false), info(true), info(false)]);
+        // The map after a shuffle buffer (stage 3) is not waited for.
+        let sized_by = 3;
+        assert_eq!(stats.item_bytes(sized_by), None);
         let (source, map) = (stats.counters(0), stats.counters(1));
         source.items_out.fetch_add(4, Relaxed);
-        assert_eq!(stats.item_bytes(), None, "the map has made nothing yet");
+        assert_eq!(
+            stats.item_bytes(sized_by),
+            None,
+            "the map has made nothing yet"
+        );
         map.items_in.fetch_add(2, Relaxed);
         map.bytes_out.fetch_add(2_000, Relaxed);
         map.max_item_bytes.fetch_max(1_500, Relaxed);
-        // The consumer's batch stage has taken nothing: it does not hold the figures back,
-        // nor divide by its zero.
-        assert_eq!(stats.item_bytes(), Some((1_000.0, 1_500.0)));
+        // The consumer's stage has taken nothing: it does not hold the figures back, nor
+        // divide by its zero; nor does the stage after the buffer.
+        assert_eq!(stats.item_bytes(sized_by), Some((1_000.0, 1_500.0)));
+        assert_eq!(stats.item_bytes(4), None, "every threaded stage asked for");
         let batch = stats.counters(2);
         batch.items_in.fetch_add(2, Relaxed);
         batch.bytes_out.fetch_add(4_200, Relaxed);
-        assert_eq!(stats.item_bytes(), Some((2_100.0, 2_100.0)));
+        assert_eq!(stats.item_bytes(sized_by), Some((2_100.0, 2_100.0)));
     }
 
     #[test]

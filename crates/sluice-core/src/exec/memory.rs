@@ -161,6 +161,9 @@ pub struct MemoryCap {
     /// How many stages, the source first, a run's first chunks reach as they go: the sizes
     /// are known once these have measured an item ([`MemoryCap::sized_by`]).
     sized_by: usize,
+    /// Big buffers that waited for room ([`super::hold_transient`]), and for how long.
+    transient_waits: AtomicU64,
+    transient_wait_ns: AtomicU64,
 }
 
 /// What [`MemoryCap::predicted`] expects the pipeline to hold with a chunk let in.
@@ -197,6 +200,12 @@ pub struct MemoryReport {
     pub starved_s: f64,
     /// Chunks let through over the cap because the consumer was waiting for output.
     pub forced: u64,
+    /// Big buffers an op waited to make until the process had room for them beside those
+    /// of other threads (a 50 MP decode), and the seconds they waited.
+    #[serde(default)]
+    pub transient_waits: u64,
+    #[serde(default)]
+    pub transient_wait_s: f64,
 }
 
 impl MemoryCap {
@@ -220,6 +229,8 @@ impl MemoryCap {
             trimmed: AtomicU64::new(0),
             admitted: Mutex::new(Default::default()),
             sized_by: usize::MAX,
+            transient_waits: AtomicU64::new(0),
+            transient_wait_ns: AtomicU64::new(0),
         };
         cap.base = cap.rss();
         cap
@@ -373,7 +384,21 @@ impl MemoryCap {
             held_chunks: self.held_chunks.load(Relaxed),
             starved_s: self.starved_ns.load(Relaxed) as f64 * 1e-9,
             forced: self.forced.load(Relaxed),
+            transient_waits: self.transient_waits.load(Relaxed),
+            transient_wait_s: self.transient_wait_ns.load(Relaxed) as f64 * 1e-9,
         }
+    }
+
+    /// The cap, in bytes.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// A big buffer waited `waited` for room ([`super::hold_transient`]).
+    pub(super) fn count_transient_wait(&self, waited: Duration) {
+        self.transient_waits.fetch_add(1, Relaxed);
+        self.transient_wait_ns
+            .fetch_add(waited.as_nanos() as u64, Relaxed);
     }
 }
 

@@ -27,6 +27,7 @@ mod stage;
 mod start;
 mod tail;
 mod threads;
+pub(crate) mod transient;
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering::Relaxed;
@@ -45,6 +46,7 @@ pub use source::{CHUNK_BYTES, CHUNK_WORK_NS};
 pub use start::ExecOptions;
 use start::Started;
 pub use threads::WORKER_NICE;
+pub use transient::hold_transient;
 
 use crate::error::{Error, Result};
 use crate::plan::physical::PhysicalPlan;

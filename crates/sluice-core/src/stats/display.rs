@@ -57,7 +57,7 @@ impl fmt::Display for StatsReport {
             writeln!(
                 f,
                 "memory: cap {:.0} MB, peak {:.0} MB; source held {} chunk(s) {:.2} s, the \
-                 consumer waiting {:.2} s of it ({:.0}% of the run){}",
+                 consumer waiting {:.2} s of it ({:.0}% of the run){}{}",
                 mb(m.limit),
                 mb(m.peak_rss),
                 m.held_chunks,
@@ -68,6 +68,14 @@ impl fmt::Display for StatsReport {
                     format!(
                         "; {} let through over the cap to keep the run going",
                         m.forced
+                    )
+                } else {
+                    String::new()
+                },
+                if m.transient_waits > 0 {
+                    format!(
+                        "; {} big buffer(s) waited {:.2} s for room",
+                        m.transient_waits, m.transient_wait_s
                     )
                 } else {
                     String::new()

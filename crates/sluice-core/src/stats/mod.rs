@@ -202,7 +202,9 @@ pub struct PipelineStats {
 impl PipelineStats {
     /// Puts the run under `cap` (once; later calls are ignored).
     pub fn set_memory(&self, cap: Arc<crate::exec::MemoryCap>) {
-        let _ = self.memory.set(cap);
+        if self.memory.set(cap.clone()).is_ok() {
+            crate::exec::transient::register(&cap);
+        }
     }
 
     /// The run's memory cap, if it has one.

@@ -72,6 +72,8 @@ mod tests {
             held_chunks: 7,
             starved_s,
             forced,
+            transient_waits: 0,
+            transient_wait_s: 0.0,
         })
     }
 

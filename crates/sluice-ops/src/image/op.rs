@@ -21,6 +21,31 @@ pub(super) fn kernel_err(e: ip::ImageError) -> Error {
     Error::data(e.to_string())
 }
 
+/// About how many bytes decoding `bytes` makes and the ops after it hold while they work,
+/// from its header (JPEG and PNG): what a memory cap's gate for big buffers
+/// ([`sluice_core::exec::hold_transient`]) is asked for. Twice the decoded image: a 50 MP
+/// JPEG's decode peaked 160 MB above its start for 149 MB of pixels, and a resize after it
+/// 65 MB more. `None` for other formats, and for a header that does not parse or declares
+/// more than `max_pixels` (the decoder reports those without making anything).
+pub(super) fn decoded_bytes(bytes: &[u8], max_pixels: u64) -> Option<u64> {
+    let (pixels, per_pixel) = match ip::sniff(bytes)? {
+        ip::Format::Jpeg => {
+            let (h, w) = ip::jpeg_dimensions(bytes).ok()?;
+            ((h as u64).saturating_mul(w as u64), 2 * 3)
+        }
+        ip::Format::Png => {
+            // IHDR is the first chunk: width and height, big-endian, at bytes 16 and 20.
+            let be = |at: usize| {
+                Some(u32::from_be_bytes(bytes.get(at..at + 4)?.try_into().ok()?) as u64)
+            };
+            // Up to 4 channels of 16 bits while it converts; twice that.
+            (be(16)?.saturating_mul(be(20)?), 2 * 8)
+        }
+        _ => return None,
+    };
+    (pixels <= max_pixels).then_some(per_pixel * pixels)
+}
+
 /// A per-channel mean or std: the op's own, or made for `to_tensor`.
 type MeanStd<'a> = Cow<'a, [f32]>;
 
@@ -139,6 +164,9 @@ impl ImageOp {
                 mode, max_pixels, ..
             } => {
                 let bytes = require_bytes(s, field, name)?;
+                if let Some(n) = decoded_bytes(bytes, *max_pixels) {
+                    sluice_core::exec::hold_transient(n);
+                }
                 ip::decode(bytes, &decode_options(mode, *max_pixels)).map_err(kernel_err)
             }
             ImageSpec::DecodeRandomResizedCrop { .. } => {
@@ -157,6 +185,8 @@ impl ImageOp {
                     let (h, w) = ip::jpeg_dimensions(bytes).map_err(kernel_err)?;
                     let (top, left, ch, cw) =
                         ip::rrc_params(h, w, dc.scale, dc.ratio, u).map_err(kernel_err)?;
+                    // Only the crop's window is decoded (at most: DCT scaling makes less).
+                    sluice_core::exec::hold_transient(3 * (ch * cw) as u64);
                     let decoded =
                         ip::decode_for_crop(bytes, &opts, top, left, ch, cw, oh, ow, interp)
                             .map_err(kernel_err)?;
@@ -165,6 +195,9 @@ impl ImageOp {
                         .resized_crop(top, left, ch, cw, oh, ow, interp)
                         .map_err(kernel_err)
                 } else {
+                    if let Some(n) = decoded_bytes(bytes, dc.max_pixels) {
+                        sluice_core::exec::hold_transient(n);
+                    }
                     let img = ip::decode(bytes, &opts).map_err(kernel_err)?;
                     part.end(img.data.len() as u64);
                     let (top, left, ch, cw) =

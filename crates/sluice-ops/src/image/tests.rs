@@ -323,3 +323,25 @@ fn decode_fuses_only_with_an_in_place_crop() {
         .unwrap();
     assert!(decode.fuse_next(&*crop_out, 7).is_none());
 }
+
+#[test]
+fn what_a_decode_asks_the_memory_gate_for_comes_from_the_header() {
+    use super::op::decoded_bytes;
+    let fixtures = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../sluice-imgproc/tests/fixtures/"
+    );
+    let jpeg = std::fs::read(format!("{fixtures}coffee_320x240.jpg")).unwrap();
+    // Twice the decoded image: the decoder's and the next ops' buffers.
+    assert_eq!(decoded_bytes(&jpeg, u64::MAX), Some(2 * 3 * 320 * 240));
+    // PNG: IHDR's width and height (12 x 9 here), at up to 8 bytes a pixel while it
+    // converts, twice.
+    let png = std::fs::read(format!("{fixtures}gray8.png")).unwrap();
+    assert_eq!(decoded_bytes(&png, u64::MAX), Some(2 * 8 * 12 * 9));
+    // Past max_pixels the decoder refuses it without making anything: nothing to ask for.
+    assert_eq!(decoded_bytes(&jpeg, 320 * 240 - 1), None);
+    // A cut header, or a format with no cheap header read.
+    assert_eq!(decoded_bytes(&png[..20], u64::MAX), None);
+    assert_eq!(decoded_bytes(b"GIF89a\x01\x00\x01\x00", u64::MAX), None);
+    assert_eq!(decoded_bytes(b"", u64::MAX), None);
+}

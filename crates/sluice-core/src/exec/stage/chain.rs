@@ -79,6 +79,9 @@ impl Chain {
     /// Runs the chunk; when an item fails, the outputs of the items before it (through every
     /// op) and the failure, so a failing sample loses no output that precedes it.
     pub(crate) fn run_partial(&self, mut items: Chunk) -> Partial {
+        // A big buffer an op made for this chunk ([`crate::exec::hold_transient`]) is held
+        // until the ops after it are done with it too.
+        let _ops = crate::exec::transient::ChunkOps::start();
         let mut failed = None;
         // A chunk is timed through all its steps or not at all (while its first step wants it).
         let first = match &self.read {

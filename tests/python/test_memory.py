@@ -273,7 +273,8 @@ def test_big_decodes_wait_for_room_under_the_cap(tmp_path):
     room = 160 << 20
     free = run(False)
     assert free["n"] == 24 and free["memory"] is None
-    assert free["used"] > room + (32 << 20), free["used"] >> 20
+    # 205-272 MiB in 16 runs two at a time beside a CI run; 69-115 MiB capped.
+    assert free["used"] > room, free["used"] >> 20
     capped = run(room)
     m = capped["memory"]
     assert capped["n"] == 24

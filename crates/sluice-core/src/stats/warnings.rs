@@ -47,6 +47,18 @@ impl StatsReport {
                     100.0 * share,
                 ));
             }
+            // Workers' time, summed: a tenth of the run's wall time is already a share a
+            // user would want to hear about.
+            if m.transient_wait_s >= STARVED_SHARE * self.elapsed_s {
+                out.push(format!(
+                    "the memory cap ({:.0} MB) made {} big decode(s) wait {:.1} s in all for \
+                     room beside the others'; raise memory_limit= (or use fewer threads) for \
+                     full speed",
+                    m.limit as f64 / 1e6,
+                    m.transient_waits,
+                    m.transient_wait_s,
+                ));
+            }
         }
         for stage in self.stages.iter().skip(1).filter(|s| s.skipped > 0) {
             out.push(format!(
@@ -115,6 +127,29 @@ mod tests {
         assert!(
             w[0].contains("0% of the iteration, and let 2 chunk(s) through over it"),
             "{w:?}"
+        );
+    }
+
+    #[test]
+    fn big_decodes_that_waited_long_for_room_are_reported() {
+        let mut r = report(None, None);
+        r.stages.iter_mut().for_each(|s| s.skipped = 0);
+        let mut m = memory(0.0, 0);
+        if let Some(m) = &mut m {
+            (m.transient_waits, m.transient_wait_s) = (3, 0.1); // 5% of a 2 s run
+        }
+        r.memory = m.clone();
+        assert!(r.end_warnings("range", 0).is_empty());
+        if let Some(m) = &mut m {
+            (m.transient_waits, m.transient_wait_s) = (12, 0.8);
+        }
+        r.memory = m;
+        assert_eq!(
+            r.end_warnings("range", 0),
+            [
+                "the memory cap (400 MB) made 12 big decode(s) wait 0.8 s in all for room beside \
+                 the others'; raise memory_limit= (or use fewer threads) for full speed"
+            ]
         );
     }
 }

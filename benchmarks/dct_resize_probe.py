@@ -1,0 +1,48 @@
+"""What decoding at a DCT scale would save a `decode -> resize` of a huge photo: the 50 MP
+JPEG of benchmarks/memory_cap.py (7,071 x 7,071; run that first to make it) decoded and
+resized to 224 (`decode` then `resize(224)`, which is not fused today) against the fused,
+DCT-scaled `decode_random_resized_crop` asked for the whole image (scale and ratio 1: the
+same 224 x 224 output, decoded at 1/8). Process CPU per image and the rise of the peak
+resident memory, one thread, each mode in its own process:
+
+    PYTHONPATH=$PWD/python .venv/bin/python benchmarks/dct_resize_probe.py
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+PHOTO = Path.home() / ".cache" / "sluice-bench" / "memcap-images" / "00000.jpg"
+
+RUN = r"""
+import sys, time
+sys.path.insert(0, sys.argv[3])
+import checkout; checkout.use()
+import sluice, sluice.image as img
+def hwm():
+    return next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmHWM"))
+ds = sluice.read_images([sys.argv[1]] * 6).map(img.decode(max_pixels=60_000_000))
+if sys.argv[2] == "decode, resize":
+    ds = ds.map(img.resize(224))
+else:
+    ds = ds.map(img.random_resized_crop(224, scale=(1.0, 1.0), ratio=(1.0, 1.0)))
+base, t = hwm(), time.process_time()
+shape = [s["image"].shape for s in ds.iter(num_threads=0, memory_limit=False)][0]
+print(f"{sys.argv[2]:40s} {shape}  CPU per image {(time.process_time() - t) / 6 * 1e3:.0f} ms  "
+      f"peak +{(hwm() - base) / 1e6:.0f} MB")
+"""
+
+
+def main() -> None:
+    if not PHOTO.exists():
+        raise SystemExit(f"{PHOTO} is missing: run benchmarks/memory_cap.py once first")
+    for _ in range(2):
+        for mode in ("decode, resize", "fused crop of the whole image (1/8)"):
+            subprocess.run([sys.executable, "-c", RUN, str(PHOTO), mode, str(HERE)], check=True, timeout=600)
+
+
+if __name__ == "__main__":
+    main()

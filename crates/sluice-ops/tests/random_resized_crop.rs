@@ -182,7 +182,6 @@ fn decode_fuses_only_with_a_crop_of_its_output() {
             DECODE,
             r#"{"op":"image.random_resized_crop","size":32,"interpolation":"nearest"}"#,
         ),
-        (DECODE, r#"{"op":"image.resize","size":32}"#),
         (CROP, CROP),
         (DECODE, r#"{"op":"noop"}"#),
     ] {

@@ -99,6 +99,34 @@ fn shorter_side(h: usize, w: usize, size: usize) -> (usize, usize) {
     }
 }
 
+/// The size `size` resizes a `height` x `width` image to (the shorter side, or both),
+/// checked against `max_pixels`.
+pub(super) fn resize_target(
+    size: &Size,
+    height: usize,
+    width: usize,
+    max_pixels: u64,
+) -> Result<(usize, usize)> {
+    match size {
+        Size::Int(n) => {
+            let (h, w) = shorter_side(height, width, *n);
+            check(
+                product(&[h as u64, w as u64]),
+                max_pixels,
+                "max_pixels",
+                || {
+                    format!(
+                        "size={n} (the shorter side) on a {height}x{width} image makes {h}x{w} \
+                         pixels"
+                    )
+                },
+            )?;
+            Ok((h, w))
+        }
+        Size::Hw(h, w) => Ok((*h, *w)),
+    }
+}
+
 /// torchvision's `center_crop` origin along one axis of `n` pixels for a crop of `c`: a crop
 /// larger than the image pads `(c - n) // 2` zeros before and the rest (the odd one) after;
 /// a smaller one starts at `int(round((n - c) / 2))`, Python's round (ties to even).
@@ -206,6 +234,12 @@ impl ImageOp {
                     ip::resized_crop(&img, top, left, ch, cw, oh, ow, interp).map_err(kernel_err)
                 }
             }
+            ImageSpec::DecodeResize { decode, resize, .. } => {
+                let bytes = require_bytes(s, field, name)?;
+                // The decode is the first op's part of the cost (`FirstPart`), as above.
+                let part = FirstPart::start();
+                super::decode_resize::run(bytes, decode, resize, |made| part.end(made))
+            }
             _ => Err(Error::Internal(format!("{name} is not a decoding op"))),
         }
     }
@@ -227,25 +261,7 @@ impl ImageOp {
                 max_pixels,
                 ..
             } => {
-                let (h, w) = match size {
-                    Size::Int(n) => {
-                        let (h, w) = shorter_side(img.height, img.width, *n);
-                        check(
-                            product(&[h as u64, w as u64]),
-                            *max_pixels,
-                            "max_pixels",
-                            || {
-                                format!(
-                                    "size={n} (the shorter side) on a {}x{} image makes {h}x{w} \
-                                 pixels",
-                                    img.height, img.width
-                                )
-                            },
-                        )?;
-                        (h, w)
-                    }
-                    Size::Hw(h, w) => (*h, *w),
-                };
+                let (h, w) = resize_target(size, img.height, img.width, *max_pixels)?;
                 ip::resize(&img, h, w, filter(interpolation)?, *antialias).map_err(kernel_err)?
             }
             ImageSpec::CenterCrop { size, .. } => {
@@ -375,7 +391,9 @@ impl ImageOp {
         let (name, field, out) = (self.name(), self.spec.field(), self.spec.out());
         let mut u = || rng.uniform();
         match &self.spec {
-            ImageSpec::Decode { .. } | ImageSpec::DecodeRandomResizedCrop { .. } => {
+            ImageSpec::Decode { .. }
+            | ImageSpec::DecodeRandomResizedCrop { .. }
+            | ImageSpec::DecodeResize { .. } => {
                 let img = self.decode(s, &mut u)?;
                 s.set(out, image_value(img)?);
             }
@@ -456,7 +474,7 @@ impl Op for ImageOp {
     }
     fn meta(&self) -> OpMeta {
         let (kind, random) = match self.spec {
-            ImageSpec::Decode { .. } => (OpKind::Decode, false),
+            ImageSpec::Decode { .. } | ImageSpec::DecodeResize { .. } => (OpKind::Decode, false),
             ImageSpec::DecodeRandomResizedCrop { .. } => (OpKind::Decode, true),
             // It adds a field: the sample grows.
             ImageSpec::DeviceDraws { .. } => (OpKind::Opaque, true),
@@ -503,6 +521,7 @@ impl Op for ImageOp {
     fn fused_second(&self) -> Option<u64> {
         match self.spec {
             ImageSpec::DecodeRandomResizedCrop { crop_op_id, .. } => Some(crop_op_id),
+            ImageSpec::DecodeResize { resize_op_id, .. } => Some(resize_op_id),
             _ => None,
         }
     }
@@ -510,13 +529,22 @@ impl Op for ImageOp {
         super::device::device_form(&self.spec, next)
     }
     /// `decode` + the in-place `random_resized_crop` of its output field (bilinear or
-    /// bicubic) become `decode_random_resized_crop`. A crop writing another field keeps the
-    /// decoded image too, so it is not fused.
+    /// bicubic) become `decode_random_resized_crop`, and + an in-place antialiased `resize`,
+    /// `decode_resize`. An op writing another field keeps the decoded image too, so it is
+    /// not fused.
     fn fuse_next(&self, next: &dyn Op, next_op_id: u64) -> Option<OpRef> {
         let ImageSpec::Decode { out, .. } = &self.spec else {
             return None;
         };
         let crop: ImageSpec = serde_json::from_value(next.spec()).ok()?;
+        if super::decode_resize::fusable(&self.spec, &crop) {
+            return build(&ImageSpec::DecodeResize {
+                decode: Box::new(self.spec.clone()),
+                resize: Box::new(crop),
+                resize_op_id: next_op_id,
+            })
+            .ok();
+        }
         match &crop {
             ImageSpec::RandomResizedCrop {
                 field,

@@ -1,9 +1,8 @@
-"""What decoding at a DCT scale would save a `decode -> resize` of a huge photo: the 50 MP
-JPEG of benchmarks/memory_cap.py (7,071 x 7,071; run that first to make it) decoded and
-resized to 224 (`decode` then `resize(224)`, which is not fused today) against the fused,
-DCT-scaled `decode_random_resized_crop` asked for the whole image (scale and ratio 1: the
-same 224 x 224 output, decoded at 1/8). Process CPU per image and the rise of the peak
-resident memory, one thread, each mode in its own process:
+"""What decoding at a DCT scale saves a `decode -> resize` of a huge photo: the 50 MP JPEG of
+benchmarks/memory_cap.py (7,071 x 7,071; run that first to make it) decoded and resized to
+224, as the fused `decode_resize` runs it (the whole image decoded at 1/8) and as the two ops
+run unfused (`iter(fuse_ops=False)`: decoded whole, then resized). Process CPU per image and
+the rise of the peak resident memory, one thread, each mode in its own process:
 
     PYTHONPATH=$PWD/python .venv/bin/python benchmarks/dct_resize_probe.py
 """
@@ -24,13 +23,10 @@ import checkout; checkout.use()
 import sluice, sluice.image as img
 def hwm():
     return next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmHWM"))
-ds = sluice.read_images([sys.argv[1]] * 6).map(img.decode(max_pixels=60_000_000))
-if sys.argv[2] == "decode, resize":
-    ds = ds.map(img.resize(224))
-else:
-    ds = ds.map(img.random_resized_crop(224, scale=(1.0, 1.0), ratio=(1.0, 1.0)))
+ds = sluice.read_images([sys.argv[1]] * 6).map(img.decode(max_pixels=60_000_000)).map(img.resize(224))
+fuse = sys.argv[2].startswith("decode_resize")
 base, t = hwm(), time.process_time()
-shape = [s["image"].shape for s in ds.iter(num_threads=0, memory_limit=False)][0]
+shape = [s["image"].shape for s in ds.iter(num_threads=0, memory_limit=False, fuse_ops=fuse)][0]
 print(f"{sys.argv[2]:40s} {shape}  CPU per image {(time.process_time() - t) / 6 * 1e3:.0f} ms  "
       f"peak +{(hwm() - base) / 1e6:.0f} MB")
 """
@@ -40,7 +36,7 @@ def main() -> None:
     if not PHOTO.exists():
         raise SystemExit(f"{PHOTO} is missing: run benchmarks/memory_cap.py once first")
     for _ in range(2):
-        for mode in ("decode, resize", "fused crop of the whole image (1/8)"):
+        for mode in ("decode, resize (fuse_ops=False)", "decode_resize (fused: 1/8)"):
             subprocess.run([sys.executable, "-c", RUN, str(PHOTO), mode, str(HERE)], check=True, timeout=600)
 
 

@@ -27,7 +27,7 @@ mod stage;
 mod start;
 mod tail;
 mod threads;
-pub(crate) mod transient;
+mod transient;
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering::Relaxed;

@@ -73,8 +73,9 @@ pub(super) fn start(plan: &PhysicalPlan, opts: &ExecOptions) -> Result<Started> 
     let inline_source = first_inline == 0 && plan.source.order.is_some();
     let stats = new_stats(plan, first_inline, inline_source);
     if let Some(limit) = opts.memory_limit {
-        let cap = super::MemoryCap::new(limit).sized_by(sized_by(plan));
-        stats.set_memory(Arc::new(cap));
+        let cap = Arc::new(super::MemoryCap::new(limit).sized_by(sized_by(plan)));
+        super::transient::register(&cap);
+        stats.set_memory(cap);
     }
     let mut resumes = match &opts.resume {
         Some(rp) => rp.stage_resumes(plan)?,

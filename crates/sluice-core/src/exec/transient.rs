@@ -4,8 +4,9 @@
 //!
 //! The cap at the source ([`super::MemoryCap`]) bounds what the pipeline holds between
 //! stages; it cannot see a buffer that lives only inside a chunk's ops — decoded, resized,
-//! dropped. Two workers decoding 50 MP images at once put 300 MB on top of everything else,
-//! whatever the source admits, so a 300 MB cap over such images ended at 395 MB. A worker
+//! dropped. Four workers decoding 4,000 x 4,000 photos at once (48 MB each, about twice that
+//! while the decoder works) ran a 250 MB cap to 402 MB, whatever the source admitted
+//! (docs/RELIABILITY.md, "Big decodes that overlap"). A worker
 //! that holds a transient keeps it until its chunk has been through the chain
 //! ([`ChunkOps`], which the chain starts), since the ops after the decode still hold the
 //! big image. A thread that would wait while nobody else holds one goes at once: the cap is

@@ -202,9 +202,7 @@ pub struct PipelineStats {
 impl PipelineStats {
     /// Puts the run under `cap` (once; later calls are ignored).
     pub fn set_memory(&self, cap: Arc<crate::exec::MemoryCap>) {
-        if self.memory.set(cap.clone()).is_ok() {
-            crate::exec::transient::register(&cap);
-        }
+        let _ = self.memory.set(cap);
     }
 
     /// The run's memory cap, if it has one.

@@ -1,15 +1,16 @@
 //! `decode` + `resize` as one op: a JPEG that the resize shrinks a lot is decoded at a DCT
 //! scale (1/2–1/8), so neither the full-size decode nor most of the resize is done.
 //!
-//! A photo of 50 MP resized to 224 took 104 ms of CPU and raised the peak by 166 MB decoded
-//! whole; at 1/8 it takes 31 ms and 16 MB (`benchmarks/dct_resize_probe.py`). Where the scale
+//! A photo of 50 MP resized to 224 took 104–106 ms of CPU and raised the peak by 167 MB
+//! decoded whole; at 1/8 it takes 30 ms and 16 MB (`benchmarks/dct_resize_probe.py`, AMD EPYC
+//! family 26 model 2, one thread). Where the scale
 //! would be 1 (a shrink under 3x, another format) the two ops run as they are: the same
 //! bytes as unfused.
 
 use sluice_core::Result;
 use sluice_imgproc as ip;
 
-use super::op::{decode_options, decoded_bytes, kernel_err, resize_target};
+use super::op::{decode_options, decoded_bytes, kernel_err, resize_target, rgb_transient};
 use super::{filter, ImageSpec};
 
 /// Whether `decode` and then `resize` can run as one op: the resize of the decoded field,
@@ -60,10 +61,11 @@ pub(super) fn run(
     if ip::sniff(bytes) == Some(ip::Format::Jpeg) {
         let (h, w) = ip::jpeg_dimensions(bytes).map_err(kernel_err)?;
         let (oh, ow) = resize_target(size, h, w, *out_max)?;
-        let d = ip::dct_denominator(h, w, oh, ow, interp) as u64;
+        let d = ip::dct_denominator(h, w, oh, ow, interp) as usize;
         if d > 1 {
-            if let Some(n) = decoded_bytes(bytes, *max_pixels) {
-                sluice_core::exec::hold_transient(n / (d * d));
+            // A header past max_pixels is refused by the decoder below, with nothing made.
+            if (h * w) as u64 <= *max_pixels {
+                sluice_core::exec::hold_transient(rgb_transient(h, w, d));
             }
             let part = ip::decode_for_crop(bytes, &opts, 0, 0, h, w, oh, ow, interp)
                 .map_err(kernel_err)?;

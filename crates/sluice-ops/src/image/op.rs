@@ -31,7 +31,7 @@ pub(super) fn decoded_bytes(bytes: &[u8], max_pixels: u64) -> Option<u64> {
     let (pixels, per_pixel) = match ip::sniff(bytes)? {
         ip::Format::Jpeg => {
             let (h, w) = ip::jpeg_dimensions(bytes).ok()?;
-            ((h as u64).saturating_mul(w as u64), 2 * 3)
+            return ((h * w) as u64 <= max_pixels).then(|| rgb_transient(h, w, 1));
         }
         ip::Format::Png => {
             // IHDR is the first chunk: width and height, big-endian, at bytes 16 and 20.
@@ -44,6 +44,12 @@ pub(super) fn decoded_bytes(bytes: &[u8], max_pixels: u64) -> Option<u64> {
         _ => return None,
     };
     (pixels <= max_pixels).then_some(per_pixel * pixels)
+}
+
+/// What decoding `h` x `w` RGB pixels at 1/`d` scale asks the memory gate for: twice the
+/// decoded image (the decoder's buffers, then the next ops').
+pub(super) fn rgb_transient(h: usize, w: usize, d: usize) -> u64 {
+    2 * 3 * (h as u64 * w as u64) / (d * d) as u64
 }
 
 /// A per-channel mean or std: the op's own, or made for `to_tensor`.
@@ -213,8 +219,9 @@ impl ImageOp {
                     let (h, w) = ip::jpeg_dimensions(bytes).map_err(kernel_err)?;
                     let (top, left, ch, cw) =
                         ip::rrc_params(h, w, dc.scale, dc.ratio, u).map_err(kernel_err)?;
-                    // Only the crop's window is decoded (at most: DCT scaling makes less).
-                    sluice_core::exec::hold_transient(3 * (ch * cw) as u64);
+                    // Only the crop's window is decoded, at the scale the crop allows.
+                    let d = ip::dct_denominator(ch, cw, oh, ow, interp) as usize;
+                    sluice_core::exec::hold_transient(rgb_transient(ch, cw, d));
                     let decoded =
                         ip::decode_for_crop(bytes, &opts, top, left, ch, cw, oh, ow, interp)
                             .map_err(kernel_err)?;
@@ -536,15 +543,16 @@ impl Op for ImageOp {
         let ImageSpec::Decode { out, .. } = &self.spec else {
             return None;
         };
-        let crop: ImageSpec = serde_json::from_value(next.spec()).ok()?;
-        if super::decode_resize::fusable(&self.spec, &crop) {
+        let next_spec: ImageSpec = serde_json::from_value(next.spec()).ok()?;
+        if super::decode_resize::fusable(&self.spec, &next_spec) {
             return build(&ImageSpec::DecodeResize {
                 decode: Box::new(self.spec.clone()),
-                resize: Box::new(crop),
+                resize: Box::new(next_spec),
                 resize_op_id: next_op_id,
             })
             .ok();
         }
+        let crop = next_spec;
         match &crop {
             ImageSpec::RandomResizedCrop {
                 field,

@@ -24,6 +24,7 @@ import pytest
 
 import ray_cluster
 import sluice
+from bucket_server import KEYS, s3_server
 from procs import run_cmd
 from sluice import service
 
@@ -35,7 +36,25 @@ _names = itertools.count()
 
 
 @pytest.fixture(scope="module")
-def nodes():
+def bucket(tmp_path_factory):
+    """A loopback S3 server (every bucket is `root`), whose endpoint and keys the cluster's
+    processes inherit from this one's environment: (root, endpoint)."""
+    root = tmp_path_factory.mktemp("bucket")
+    saved = {k: os.environ.get(k) for k in (*KEYS, "AWS_ENDPOINT_URL")}
+    with s3_server(root) as endpoint:
+        os.environ.update(KEYS, AWS_ENDPOINT_URL=endpoint)
+        try:
+            yield root, endpoint
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+
+@pytest.fixture(scope="module")
+def nodes(bucket):
     with ray_cluster.cluster(2) as c:
         yield c
 
@@ -640,3 +659,54 @@ def test_chunks_run_on_the_workers_own_slot_threads(svc):
     names = {t for b in ds.iter(seed=0, epoch=0, chunk_size=8, context=ctx) for t in b["thread"]}
     ctx.close()
     assert names and all(n.startswith("sluice-slot-") for n in names), names
+
+
+def _bytes_pipeline(url: str, cache_dir):
+    """read → a deterministic prefix over each object's bytes, dear enough that the cache
+    keeps it → a random tail. Functions made here, so cloudpickle ships them by value."""
+
+    def prefix(s):
+        t0 = time.thread_time()
+        while time.thread_time() - t0 < 0.002:
+            pass
+        return {"path": s["path"], "v": np.frombuffer(s["bytes"], np.uint8).copy()}
+
+    def tail(s, rng):
+        return {"v": s["v"], "r": rng.random()}
+
+    return sluice.read_files(url, cache_dir=cache_dir).map(prefix, name="prefix").map(tail, name="tail").batch(4)
+
+
+@pytest.mark.parametrize("cached", [True, False], ids=["prefix-cache", "no-prefix-cache"])
+def test_an_object_rewritten_in_its_bucket_is_never_served_stale(svc, bucket, tmp_path, cached):
+    """A long-lived worker saw every object of a job; then one is rewritten (same size, new
+    bytes and ETag). A later job's batches are those of a local run over the new bytes: the
+    worker's prefix records and its object cache answer for the version the job listed."""
+    root, _ = bucket
+    folder = f"rw{next(_names)}"
+    (root / folder).mkdir()
+    for i in range(16):
+        (root / folder / f"o{i:02d}.bin").write_bytes(bytes([i]) * 3000)
+    # One worker: it has seen (and cached) every object when the second job comes.
+    name = svc(min_workers=1, max_workers=1, cache_bytes=(64 << 20) if cached else 0,
+               cache_shards=1, node_cache_bytes=None if cached else 0)
+    ctx = sluice.Context(service=name)
+
+    def pipeline():  # a new dataset lists the bucket again, as a new job would
+        return _bytes_pipeline(f"s3://bkt/{folder}/", str(tmp_path / "objects"))
+
+    def run(ds, context=None):
+        return [_digest(b) for b in ds.iter(seed=1, epoch=0, chunk_size=4, context=context)]
+
+    before = run(pipeline(), ctx)
+    assert before == run(pipeline())
+    if cached:
+        _wait_for("the records to land", lambda: sum(
+            t["stored"] for w in service.status(name)["workers"] if (t := w.get("node_cache"))) >= 16)
+    (root / folder / "o05.bin").write_bytes(bytes([99]) * 3000)
+    ds = pipeline()
+    got = run(ds, ctx)
+    want = run(ds)
+    assert want != before
+    assert got == want
+    ctx.close()

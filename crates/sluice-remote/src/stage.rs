@@ -37,6 +37,7 @@ use serde::{Deserialize, Serialize};
 use sluice_core::exec::{Chunk, Skip, StageWork};
 use sluice_core::stats::StageInfo;
 use sluice_core::{ChainOp, ElemMode, Error, OnError, OpRef, PipelineStats, Result};
+use sluice_io::store::cache::{adopt_versions, versions_of, KnownVersion};
 use sluice_io::SourceSpec;
 
 use crate::shm::{ShmConfig, ShmWriter};
@@ -73,6 +74,40 @@ pub struct StagePackage {
     /// The stage's name in plans, for messages.
     #[serde(default)]
     pub label: String,
+    /// The versions of the source's objects as the job listed them
+    /// ([`sluice_io::store::cache::versions_of`]): a worker reads those, whatever it saw of
+    /// them before, and they are part of the stage's content (its keys).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub versions: Vec<KnownVersion>,
+    /// How many of the source's objects the job knew no version of (named by URL, never
+    /// listed nor opened): their content is not pinned by the package.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unversioned: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// The objects (URLs) and local paths a shipped source names, as far as its JSON says: its
+/// strings, less its object cache's settings (a directory whose contents are not data).
+pub fn named_paths(spec: &serde_json::Value) -> (Vec<&str>, Vec<&str>) {
+    let (mut urls, mut local) = (Vec::new(), Vec::new());
+    let mut stack = vec![spec];
+    while let Some(v) = stack.pop() {
+        match v {
+            serde_json::Value::String(s) if s.contains("://") => urls.push(s.as_str()),
+            serde_json::Value::String(s) => local.push(s.as_str()),
+            serde_json::Value::Array(items) => stack.extend(items.iter().rev()),
+            serde_json::Value::Object(map) => stack.extend(
+                (map.iter())
+                    .filter(|(k, _)| k.as_str() != "cache")
+                    .map(|(_, v)| v),
+            ),
+            _ => {}
+        }
+    }
+    (urls, local)
 }
 
 /// Rebuilds ops that are not built-in (e.g. Python UDFs); `Ok(None)` means "not mine".
@@ -108,14 +143,21 @@ impl StagePackage {
                 })
             })
             .collect::<Result<_>>()?;
+        let source = work.read.as_ref().and_then(|s| s.ship());
+        let (versions, unversioned) = match &source {
+            Some(spec) => versions_of(named_paths(spec).0),
+            None => (Vec::new(), 0),
+        };
         Ok(StagePackage {
             version: PACKAGE_VERSION,
-            source: work.read.as_ref().and_then(|s| s.ship()),
+            source,
             ops,
             seed: work.seed,
             skip: work.skip.clone(),
             shm: None,
             label: stage_label(work),
+            versions,
+            unversioned: unversioned as u64,
         })
     }
 
@@ -135,6 +177,11 @@ impl StagePackage {
 
     /// Rebuilds the stage in this process, with its own statistics (stage slot 0).
     pub fn open(&self, load_op: &OpLoader) -> Result<StageWork> {
+        if let Some(spec) = &self.source {
+            // Before the source opens: a worker that outlives its jobs must read what this
+            // job listed, not the version it cached for an earlier one.
+            adopt_versions(named_paths(spec).0, &self.versions);
+        }
         let read = self
             .source
             .as_ref()
@@ -520,5 +567,48 @@ mod tests {
         let text = serde_json::to_string(&p).unwrap();
         let err = StageRunner::new(&text, &|_| Ok(None), None).err().unwrap();
         assert!(err.to_string().contains("python"), "{err}");
+    }
+
+    #[test]
+    fn named_paths_leave_out_the_object_caches_settings() {
+        let spec = serde_json::json!({"source": "read_files",
+            "paths": ["s3://b/x.bin", "/data/y.bin"], "cache": {"dir": "/cache"}});
+        assert_eq!(
+            named_paths(&spec),
+            (vec!["s3://b/x.bin"], vec!["read_files", "/data/y.bin"])
+        );
+    }
+
+    /// A worker that saw one version of an object reads the one the job listed: it adopts the
+    /// package's versions when it opens the stage, and forgets what it saw of the objects the
+    /// job knew nothing of.
+    #[test]
+    fn a_worker_takes_the_jobs_versions_of_its_objects() {
+        use sluice_io::store::cache::{saw, versions_of};
+        let (a, b) = ("s3://versions-test/a.bin", "s3://versions-test/b.bin");
+        saw(a, 5, Some("\"listed\""));
+        let (listed, unknown) = versions_of([a, b]);
+        assert_eq!((listed.len(), unknown), (1, 1));
+        // In the worker's process (here the same one): it saw other versions of both.
+        saw(a, 5, Some("\"older\""));
+        saw(b, 7, Some("\"older\""));
+        let package = StagePackage {
+            version: PACKAGE_VERSION,
+            source: Some(serde_json::json!({"source": "read_files", "paths": [a, b],
+                "cache": {"limit": 0}})),
+            ops: vec![],
+            seed: 0,
+            skip: Default::default(),
+            shm: None,
+            label: "read".into(),
+            versions: listed.clone(),
+            unversioned: 1,
+        };
+        let shipped = serde_json::to_string(&package).unwrap();
+        StagePackage::from_json(&shipped)
+            .unwrap()
+            .open(&|_| Ok(None))
+            .unwrap();
+        assert_eq!(versions_of([a, b]), (listed, 1));
     }
 }

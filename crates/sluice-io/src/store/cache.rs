@@ -168,6 +168,46 @@ pub fn saw(url: &str, size: u64, etag: Option<&str>) {
     v.insert(fnv(url), (size, etag.map_or(0, fnv)));
 }
 
+/// One object's version as this process knows it, in a form that travels: (hash of its URL,
+/// its size, hash of its ETag). A job ships the versions it listed with a stage
+/// ([`versions_of`]) and a worker adopts them ([`adopt_versions`]), so a long-lived worker
+/// reads the objects as the job saw them, not as it itself first did.
+pub type KnownVersion = [u64; 3];
+
+/// The versions this process knows of `urls` (from listings, HEADs and GETs), and how many of
+/// them it knows nothing of.
+///
+/// ```
+/// use sluice_io::store::cache::{saw, versions_of};
+/// saw("s3://doc-bucket/a.jpg", 5, Some("\"e1\""));
+/// let (known, unknown) = versions_of(["s3://doc-bucket/a.jpg", "s3://doc-bucket/b.jpg"]);
+/// assert_eq!((known.len(), unknown), (1, 1));
+/// ```
+pub fn versions_of<'a>(urls: impl IntoIterator<Item = &'a str>) -> (Vec<KnownVersion>, usize) {
+    let v = VERSIONS.lock().unwrap_or_else(|p| p.into_inner());
+    let (mut known, mut unknown) = (Vec::new(), 0);
+    for url in urls {
+        let h = fnv(url);
+        match v.get(&h) {
+            Some(&(size, etag)) => known.push([h, size, etag]),
+            None => unknown += 1,
+        }
+    }
+    (known, unknown)
+}
+
+/// Takes a job's view of `urls`: what this process saw of them is forgotten, then `known`
+/// (from [`versions_of`] in the job's process) is adopted. A cached copy of another version is
+/// then fetched again, and an object the job knew nothing of is checked with a conditional
+/// GET on its next read.
+pub fn adopt_versions<'a>(urls: impl IntoIterator<Item = &'a str>, known: &[KnownVersion]) {
+    let mut v = VERSIONS.lock().unwrap_or_else(|p| p.into_inner());
+    for url in urls {
+        v.remove(&fnv(url));
+    }
+    v.extend(known.iter().map(|&[h, size, etag]| (h, (size, etag))));
+}
+
 /// Whether `v` is the version of `url` the store last gave (`None`: it was not asked).
 fn is_current(url: &str, v: &Version) -> Option<bool> {
     let known = *VERSIONS

@@ -33,7 +33,7 @@ use sluice_core::exec::{Chunk, Skip, StageWork};
 use sluice_core::{ElemMode, Error, OnError, Result};
 
 use super::key::content_key;
-use crate::stage::{StagePackage, StageRunner};
+use crate::stage::{named_paths, StagePackage, StageRunner};
 use crate::wire::{self, SplitFrame};
 
 /// Seconds per byte to read a cached record back (a call to its shard, the transfer and one
@@ -147,13 +147,22 @@ impl PrefixRunner {
         let ops: Vec<_> = (package.ops.iter().take(split))
             .map(|o| serde_json::json!([o.op, o.mode, o.on_error]))
             .collect();
+        if package.unversioned > 0 {
+            // Objects of no known version: a record could outlive a rewrite of its object.
+            return Ok(None);
+        }
         let files = package
             .source
             .as_ref()
             .map(data_identity)
             .unwrap_or_default();
-        let canonical = serde_json::to_vec(&serde_json::json!([package.source, ops, files]))
-            .map_err(|e| Error::Internal(format!("prefix key: {e}")))?;
+        let canonical = serde_json::to_vec(&serde_json::json!([
+            package.source,
+            ops,
+            files,
+            package.versions
+        ]))
+        .map_err(|e| Error::Internal(format!("prefix key: {e}")))?;
         let key = content_key(&canonical);
         Ok(Some(PrefixRunner {
             costs: book.costs(&key),
@@ -344,25 +353,17 @@ fn shards_cost_more(c: &Costs) -> bool {
 
 /// The local files and directories a source spec names, with their size and modification
 /// time: a file rewritten while the service runs gets a new prefix key, so its stale
-/// records are never read (they age out). Remote objects are not checked here.
+/// records are never read (they age out). Objects are pinned by the package's `versions`.
 fn data_identity(spec: &serde_json::Value) -> Vec<(String, u64, i128)> {
     let mut out = Vec::new();
-    let mut stack = vec![spec];
-    while let Some(v) = stack.pop() {
-        match v {
-            serde_json::Value::String(s) if !s.contains("://") => {
-                if let Ok(meta) = std::fs::metadata(s) {
-                    let mtime = meta
-                        .modified()
-                        .ok()
-                        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                        .map_or(0, |d| d.as_nanos() as i128);
-                    out.push((s.clone(), meta.len(), mtime));
-                }
-            }
-            serde_json::Value::Array(items) => stack.extend(items),
-            serde_json::Value::Object(map) => stack.extend(map.values()),
-            _ => {}
+    for s in named_paths(spec).1 {
+        if let Ok(meta) = std::fs::metadata(s) {
+            let mtime = meta
+                .modified()
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(0, |d| d.as_nanos() as i128);
+            out.push((s.to_string(), meta.len(), mtime));
         }
     }
     out

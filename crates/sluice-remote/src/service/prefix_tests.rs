@@ -343,3 +343,22 @@ fn stages_with_one_prefix_share_what_the_worker_measured_of_it() {
     assert_eq!(again.measured(), (None, None));
     assert_eq!(book.0.lock().unwrap().len(), 2, "{book:?}");
 }
+
+/// Records are keyed by the versions of the objects the job listed: a rewritten object gets
+/// new records; objects the job knew no version of are not cached at all.
+#[test]
+fn the_objects_versions_are_part_of_the_prefix_key() {
+    let (main, runner) = stage(&[false, true], 1);
+    let key = |versions: serde_json::Value, unversioned: u64| {
+        let mut p: serde_json::Value = serde_json::from_str(main.init()).unwrap();
+        p["versions"] = versions;
+        p["unversioned"] = unversioned.into();
+        PrefixRunner::of(&p.to_string(), &runner, &PrefixBook::default())
+            .unwrap()
+            .map(|r| r.key().to_string())
+    };
+    let listed = key(serde_json::json!([[1, 10, 7]]), 0).unwrap();
+    assert_eq!(key(serde_json::json!([[1, 10, 7]]), 0).unwrap(), listed);
+    assert_ne!(key(serde_json::json!([[1, 10, 8]]), 0).unwrap(), listed);
+    assert!(key(serde_json::json!([]), 3).is_none());
+}

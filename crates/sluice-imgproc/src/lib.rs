@@ -82,9 +82,9 @@ pub use blur::{gaussian_blur, gaussian_kernel1d};
 pub use color::{adjust_brightness, adjust_contrast, adjust_hue, adjust_saturation, to_grayscale};
 pub use convert::rgb_to_l;
 pub use decode::{
-    dct_denominator, decode, decode_for_crop, decode_resized_crop, decode_scaled, jpeg_dimensions,
-    jpeg_orientation, sniff, DecodeOptions, DecodedForCrop, Format, Mode, DCT_MIN_RESIDUAL,
-    DEFAULT_MAX_PIXELS,
+    dct_denominator, decode, decode_for_crop, decode_resized_crop, decode_scaled, image_dimensions,
+    jpeg_dimensions, jpeg_orientation, sniff, DecodeOptions, DecodedForCrop, Format, Mode,
+    DCT_MIN_RESIDUAL, DEFAULT_MAX_PIXELS,
 };
 pub use error::{ImageError, Result};
 pub use geometry::{

@@ -80,6 +80,28 @@ pub enum Format {
     Tiff,
 }
 
+/// The stored (height, width) of an image file of any format [`decode`] reads, from its
+/// header alone (before any EXIF rotation); `None` for a header that does not parse.
+///
+/// ```
+/// let png = b"\x89PNG\r\n\x1a\n\0\0\0\x0dIHDR\0\0\x01\x00\0\0\0\x80\x08\x02\0\0\0";
+/// assert_eq!(sluice_imgproc::image_dimensions(png), Some((128, 256)));
+/// assert_eq!(sluice_imgproc::image_dimensions(b"%PDF-1.4"), None);
+/// ```
+pub fn image_dimensions(bytes: &[u8]) -> Option<(usize, usize)> {
+    match sniff(bytes)? {
+        Format::Jpeg => jpeg_dimensions(bytes).ok(),
+        Format::Png => {
+            // IHDR is the first chunk: width and height, big-endian, at bytes 16 and 20.
+            let be = |at: usize| {
+                Some(u32::from_be_bytes(bytes.get(at..at + 4)?.try_into().ok()?) as usize)
+            };
+            Some((be(20)?, be(16)?))
+        }
+        other => other::other_dimensions(bytes, other),
+    }
+}
+
 /// Guesses the format from magic bytes; `None` for anything else.
 ///
 /// ```

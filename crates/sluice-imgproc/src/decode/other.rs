@@ -50,6 +50,26 @@ fn map_err(what: &str, e: image::ImageError) -> ImageError {
     }
 }
 
+/// The stored (height, width) of a WebP, GIF, BMP or TIFF file, from its header alone (the
+/// decoder is opened, nothing decoded); `None` when it does not parse or for other formats.
+pub(crate) fn other_dimensions(bytes: &[u8], format: Format) -> Option<(usize, usize)> {
+    let image_format = match format {
+        Format::Webp => ImageFormat::WebP,
+        Format::Gif => ImageFormat::Gif,
+        Format::Bmp => ImageFormat::Bmp,
+        Format::Tiff => ImageFormat::Tiff,
+        Format::Jpeg | Format::Png => return None,
+    };
+    let mut reader = ImageReader::new(Cursor::new(bytes));
+    reader.set_format(image_format);
+    reader.no_limits();
+    // Header parsers of files off the wire: a panic is a `None`, as an error is.
+    let (w, h) = std::panic::catch_unwind(|| reader.into_decoder().ok().map(|d| d.dimensions()))
+        .ok()
+        .flatten()?;
+    Some((h as usize, w as usize))
+}
+
 /// Decodes a WebP, GIF, BMP or TIFF file (`format` from [`super::sniff`]).
 pub(crate) fn decode_other(bytes: &[u8], format: Format, opts: &DecodeOptions) -> Result<Image> {
     let what = label(format);
@@ -190,6 +210,37 @@ mod tests {
             out.extend([0u8; 3]);
         }
         out
+    }
+
+    /// The header's size for every format the `image` crate decodes here, as its encoders
+    /// write it; garbage after the magic is `None`.
+    #[test]
+    fn dimensions_come_from_the_header() {
+        let img = DynamicImage::ImageRgb8(image::RgbImage::new(37, 23));
+        for format in [
+            ImageFormat::WebP,
+            ImageFormat::Gif,
+            ImageFormat::Bmp,
+            ImageFormat::Tiff,
+        ] {
+            let mut out = Cursor::new(Vec::new());
+            img.write_to(&mut out, format).unwrap();
+            let bytes = out.into_inner();
+            let sniffed = sniff(&bytes).unwrap();
+            assert_eq!(
+                other_dimensions(&bytes, sniffed),
+                Some((23, 37)),
+                "{format:?}"
+            );
+            assert_eq!(
+                super::super::image_dimensions(&bytes),
+                Some((23, 37)),
+                "{format:?}"
+            );
+            assert_eq!(other_dimensions(&bytes[..8], sniffed), None, "{format:?}");
+        }
+        assert_eq!(other_dimensions(&bmp(), Format::Bmp), Some((2, 3)));
+        assert_eq!(other_dimensions(b"GIF89a\xff", Format::Gif), None);
     }
 
     #[test]

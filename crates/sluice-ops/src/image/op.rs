@@ -22,28 +22,27 @@ pub(super) fn kernel_err(e: ip::ImageError) -> Error {
 }
 
 /// About how many bytes decoding `bytes` makes and the ops after it hold while they work,
-/// from its header (JPEG and PNG): what a memory cap's gate for big buffers
+/// from its header: what a memory cap's gate for big buffers
 /// ([`sluice_core::exec::hold_transient`]) is asked for. Twice the decoded image: a 50 MP
 /// JPEG's decode peaked 160 MB above its start for 149 MB of pixels, and a resize after it
-/// 65 MB more. `None` for other formats, and for a header that does not parse or declares
-/// more than `max_pixels` (the decoder reports those without making anything).
+/// 65 MB more. The other formats as `benchmarks/decode_peak_probe.py` measured them (a
+/// 16 MP image decoded and resized, the file's own bytes left out): WebP ~6 bytes a pixel,
+/// BMP ~9, PNG ~12, TIFF ~12.5 (up to 4 channels of 16 bits while they convert), GIF ~14 (its
+/// canvas, its frame and the RGB). `None` for a header that does not parse or declares more
+/// than `max_pixels` (the decoder reports those without making anything).
 pub(super) fn decoded_bytes(bytes: &[u8], max_pixels: u64) -> Option<u64> {
-    let (pixels, per_pixel) = match ip::sniff(bytes)? {
-        ip::Format::Jpeg => {
-            let (h, w) = ip::jpeg_dimensions(bytes).ok()?;
-            return ((h * w) as u64 <= max_pixels).then(|| rgb_transient(h, w, 1));
-        }
-        ip::Format::Png => {
-            // IHDR is the first chunk: width and height, big-endian, at bytes 16 and 20.
-            let be = |at: usize| {
-                Some(u32::from_be_bytes(bytes.get(at..at + 4)?.try_into().ok()?) as u64)
-            };
-            // Up to 4 channels of 16 bits while it converts; twice that.
-            (be(16)?.saturating_mul(be(20)?), 2 * 8)
-        }
-        _ => return None,
-    };
-    (pixels <= max_pixels).then_some(per_pixel * pixels)
+    let format = ip::sniff(bytes)?;
+    let (h, w) = ip::image_dimensions(bytes)?;
+    let pixels = (h as u64).saturating_mul(w as u64);
+    if pixels > max_pixels {
+        return None;
+    }
+    Some(match format {
+        ip::Format::Jpeg => rgb_transient(h, w, 1),
+        ip::Format::Webp => 8 * pixels,
+        ip::Format::Bmp => 14 * pixels,
+        ip::Format::Png | ip::Format::Tiff | ip::Format::Gif => 16 * pixels,
+    })
 }
 
 /// What decoding `h` x `w` RGB pixels at 1/`d` scale asks the memory gate for: twice the

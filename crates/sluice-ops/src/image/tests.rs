@@ -340,8 +340,22 @@ fn what_a_decode_asks_the_memory_gate_for_comes_from_the_header() {
     assert_eq!(decoded_bytes(&png, u64::MAX), Some(2 * 8 * 12 * 9));
     // Past max_pixels the decoder refuses it without making anything: nothing to ask for.
     assert_eq!(decoded_bytes(&jpeg, 320 * 240 - 1), None);
-    // A cut header, or a format with no cheap header read.
+    // WebP, GIF, BMP, TIFF: the header the `image` crate reads; a BMP at 14 bytes a pixel.
+    // Here a 24-bit BMP's headers for 1000 x 800 pixels with none of them.
+    let mut bmp = b"BM".to_vec();
+    bmp.extend((54 + 3 * 1000 * 800u32).to_le_bytes());
+    bmp.extend([0; 4]);
+    bmp.extend(54u32.to_le_bytes());
+    bmp.extend(40u32.to_le_bytes());
+    bmp.extend(1000i32.to_le_bytes());
+    bmp.extend(800i32.to_le_bytes());
+    bmp.extend(1u16.to_le_bytes());
+    bmp.extend(24u16.to_le_bytes());
+    bmp.extend([0; 24]);
+    assert_eq!(decoded_bytes(&bmp, u64::MAX), Some(14 * 1000 * 800));
+    // A cut header.
     assert_eq!(decoded_bytes(&png[..20], u64::MAX), None);
+    assert_eq!(decoded_bytes(&bmp[..20], u64::MAX), None);
     assert_eq!(decoded_bytes(b"GIF89a\x01\x00\x01\x00", u64::MAX), None);
     assert_eq!(decoded_bytes(b"", u64::MAX), None);
 }

@@ -177,16 +177,16 @@ impl StagePackage {
 
     /// Rebuilds the stage in this process, with its own statistics (stage slot 0).
     pub fn open(&self, load_op: &OpLoader) -> Result<StageWork> {
-        if let Some(spec) = &self.source {
-            // Before the source opens: a worker that outlives its jobs must read what this
-            // job listed, not the version it cached for an earlier one.
-            adopt_versions(named_paths(spec).0, &self.versions);
-        }
         let read = self
             .source
             .as_ref()
             .map(|spec| SourceSpec::from_json(spec)?.open())
             .transpose()?;
+        if let Some(spec) = &self.source {
+            // After the source opened (which notes or forgets versions of its own): a worker
+            // that outlives its jobs reads what this job listed, not what it saw for another.
+            adopt_versions(named_paths(spec).0, &self.versions);
+        }
         let ops = self
             .ops
             .iter()

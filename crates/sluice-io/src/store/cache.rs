@@ -11,7 +11,10 @@
 //!
 //! A cached object is used when its size and ETag match what the store said in this process (a
 //! listing or a HEAD); when the store has not been asked, a conditional GET (`If-None-Match`)
-//! checks it for the price of a request without a body.
+//! checks it for the price of a request without a body. A source opened over objects named one
+//! by one forgets what the process saw of them ([`forget`], from `expand_list`), and a worker
+//! takes its job's versions ([`adopt_versions`]): what an earlier source saw never answers for
+//! a later one.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -201,11 +204,19 @@ pub fn versions_of<'a>(urls: impl IntoIterator<Item = &'a str>) -> (Vec<KnownVer
 /// then fetched again, and an object the job knew nothing of is checked with a conditional
 /// GET on its next read.
 pub fn adopt_versions<'a>(urls: impl IntoIterator<Item = &'a str>, known: &[KnownVersion]) {
+    // Any source opened before this call may have noted versions of its own: this comes after.
     let mut v = VERSIONS.lock().unwrap_or_else(|p| p.into_inner());
     for url in urls {
         v.remove(&fnv(url));
     }
     v.extend(known.iter().map(|&[h, size, etag]| (h, (size, etag))));
+}
+
+/// Forgets what the store said `url` is: its next read checks a cached copy with a
+/// conditional GET.
+pub fn forget(url: &str) {
+    let mut v = VERSIONS.lock().unwrap_or_else(|p| p.into_inner());
+    v.remove(&fnv(url));
 }
 
 /// Whether `v` is the version of `url` the store last gave (`None`: it was not asked).

@@ -509,6 +509,10 @@ pub fn expand_list(entries: &[String], extensions: Option<&[&str]>) -> Result<Pa
         let last = entry.rsplit('/').next().unwrap_or_default();
         // `s3://bucket/train` (no extension) is a prefix, as a directory path would be.
         if !is_glob && !entry.ends_with('/') && last.contains('.') {
+            // A source opened now reads the object as it is now: what this process saw of
+            // it for an earlier source must not answer for its cached copy (a conditional GET
+            // checks it on the first read instead).
+            cache::forget(entry);
             out.push(entry);
             continue;
         }

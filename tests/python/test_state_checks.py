@@ -193,3 +193,49 @@ def test_old_checkpoints_without_function_codes_still_load():
     it = ds.iter()
     it.load_state_dict(st)
     assert len(list(it)) == 9
+
+
+def _folder(root, names):
+    root.mkdir(exist_ok=True)
+    for name in names:
+        (root / name).write_bytes(name.encode())
+
+
+def test_a_checkpoint_over_another_listing_of_the_same_size_is_refused(tmp_path):
+    # One file removed and another added: the count (all the fingerprint knows) is the same,
+    # so every position after the change would have named another file, silently.
+    data = tmp_path / "data"
+    _folder(data, ["a.bin", "b.bin", "c.bin", "d.bin"])
+    st = checkpoint(sluice.read_files(data), n=1)
+    assert st["data"]
+    (data / "b.bin").unlink()
+    _folder(data, ["e.bin"])
+    changed = sluice.read_files(data)
+    with pytest.raises(ValueError, match="saved over other data: step 'read_files'.*strict=False"):
+        changed.iter().load_state_dict(st)
+    # Accepted on purpose: positions count in the new listing.
+    it = changed.iter()
+    it.load_state_dict(st, strict=False)
+    assert [bytes(s["bytes"]) for s in it] == [b"c.bin", b"d.bin", b"e.bin"]
+    # The same files listed again load; so do checkpoints from before listings were recorded.
+    (data / "e.bin").unlink()
+    _folder(data, ["b.bin"])
+    it = sluice.read_files(data).iter()
+    it.load_state_dict(st)
+    assert [bytes(s["bytes"]) for s in it] == [b"b.bin", b"c.bin", b"d.bin"]
+    old = copy.deepcopy(st)
+    del old["data"]
+    (data / "b.bin").unlink()
+    _folder(data, ["e.bin"])
+    it = sluice.read_files(data).iter()
+    it.load_state_dict(old)
+    assert len(list(it)) == 3
+
+
+def test_where_the_object_cache_lives_is_not_part_of_the_listing(tmp_path):
+    data = tmp_path / "data"
+    _folder(data, ["a.bin", "b.bin"])
+    st = checkpoint(sluice.read_files(data, cache_dir=tmp_path / "one"))
+    it = sluice.read_files(data, cache_dir=tmp_path / "two").iter()
+    it.load_state_dict(st)
+    assert len(list(it)) == 1

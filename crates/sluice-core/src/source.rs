@@ -171,6 +171,52 @@ pub trait Source: Send + Sync + fmt::Debug {
     fn ship(&self) -> Option<serde_json::Value> {
         None
     }
+    /// A digest of which data the source reads, in which order — the files and objects its
+    /// [`Source::ship`] names, with its other text options, less its object cache's settings
+    /// — so a checkpoint is not resumed over a listing whose positions name other samples (a
+    /// file added and another removed leave the count the same). `None` when it cannot tell.
+    fn data_digest(&self) -> Option<String> {
+        self.ship().map(|spec| strings_digest(&spec))
+    }
+}
+
+/// A 64-bit digest (hex) of the strings of `spec` in order, less those under a `cache` key:
+/// what [`Source::data_digest`] compares. Numbers are left out: a rank or a world size may
+/// change between a checkpoint and its elastic resume.
+///
+/// ```
+/// use sluice_core::source::strings_digest;
+/// use serde_json::json;
+/// let a = json!({"paths": ["a.jpg", "b.jpg"], "cache": {"dir": "/x"}, "rank": 0});
+/// let b = json!({"paths": ["a.jpg", "b.jpg"], "cache": {"dir": "/y"}, "rank": 1});
+/// let c = json!({"paths": ["a.jpg", "c.jpg"], "cache": {"dir": "/x"}, "rank": 0});
+/// assert_eq!(strings_digest(&a), strings_digest(&b));
+/// assert_ne!(strings_digest(&a), strings_digest(&c));
+/// ```
+pub fn strings_digest(spec: &serde_json::Value) -> String {
+    let mut h = 0x5eed_da7a_u64;
+    let mut stack = vec![spec];
+    while let Some(v) = stack.pop() {
+        match v {
+            serde_json::Value::String(s) => {
+                // The length first, so ["ab", "c"] and ["a", "bc"] differ.
+                h = crate::rng::combine(h, s.len() as u64);
+                for chunk in s.as_bytes().chunks(8) {
+                    let mut word = [0u8; 8];
+                    word[..chunk.len()].copy_from_slice(chunk);
+                    h = crate::rng::combine(h, u64::from_le_bytes(word));
+                }
+            }
+            serde_json::Value::Array(items) => stack.extend(items.iter().rev()),
+            serde_json::Value::Object(map) => stack.extend(
+                (map.iter().rev())
+                    .filter(|(k, _)| k.as_str() != "cache")
+                    .map(|(_, v)| v),
+            ),
+            _ => {}
+        }
+    }
+    format!("{h:016x}")
 }
 
 /// A shared source.

@@ -21,6 +21,9 @@ pub struct Dataset {
     /// [`Dataset::fingerprint`], computed once: every `state_dict()` and load checks it, and a
     /// pipeline may print large specs (a tokenizer's JSON is megabytes).
     fingerprint: Arc<std::sync::OnceLock<String>>,
+    /// [`Dataset::data_digest`], computed once (a listing of a million files is ~60 MB of
+    /// paths to digest).
+    data_digest: Arc<std::sync::OnceLock<Option<String>>>,
     /// The plans `iter` with `optimize` made (see [`crate::auto`]), shared by clones.
     auto: Arc<crate::auto::AutoPlans>,
 }
@@ -125,6 +128,7 @@ impl Dataset {
         Dataset {
             plan,
             fingerprint: Default::default(),
+            data_digest: Default::default(),
             auto: Default::default(),
         }
     }
@@ -422,6 +426,17 @@ impl Dataset {
             .clone()
     }
 
+    /// What the source lists, in order ([`sluice_core::Source::data_digest`]): a checkpoint
+    /// records it and a strict load refuses another.
+    pub fn data_digest(&self) -> Option<String> {
+        self.data_digest
+            .get_or_init(|| match &*self.plan.chain()[0] {
+                LogicalPlan::Source(s) => s.source.data_digest(),
+                _ => None,
+            })
+            .clone()
+    }
+
     /// Every pipeline can be checkpointed: the position of the last output travels with it
     /// (see [`IterState`]). Kept for callers that check before iterating.
     pub fn check_resumable(&self) -> Result<()> {
@@ -436,6 +451,7 @@ impl Dataset {
             version: IterState::VERSION,
             pipeline: self.fingerprint(),
             functions: crate::state::function_codes(&chain),
+            data: self.data_digest(),
             seed: opts.seed,
             epoch: exec.epoch(),
             state: position.as_ref().map(|p| crate::state::to_tree(&chain, p)),
@@ -489,6 +505,8 @@ impl Dataset {
                 let chain = self.plan.chain();
                 if strict {
                     crate::state::check_functions(&chain, &st.functions)?;
+                    let now = self.data_digest();
+                    crate::state::check_data(&chain, st.data.as_deref(), now.as_deref())?;
                 }
                 elastic_state = st.elastic.clone();
                 st.state

@@ -3,7 +3,7 @@
 //! ([`sluice_core::exec::checkpoint`]); these are the names the dataset uses.
 
 pub(crate) use sluice_core::exec::checkpoint::{
-    check_functions, check_position, elastic_epoch, from_tree, function_codes, to_tree,
+    check_data, check_functions, check_position, elastic_epoch, from_tree, function_codes, to_tree,
 };
 pub use sluice_core::exec::checkpoint::{
     elastic_state, node_name, Elastic, FunctionCode, IterState, NodeState,

@@ -47,6 +47,11 @@ pub struct IterState {
     /// is caught here (a strict load refuses it).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub functions: Vec<FunctionCode>,
+    /// What the source listed ([`crate::Source::data_digest`]): the fingerprint counts its
+    /// samples only, so a file replaced by another under a new name is caught here (a strict
+    /// load refuses it). `None` in checkpoints from before, or of sources that cannot tell.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<String>,
 }
 
 /// One Python function of a pipeline, as a checkpoint records it.
@@ -103,6 +108,23 @@ pub fn check_functions(
         }
     }
     Ok(())
+}
+
+/// Refuses a checkpoint saved over another listing of the data than `now` (the source's
+/// [`crate::Source::data_digest`]): its positions would name other samples. Nothing to compare
+/// when either side has none.
+pub fn check_data(
+    chain: &[std::sync::Arc<LogicalPlan>],
+    saved: Option<&str>,
+    now: Option<&str>,
+) -> Result<()> {
+    match (saved, now) {
+        (Some(saved), Some(now)) if saved != now => Err(Error::invalid(format!(
+            "checkpoint was saved over other data: step '{}' lists other files or objects, or              in another order, than when it was saved (a file added and another removed, or              renamed), so its positions would name other samples. Resume with              load_state_dict(state, strict=False) to accept the new listing",
+            node_name(&chain[0])
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// Refuses a checkpoint whose source position lies outside this pipeline's data: an epoch
@@ -465,6 +487,7 @@ pub fn elastic_state(states: &[IterState]) -> Result<IterState> {
         version: IterState::VERSION,
         pipeline: first.pipeline.clone(),
         functions: first.functions.clone(),
+        data: first.data.clone(),
         seed: first.seed,
         epoch: first.epoch,
         state: None,
@@ -589,5 +612,21 @@ mod tests {
             .to_string();
         assert!(e.contains("two checkpoints of rank 0"), "{e}");
         assert!(elastic_state(&[sharded(1, 2), sharded(0, 2)]).is_ok());
+    }
+
+    #[test]
+    fn a_checkpoint_over_another_listing_is_refused_naming_the_source() {
+        use std::sync::Arc;
+        let src: crate::SourceRef = Arc::new(crate::RangeSource::new(4));
+        let node = crate::plan::logical::SourceNode::new(src);
+        let chain = vec![Arc::new(LogicalPlan::Source(node))];
+        assert!(check_data(&chain, Some("a"), Some("a")).is_ok());
+        // Nothing recorded (an old checkpoint) or nothing to tell now: no comparison.
+        assert!(check_data(&chain, None, Some("a")).is_ok());
+        assert!(check_data(&chain, Some("a"), None).is_ok());
+        let e = check_data(&chain, Some("a"), Some("b"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("other data: step 'range'"), "{e}");
     }
 }

@@ -38,7 +38,8 @@ _names = itertools.count()
 @pytest.fixture(scope="module")
 def bucket(tmp_path_factory):
     """A loopback S3 server (every bucket is `root`), whose endpoint and keys the cluster's
-    processes inherit from this one's environment: (root, endpoint)."""
+    processes inherit from this one's environment: (root, endpoint). Tests name a bucket no
+    other module configures (`configure_storage` outlives the module that called it)."""
     root = tmp_path_factory.mktemp("bucket")
     saved = {k: os.environ.get(k) for k in (*KEYS, "AWS_ENDPOINT_URL")}
     with s3_server(root) as endpoint:
@@ -693,7 +694,7 @@ def test_an_object_rewritten_in_its_bucket_is_never_served_stale(svc, bucket, tm
     ctx = sluice.Context(service=name)
 
     def pipeline():  # a new dataset lists the bucket again, as a new job would
-        return _bytes_pipeline(f"s3://bkt/{folder}/", str(tmp_path / "objects"))
+        return _bytes_pipeline(f"s3://svcbkt/{folder}/", str(tmp_path / "objects"))
 
     def run(ds, context=None):
         return [_digest(b) for b in ds.iter(seed=1, epoch=0, chunk_size=4, context=context)]

@@ -180,9 +180,38 @@ pub trait Source: Send + Sync + fmt::Debug {
     }
 }
 
-/// A 64-bit digest (hex) of the strings of `spec` in order, less those under a `cache` key:
-/// what [`Source::data_digest`] compares. Numbers are left out: a rank or a world size may
-/// change between a checkpoint and its elastic resume.
+/// The strings of a shipped source spec, in order, less those under a `cache` key (the object
+/// cache's settings: where copies live, not which data): the paths and URLs it names and its
+/// text options.
+///
+/// ```
+/// use serde_json::json;
+/// let spec = json!({"source": "read_files", "paths": ["a.jpg", "s3://b/c.jpg"], "cache": {"dir": "/x"}});
+/// let got: Vec<&str> = sluice_core::source::spec_strings(&spec).collect();
+/// assert_eq!(got, ["a.jpg", "s3://b/c.jpg", "read_files"]);
+/// ```
+pub fn spec_strings(spec: &serde_json::Value) -> impl Iterator<Item = &str> {
+    let mut stack = vec![spec];
+    std::iter::from_fn(move || {
+        while let Some(v) = stack.pop() {
+            match v {
+                serde_json::Value::String(s) => return Some(s.as_str()),
+                serde_json::Value::Array(items) => stack.extend(items.iter().rev()),
+                serde_json::Value::Object(map) => stack.extend(
+                    (map.iter().rev())
+                        .filter(|(k, _)| k.as_str() != "cache")
+                        .map(|(_, v)| v),
+                ),
+                _ => {}
+            }
+        }
+        None
+    })
+}
+
+/// A 64-bit digest (hex) of [`spec_strings`]: what [`Source::data_digest`] compares. Numbers
+/// are left out: a rank or a world size may change between a checkpoint and its elastic
+/// resume.
 ///
 /// ```
 /// use sluice_core::source::strings_digest;
@@ -194,28 +223,16 @@ pub trait Source: Send + Sync + fmt::Debug {
 /// assert_ne!(strings_digest(&a), strings_digest(&c));
 /// ```
 pub fn strings_digest(spec: &serde_json::Value) -> String {
-    let mut h = 0x5eed_da7a_u64;
-    let mut stack = vec![spec];
-    while let Some(v) = stack.pop() {
-        match v {
-            serde_json::Value::String(s) => {
-                // The length first, so ["ab", "c"] and ["a", "bc"] differ.
-                h = crate::rng::combine(h, s.len() as u64);
-                for chunk in s.as_bytes().chunks(8) {
-                    let mut word = [0u8; 8];
-                    word[..chunk.len()].copy_from_slice(chunk);
-                    h = crate::rng::combine(h, u64::from_le_bytes(word));
-                }
-            }
-            serde_json::Value::Array(items) => stack.extend(items.iter().rev()),
-            serde_json::Value::Object(map) => stack.extend(
-                (map.iter().rev())
-                    .filter(|(k, _)| k.as_str() != "cache")
-                    .map(|(_, v)| v),
-            ),
-            _ => {}
+    let h = spec_strings(spec).fold(0x5eed_da7a_u64, |mut h, s| {
+        // The length first, so ["ab", "c"] and ["a", "bc"] differ.
+        h = crate::rng::combine(h, s.len() as u64);
+        for chunk in s.as_bytes().chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            h = crate::rng::combine(h, u64::from_le_bytes(word));
         }
-    }
+        h
+    });
     format!("{h:016x}")
 }
 

@@ -89,25 +89,10 @@ fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 
-/// The objects (URLs) and local paths a shipped source names, as far as its JSON says: its
-/// strings, less its object cache's settings (a directory whose contents are not data).
+/// The objects (URLs) and local paths a shipped source names, as far as its JSON says
+/// ([`sluice_core::source::spec_strings`]: its strings, less its object cache's settings).
 pub fn named_paths(spec: &serde_json::Value) -> (Vec<&str>, Vec<&str>) {
-    let (mut urls, mut local) = (Vec::new(), Vec::new());
-    let mut stack = vec![spec];
-    while let Some(v) = stack.pop() {
-        match v {
-            serde_json::Value::String(s) if s.contains("://") => urls.push(s.as_str()),
-            serde_json::Value::String(s) => local.push(s.as_str()),
-            serde_json::Value::Array(items) => stack.extend(items.iter().rev()),
-            serde_json::Value::Object(map) => stack.extend(
-                (map.iter())
-                    .filter(|(k, _)| k.as_str() != "cache")
-                    .map(|(_, v)| v),
-            ),
-            _ => {}
-        }
-    }
-    (urls, local)
+    sluice_core::source::spec_strings(spec).partition(|s| s.contains("://"))
 }
 
 /// Rebuilds ops that are not built-in (e.g. Python UDFs); `Ok(None)` means "not mine".
@@ -575,7 +560,7 @@ mod tests {
             "paths": ["s3://b/x.bin", "/data/y.bin"], "cache": {"dir": "/cache"}});
         assert_eq!(
             named_paths(&spec),
-            (vec!["s3://b/x.bin"], vec!["read_files", "/data/y.bin"])
+            (vec!["s3://b/x.bin"], vec!["/data/y.bin", "read_files"])
         );
     }
 

@@ -678,11 +678,13 @@ def _bytes_pipeline(url: str, cache_dir):
     return sluice.read_files(url, cache_dir=cache_dir).map(prefix, name="prefix").map(tail, name="tail").batch(4)
 
 
-@pytest.mark.parametrize("cached", [True, False], ids=["prefix-cache", "no-prefix-cache"])
-def test_an_object_rewritten_in_its_bucket_is_never_served_stale(svc, bucket, tmp_path, cached):
-    """A long-lived worker saw every object of a job; then one is rewritten (same size, new
-    bytes and ETag). A later job's batches are those of a local run over the new bytes: the
-    worker's prefix records and its object cache answer for the version the job listed."""
+@pytest.mark.parametrize("where,cached", [("s3", True), ("s3", False), ("local", True)],
+                         ids=["bucket-prefix-cache", "bucket-no-prefix-cache", "local-prefix-cache"])
+def test_data_rewritten_between_jobs_is_never_served_stale(svc, bucket, tmp_path, where, cached):
+    """A long-lived worker saw every object (or file) of a job; then one is rewritten (same
+    size, new bytes, ETag and mtime). A later job's batches are those of a local run over the
+    new bytes: the worker's prefix records and its object cache answer for the version the job
+    listed."""
     root, _ = bucket
     folder = f"rw{next(_names)}"
     (root / folder).mkdir()
@@ -694,7 +696,8 @@ def test_an_object_rewritten_in_its_bucket_is_never_served_stale(svc, bucket, tm
     ctx = sluice.Context(service=name)
 
     def pipeline():  # a new dataset lists the bucket again, as a new job would
-        return _bytes_pipeline(f"s3://svcbkt/{folder}/", str(tmp_path / "objects"))
+        url = f"s3://svcbkt/{folder}/" if where == "s3" else str(root / folder)
+        return _bytes_pipeline(url, str(tmp_path / "objects"))
 
     def run(ds, context=None):
         return [_digest(b) for b in ds.iter(seed=1, epoch=0, chunk_size=4, context=context)]

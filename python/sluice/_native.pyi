@@ -271,6 +271,10 @@ class PrefixCache:
 def stage_key(init: str) -> str:
     """The content key of a stage's init message (jobs with equal keys share its engine)."""
 
+def pin_local_files(init: str) -> str:
+    """``init`` with the local files its source names pinned (their sizes and modification
+    times now), so a service's stage and prefix keys follow the files."""
+
 # The `ray` backend's pool (crates/sluice-py/src/ray_pool.rs over sluice_remote::actor_pool).
 class ActorPool:
     """One stage's pool on Ray actors (and local workers): every scheduling decision in Rust,

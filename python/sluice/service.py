@@ -322,9 +322,10 @@ class ServiceShim(RayShim):
     killed by a job), a chunk goes to the worker directly. Scheduling, retries and ordering
     stay the native pool's, as with per-job actors."""
 
-    def __init__(self, ctx: Any, conn: Connection, key: str):
+    def __init__(self, ctx: Any, conn: Connection, key: str, init: str):
         super().__init__(ctx)
-        self._conn, self._key = conn, key
+        # The init the key was made from (its local files pinned), not the native pool's.
+        self._conn, self._key, self._init = conn, key, init
         self._timeout = float(ctx.actor_start_timeout_s)
         self._held: list[str] = []
         # The worker dropped this job's stage (its lease expired): attach again elsewhere.
@@ -333,7 +334,7 @@ class ServiceShim(RayShim):
     def start(self, init: str, done: Any) -> tuple[Any, Any]:
         worker, actor = self._conn.lease(self._held, self._timeout)
         self._held.append(worker)
-        ref = actor.attach.remote(self._conn.job, self._conn.weight, init)
+        ref = actor.attach.remote(self._conn.job, self._conn.weight, self._init)
         return _Leased(worker, actor, self._key), self._call(ref, done)[1]
 
     def submit(self, handle: Any, frame: bytes, done: Any) -> tuple[Any, Any]:
@@ -421,9 +422,12 @@ def service_workers(ctx: Any) -> int:
 
 
 def service_pool(ctx: Any, init: str, workers: int, label: str) -> Any:
-    """A stage's native pool over the service's shared workers."""
+    """A stage's native pool over the service's shared workers. The stage's local files are
+    pinned first: the service outlives this job, and a job that starts after a file changed
+    must not share a stage (its stream, its prefix records) built over the old one."""
+    init = _native.pin_local_files(init)
     conn, key = connect_stage(ctx, init, label)
-    return ray_pool(ctx, init, max(1, int(workers)), label, shim=ServiceShim(ctx, conn, key))
+    return ray_pool(ctx, init, max(1, int(workers)), label, shim=ServiceShim(ctx, conn, key, init))
 
 
 # `sluice serve` / `sluice service status|stop` --------------------------------------------

@@ -714,3 +714,39 @@ def test_data_rewritten_between_jobs_is_never_served_stale(svc, bucket, tmp_path
     assert want != before
     assert got == want
     ctx.close()
+
+
+def test_a_job_started_after_a_file_changed_does_not_share_a_running_jobs_stage(svc, bucket, tmp_path):
+    """Job A holds its stage on the one worker (mid-epoch); a file is rewritten; job B, the
+    same pipeline, starts: its job pinned the files it saw, so it gets a stage of its own and
+    reads the new bytes, where it would have joined A's stage (its stream, its prefix
+    records) before."""
+    root, _ = bucket
+    folder = root / f"lf{next(_names)}"
+    folder.mkdir()
+    for i in range(8):  # two chunks: A computes both before it is paused
+        (folder / f"o{i:02d}.bin").write_bytes(bytes([i]) * 3000)
+    name = svc(min_workers=1, max_workers=1, cache_bytes=64 << 20, cache_shards=1)
+
+    def run(ds, context=None):
+        return [_digest(b) for b in ds.iter(seed=1, epoch=0, chunk_size=4, context=context)]
+
+    first = sluice.Context(service=name)
+    a = _bytes_pipeline(str(folder), str(tmp_path / "objects")).iter(seed=1, epoch=0, chunk_size=4, context=first)
+    next(a)  # A's stage is on the worker until A ends
+    _wait_for("A's records", lambda: sum(
+        t["stored"] for w in service.status(name)["workers"] if (t := w.get("node_cache"))) >= 8)
+    (folder / "o05.bin").write_bytes(bytes([99]) * 3000)
+    later = time.time() + 5
+    os.utime(folder / "o05.bin", (later, later))
+    ds = _bytes_pipeline(str(folder), str(tmp_path / "objects"))
+    second = sluice.Context(service=name)
+    got = run(ds, second)
+    assert got == run(ds)
+    # The mechanism itself: the two jobs' stages have different keys (the same pipeline over
+    # the same paths had one key, and B joined A's stage, before the files were pinned).
+    keys = [tuple(j["stage_keys"]) for j in service.status(name)["jobs"]]
+    assert len(keys) == 2 and keys[0] != keys[1], keys
+    second.close()
+    del a
+    first.close()

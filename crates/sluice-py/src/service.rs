@@ -524,11 +524,19 @@ fn stage_key(init: &str) -> PyResult<String> {
     key::stage_key(init).py()
 }
 
+/// `init` with the local files its source names pinned (their sizes and modification
+/// times now): a service's job sends this, so its stage and prefix keys follow the files.
+#[pyfunction]
+fn pin_local_files(init: &str) -> PyResult<String> {
+    sluice_remote::stage::pin_local_files(init).py()
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyServiceHost>()?;
     m.add_class::<PyRegistry>()?;
     m.add_class::<PyPrefixCache>()?;
     m.add("StageDetached", m.py().get_type::<StageDetached>())?;
     m.add_function(wrap_pyfunction!(stage_key, m)?)?;
+    m.add_function(wrap_pyfunction!(pin_local_files, m)?)?;
     Ok(())
 }

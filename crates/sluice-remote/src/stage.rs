@@ -83,6 +83,35 @@ pub struct StagePackage {
     /// listed nor opened): their content is not pinned by the package.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub unversioned: u64,
+    /// The local files the source names as the job saw them (hash of the path, size,
+    /// modification time in ns), once pinned ([`pin_local_files`]): part of the stage's
+    /// content, so a job that starts after a file was rewritten gets a stage of its own.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<[u64; 3]>,
+}
+
+/// `init` with the local files its source names pinned (`files`): their sizes and
+/// modification times as this process sees them now. What a shared service's job does
+/// before it connects, since the service's stages outlive any one job; one `stat` per file.
+pub fn pin_local_files(init: &str) -> Result<String> {
+    let mut package = StagePackage::from_json(init)?;
+    package.files = package.source.as_ref().map(local_files).unwrap_or_default();
+    serde_json::to_string(&package)
+        .map_err(|e| Error::Internal(format!("cannot serialise the stage: {e}")))
+}
+
+/// The local files and directories a shipped source names, with their size and
+/// modification time (hash of the path, size, ns); those that do not stat are left out.
+pub fn local_files(spec: &serde_json::Value) -> Vec<[u64; 3]> {
+    (named_paths(spec).1.into_iter())
+        .filter_map(|path| {
+            let meta = std::fs::metadata(path).ok()?;
+            let mtime = (meta.modified().ok())
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(0, |d| d.as_nanos() as u64);
+            Some([crate::service::key::name_hash(path), meta.len(), mtime])
+        })
+        .collect()
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -143,6 +172,7 @@ impl StagePackage {
             label: stage_label(work),
             versions,
             unversioned: unversioned as u64,
+            files: Vec::new(),
         })
     }
 
@@ -588,6 +618,7 @@ mod tests {
             label: "read".into(),
             versions: listed.clone(),
             unversioned: 1,
+            files: vec![],
         };
         let shipped = serde_json::to_string(&package).unwrap();
         StagePackage::from_json(&shipped)
@@ -595,5 +626,32 @@ mod tests {
             .open(&|_| Ok(None))
             .unwrap();
         assert_eq!(versions_of([a, b]), (listed, 1));
+    }
+
+    /// A service's job pins the local files it reads: the same files give the same stage
+    /// key; a file rewritten (here with the same size) gives another.
+    #[test]
+    fn pinned_local_files_are_part_of_the_stage_key() {
+        use crate::service::key::stage_key;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("a.txt");
+        std::fs::write(&file, "one\n").unwrap();
+        let init = serde_json::json!({"version": PACKAGE_VERSION, "ops": [], "seed": 0,
+            "source": {"source": "read_files", "paths": [file.display().to_string()]}})
+        .to_string();
+        let pinned = pin_local_files(&init).unwrap();
+        assert_eq!(StagePackage::from_json(&pinned).unwrap().files.len(), 1);
+        let key = stage_key(&pinned).unwrap();
+        assert_eq!(stage_key(&pin_local_files(&init).unwrap()).unwrap(), key);
+        assert_ne!(stage_key(&init).unwrap(), key);
+        std::fs::write(&file, "two\n").unwrap();
+        let later = std::time::SystemTime::now() + std::time::Duration::from_secs(5);
+        std::fs::File::options()
+            .write(true)
+            .open(&file)
+            .unwrap()
+            .set_modified(later)
+            .unwrap();
+        assert_ne!(stage_key(&pin_local_files(&init).unwrap()).unwrap(), key);
     }
 }

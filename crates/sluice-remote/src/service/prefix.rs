@@ -33,7 +33,7 @@ use sluice_core::exec::{Chunk, Skip, StageWork};
 use sluice_core::{ElemMode, Error, OnError, Result};
 
 use super::key::content_key;
-use crate::stage::{named_paths, StagePackage, StageRunner};
+use crate::stage::{local_files, StagePackage, StageRunner};
 use crate::wire::{self, SplitFrame};
 
 /// Seconds per byte to read a cached record back (a call to its shard, the transfer and one
@@ -151,11 +151,11 @@ impl PrefixRunner {
             // Objects of no known version: a record could outlive a rewrite of its object.
             return Ok(None);
         }
-        let files = package
-            .source
-            .as_ref()
-            .map(data_identity)
-            .unwrap_or_default();
+        // The files as the job pinned them; as this worker sees them if it did not.
+        let files = match (&package.source, package.files.is_empty()) {
+            (Some(spec), true) => local_files(spec),
+            _ => package.files.clone(),
+        };
         let canonical = serde_json::to_vec(&serde_json::json!([
             package.source,
             ops,
@@ -349,24 +349,6 @@ const SHARD_ASKS_JUDGED: u64 = 32;
 fn shards_cost_more(c: &Costs) -> bool {
     let unread = c.shard_asks >= SHARD_ASKS_JUDGED && c.shard_found.is_some_and(|f| f < 0.05);
     dearer(c.shard_s, c.compute_s) == Some(true) || unread
-}
-
-/// The local files and directories a source spec names, with their size and modification
-/// time: a file rewritten while the service runs gets a new prefix key, so its stale
-/// records are never read (they age out). Objects are pinned by the package's `versions`.
-fn data_identity(spec: &serde_json::Value) -> Vec<(String, u64, i128)> {
-    let mut out = Vec::new();
-    for s in named_paths(spec).1 {
-        if let Ok(meta) = std::fs::metadata(s) {
-            let mtime = meta
-                .modified()
-                .ok()
-                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                .map_or(0, |d| d.as_nanos() as i128);
-            out.push((s.to_string(), meta.len(), mtime));
-        }
-    }
-    out
 }
 
 /// An item's prefix output as stored: its rows, its path and its sample.

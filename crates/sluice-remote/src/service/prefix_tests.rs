@@ -193,11 +193,11 @@ fn a_file_rewritten_gets_a_new_prefix_key() {
     let file = dir.path().join("a.txt");
     std::fs::write(&file, "one\n").unwrap();
     let spec = serde_json::json!({"kind": "lines", "paths": [file.display().to_string()]});
-    let before = data_identity(&spec);
+    let before = local_files(&spec);
     assert_eq!(before.len(), 1);
     std::fs::write(&file, "one\ntwo\n").unwrap();
-    assert_ne!(data_identity(&spec), before, "size and mtime changed");
-    assert!(data_identity(&serde_json::json!({"url": "s3://b/k"})).is_empty());
+    assert_ne!(local_files(&spec), before, "size and mtime changed");
+    assert!(local_files(&serde_json::json!({"url": "s3://b/k"})).is_empty());
 }
 
 /// Reading records back measured slower than computing them: the runner stops returning
@@ -361,4 +361,10 @@ fn the_objects_versions_are_part_of_the_prefix_key() {
     assert_eq!(key(serde_json::json!([[1, 10, 7]]), 0).unwrap(), listed);
     assert_ne!(key(serde_json::json!([[1, 10, 8]]), 0).unwrap(), listed);
     assert!(key(serde_json::json!([]), 3).is_none());
+    // Local files the job pinned count the same way.
+    let mut p: serde_json::Value = serde_json::from_str(main.init()).unwrap();
+    p["versions"] = serde_json::json!([[1, 10, 7]]);
+    p["files"] = serde_json::json!([[2, 5, 99]]);
+    let pinned = PrefixRunner::of(&p.to_string(), &runner, &PrefixBook::default());
+    assert_ne!(pinned.unwrap().unwrap().key(), listed);
 }

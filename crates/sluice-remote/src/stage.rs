@@ -93,6 +93,18 @@ pub struct StagePackage {
 /// `init` with the local files its source names pinned (`files`): their sizes and
 /// modification times as this process sees them now. What a shared service's job does
 /// before it connects, since the service's stages outlive any one job; one `stat` per file.
+///
+/// ```
+/// use sluice_remote::stage::{pin_local_files, StagePackage, PACKAGE_VERSION};
+/// let file = std::env::temp_dir().join("sluice-doc-pin.txt");
+/// std::fs::write(&file, "one\n").unwrap();
+/// let init = serde_json::json!({"version": PACKAGE_VERSION, "ops": [], "seed": 0,
+///     "source": {"source": "read_files", "paths": [file.display().to_string()]}});
+/// let pinned = pin_local_files(&init.to_string())?;
+/// let files = StagePackage::from_json(&pinned)?.files;
+/// assert_eq!((files.len(), files[0][1]), (1, 4)); // one file of 4 bytes
+/// # Ok::<(), sluice_core::Error>(())
+/// ```
 pub fn pin_local_files(init: &str) -> Result<String> {
     let mut package = StagePackage::from_json(init)?;
     package.files = package.source.as_ref().map(local_files).unwrap_or_default();

@@ -428,6 +428,12 @@ impl Dataset {
 
     /// What the source lists, in order ([`sluice_core::Source::data_digest`]): a checkpoint
     /// records it and a strict load refuses another.
+    ///
+    /// ```
+    /// let a = sluice::Dataset::range(4).data_digest();
+    /// assert!(a.is_some());
+    /// assert_eq!(sluice::Dataset::range(9).data_digest(), a); // a count is the fingerprint's
+    /// ```
     pub fn data_digest(&self) -> Option<String> {
         self.data_digest
             .get_or_init(|| match &*self.plan.chain()[0] {

@@ -203,6 +203,17 @@ pub fn versions_of<'a>(urls: impl IntoIterator<Item = &'a str>) -> (Vec<KnownVer
 /// (from [`versions_of`] in the job's process) is adopted. A cached copy of another version is
 /// then fetched again, and an object the job knew nothing of is checked with a conditional
 /// GET on its next read.
+///
+/// ```
+/// use sluice_io::store::cache::{adopt_versions, saw, versions_of};
+/// let (a, b) = ("s3://doc-adopt/a.jpg", "s3://doc-adopt/b.jpg");
+/// saw(a, 5, Some("\"new\""));
+/// let (listed, _) = versions_of([a]); // in the job's process
+/// saw(a, 5, Some("\"old\""));        // what a worker saw for an earlier job
+/// saw(b, 7, Some("\"old\""));
+/// adopt_versions([a, b], &listed);   // the worker opens the job's stage
+/// assert_eq!(versions_of([a, b]), (listed, 1));
+/// ```
 pub fn adopt_versions<'a>(urls: impl IntoIterator<Item = &'a str>, known: &[KnownVersion]) {
     // Any source opened before this call may have noted versions of its own: this comes after.
     let mut v = VERSIONS.lock().unwrap_or_else(|p| p.into_inner());
@@ -214,6 +225,13 @@ pub fn adopt_versions<'a>(urls: impl IntoIterator<Item = &'a str>, known: &[Know
 
 /// Forgets what the store said `url` is: its next read checks a cached copy with a
 /// conditional GET.
+///
+/// ```
+/// use sluice_io::store::cache::{forget, saw, versions_of};
+/// saw("s3://doc-forget/a.jpg", 5, None);
+/// forget("s3://doc-forget/a.jpg");
+/// assert_eq!(versions_of(["s3://doc-forget/a.jpg"]).1, 1);
+/// ```
 pub fn forget(url: &str) {
     let mut v = VERSIONS.lock().unwrap_or_else(|p| p.into_inner());
     v.remove(&fnv(url));

@@ -120,7 +120,10 @@ pub fn check_data(
 ) -> Result<()> {
     match (saved, now) {
         (Some(saved), Some(now)) if saved != now => Err(Error::invalid(format!(
-            "checkpoint was saved over other data: step '{}' lists other files or objects, or              in another order, than when it was saved (a file added and another removed, or              renamed), so its positions would name other samples. Resume with              load_state_dict(state, strict=False) to accept the new listing",
+            "checkpoint was saved over other data: step '{}' lists other files or objects, or \
+             in another order, than when it was saved (a file added and another removed, or \
+             renamed), so its positions would name other samples. Resume with \
+             load_state_dict(state, strict=False) to accept the new listing",
             node_name(&chain[0])
         ))),
         _ => Ok(()),
@@ -627,6 +630,12 @@ mod tests {
         let e = check_data(&chain, Some("a"), Some("b"))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("other data: step 'range'"), "{e}");
+        assert!(
+            e.contains(
+                "other data: step 'range' lists other files or objects, or in another order"
+            ),
+            "{e}"
+        );
+        assert!(!e.contains("  "), "{e}");
     }
 }

@@ -390,7 +390,7 @@ impl MemoryCap {
     }
 
     /// The cap, in bytes.
-    pub fn limit(&self) -> u64 {
+    pub(super) fn limit(&self) -> u64 {
         self.limit
     }
 

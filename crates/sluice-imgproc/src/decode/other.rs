@@ -50,33 +50,9 @@ fn map_err(what: &str, e: image::ImageError) -> ImageError {
     }
 }
 
-/// The stored (height, width) of a WebP, GIF, BMP or TIFF file, from its header alone (the
-/// decoder is opened, nothing decoded); `None` when it does not parse or for other formats.
-pub(crate) fn other_dimensions(bytes: &[u8], format: Format) -> Option<(usize, usize)> {
-    let image_format = match format {
-        Format::Webp => ImageFormat::WebP,
-        Format::Gif => ImageFormat::Gif,
-        Format::Bmp => ImageFormat::Bmp,
-        Format::Tiff => ImageFormat::Tiff,
-        Format::Jpeg | Format::Png => return None,
-    };
-    let mut reader = ImageReader::new(Cursor::new(bytes));
-    reader.set_format(image_format);
-    reader.no_limits();
-    // Header parsers of files off the wire: a panic is a `None`, as an error is.
-    let (w, h) = std::panic::catch_unwind(|| reader.into_decoder().ok().map(|d| d.dimensions()))
-        .ok()
-        .flatten()?;
-    Some((h as usize, w as usize))
-}
-
-/// Decodes a WebP, GIF, BMP or TIFF file (`format` from [`super::sniff`]).
-pub(crate) fn decode_other(bytes: &[u8], format: Format, opts: &DecodeOptions) -> Result<Image> {
-    let what = label(format);
-    guarded(what, || decode_inner(bytes, format, what, opts))
-}
-
-fn decode_inner(bytes: &[u8], format: Format, what: &str, opts: &DecodeOptions) -> Result<Image> {
+/// The `image` crate's decoder of a WebP, GIF, BMP or TIFF file, opened: its header read,
+/// nothing decoded and no limit set yet.
+fn open<'b>(bytes: &'b [u8], format: Format, what: &str) -> Result<impl ImageDecoder + use<'b>> {
     let image_format = match format {
         Format::Webp => ImageFormat::WebP,
         Format::Gif => ImageFormat::Gif,
@@ -88,9 +64,27 @@ fn decode_inner(bytes: &[u8], format: Format, what: &str, opts: &DecodeOptions) 
     };
     let mut reader = ImageReader::new(Cursor::new(bytes));
     reader.set_format(image_format);
-    // Opening reads the header only; the limits below bound what decoding may allocate.
+    // Opening reads the header only; a caller that decodes sets limits on what it allocates.
     reader.no_limits();
-    let mut decoder = reader.into_decoder().map_err(|e| map_err(what, e))?;
+    reader.into_decoder().map_err(|e| map_err(what, e))
+}
+
+/// The stored (height, width) of a WebP, GIF, BMP or TIFF file, from its header alone;
+/// `None` when it does not parse (or the parser panics) or for other formats.
+pub(crate) fn other_dimensions(bytes: &[u8], format: Format) -> Option<(usize, usize)> {
+    let what = label(format);
+    let (w, h) = guarded(what, || Ok(open(bytes, format, what)?.dimensions())).ok()?;
+    Some((h as usize, w as usize))
+}
+
+/// Decodes a WebP, GIF, BMP or TIFF file (`format` from [`super::sniff`]).
+pub(crate) fn decode_other(bytes: &[u8], format: Format, opts: &DecodeOptions) -> Result<Image> {
+    let what = label(format);
+    guarded(what, || decode_inner(bytes, format, what, opts))
+}
+
+fn decode_inner(bytes: &[u8], format: Format, what: &str, opts: &DecodeOptions) -> Result<Image> {
+    let mut decoder = open(bytes, format, what)?;
     let (width, height) = decoder.dimensions();
     check_pixels(u64::from(height), u64::from(width), opts.max_pixels)?;
     let mut limits = image::Limits::default();

@@ -10,7 +10,7 @@
 use sluice_core::Result;
 use sluice_imgproc as ip;
 
-use super::op::{decode_options, decoded_bytes, kernel_err, resize_target, rgb_transient};
+use super::op::{decode_options, hold_for_decode, kernel_err, resize_target, rgb_transient};
 use super::{filter, ImageSpec};
 
 /// Whether `decode` and then `resize` can run as one op: the resize of the decoded field,
@@ -75,9 +75,7 @@ pub(super) fn run(
                 .map_err(kernel_err);
         }
     }
-    if let Some(n) = decoded_bytes(bytes, *max_pixels) {
-        sluice_core::exec::hold_transient(n);
-    }
+    hold_for_decode(bytes, *max_pixels);
     let img = ip::decode(bytes, &opts).map_err(kernel_err)?;
     decoded(img.data.len() as u64);
     let (oh, ow) = resize_target(size, img.height, img.width, *out_max)?;

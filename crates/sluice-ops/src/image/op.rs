@@ -24,8 +24,8 @@ pub(super) fn kernel_err(e: ip::ImageError) -> Error {
 /// About how many bytes decoding `bytes` makes and the ops after it hold while they work,
 /// from its header: what a memory cap's gate for big buffers
 /// ([`sluice_core::exec::hold_transient`]) is asked for. Twice the decoded image: a 50 MP
-/// JPEG's decode peaked 160 MB above its start for 149 MB of pixels, and a resize after it
-/// 65 MB more. The other formats as `benchmarks/decode_peak_probe.py` measured them (a
+/// JPEG decoded whole and resized raised the peak 167 MB for its 150 MB of pixels
+/// (`benchmarks/dct_resize_probe.py`, unfused). The other formats as `benchmarks/decode_peak_probe.py` measured them (a
 /// 16 MP image decoded and resized, the file's own bytes left out): WebP ~6 bytes a pixel,
 /// BMP ~9, PNG ~12, TIFF ~12.5 (up to 4 channels of 16 bits while they convert), GIF ~14 (its
 /// canvas, its frame and the RGB). `None` for a header that does not parse or declares more
@@ -43,6 +43,14 @@ pub(super) fn decoded_bytes(bytes: &[u8], max_pixels: u64) -> Option<u64> {
         ip::Format::Bmp => 14 * pixels,
         ip::Format::Png | ip::Format::Tiff | ip::Format::Gif => 16 * pixels,
     })
+}
+
+/// Asks the memory gate for room to decode `bytes` whole ([`decoded_bytes`]); nothing to
+/// ask for when the header does not say.
+pub(super) fn hold_for_decode(bytes: &[u8], max_pixels: u64) {
+    if let Some(n) = decoded_bytes(bytes, max_pixels) {
+        sluice_core::exec::hold_transient(n);
+    }
 }
 
 /// What decoding `h` x `w` RGB pixels at 1/`d` scale asks the memory gate for: twice the
@@ -197,9 +205,7 @@ impl ImageOp {
                 mode, max_pixels, ..
             } => {
                 let bytes = require_bytes(s, field, name)?;
-                if let Some(n) = decoded_bytes(bytes, *max_pixels) {
-                    sluice_core::exec::hold_transient(n);
-                }
+                hold_for_decode(bytes, *max_pixels);
                 ip::decode(bytes, &decode_options(mode, *max_pixels)).map_err(kernel_err)
             }
             ImageSpec::DecodeRandomResizedCrop { .. } => {
@@ -229,9 +235,7 @@ impl ImageOp {
                         .resized_crop(top, left, ch, cw, oh, ow, interp)
                         .map_err(kernel_err)
                 } else {
-                    if let Some(n) = decoded_bytes(bytes, dc.max_pixels) {
-                        sluice_core::exec::hold_transient(n);
-                    }
+                    hold_for_decode(bytes, dc.max_pixels);
                     let img = ip::decode(bytes, &opts).map_err(kernel_err)?;
                     part.end(img.data.len() as u64);
                     let (top, left, ch, cw) =

@@ -2,47 +2,17 @@
 //! resize shrinks ≥ 3x is decoded at a DCT scale, within 35 dB of the unfused ops; anything
 //! else gives the unfused ops' bytes.
 
-use std::path::PathBuf;
+mod common;
 
-use sluice_core::{Emit, OpContext, OpRef, Sample, TensorData, Value};
+use common::{apply, build, bytes_sample, cx, fixture, photos, pixels, try_apply, DECODE};
+use sluice_core::{OpRef, Sample};
 use sluice_imgproc::psnr;
 use sluice_ops::OpSpec;
 
-const DECODE: &str = r#"{"op":"image.decode"}"#;
 const RESIZE_ID: u64 = 2;
 
-fn build(spec: &str) -> OpRef {
-    let spec: OpSpec = serde_json::from_str(spec).expect("spec JSON");
-    spec.build().expect("valid spec")
-}
-
 fn run(op: &OpRef, bytes: &[u8]) -> sluice_core::Result<Sample> {
-    let s = Sample::from_pairs([("bytes", Value::Bytes(bytes.to_vec().into()))]);
-    let cx = OpContext {
-        seed: 3,
-        epoch: 0,
-        index: 0,
-        sub: 0,
-        op_id: 1,
-    };
-    match op.apply(s, &cx)? {
-        Emit::One(s) => Ok(s),
-        other => panic!("{other:?}"),
-    }
-}
-
-fn image(s: &Sample) -> (Vec<usize>, Vec<u8>) {
-    match s.get("image") {
-        Some(Value::Tensor(t)) => match t.data() {
-            TensorData::U8(d) => (t.shape().to_vec(), d.to_vec()),
-            other => panic!("{other:?}"),
-        },
-        other => panic!("{other:?}"),
-    }
-}
-
-fn fixture(rel: &str) -> Vec<u8> {
-    std::fs::read(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(rel)).unwrap()
+    try_apply(op, bytes_sample(bytes), &cx(0, 1))
 }
 
 #[test]
@@ -95,14 +65,7 @@ fn decode_fuses_only_with_an_antialiased_resize_of_its_output_in_place() {
 /// several sizes: the same shapes; shrinks under 3x byte-identical, the others within 35 dB.
 #[test]
 fn fused_decode_resize_matches_the_unfused_ops_within_35_db() {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/fixtures/images");
-    let mut photos = Vec::new();
-    for class in std::fs::read_dir(&root).unwrap() {
-        for f in std::fs::read_dir(class.unwrap().path()).unwrap() {
-            photos.push(std::fs::read(f.unwrap().path()).unwrap());
-        }
-    }
-    assert!(photos.len() >= 8);
+    let photos: Vec<Vec<u8>> = photos().into_iter().map(|(_, b)| b).collect();
     let (mut scaled, mut same) = (0, 0);
     for size in [16, 40, 64, 150, 224] {
         for spec in [
@@ -115,23 +78,8 @@ fn fused_decode_resize_matches_the_unfused_ops_within_35_db() {
             let (decode, resize) = (build(DECODE), build(&spec));
             let fused = decode.fuse_next(resize.as_ref(), RESIZE_ID).unwrap();
             for bytes in &photos {
-                let unfused = {
-                    let s = run(&decode, bytes).unwrap();
-                    match resize.apply(
-                        s,
-                        &OpContext {
-                            seed: 3,
-                            epoch: 0,
-                            index: 0,
-                            sub: 0,
-                            op_id: 2,
-                        },
-                    ) {
-                        Ok(Emit::One(s)) => s,
-                        other => panic!("{other:?}"),
-                    }
-                };
-                let ((sa, a), (sb, b)) = (image(&run(&fused, bytes).unwrap()), image(&unfused));
+                let unfused = apply(&resize, run(&decode, bytes).unwrap(), &cx(0, RESIZE_ID));
+                let ((sa, a), (sb, b)) = (pixels(&run(&fused, bytes).unwrap()), pixels(&unfused));
                 assert_eq!(sa, sb, "{spec}");
                 if a == b {
                     same += 1;
@@ -156,22 +104,13 @@ fn a_png_and_bad_input_take_the_unfused_path() {
         )
         .unwrap();
     let png = fixture("../sluice-imgproc/tests/fixtures/rgb8_pillow.png");
-    let unfused = {
-        let s = run(&build(DECODE), &png).unwrap();
-        let r = build(r#"{"op":"image.resize","size":4}"#);
-        let cx = OpContext {
-            seed: 3,
-            epoch: 0,
-            index: 0,
-            sub: 0,
-            op_id: 2,
-        };
-        match r.apply(s, &cx).unwrap() {
-            Emit::One(s) => s,
-            other => panic!("{other:?}"),
-        }
-    };
-    assert_eq!(image(&run(&fused, &png).unwrap()), image(&unfused));
+    let resize = build(r#"{"op":"image.resize","size":4}"#);
+    let unfused = apply(
+        &resize,
+        run(&build(DECODE), &png).unwrap(),
+        &cx(0, RESIZE_ID),
+    );
+    assert_eq!(pixels(&run(&fused, &png).unwrap()), pixels(&unfused));
     // Not an image: the decode's error, naming the op.
     let err = run(&fused, b"not an image").unwrap_err().to_string();
     assert!(err.contains("unknown image format"), "{err}");

@@ -2,65 +2,13 @@
 //! the engine's per-sample generator, and its fusion with `image.decode`
 //! (`decode_random_resized_crop`): same crops, pixels within 35 dB of the unfused ops.
 
-use std::path::PathBuf;
+mod common;
 
-use sluice_core::{Emit, OpContext, OpRef, Sample, Tensor, TensorData, Value};
+use common::{apply, build, bytes_sample, cx, fixture, photos, pixels, DECODE};
+use sluice_core::{OpRef, Sample, Tensor, TensorData, Value};
 use sluice_imgproc::psnr;
 use sluice_ops::OpSpec;
 
-fn build(spec: &str) -> OpRef {
-    let spec: OpSpec = serde_json::from_str(spec).expect("spec JSON");
-    spec.build().expect("valid spec")
-}
-
-fn cx(index: u64, op_id: u64) -> OpContext {
-    OpContext {
-        seed: 11,
-        epoch: 0,
-        index,
-        sub: 0,
-        op_id,
-    }
-}
-
-fn apply(op: &OpRef, s: Sample, cx: &OpContext) -> Sample {
-    match op.apply(s, cx).expect("op") {
-        Emit::One(s) => s,
-        other => panic!("{other:?}"),
-    }
-}
-
-fn pixels(s: &Sample) -> (Vec<usize>, Vec<u8>) {
-    match s.get("image") {
-        Some(Value::Tensor(t)) => match t.data() {
-            TensorData::U8(d) => (t.shape().to_vec(), d.to_vec()),
-            other => panic!("{other:?}"),
-        },
-        other => panic!("{other:?}"),
-    }
-}
-
-/// The committed fixture photos (320–481 px JPEGs: RGB and grayscale).
-fn photos() -> Vec<(String, Vec<u8>)> {
-    let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap())
-        .join("../../examples/fixtures/images");
-    let mut out = Vec::new();
-    for class in std::fs::read_dir(&root).expect("fixture photos") {
-        for f in std::fs::read_dir(class.unwrap().path()).unwrap() {
-            let p = f.unwrap().path();
-            out.push((p.display().to_string(), std::fs::read(&p).unwrap()));
-        }
-    }
-    out.sort();
-    assert!(out.len() >= 8);
-    out
-}
-
-fn bytes_sample(b: &[u8]) -> Sample {
-    Sample::from_pairs([("bytes", Value::Bytes(b.to_vec().into()))])
-}
-
-const DECODE: &str = r#"{"op":"image.decode"}"#;
 const CROP: &str = r#"{"op":"image.random_resized_crop","size":32}"#;
 const DECODE_ID: u64 = 1;
 const CROP_ID: u64 = 2;
@@ -250,11 +198,7 @@ fn fused_png_small_crops_and_errors_follow_the_unfused_path() {
     let (decode, crop) = (build(DECODE), build(CROP));
     let fused = decode.fuse_next(crop.as_ref(), CROP_ID).unwrap();
     // A PNG always takes the full decode: byte-identical to the unfused ops.
-    let png = std::fs::read(
-        PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap())
-            .join("../sluice-imgproc/tests/fixtures/rgb8_pillow.png"),
-    )
-    .unwrap();
+    let png = fixture("../sluice-imgproc/tests/fixtures/rgb8_pillow.png");
     // A crop to 224 px never shrinks a 320–481 px photo 3x: a full-size decode of the
     // crop's MCUs, close to the unfused ops (the chroma upsampled in the DCT domain).
     let big_crop = build(r#"{"op":"image.random_resized_crop","size":224}"#);

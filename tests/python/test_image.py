@@ -186,15 +186,23 @@ def test_random_ops_deterministic_and_thread_independent(images_dir):
 
 def test_every_simd_path_gives_the_same_batches(images_dir):
     """SLUICE_SIMD caps the image kernels (avx512, avx2, baseline): the CV chain gives the
-    same bytes on each path this CPU has, and an unknown value is said and ignored."""
+    same bytes on each path this CPU has, and an unknown value is said and ignored. The
+    second pipeline is decode + resize, which run fused as one DCT-scaled decode
+    (`decode_resize`: 320-pixel photos to 64 are decoded at a quarter scale), so the
+    reduced inverse DCTs are checked too, not only the full-size ones."""
     code = f"""
 import hashlib, pathlib, sys
 sys.path.insert(0, {str(pathlib.Path(__file__).parent)!r})
 import numpy as np
+import sluice, sluice.image as I
 from test_image import cv_pipeline
+images = pathlib.Path({str(images_dir)!r})
+scaled = sluice.read_images(str(images)).map(I.decode()).map(I.resize((64, 64))).batch(8)
+assert "decode_resize" in scaled.explain()
 h = hashlib.sha256()
-for b in cv_pipeline(pathlib.Path({str(images_dir)!r})).iter(seed=3, epoch=0):
-    h.update(np.ascontiguousarray(b["image"]).tobytes())
+for ds in (cv_pipeline(images), scaled):
+    for b in ds.iter(seed=3, epoch=0):
+        h.update(np.ascontiguousarray(b["image"]).tobytes())
 print(h.hexdigest())
 """
 

@@ -125,6 +125,9 @@ def test_on_error_skip_counts_in_stats():
     assert len(out) == 90
     skipped = sum(st.get("skipped", 0) for st in it.stats().stages)
     assert skipped == 10
+    # The stats name the pool the stage ran on, as the plan does (they said "threads=2").
+    variants = {st["name"]: st["variant"] for st in it.stats().stages}
+    assert variants["test_on_error_skip_counts_in_stats.<locals>.fragile"] == "processes=2", variants
 
 
 def test_early_break_and_gc_leave_no_processes():

@@ -243,6 +243,7 @@ fn stage_stats(label: &str) -> PipelineStats {
         threads: 1,
         inline: true,
         queue_capacity: 0,
+        pool: None,
     }])
 }
 
@@ -453,6 +454,7 @@ mod tests {
             threads: 1,
             inline: false,
             queue_capacity: 1,
+            pool: None,
         };
         PipelineStats::new((0..n).map(|_| info()).collect())
     }

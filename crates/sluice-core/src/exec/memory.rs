@@ -583,6 +583,7 @@ mod tests {
             threads,
             inline: false,
             queue_capacity: 4,
+            pool: None,
         };
         let stats = PipelineStats::new(vec![info(1), info(2)]);
         let ctl = Control::default();

@@ -211,6 +211,7 @@ mod tests {
             threads: 1,
             inline: false,
             queue_capacity: 16,
+            pool: None,
         };
         let stats = PipelineStats::new(vec![info.clone(), info]);
         dispatch(

@@ -372,6 +372,7 @@ mod tests {
             threads: 1,
             inline: false,
             queue_capacity: 1,
+            pool: None,
         };
         let stats = PipelineStats::new(vec![info("source"), info("stage")]);
         stats.counters(1).items_in.store(items, Relaxed);
@@ -436,6 +437,7 @@ mod tests {
             threads: 1,
             inline: false,
             queue_capacity: 1,
+            pool: None,
         };
         let stats = PipelineStats::new(vec![info("source"), info("read"), info("udf")]);
         stats.counters(1).items_in.store(10_000, Relaxed);

@@ -187,6 +187,7 @@ fn new_stats(plan: &PhysicalPlan, first_inline: usize, inline_source: bool) -> A
         threads: 1,
         inline: inline_source,
         queue_capacity: source_depth(plan),
+        pool: None,
     }];
     for (i, st) in plan.stages.iter().enumerate() {
         let inline = i >= first_inline;
@@ -195,6 +196,10 @@ fn new_stats(plan: &PhysicalPlan, first_inline: usize, inline_source: bool) -> A
             threads: if inline { 1 } else { st.variant.workers() },
             inline,
             queue_capacity: st.queue_depth,
+            pool: match &st.variant {
+                Variant::Pool { backend, .. } => Some(backend.clone()),
+                _ => None,
+            },
         });
     }
     let stats = Arc::new(PipelineStats::new(infos));

@@ -16,6 +16,7 @@ fn stats() -> Arc<PipelineStats> {
         threads: 1,
         inline: false,
         queue_capacity: 2,
+        pool: None,
     };
     Arc::new(PipelineStats::new(vec![info]))
 }

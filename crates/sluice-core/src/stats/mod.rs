@@ -58,6 +58,9 @@ pub struct StageInfo {
     pub threads: usize,
     pub inline: bool,
     pub queue_capacity: usize,
+    /// The worker pool it runs on (`processes`, `ray`, `service`), if not threads of this
+    /// process: reports name it as plans do (`processes=2`).
+    pub pool: Option<String>,
 }
 
 /// Sub-buckets per power of two of [`DelayHistogram`]: percentiles within 1/16 (6%).
@@ -392,10 +395,10 @@ impl PipelineStats {
                 };
                 StageReport {
                     name: info.name.clone(),
-                    variant: if info.inline {
-                        "inline".into()
-                    } else {
-                        format!("threads={threads}")
+                    variant: match (&info.pool, info.inline) {
+                        (_, true) => "inline".into(),
+                        (Some(pool), false) => format!("{pool}={threads}"),
+                        (None, false) => format!("threads={threads}"),
                     },
                     samples_in: c.items_in.load(Relaxed),
                     samples_out: out,
@@ -539,12 +542,36 @@ mod tests {
     }
 
     #[test]
+    fn a_stage_on_a_worker_pool_is_reported_by_its_pool() {
+        let info = |inline, pool: Option<&str>| StageInfo {
+            name: "stage".into(),
+            threads: 3,
+            inline,
+            queue_capacity: 2,
+            pool: pool.map(String::from),
+        };
+        let stats = PipelineStats::new(vec![
+            info(false, None),
+            info(false, Some("processes")),
+            info(true, None),
+        ]);
+        let variants: Vec<_> = stats
+            .report()
+            .stages
+            .into_iter()
+            .map(|s| s.variant)
+            .collect();
+        assert_eq!(variants, ["threads=3", "processes=3", "inline"]);
+    }
+
+    #[test]
     fn item_bytes_wait_for_the_threaded_stages_not_the_consumers() {
         let info = |inline| StageInfo {
             name: "stage".into(),
             threads: 1,
             inline,
             queue_capacity: 2,
+            pool: None,
         };
         let stats = PipelineStats::new(vec![info(false), info(false), info(true), info(false)]);
         // The map after a shuffle buffer (stage 3) is not waited for.

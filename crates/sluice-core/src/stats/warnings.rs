@@ -13,7 +13,7 @@ impl StatsReport {
     ///
     /// ```
     /// use sluice_core::stats::{PipelineStats, StageInfo};
-    /// let stage = |name: &str| StageInfo { name: name.into(), threads: 1, inline: false, queue_capacity: 2 };
+    /// let stage = |name: &str| StageInfo { name: name.into(), threads: 1, inline: false, queue_capacity: 2, pool: None };
     /// let report = PipelineStats::new(vec![stage("source: range"), stage("map")]).report();
     /// assert!(report.end_warnings("range", 0).is_empty());
     /// assert!(report.end_warnings("range", 2)[0].starts_with("range left out 2 record(s)"));

@@ -207,6 +207,7 @@ fn work() -> StageWork {
         threads: 1,
         inline: false,
         queue_capacity: 1,
+        pool: None,
     };
     StageWork {
         read: Some(Arc::new(RangeSource::new(100))),

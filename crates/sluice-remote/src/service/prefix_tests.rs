@@ -61,6 +61,7 @@ fn stage(random: &[bool], seed: u64) -> (RemoteStage, StageRunner) {
         threads: 1,
         inline: false,
         queue_capacity: 1,
+        pool: None,
     };
     let work = StageWork {
         read: Some(Arc::new(RangeSource::new(100))),

@@ -270,6 +270,7 @@ mod tests {
             threads: 1,
             inline: true,
             queue_capacity: 1,
+            pool: None,
         };
         let op = ChainOp {
             op: Arc::new(Fan { fail_at }),

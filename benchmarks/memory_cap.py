@@ -39,11 +39,13 @@ def hwm():
     return next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmHWM"))
 cap = json.loads(sys.argv[2])
 if sys.argv[4] == "text":
-    ds = (sluice.read_text(sys.argv[1]).map(T.tokenize(sys.argv[5], add_special_tokens=False))
+    ds = (sluice.read_text(sys.argv[1]).map(T.tokenize(sys.argv[6], add_special_tokens=False))
           .map(T.truncate(512)).map(T.pad(512)).batch(32))
     field = "input_ids"
 elif sys.argv[4] == "photos":
-    # A crop before the resize, so that no decode is DCT-scaled (decode_resize).
+    # A crop before the resize, so that no decode is DCT-scaled (decode_resize); with
+    # --unfused every decode makes the whole image (fused, decode_center_crop decodes only
+    # the crop's window).
     ds = (sluice.read_images(sys.argv[1], labels=None).map(img.decode())
           .map(img.center_crop(256)).map(img.resize(64)).batch(4))
     field = "image"
@@ -52,7 +54,7 @@ else:
           .map(img.resize(224)).map(img.center_crop(224)).batch(16))
     field = "image"
 t0 = time.perf_counter()
-it = ds.iter(num_threads=THREADS[sys.argv[4]], memory_limit=cap)
+it = ds.iter(num_threads=THREADS[sys.argv[4]], memory_limit=cap, fuse_ops=sys.argv[5] != "unfused")
 n = sum(len(b[field]) for b in it)
 dt = time.perf_counter() - t0
 print(json.dumps({"n": n, "s": dt, "peak": hwm(), "memory": it.stats().to_dict().get("memory")}))
@@ -136,6 +138,8 @@ def main() -> None:
                     help="images: 0.01-50 MP JPEGs; text: lines of 10 B-10 MB, tokenized and padded to 512; "
                          "photos: every third a 16 MP JPEG, 4 threads")
     ap.add_argument("--work", type=Path, default=None)
+    ap.add_argument("--unfused", action="store_true",
+                    help="iter(fuse_ops=False): every decode whole (what the memory gate is for)")
     args = ap.parse_args()
     if args.kind == "text":
         work = args.work or Path.home() / ".cache" / "sluice-bench" / "memcap-text"
@@ -149,7 +153,7 @@ def main() -> None:
     for _ in range(args.rounds):
         for name, cap in cases:
             r = subprocess.run([sys.executable, "-c", RUN, str(data), json.dumps(cap), str(HERE),
-                                args.kind, *extra],
+                                args.kind, "unfused" if args.unfused else "fused", *extra],
                                capture_output=True, text=True, timeout=1800)
             if r.returncode != 0:
                 raise SystemExit(r.stderr)

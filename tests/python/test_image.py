@@ -14,11 +14,11 @@ import sluice
 import sluice.image as I
 
 
-def decoded(paths, *ops, **kw):
+def decoded(paths, *ops, fuse_ops=True, **kw):
     ds = sluice.read_files([str(p) for p in paths]).map(I.decode(**kw))
     for op in ops:
         ds = ds.map(op)
-    return [s["image"] for s in ds]
+    return [s["image"] for s in ds.iter(fuse_ops=fuse_ops)]
 
 
 def photos(images_dir):
@@ -52,9 +52,15 @@ def test_flip_and_crop_are_exact(images_dir):
     base = decoded(p)
     for b, f in zip(base, decoded(p, I.horizontal_flip(p=1.0))):
         np.testing.assert_array_equal(f, b[:, ::-1])
-    for b, c in zip(base, decoded(p, I.center_crop((100, 120)))):
+    crop = I.center_crop((100, 120))
+    for path, b, c, fused in zip(p, base, decoded(p, crop, fuse_ops=False), decoded(p, crop)):
         top, left = round((b.shape[0] - 100) / 2), round((b.shape[1] - 120) / 2)
         np.testing.assert_array_equal(c, b[top : top + 100, left : left + 120])
+        # Fused with the decode (decode_center_crop), only the crop's window is decoded, by
+        # the decoder the fused crops use: the same box, as close to Pillow's pixels as the
+        # whole decode is (test_decode_matches_pillow).
+        ref = np.asarray(Image.open(path).convert("RGB"))[top : top + 100, left : left + 120]
+        assert fused.shape == c.shape and np.abs(fused.astype(int) - ref).mean() <= 1.0, path
 
 
 def test_resize_matches_pillow_bilinear(images_dir):

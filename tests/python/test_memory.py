@@ -237,10 +237,10 @@ _BIG = textwrap.dedent(
         return next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmHWM"))
     room = json.loads(sys.argv[2])
     base = hwm()
-    # A crop before the resize: decode_resize (a DCT-scaled decode) cannot take this one, so
-    # every decode makes the whole image.
+    # Unfused, so that every decode makes the whole image: fused, decode + center_crop
+    # decodes only the crop's window (decode_center_crop), and no decode here would be big.
     ds = sluice.read_images(sys.argv[1]).map(img.decode()).map(img.center_crop(256)).map(img.resize(64)).batch(4)
-    it = ds.iter(num_threads=4, memory_limit=False if room is False else base + room)
+    it = ds.iter(num_threads=4, memory_limit=False if room is False else base + room, fuse_ops=False)
     n = sum(len(b["image"]) for b in it)
     print(json.dumps({"n": n, "used": hwm() - base, "memory": it.stats().to_dict().get("memory")}))
     """

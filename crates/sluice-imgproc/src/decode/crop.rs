@@ -317,6 +317,42 @@ impl DecodedForCrop {
         }
     }
 
+    /// The crop (in the upright full-size frame) at full size, pixel for pixel: for a
+    /// decode at 1/1 (`d == 1`) whose part holds it.
+    ///
+    /// ```
+    /// use sluice_imgproc::*;
+    /// let f = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/coffee_320x240.jpg")).unwrap();
+    /// let opts = DecodeOptions::default();
+    /// // The 64 x 64 centre: only the MCUs it touches are decoded.
+    /// let part = decode_for_crop(&f, &opts, 88, 128, 64, 64, 64, 64, Filter::Bilinear).unwrap();
+    /// assert!(part.image.height < 240 && part.image.width < 320);
+    /// let img = part.crop(88, 128, 64, 64).unwrap();
+    /// assert_eq!((img.height, img.width), (64, 64));
+    /// let whole = decode_for_crop(&f, &opts, 0, 0, 240, 320, 240, 320, Filter::Bilinear).unwrap();
+    /// assert_eq!(img, whole.crop(88, 128, 64, 64).unwrap());
+    /// ```
+    pub fn crop(&self, top: usize, left: usize, height: usize, width: usize) -> Result<Image> {
+        let (oy, ox) = self.origin;
+        let inside = |at: Option<usize>, n: usize, of: usize| at.is_some_and(|a| a + n <= of);
+        let (t, l) = (top.checked_sub(oy), left.checked_sub(ox));
+        // `crate::crop` pads what lies outside; a part that does not hold the crop is a
+        // caller's error, not black pixels.
+        if self.d != 1
+            || !inside(t, height, self.image.height)
+            || !inside(l, width, self.image.width)
+        {
+            return Err(ImageError::InvalidArgument(format!(
+                "an exact crop needs a full-size part holding it: the crop at row {top}, \
+                 column {left} ({height}x{width}) against a part at 1/{} from row {oy}, \
+                 column {ox} ({}x{})",
+                self.d, self.image.height, self.image.width
+            )));
+        }
+        let (t, l) = (t.unwrap_or(0) as i64, l.unwrap_or(0) as i64);
+        crate::crop(&self.image, t, l, height, width)
+    }
+
     /// The crop (in the upright full-size frame) resized to `out_h` x `out_w`: the second
     /// half of [`decode_resized_crop`].
     #[allow(clippy::too_many_arguments)]

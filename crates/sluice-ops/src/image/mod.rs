@@ -4,6 +4,7 @@
 //! `field` and writes `out` (default: `field`); ops that make an image of a size their
 //! arguments set check it against `max_pixels` ([`crate::limits`]).
 
+mod decode_center_crop;
 mod decode_resize;
 mod device;
 mod op;
@@ -254,6 +255,19 @@ pub enum ImageSpec {
         /// The resize op's id, for the run's per-op timings.
         resize_op_id: u64,
     },
+    /// `decode` fused with the in-place `center_crop` right after it: made by the planner,
+    /// not by users. A JPEG whose centre crop is at most half of it is decoded only where the
+    /// crop is, so pixels differ slightly from the unfused ops' (`decode_center_crop.rs`);
+    /// anything else runs the two ops as they are, the same bytes.
+    #[serde(rename = "image.decode_center_crop")]
+    DecodeCenterCrop {
+        /// An `image.decode` spec.
+        decode: Box<ImageSpec>,
+        /// An `image.center_crop` spec (in place).
+        crop: Box<ImageSpec>,
+        /// The crop op's id, for the run's per-op timings.
+        crop_op_id: u64,
+    },
     /// `decode_random_resized_crop` (and the in-place `horizontal_flip` after it) left to a
     /// consumer that decodes on its GPU: made by the planner for one
     /// ([`sluice_core::plan::device`]), not by users. The decoded field gets the draws the
@@ -295,6 +309,7 @@ impl ImageSpec {
             ImageSpec::ToTensor { .. } => "to_tensor",
             ImageSpec::DecodeRandomResizedCrop { .. } => "decode_random_resized_crop",
             ImageSpec::DecodeResize { .. } => "decode_resize",
+            ImageSpec::DecodeCenterCrop { .. } => "decode_center_crop",
             ImageSpec::DeviceDraws { .. } => "device_draws",
         }
     }
@@ -313,7 +328,8 @@ impl ImageSpec {
             | ImageSpec::Normalize { field, .. }
             | ImageSpec::ToTensor { field, .. } => field,
             ImageSpec::DecodeRandomResizedCrop { decode, .. }
-            | ImageSpec::DecodeResize { decode, .. } => decode.field(),
+            | ImageSpec::DecodeResize { decode, .. }
+            | ImageSpec::DecodeCenterCrop { decode, .. } => decode.field(),
             ImageSpec::DeviceDraws { fused, .. } => fused.field(),
         }
     }
@@ -324,6 +340,7 @@ impl ImageSpec {
             ImageSpec::Decode { out, .. } => out,
             ImageSpec::DecodeRandomResizedCrop { crop, .. } => crop.out(),
             ImageSpec::DecodeResize { resize, .. } => resize.out(),
+            ImageSpec::DecodeCenterCrop { crop, .. } => crop.out(),
             ImageSpec::DeviceDraws { fused, .. } => fused.out(),
             ImageSpec::Resize { out, field, .. }
             | ImageSpec::CenterCrop { out, field, .. }

@@ -151,7 +151,7 @@ pub(super) fn center_origin(n: usize, c: usize) -> i64 {
     }
 }
 
-fn center_crop(img: &ip::Image, ch: usize, cw: usize) -> Result<ip::Image> {
+pub(super) fn center_crop(img: &ip::Image, ch: usize, cw: usize) -> Result<ip::Image> {
     let top = center_origin(img.height, ch);
     let left = center_origin(img.width, cw);
     ip::crop(img, top, left, ch, cw).map_err(kernel_err)
@@ -249,6 +249,11 @@ impl ImageOp {
                 // The decode is the first op's part of the cost (`FirstPart`), as above.
                 let part = FirstPart::start();
                 super::decode_resize::run(bytes, decode, resize, |made| part.end(made))
+            }
+            ImageSpec::DecodeCenterCrop { decode, crop, .. } => {
+                let bytes = require_bytes(s, field, name)?;
+                let part = FirstPart::start();
+                super::decode_center_crop::run(bytes, decode, crop, |made| part.end(made))
             }
             _ => Err(Error::Internal(format!("{name} is not a decoding op"))),
         }
@@ -403,7 +408,8 @@ impl ImageOp {
         match &self.spec {
             ImageSpec::Decode { .. }
             | ImageSpec::DecodeRandomResizedCrop { .. }
-            | ImageSpec::DecodeResize { .. } => {
+            | ImageSpec::DecodeResize { .. }
+            | ImageSpec::DecodeCenterCrop { .. } => {
                 let img = self.decode(s, &mut u)?;
                 s.set(out, image_value(img)?);
             }
@@ -484,7 +490,9 @@ impl Op for ImageOp {
     }
     fn meta(&self) -> OpMeta {
         let (kind, random) = match self.spec {
-            ImageSpec::Decode { .. } | ImageSpec::DecodeResize { .. } => (OpKind::Decode, false),
+            ImageSpec::Decode { .. }
+            | ImageSpec::DecodeResize { .. }
+            | ImageSpec::DecodeCenterCrop { .. } => (OpKind::Decode, false),
             ImageSpec::DecodeRandomResizedCrop { .. } => (OpKind::Decode, true),
             // It adds a field: the sample grows.
             ImageSpec::DeviceDraws { .. } => (OpKind::Opaque, true),
@@ -532,6 +540,7 @@ impl Op for ImageOp {
         match self.spec {
             ImageSpec::DecodeRandomResizedCrop { crop_op_id, .. } => Some(crop_op_id),
             ImageSpec::DecodeResize { resize_op_id, .. } => Some(resize_op_id),
+            ImageSpec::DecodeCenterCrop { crop_op_id, .. } => Some(crop_op_id),
             _ => None,
         }
     }
@@ -539,9 +548,9 @@ impl Op for ImageOp {
         super::device::device_form(&self.spec, next)
     }
     /// `decode` + the in-place `random_resized_crop` of its output field (bilinear or
-    /// bicubic) become `decode_random_resized_crop`, and + an in-place antialiased `resize`,
-    /// `decode_resize`. An op writing another field keeps the decoded image too, so it is
-    /// not fused.
+    /// bicubic) become `decode_random_resized_crop`, + an in-place antialiased `resize`,
+    /// `decode_resize`, and + an in-place `center_crop`, `decode_center_crop`. An op writing
+    /// another field keeps the decoded image too, so it is not fused.
     fn fuse_next(&self, next: &dyn Op, next_op_id: u64) -> Option<OpRef> {
         let ImageSpec::Decode { out, .. } = &self.spec else {
             return None;
@@ -552,6 +561,14 @@ impl Op for ImageOp {
                 decode: Box::new(self.spec.clone()),
                 resize: Box::new(next_spec),
                 resize_op_id: next_op_id,
+            })
+            .ok();
+        }
+        if super::decode_center_crop::fusable(&self.spec, &next_spec) {
+            return build(&ImageSpec::DecodeCenterCrop {
+                decode: Box::new(self.spec.clone()),
+                crop: Box::new(next_spec),
+                crop_op_id: next_op_id,
             })
             .ok();
         }

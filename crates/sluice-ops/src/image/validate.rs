@@ -3,7 +3,7 @@
 
 use sluice_core::{Error, Result};
 
-use super::{decode_resize, filter, ImageSpec, Size};
+use super::{decode_center_crop, decode_resize, filter, ImageSpec, Size};
 use crate::limits::{product, refuse, MAX_KERNEL_SIZE};
 
 fn check_p(p: f64) -> Result<()> {
@@ -211,6 +211,16 @@ pub(super) fn validate(spec: &ImageSpec) -> Result<()> {
             }
             validate(decode)?;
             validate(resize)?;
+        }
+        ImageSpec::DecodeCenterCrop { decode, crop, .. } => {
+            if !decode_center_crop::fusable(decode, crop) {
+                return Err(Error::invalid(
+                    "decode_center_crop needs an image.decode and an image.center_crop of the \
+                     decoded field, in place",
+                ));
+            }
+            validate(decode)?;
+            validate(crop)?;
         }
         ImageSpec::DeviceDraws { fused, flip } => {
             if !matches!(**fused, ImageSpec::DecodeRandomResizedCrop { .. }) {

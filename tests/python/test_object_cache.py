@@ -169,6 +169,30 @@ def test_the_cap_holds_while_reading_four_times_its_size(tmp_path):
         assert not list((cache / "tmp").iterdir())
 
 
+def test_a_cap_below_the_data_keeps_a_fixed_share_instead_of_churning(tmp_path):
+    """Epochs in one order over four times the cap: least-recently-used eviction would drop
+    every object before the next epoch reached it (no hits, and a write and an eviction per
+    object). The cache keeps what it stored first, serves it every epoch and stores nothing
+    more (store/reuse.rs)."""
+    root, log, cache = tmp_path / "root", tmp_path / "log", tmp_path / "cache"
+    files = _files(root, 40, size=10_000)
+    cap = sum(len(b) for b in files.values()) // 4
+    with s3_server(root, "--log", log) as endpoint:
+        _use(endpoint)
+        ds = sluice.read_files("s3://bkt/data/", cache_dir=cache, cache_limit=cap)
+        fetched, held = [], []
+        for _ in range(3):
+            before = len(object_gets(log))
+            got = sorted(bytes(s["bytes"]) for s in ds.iter(num_threads=2))
+            assert got == sorted(files.values())
+            fetched.append({g["key"] for g in object_gets(log)[before:]})
+            held.append(sorted(p.name for p in (cache / "objects").rglob("*") if p.is_file()))
+            assert _dir_bytes(cache) <= cap
+        assert len(fetched[0]) == 40
+        assert held[0] == held[1] == held[2] and len(held[0]) >= 6, held
+        assert len(fetched[1]) == len(fetched[2]) == 40 - len(held[0]), fetched
+
+
 _READER = """
 import json, os, sys, sluice
 sluice.configure_storage("s3://bkt", endpoint=sys.argv[1], allow_http=True)

@@ -1,5 +1,6 @@
 //! The node-local cache of remote objects: one directory shared by every process, rank and job
-//! on a node, capped in bytes, least recently used evicted first.
+//! on a node, capped in bytes; a full cache keeps what was used within a window that covers
+//! an epoch and evicts the rest, least recently used first ([`super::reuse`]).
 //!
 //! Layout under the cache directory:
 //! - `objects/<2 hex>/<32 hex>`: a cached object, its bytes then a trailer naming its URL, its
@@ -25,8 +26,10 @@
 //!
 //! A download becomes visible by `rename` only once complete, so a partial object is never read.
 //! Eviction scans the directory only when the counter passes the cap, removes the least
-//! recently used objects down to 90 % of it and resets the counter from what it found
-//! (healing counts a crash left behind). Readers with a file open keep reading an evicted object.
+//! recently used objects idle past the window down to 90 % of it and resets the counter from
+//! what it found (healing counts a crash left behind); when that is not enough the object is
+//! read without being stored, and the cache is not scanned again until something may leave.
+//! Readers with a file open keep reading an evicted object.
 
 use std::fs::File;
 use std::io;
@@ -93,6 +96,8 @@ pub struct DiskCache {
     /// cost. The mutex orders this process's threads (locks on one description do not
     /// exclude each other); the byte lock on it, the other processes.
     books: Mutex<Option<Books>>,
+    /// When this process sees its objects used again: what a full cache keeps.
+    reuse: super::reuse::Reuse,
 }
 
 /// The accounting files, open, and the process that opened them: a forked child reopens
@@ -111,6 +116,15 @@ impl Drop for Accounting<'_> {
     fn drop(&mut self) {
         let _ = set_lock(self.0, 0, libc::F_UNLCK, false);
     }
+}
+
+/// What an eviction scan keeps: objects used since `since` (`window` ago); `next` is when
+/// the first of them leaves the window.
+#[derive(Debug, Clone, Copy)]
+struct Keep {
+    since: SystemTime,
+    window: Duration,
+    next: Option<SystemTime>,
 }
 
 /// The download of one object, holding its lock: [`Fill::commit`] (or [`Fill::finish`] after
@@ -223,6 +237,7 @@ impl DiskCache {
             dir: dir.to_path_buf(),
             limit,
             books: Mutex::new(None),
+            reuse: Default::default(),
         };
         cache.lock_file()?;
         Ok(cache)
@@ -285,11 +300,15 @@ impl DiskCache {
             return None;
         }
         let now = SystemTime::now();
-        let stale = file
+        let idle = file
             .metadata()
             .and_then(|m| m.modified())
-            .is_ok_and(|m| now.duration_since(m).is_ok_and(|d| d > TOUCH_EVERY));
-        if stale {
+            .ok()
+            .and_then(|m| now.duration_since(m).ok());
+        if let Some(idle) = idle {
+            self.reuse.hit(idle);
+        }
+        if idle.is_some_and(|d| d > TOUCH_EVERY) {
             // Recency for eviction; a read-only file of another user cannot be touched.
             let _ = file.set_modified(now);
         }
@@ -348,7 +367,7 @@ impl DiskCache {
         let mut word = [0u8; 8];
         let held = match usage.read_exact_at(&mut word, 0) {
             Ok(()) => u64::from_le_bytes(word),
-            Err(_) => self.scan_and_evict(u64::MAX)?,
+            Err(_) => self.scan_and_evict(u64::MAX, None)?.0,
         };
         let (delta, out) = change(self, held)?;
         usage
@@ -361,6 +380,9 @@ impl DiskCache {
     /// accounting lock, given the bytes held. Returns the bytes held after eviction, or `None`
     /// when `size` does not fit even so — or is over half the cap: one object would evict
     /// everything else.
+    ///
+    /// Objects used within the window of [`super::reuse`] are not evicted for it: when only
+    /// those are left, `size` does not fit.
     fn make_room(&self, held: u64, size: u64) -> Result<Option<u64>> {
         if size > self.limit / 2 {
             return Ok(None);
@@ -368,15 +390,31 @@ impl DiskCache {
         if held + size <= self.limit {
             return Ok(Some(held));
         }
+        let now = SystemTime::now();
+        if self.reuse.full_at(now) {
+            return Ok(None);
+        }
+        let window = self.reuse.window();
+        let keep = Some(Keep {
+            since: now.checked_sub(window).unwrap_or(SystemTime::UNIX_EPOCH),
+            window,
+            next: None,
+        });
         let target = ((self.limit as f64 * EVICT_TO) as u64).saturating_sub(size);
-        let after = self.scan_and_evict(target)?;
-        // What is left may be downloads in progress elsewhere.
-        Ok((after + size <= self.limit).then_some(after))
+        let (after, keep) = self.scan_and_evict(target, keep)?;
+        // What is left may be downloads in progress elsewhere, or objects kept.
+        let fits = after + size <= self.limit;
+        if let (false, Some(keep)) = (fits, keep) {
+            self.reuse.found_full(now, keep.next);
+        }
+        Ok(fits.then_some(after))
     }
 
     /// Under the accounting lock: removes abandoned downloads, then the least recently used
-    /// objects until at most `target` bytes are held; returns the bytes held after.
-    fn scan_and_evict(&self, target: u64) -> Result<u64> {
+    /// objects until at most `target` bytes are held — except those used since `keep.since`;
+    /// returns the bytes held after, and `keep` with the time the first object kept leaves
+    /// its window.
+    fn scan_and_evict(&self, target: u64, mut keep: Option<Keep>) -> Result<(u64, Option<Keep>)> {
         let mut held = 0u64;
         let tmp_dir = self.dir.join("tmp");
         for entry in std::fs::read_dir(&tmp_dir).map_err(|e| self.err("tmp", e))? {
@@ -418,22 +456,27 @@ impl DiskCache {
         }
         held += objects.iter().map(|o| o.1).sum::<u64>();
         objects.sort_unstable_by_key(|o| o.0);
-        for (_, len, path) in objects {
+        for (when, len, path) in objects {
             if held <= target {
+                break;
+            }
+            if let Some(k) = keep.as_mut().filter(|k| when >= k.since) {
+                // The oldest kept object: the rest are newer.
+                k.next = Some(when + k.window);
                 break;
             }
             if std::fs::remove_file(&path).is_ok() {
                 held -= len;
             }
         }
-        Ok(held)
+        Ok((held, keep))
     }
 
     /// Bytes the cache holds now (objects and downloads in progress), from its directory (the
     /// count every process keeps is set to it).
     pub fn held_bytes(&self) -> Result<u64> {
         self.with_usage(|cache, held| {
-            let found = cache.scan_and_evict(u64::MAX)?;
+            let (found, _) = cache.scan_and_evict(u64::MAX, None)?;
             Ok((found as i64 - held as i64, found))
         })
     }

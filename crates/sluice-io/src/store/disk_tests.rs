@@ -319,3 +319,82 @@ fn concurrent_fills_never_pass_the_cap() {
     assert!(most <= cap, "{most} bytes on disk, cap {cap}");
     assert_eq!(cache.held_bytes().unwrap(), bytes_on_disk(dir.path()));
 }
+
+/// A loop over a dataset bigger than the cap (a training job's epochs): a full cache keeps
+/// the objects used within its window (ten minutes at least) instead of evicting them for
+/// objects the next epoch would evict in turn, and reads the others without storing them;
+/// objects idle for longer (another dataset's, yesterday's) still go, least recently used
+/// first.
+#[test]
+fn a_full_cache_keeps_objects_a_loop_reuses_and_evicts_idle_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let cap = 20_000;
+    let cache = open(dir.path(), cap);
+    let ago = |s: u64| SystemTime::now() - Duration::from_secs(s);
+    let age = |url: &str, when: SystemTime| {
+        let f = File::options()
+            .write(true)
+            .open(cache.object_path(hash_url(url)))
+            .unwrap();
+        f.set_modified(when).unwrap();
+    };
+    // A first epoch now: the cache fills with the first objects and keeps them; the rest
+    // are not stored, and nothing is evicted for them.
+    for i in 0..40 {
+        put(&cache, &format!("s3://now/{i}"), &vec![i as u8; 1000]);
+    }
+    let first: Vec<u64> = (0..40)
+        .filter(|i| cache.holds(&format!("s3://now/{i}")))
+        .collect();
+    assert_eq!(first, (0..first.len() as u64).collect::<Vec<_>>());
+    assert!(first.len() >= 17, "{first:?}");
+    // An epoch long ago (idle 961-1,000 s, past the window): plain LRU, and the cache ends
+    // holding the last ones stored.
+    for i in first {
+        age(&format!("s3://now/{i}"), ago(5000));
+    }
+    cache.reuse.forget_full();
+    for i in 0..40 {
+        let url = format!("s3://b/{i}");
+        put(&cache, &url, &vec![i as u8; 1000]);
+        age(&url, ago(1000 - i));
+    }
+    let held: Vec<u64> = (0..40)
+        .filter(|i| cache.holds(&format!("s3://b/{i}")))
+        .collect();
+    assert!(
+        held.len() >= 15 && held.contains(&39) && !held.contains(&0),
+        "{held:?}"
+    );
+    assert!((0..40).all(|i| !cache.holds(&format!("s3://now/{i}"))));
+    // The next epoch finds them about 100 s after their last use.
+    for &i in &held {
+        let url = format!("s3://b/{i}");
+        age(&url, ago(100));
+        assert!(cache.lookup(&url, |_| true).is_some());
+        age(&url, ago(100));
+    }
+    // The objects it misses are stored while there is room (eviction left some), then read
+    // without being stored: nothing is evicted for them.
+    cache.reuse.forget_full();
+    let room = (cap - cache.held_bytes().unwrap()) / 1034; // an object and its trailer
+    for i in 0..10 {
+        put(&cache, &format!("s3://b/{i}"), &vec![i as u8; 1000]);
+    }
+    let stored = (0..10).filter(|i| cache.holds(&format!("s3://b/{i}")));
+    assert_eq!(stored.count() as u64, room);
+    assert!(held.iter().all(|i| cache.holds(&format!("s3://b/{i}"))));
+    assert_eq!(cache.held_bytes().unwrap(), bytes_on_disk(dir.path()));
+    // An object idle for far longer than the window (an hour) goes, once the cache looks
+    // again (it was found full a moment ago).
+    let stale = held[0];
+    age(&format!("s3://b/{stale}"), ago(3600));
+    cache.reuse.forget_full();
+    put(&cache, "s3://b/new", &[7u8; 1000]);
+    assert!(cache.holds("s3://b/new"));
+    assert!(!cache.holds(&format!("s3://b/{stale}")));
+    assert!(held[1..]
+        .iter()
+        .all(|i| cache.holds(&format!("s3://b/{i}"))));
+    assert!(bytes_on_disk(dir.path()) <= cap);
+}

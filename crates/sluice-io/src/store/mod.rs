@@ -14,6 +14,7 @@ mod chunked;
 mod connect;
 pub mod disk;
 pub mod hedge;
+mod reuse;
 
 pub use ahead::ReadAhead;
 pub use cache::CacheSpec;

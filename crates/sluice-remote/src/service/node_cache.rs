@@ -6,8 +6,10 @@
 //! the same record read from a file on the node is a page-cache copy (tens of µs). So a worker
 //! looks for a chunk's records here first, asks the shards only for the rest, and keeps every
 //! record it computed or fetched here too: from the second epoch on, a node reads the prefix
-//! from its own disk. The directory is an object cache of `sluice_io::store::disk` (byte cap,
-//! least recently used evicted, safe between processes: a record half written is never read);
+//! from its own disk. The directory is an object cache of `sluice_io::store::disk` (byte cap;
+//! when full, what was used within ten minutes kept and later records not stored, so the
+//! epochs of a prefix bigger than the cap each find the same share; safe between processes: a
+//! record half written is never read);
 //! a record's name is its prefix key and source index, its size checked on every read.
 //!
 //! ```
@@ -214,11 +216,12 @@ mod tests {
         assert_eq!(local, vec![(1, vec![1u8; 1000])]);
         // ... and what the shards answered is kept here.
         assert_eq!(a.get("p", 3), Some(vec![9u8; 3]));
-        // 100 records of 1 KB under a 64 KB cap: the oldest go, the newest stay.
+        // 100 records of 1 KB under a 64 KB cap: the first that fit stay (the next epoch
+        // reads them again), the rest are not stored, and nothing passes the cap.
         for i in 100..200 {
             a.put("p", i, &[i as u8; 1024]);
         }
-        assert!(a.get("p", 199).is_some());
+        assert!(a.get("p", 100).is_some() && !a.has("p", 199));
         assert!((100..200).filter(|&i| a.has("p", i)).count() < 64);
         let r = a.report();
         assert!(r["stored"].as_u64().unwrap() >= 100 && r["hits"].as_u64().unwrap() == 2);

@@ -124,7 +124,9 @@ impl ChainWorker {
     /// Runs the stage on one request frame; returns `(frame, buffers)`: buffers of at least
     /// `threshold` bytes are not in the frame but in `buffers`, as uint8 numpy arrays that
     /// own the output's memory (no copy), which pickle protocol 5 — and so Ray's object
-    /// store — carries out of band.
+    /// store — carries out of band. A `SystemExit` or `KeyboardInterrupt` raised in the
+    /// stage's Python code (Ray ending this actor) is raised here rather than answered, so
+    /// the chunk runs again on another actor.
     #[pyo3(signature = (chunk, threshold=sluice_remote::wire::SPLIT_THRESHOLD))]
     fn run_split<'py>(
         &self,
@@ -132,7 +134,9 @@ impl ChainWorker {
         chunk: &[u8],
         threshold: usize,
     ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyList>)> {
-        let split = py.detach(|| self.runner.run_split(chunk, threshold));
+        let split = py
+            .detach(|| self.runner.run_split_or_interrupted(chunk, threshold))
+            .map_err(crate::errors::to_py)?;
         let buffers = PyList::empty(py);
         for b in split.buffers {
             buffers.append(crate::convert::out_of_band_to_py(py, b)?)?;

@@ -5,7 +5,7 @@
 //! dataset, least-recently-used eviction is the worst policy for that loop: every object is
 //! evicted before its next epoch asks for it (in the same order each epoch, all of them), so
 //! each epoch fetches everything again *and* pays a write and an eviction per object. A
-//! quarter-sized cache read 0.50-0.52x local where no cache read 0.77x (docs/BENCHMARKS.md,
+//! quarter-sized cache read 0.50-0.57x local where no cache read 0.77-0.84x (docs/BENCHMARKS.md,
 //! issue 38). CoorDL's MinIO cache (Mohan et al., VLDB 2021) keeps what it holds once full,
 //! so each epoch hits the cap's share of the dataset and writes nothing. Never evicting would
 //! also keep yesterday's dataset forever; so a full cache keeps the objects last used within

@@ -237,11 +237,13 @@ def test_killed_actor_loses_and_duplicates_nothing(cluster):
     assert any("lost" in e for e in report["events"]), report["events"]
 
 
-def test_an_actor_ended_by_ray_mid_chunk_is_a_lost_actor_not_a_bad_sample(cluster, tmp_path):
+@pytest.mark.parametrize("zero_copy", [True, False])
+def test_an_actor_ended_by_ray_mid_chunk_is_a_lost_actor_not_a_bad_sample(cluster, tmp_path, zero_copy):
     """Ray ends the actors of a node being drained by raising SystemExit in them, wherever
     they are — here inside the stage's function. That chunk runs again on another actor; it
     used to be answered as the chunk's error, failing the run with ``SystemExit: 1`` (seen
-    once in test_ray_cluster.py's drain test)."""
+    once in test_ray_cluster.py's drain test). Both reply forms: split (zero-copy) and one
+    frame."""
     marker = tmp_path / "ended-once"
 
     def work(s):
@@ -254,7 +256,7 @@ def test_an_actor_ended_by_ray_mid_chunk_is_a_lost_actor_not_a_bad_sample(cluste
     marker.write_text("x")  # not in the local run
     local = [b["id"].tolist() for b in ds.iter(seed=2, epoch=0, chunk_size=8)]
     marker.unlink()
-    c = ctx(num_actors=2)
+    c = ctx(num_actors=2, zero_copy=zero_copy)
     got = [b["id"].tolist() for b in ds.iter(seed=2, epoch=0, chunk_size=8, context=c)]
     assert marker.exists(), "the function never ended its actor"
     assert got == local  # 0 lost, 0 duplicated, same order

@@ -115,18 +115,21 @@ impl ChainWorker {
         Ok(ChainWorker { runner })
     }
 
-    /// Runs the stage on one request frame; returns the reply frame.
-    fn run<'py>(&self, py: Python<'py>, chunk: &[u8]) -> Bound<'py, PyBytes> {
-        let out = py.detach(|| self.runner.run(chunk));
-        PyBytes::new(py, &out)
+    /// Runs the stage on one request frame; returns the reply frame. A `SystemExit` or
+    /// `KeyboardInterrupt` raised in the stage's Python code (Ray ending this actor) is raised
+    /// here rather than answered, so the chunk runs again on another actor.
+    fn run<'py>(&self, py: Python<'py>, chunk: &[u8]) -> PyResult<Bound<'py, PyBytes>> {
+        let out = py
+            .detach(|| self.runner.run_or_interrupted(chunk))
+            .map_err(crate::errors::to_py)?;
+        Ok(PyBytes::new(py, &out))
     }
 
     /// Runs the stage on one request frame; returns `(frame, buffers)`: buffers of at least
     /// `threshold` bytes are not in the frame but in `buffers`, as uint8 numpy arrays that
     /// own the output's memory (no copy), which pickle protocol 5 — and so Ray's object
-    /// store — carries out of band. A `SystemExit` or `KeyboardInterrupt` raised in the
-    /// stage's Python code (Ray ending this actor) is raised here rather than answered, so
-    /// the chunk runs again on another actor.
+    /// store — carries out of band. Interruptions are raised as [`ChainWorker::run`] raises
+    /// them.
     #[pyo3(signature = (chunk, threshold=sluice_remote::wire::SPLIT_THRESHOLD))]
     fn run_split<'py>(
         &self,

@@ -366,20 +366,33 @@ impl StageRunner {
     pub fn run_split(&self, frame: &[u8], threshold: usize) -> SplitFrame {
         self.run_split_with(frame, threshold, |work, chunk| work.run_here(chunk))
     }
-    /// [`StageRunner::run_split`], except that a chunk interrupted by this worker's own end
-    /// (a Python `SystemExit` or `KeyboardInterrupt` raised in it: Ray stopping the actors
-    /// of a node being drained, a task cancelled) is the error returned rather than an
-    /// answer: the actor that raises it dies, and the main process runs the chunk again on
-    /// another, as for any lost actor. Answered, it failed the run as if the sample were bad.
+    /// [`StageRunner::run`], except that a chunk interrupted by this worker's own end (a
+    /// Python `SystemExit` or `KeyboardInterrupt` raised in it: Ray stopping the actors of a
+    /// node being drained, a task cancelled) is the error returned rather than an answer: the
+    /// actor that raises it dies, and the main process runs the chunk again on another, as
+    /// for any lost actor. Answered, it failed the run as if the sample were bad. (A process
+    /// pool's worker answers it: there it is the user's Ctrl-C, for the consumer to raise.)
+    pub fn run_or_interrupted(&self, frame: &[u8]) -> Result<Vec<u8>> {
+        let reply = self.answer_unless_interrupted(frame)?;
+        Ok(wire::encode_reply(
+            &reply,
+            self.shm.as_ref(),
+            self.codec.as_deref(),
+        ))
+    }
+    /// [`StageRunner::run_split`] as [`StageRunner::run_or_interrupted`] answers.
     pub fn run_split_or_interrupted(&self, frame: &[u8], threshold: usize) -> Result<SplitFrame> {
-        let reply = self.answer(frame, |work, chunk| work.run_here(chunk));
-        match reply {
+        let reply = self.answer_unless_interrupted(frame)?;
+        Ok(wire::encode_reply_split(
+            &reply,
+            threshold,
+            self.codec.as_deref(),
+        ))
+    }
+    fn answer_unless_interrupted(&self, frame: &[u8]) -> Result<wire::Reply> {
+        match self.answer(frame, |work, chunk| work.run_here(chunk)) {
             Err(e) if matches!(e.root(), Error::Interrupted { .. }) => Err(e),
-            reply => Ok(wire::encode_reply_split(
-                &reply,
-                threshold,
-                self.codec.as_deref(),
-            )),
+            reply => Ok(reply),
         }
     }
     /// [`StageRunner::run_split`] with the chunk run by `run` (the shared service runs a

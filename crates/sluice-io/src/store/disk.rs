@@ -395,17 +395,17 @@ impl DiskCache {
             return Ok(None);
         }
         let window = self.reuse.window();
-        let keep = Some(Keep {
+        let keep = Keep {
             since: now.checked_sub(window).unwrap_or(SystemTime::UNIX_EPOCH),
             window,
             next: None,
-        });
+        };
         let target = ((self.limit as f64 * EVICT_TO) as u64).saturating_sub(size);
-        let (after, keep) = self.scan_and_evict(target, keep)?;
+        let (after, kept) = self.scan_and_evict(target, Some(keep))?;
         // What is left may be downloads in progress elsewhere, or objects kept.
         let fits = after + size <= self.limit;
-        if let (false, Some(keep)) = (fits, keep) {
-            self.reuse.found_full(now, keep.next);
+        if !fits {
+            self.reuse.found_full(now, kept.and_then(|k| k.next));
         }
         Ok(fits.then_some(after))
     }

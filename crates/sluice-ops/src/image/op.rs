@@ -25,11 +25,12 @@ pub(super) fn kernel_err(e: ip::ImageError) -> Error {
 /// from its header: what a memory cap's gate for big buffers
 /// ([`sluice_core::exec::hold_transient`]) is asked for. Twice the decoded image: a 50 MP
 /// JPEG decoded whole and resized raised the peak 167 MB for its 150 MB of pixels
-/// (`benchmarks/dct_resize_probe.py`, unfused). The other formats as `benchmarks/decode_peak_probe.py` measured them (a
-/// 16 MP image decoded and resized, the file's own bytes left out): WebP ~6 bytes a pixel,
-/// BMP ~9, PNG ~12, TIFF ~12.5 (up to 4 channels of 16 bits while they convert), GIF ~14 (its
-/// canvas, its frame and the RGB). `None` for a header that does not parse or declares more
-/// than `max_pixels` (the decoder reports those without making anything).
+/// (`benchmarks/dct_resize_probe.py`, unfused). The other formats as
+/// `benchmarks/decode_peak_probe.py` measured them (a 16 MP image decoded and resized, the
+/// file's own bytes left out): WebP ~6 bytes a pixel, BMP ~9, PNG ~12, TIFF ~12.5 (up to 4
+/// channels of 16 bits while they convert), GIF ~14 (its canvas, its frame and the RGB); the
+/// CPU is RELIABILITY.md's. `None` for a header that does not parse or declares more than
+/// `max_pixels` (the decoder reports those without making anything).
 pub(super) fn decoded_bytes(bytes: &[u8], max_pixels: u64) -> Option<u64> {
     let format = ip::sniff(bytes)?;
     let (h, w) = ip::image_dimensions(bytes)?;

@@ -111,6 +111,88 @@ def test_a_parquet_file_is_downloaded_once_and_read_locally_after(tmp_path):
         assert len(object_gets(log)) == n, "a second open read the bucket again"
 
 
+def _parquet_files(root: pathlib.Path, n: int, rows: int = 1000) -> list[int]:
+    """n Parquet files under root/pq/, rows numbered through them all; the numbers."""
+    (root / "pq").mkdir(parents=True)
+    for i in range(n):
+        pq.write_table(pa.table({"x": np.arange(i * rows, (i + 1) * rows)}), root / "pq" / f"{i:02d}.parquet",
+                       row_group_size=rows // 2)
+    return list(range(n * rows))
+
+
+def test_opening_parquet_in_a_bucket_asks_one_request_per_file_and_none_once_cached(tmp_path):
+    """The listing says each object's size and ETag: a footer costs one ranged GET of the
+    file's tail (the footer's length and the footer together), no HEAD; a dataset over copies
+    the cache holds of the listed versions asks nothing but the listing."""
+    root, log, cache = tmp_path / "root", tmp_path / "log", tmp_path / "cache"
+    want = _parquet_files(root, 6)
+    with s3_server(root, "--log", log) as endpoint:
+        _use(endpoint)
+        ds = sluice.read_parquet("s3://bkt/pq/", cache_dir=False)
+        opened = [r for r in requests(log) if r["key"]]
+        assert not [r for r in opened if r["method"] == "HEAD"], opened
+        assert sorted(r["key"] for r in opened) == [f"pq/{i:02d}.parquet" for i in range(6)], opened
+        for r in opened:  # the tail of the file, in one request
+            size = (root / r["key"]).stat().st_size
+            assert r["range"] == f"bytes=0-{size - 1}" or r["range"].endswith(f"-{size - 1}"), r
+        assert [s["x"] for s in ds] == want
+
+        assert [s["x"] for s in sluice.read_parquet("s3://bkt/pq/", cache_dir=cache)] == want
+        before = len(requests(log))
+        again = sluice.read_parquet("s3://bkt/pq/", cache_dir=cache)
+        assert [s["x"] for s in again] == want
+        asked = requests(log)[before:]
+        assert [r for r in asked if r["key"]] == [], "a cached copy of the listed version was asked for again"
+
+
+def test_a_stalled_footer_read_is_hedged(tmp_path):
+    """An open's footer read is hedged like any other read: one stalled request no longer
+    holds the dataset's open for the whole stall. The server stalls its first object GET (the
+    footer) and no other; the same bytes are asked again before the stalled GET answers."""
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "benchmarks"))
+    from s3_server import Faults
+
+    seed = next(s for s in range(10_000)
+                if Faults(0.5, 5, 0, s).draw("stall", 0) < 0.5
+                and all(Faults(0.5, 5, 0, s).draw("stall", n) >= 0.5 for n in range(1, 12)))
+    root, log = tmp_path / "root", tmp_path / "log"
+    want = _parquet_files(root, 1, rows=4000)
+    # A bucket of its own: its latency record starts empty here.
+    with s3_server(root, "--log", log, "--stall-fraction", 0.5, "--stall-s", 5, "--seed", seed) as endpoint:
+        _use(endpoint, "footer")
+        assert [s["x"] for s in sluice.read_parquet("s3://footer/pq/", cache_dir=False)] == want
+        deadline = time.monotonic() + 30  # a hang guard: the stalled GET is logged once answered
+        while not any(r.get("stalled") for r in requests(log)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    stalled = [r for r in requests(log) if r.get("stalled")]
+    assert len(stalled) == 1, stalled
+    same = [r for r in requests(log) if r["key"] == stalled[0]["key"] and r["range"] == stalled[0]["range"]
+            and not r.get("stalled")]
+    assert same and same[0]["t"] < stalled[0]["t"] + stalled[0]["ms"] / 1000, (stalled, same)
+
+
+def test_an_arrow_export_from_a_bucket_asks_for_the_next_row_groups_ahead(tmp_path):
+    """`to_arrow` scans row groups on a few threads. In a bucket each row group waits a
+    request's latency, so the scan asks for the bytes of the row groups after it ahead: with
+    every response held 50 ms, more requests are in flight at once than the one thread and
+    one ready row group of the scan (there were never more before)."""
+    root, log = tmp_path / "root", tmp_path / "log"
+    (root / "pq").mkdir(parents=True)
+    pq.write_table(pa.table({"x": np.arange(40_000)}), root / "pq" / "00.parquet", row_group_size=2_000)
+    with s3_server(root, "--log", log, "--delay-ms", 50) as endpoint:
+        _use(endpoint, "arrowscan")
+        table = sluice.read_parquet("s3://arrowscan/pq/", cache_dir=False).to_arrow(num_threads=1)
+        assert table.column("x").to_pylist() == list(range(40_000))
+        gets = object_gets(log)
+    assert len(gets) >= 20, gets  # a footer and 20 row groups
+    edges = sorted([(g["t"], 1) for g in gets] + [(g["t"] + g["ms"] / 1000, -1) for g in gets])
+    in_flight, most = 0, 0
+    for _, step in edges:
+        in_flight += step
+        most = max(most, in_flight)
+    assert most > 2, f"at most {most} requests in flight"
+
+
 def test_a_changed_object_is_fetched_again(tmp_path):
     root, log, cache = tmp_path / "root", tmp_path / "log", tmp_path / "cache"
     files = _files(root, 4)

@@ -113,14 +113,7 @@ impl ParquetSource {
     pub(super) fn read_ahead(&self, fi: usize, rg: usize) {
         // The bytes first, further ahead: a bucket answers each request after a latency
         // that one row group's decoding does not cover.
-        let files = &self.inner.files;
-        let k = files[fi].rgs_ahead;
-        files[fi].fetch_ahead(rg + 1..rg + 1 + k);
-        if rg + k >= files[fi].rg_starts.len() - 1 {
-            if let Some(next_file) = files.get(fi + 1) {
-                next_file.fetch_ahead(0..next_file.rgs_ahead);
-            }
-        }
+        super::file::fetch_from(&self.inner.files, fi, rg + 1);
         let next = if rg + 2 < self.inner.files[fi].rg_starts.len() {
             (fi, rg + 1)
         } else if fi + 1 < self.inner.files.len() {

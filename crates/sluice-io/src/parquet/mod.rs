@@ -210,10 +210,11 @@ impl ParquetSource {
 }
 
 /// Files whose footers are read at once when a source opens: in a bucket each footer costs
-/// a request's latency, so a thousand files read one by one would take a minute.
-const OPEN_CONCURRENCY: usize = 16;
+/// a request's latency, so a thousand files read 16 at a time took 3 s at 50 ms.
+const OPEN_CONCURRENCY: usize = 64;
 
-/// [`open_file`] of every path, in order, up to [`OPEN_CONCURRENCY`] at once.
+/// [`open_file`] of every path, in order, up to [`OPEN_CONCURRENCY`] at once (threads that
+/// only wait on requests; where the system starts fewer, the rest open on this one).
 fn open_all(paths: &[String], columns: Option<&[String]>) -> Vec<Result<(PqFile, SchemaRef)>> {
     let threads = OPEN_CONCURRENCY.min(paths.len());
     if threads <= 1 || !paths.iter().any(|p| crate::store::is_url(p)) {
@@ -221,19 +222,27 @@ fn open_all(paths: &[String], columns: Option<&[String]>) -> Vec<Result<(PqFile,
     }
     let mut out: Vec<Option<Result<(PqFile, SchemaRef)>>> =
         (0..paths.len()).map(|_| None).collect();
+    let stride = |t: usize| {
+        (t..paths.len())
+            .step_by(threads)
+            .map(|i| (i, open_file(&paths[i], columns)))
+            .collect::<Vec<_>>()
+    };
     std::thread::scope(|scope| {
         let workers: Vec<_> = (0..threads)
             .map(|t| {
-                scope.spawn(move || {
-                    (t..paths.len())
-                        .step_by(threads)
-                        .map(|i| (i, open_file(&paths[i], columns)))
-                        .collect::<Vec<_>>()
-                })
+                std::thread::Builder::new()
+                    .name("sluice-pq-open".into())
+                    .spawn_scoped(scope, move || stride(t))
+                    .map_err(|_| t)
             })
             .collect();
         for w in workers {
-            for (i, r) in w.join().unwrap_or_default() {
+            let opened = match w {
+                Ok(handle) => handle.join().unwrap_or_default(),
+                Err(t) => stride(t),
+            };
+            for (i, r) in opened {
                 out[i] = Some(r);
             }
         }

@@ -50,6 +50,7 @@ impl ParquetSource {
         }
         let mut scan = Scan {
             names: self.inner.names.clone(),
+            source: self.clone(),
             groups: groups.into_iter(),
             jobs,
             pending: std::collections::VecDeque::new(),
@@ -70,6 +71,7 @@ type ScanJob = (usize, usize, crossbeam_channel::Sender<Result<RecordBatch>>);
 /// job carries its own reply channel, queued in order.
 struct Scan {
     names: Vec<sluice_core::Name>,
+    source: ParquetSource,
     groups: std::vec::IntoIter<(usize, usize)>,
     jobs: crossbeam_channel::Sender<ScanJob>,
     pending: std::collections::VecDeque<crossbeam_channel::Receiver<Result<RecordBatch>>>,
@@ -81,6 +83,9 @@ struct Scan {
 impl Scan {
     fn dispatch(&mut self) {
         if let Some((fi, rg)) = self.groups.next() {
+            // Its decoding waits for the bytes: in a bucket, ask for those of the row groups
+            // after it now, or the scan runs one request's latency per `threads + 1` groups.
+            super::file::fetch_from(&self.source.inner.files, fi, rg);
             let (reply, rx) = crossbeam_channel::bounded(1);
             if self.jobs.send((fi, rg, reply)).is_ok() {
                 self.pending.push_back(rx);

@@ -237,13 +237,19 @@ pub fn forget(url: &str) {
     v.remove(&fnv(url));
 }
 
-/// Whether `v` is the version of `url` the store last gave (`None`: it was not asked).
-fn is_current(url: &str, v: &Version) -> Option<bool> {
-    let known = *VERSIONS
+/// What this process was last told `url` is (a listing, a HEAD, a GET, or the job's view a
+/// worker adopted): its size and its ETag's hash.
+pub(crate) fn known(url: &str) -> Option<(u64, u64)> {
+    VERSIONS
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .get(&fnv(url))?;
-    Some(known == (v.size, v.etag.as_deref().map_or(0, fnv)))
+        .get(&fnv(url))
+        .copied()
+}
+
+/// Whether `v` is the version of `url` the store last gave (`None`: it was not asked).
+fn is_current(url: &str, v: &Version) -> Option<bool> {
+    Some(known(url)? == key(v))
 }
 
 fn io_error(url: &str, e: std::io::Error) -> Error {
@@ -512,7 +518,10 @@ pub(crate) fn start_fill(
     let filling = Arc::new(Filling {
         file,
         size: version.size,
-        parts: Mutex::new(vec![0; n]),
+        // The first window's parts are in flight from here on: a read right after the open
+        // (a Parquet footer) waits for them instead of fetching the same bytes beside them
+        // because the download's task had not marked them yet.
+        parts: Mutex::new((0..n).map(|i| u8::from(i < PARTS_IN_FLIGHT)).collect()),
         landed: Condvar::new(),
     });
     let rt = super::RUNTIME.as_ref().ok()?;
@@ -576,9 +585,15 @@ pub(crate) fn start_fill(
     Some(filling)
 }
 
-/// The cached copy of `url` if it is `version`.
-pub(crate) fn cached_copy(cache: &DiskCache, url: &str, version: &Version) -> Option<File> {
-    cache.lookup(url, |v| v == version).map(|c| c.file)
+/// The cached copy of `url` whose version is `known` (its size and ETag's hash, as
+/// [`known`] gives them), if the cache holds it.
+pub(crate) fn cached_copy(cache: &DiskCache, url: &str, known: (u64, u64)) -> Option<File> {
+    cache.lookup(url, |v| key(v) == known).map(|c| c.file)
+}
+
+/// `v` as [`known`] gives a version.
+pub(crate) fn key(v: &Version) -> (u64, u64) {
+    (v.size, v.etag.as_deref().map_or(0, fnv))
 }
 
 #[cfg(test)]

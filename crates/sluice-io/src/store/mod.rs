@@ -14,11 +14,13 @@ mod chunked;
 mod connect;
 pub mod disk;
 pub mod hedge;
+mod list;
 mod reuse;
 
 pub use ahead::ReadAhead;
 pub use cache::CacheSpec;
 pub use connect::{configure_storage, MAX_REQUESTS};
+pub use list::{expand, expand_list};
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -28,13 +30,10 @@ use std::os::unix::fs::FileExt;
 use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 
 use bytes::Bytes;
-use futures::TryStreamExt;
 use object_store::path::Path as ObjPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use sluice_core::{Error, Result};
 
-use crate::files::{expand_path_list, has_extension};
-use crate::pathlist::PathList;
 use chunked::{spool_file, ChunkedReader};
 
 /// Bytes fetched per request when a remote object is read sequentially.
@@ -264,7 +263,8 @@ fn coarse_ms() -> u64 {
 }
 
 impl Blob {
-    /// Opens a local path or a URL (one HEAD request for URLs).
+    /// Opens a local path or a URL (one HEAD request for a URL, none for one a listing named
+    /// that is read without a cache or whose cached copy is that version).
     pub fn open(entry: &str) -> Result<Blob> {
         if !is_url(entry) {
             let file = File::open(entry).map_err(|e| Error::io(entry, e))?;
@@ -280,26 +280,57 @@ impl Blob {
         }
         let (store, path, lat) = store_for(entry)?;
         let path = ObjPath::from(path);
+        let cache = cache::cache_for(entry);
+        let copy = Arc::new(OnceLock::new());
+        // What the listing that named this object said it is needs no HEAD to be asked
+        // again: a cached copy of that version is read as it is, and without a cache the
+        // size is all a read needs. A Parquet dataset's open paid a round trip per file for
+        // it (docs/BENCHMARKS.md, "opening a dataset in a bucket"). A download into the
+        // cache still asks, for the ETag it stores with the copy.
+        if let Some(known) = cache::known(entry) {
+            let copy_file = match &cache {
+                Some(c) => cache::cached_copy(c, entry, known),
+                None => None,
+            };
+            if cache.is_none() || copy_file.is_some() {
+                if let Some(file) = copy_file {
+                    let _ = copy.set(file);
+                }
+                return Ok(Blob::remote(entry, known.0, store, path, copy, None, lat));
+            }
+        }
         let meta = block_on(hedge::hedged(&lat, || store.head(&path)))?
             .map_err(|e| store_error(entry, e))?;
         cache::saw(entry, meta.size, meta.e_tag.as_deref());
+        let size = meta.size;
         let version = disk::Version {
-            size: meta.size,
+            size,
             etag: meta.e_tag,
         };
-        let copy = Arc::new(OnceLock::new());
         let mut fill = None;
-        if let Some(c) = cache::cache_for(entry) {
-            match cache::cached_copy(&c, entry, &version) {
+        if let Some(c) = cache {
+            match cache::cached_copy(&c, entry, cache::key(&version)) {
                 Some(file) => {
                     let _ = copy.set(file);
                 }
                 None => fill = cache::start_fill(&c, &store, &path, entry, version, &lat, &copy),
             }
         }
-        Ok(Blob {
-            name: entry.to_string(),
-            size: meta.size,
+        Ok(Blob::remote(entry, size, store, path, copy, fill, lat))
+    }
+
+    fn remote(
+        name: &str,
+        size: u64,
+        store: Arc<dyn ObjectStore>,
+        path: ObjPath,
+        copy: Arc<OnceLock<File>>,
+        fill: Option<Arc<cache::Filling>>,
+        lat: Arc<hedge::Latency>,
+    ) -> Blob {
+        Blob {
+            name: name.to_string(),
+            size,
             inner: Inner::Remote {
                 store,
                 path,
@@ -310,7 +341,25 @@ impl Blob {
             modified: None,
             checked_ms: 0.into(),
             stale: false.into(),
-        })
+        }
+    }
+
+    /// Whether a read of this blob goes to the store or to this process's own download of it
+    /// (`false` for a local file or copy, and for an object another process on the node is
+    /// downloading into the cache, whose copy a later read may find).
+    ///
+    /// ```
+    /// let p = std::env::temp_dir().join("sluice-doc-reads-from-store.bin");
+    /// std::fs::write(&p, b"local").unwrap();
+    /// assert!(!sluice_io::Blob::open(&p.display().to_string()).unwrap().reads_from_store());
+    /// ```
+    pub fn reads_from_store(&self) -> bool {
+        match &self.inner {
+            Inner::Local(_) => false,
+            Inner::Remote { copy, fill, .. } => {
+                copy.get().is_none() && (fill.is_some() || cache::cache_for(&self.name).is_none())
+            }
+        }
     }
 
     /// The path or URL it was opened with (used in error messages).
@@ -360,7 +409,11 @@ impl Blob {
             (
                 None,
                 Inner::Remote {
-                    store, path, fill, ..
+                    store,
+                    path,
+                    fill,
+                    lat,
+                    ..
                 },
             ) => {
                 let landed: Option<Vec<Bytes>> = fill
@@ -368,7 +421,10 @@ impl Blob {
                     .and_then(|f| ranges.iter().map(|r| f.read(r)).collect());
                 match landed {
                     Some(parts) => Ok(parts),
-                    None => block_on(store.get_ranges(path, ranges))?
+                    // Hedged like every other read: an open's footer reads came here, and
+                    // one stalled request held the whole open 2 s (docs/BENCHMARKS.md,
+                    // "opening a dataset in a bucket").
+                    None => block_on(hedge::hedged(lat, || store.get_ranges(path, ranges)))?
                         .map_err(|e| store_error(&self.name, e)),
                 }
             }
@@ -486,110 +542,6 @@ impl Blob {
     }
 }
 
-/// Expands local paths, directories and globs (see [`expand_paths`]) and URLs: a URL ending in
-/// `/` lists everything under that prefix, a URL with `*`, `?` or `[` lists its prefix and keeps
-/// the matches, any other URL is taken as one object. `extensions` filters directory and
-/// prefix listings. The result is sorted per entry, so file order (and thus sample indices)
-/// is deterministic.
-pub fn expand(entries: &[String], extensions: Option<&[&str]>) -> Result<Vec<String>> {
-    Ok(expand_list(entries, extensions)?.to_vec())
-}
-
-/// [`expand`] into a [`PathList`] (one buffer for every path).
-pub fn expand_list(entries: &[String], extensions: Option<&[&str]>) -> Result<PathList> {
-    if entries.is_empty() {
-        return Err(Error::invalid("no paths given"));
-    }
-    let mut out = PathList::default();
-    for entry in entries {
-        if !is_url(entry) {
-            out.append(expand_path_list(std::slice::from_ref(entry), extensions)?);
-            continue;
-        }
-        let is_glob = entry.contains(['*', '?', '[']);
-        let last = entry.rsplit('/').next().unwrap_or_default();
-        // `s3://bucket/train` (no extension) is a prefix, as a directory path would be.
-        if !is_glob && !entry.ends_with('/') && last.contains('.') {
-            // A source opened now reads the object as it is now: what this process saw of
-            // it for an earlier source must not answer for its cached copy (a conditional GET
-            // checks it on the first read instead).
-            cache::forget(entry);
-            out.push(entry);
-            continue;
-        }
-        let (store, path, _) = store_for(entry)?;
-        let (base, _) = split_url(entry)?;
-        let literal_end = path.find(['*', '?', '[']).unwrap_or(path.len());
-        let prefix = match (is_glob, path[..literal_end].rfind('/')) {
-            (true, Some(i)) => &path[..i],
-            (true, None) => "",
-            (false, _) => path.trim_end_matches('/'),
-        };
-        let pattern = if is_glob {
-            Some(
-                glob::Pattern::new(&path)
-                    .map_err(|e| Error::invalid(format!("bad glob '{entry}': {e}")))?,
-            )
-        } else {
-            None
-        };
-        let keys = block_on(list_concurrently(store, prefix.to_string()))?
-            .map_err(|e| store_error(entry, e))?;
-        let mut found: Vec<String> = keys
-            .into_iter()
-            .map(|m| {
-                let url = format!("{base}/{}", m.location);
-                cache::saw(&url, m.size, m.e_tag.as_deref());
-                (m.location.to_string(), url)
-            })
-            .filter(|(key, _)| match &pattern {
-                Some(p) => p.matches_with(
-                    key,
-                    glob::MatchOptions {
-                        require_literal_separator: true,
-                        ..Default::default()
-                    },
-                ),
-                None => extensions.is_none_or(|exts| {
-                    has_extension(key.rsplit('/').next().unwrap_or_default(), exts)
-                }),
-            })
-            .map(|(_, url)| url)
-            .collect();
-        if found.is_empty() {
-            return Err(Error::FileNotFound(format!("{entry}: matched no objects")));
-        }
-        found.sort();
-        found.iter().for_each(|f| out.push(f));
-    }
-    Ok(out)
-}
-
-/// Prefix listings run this many folder listings at once.
-const LIST_CONCURRENCY: usize = 32;
-
-/// Every key under `prefix`: its first level is listed with a delimiter, then each folder
-/// found there (an ImageNet class, a shard group) is listed on its own, many at once — one
-/// paginated listing of a million keys would take a thousand round trips in a row.
-async fn list_concurrently(
-    store: Arc<dyn ObjectStore>,
-    prefix: String,
-) -> std::result::Result<Vec<object_store::ObjectMeta>, object_store::Error> {
-    use futures::StreamExt;
-    let prefix_path = (!prefix.is_empty()).then(|| ObjPath::from(prefix.as_str()));
-    let top = store.list_with_delimiter(prefix_path.as_ref()).await?;
-    let mut keys = top.objects;
-    let listings = futures::stream::iter(top.common_prefixes.into_iter().map(|p| {
-        let store = store.clone();
-        async move { store.list(Some(&p)).try_collect::<Vec<_>>().await }
-    }))
-    .buffer_unordered(LIST_CONCURRENCY)
-    .try_collect::<Vec<Vec<_>>>()
-    .await?;
-    keys.extend(listings.into_iter().flatten());
-    Ok(keys)
-}
-
 /// Writes `data` to `dest` (a local path or a URL) atomically: local files go to a hidden
 /// temporary name beside `dest` and are renamed; object stores make an object visible only
 /// when its upload completes.
@@ -597,8 +549,10 @@ pub fn write_atomic(dest: &str, data: impl Into<Bytes>) -> Result<()> {
     let data = data.into();
     if is_url(dest) {
         let (store, path, _) = store_for(dest)?;
-        block_on(store.put(&ObjPath::from(path), PutPayload::from_bytes(data)))?
-            .map_err(|e| store_error(dest, e))?;
+        let put = block_on(store.put(&ObjPath::from(path), PutPayload::from_bytes(data)))?;
+        // What a listing said the object was no longer is: an open after this must ask.
+        cache::forget(dest);
+        put.map_err(|e| store_error(dest, e))?;
         return Ok(());
     }
     // Written through an exclusively created temporary: a link planted at a predictable

@@ -477,6 +477,23 @@ mod tests {
     }
 
     #[test]
+    fn small_row_groups_are_fetched_ahead_by_bytes_past_thirty_two() {
+        // 600 row groups of 10 rows (~100 bytes each): 128 ahead, the most, where at most 32
+        // left a bucket's stalled request holding the scan; 32 MiB of them would be more.
+        let dir = tempfile::tempdir().unwrap();
+        write_file(&dir.path().join("small.parquet"), 0..6000, 10);
+        let src = ParquetSource::open(&[dir.path().display().to_string()], None).unwrap();
+        let file = &src.inner.files[0];
+        assert_eq!(file.rg_starts.len() - 1, 600);
+        assert_eq!(file.rgs_ahead, 128);
+        assert_eq!(
+            src.will_need_ahead(),
+            0,
+            "a local file is not fetched ahead"
+        );
+    }
+
+    #[test]
     fn projection_keeps_only_named_columns() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("a.parquet");

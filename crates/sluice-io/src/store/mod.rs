@@ -264,7 +264,7 @@ fn coarse_ms() -> u64 {
 
 impl Blob {
     /// Opens a local path or a URL (one HEAD request for a URL, none for one a listing named
-    /// that is read without a cache or whose cached copy is that version).
+    /// whose cached copy is the version the listing gave).
     pub fn open(entry: &str) -> Result<Blob> {
         if !is_url(entry) {
             let file = File::open(entry).map_err(|e| Error::io(entry, e))?;
@@ -282,20 +282,14 @@ impl Blob {
         let path = ObjPath::from(path);
         let cache = cache::cache_for(entry);
         let copy = Arc::new(OnceLock::new());
-        // What the listing that named this object said it is needs no HEAD to be asked
-        // again: a cached copy of that version is read as it is, and without a cache the
-        // size is all a read needs. A Parquet dataset's open paid a round trip per file for
-        // it (docs/BENCHMARKS.md, "opening a dataset in a bucket"). A download into the
-        // cache still asks, for the ETag it stores with the copy.
-        if let Some(known) = cache::known(entry) {
-            let copy_file = match &cache {
-                Some(c) => cache::cached_copy(c, entry, known),
-                None => None,
-            };
-            if cache.is_none() || copy_file.is_some() {
-                if let Some(file) = copy_file {
-                    let _ = copy.set(file);
-                }
+        // A cached copy of the version the listing that named this object gave is read as
+        // it is, with no HEAD: a Parquet dataset's open paid a round trip per file for it
+        // (docs/BENCHMARKS.md, "opening a dataset in a bucket"). Without such a copy the HEAD
+        // stays: ranged reads carry no version, so a size taken from a listing made long
+        // before (a job's, which a Ray worker adopts) would cut an object rewritten since.
+        if let (Some(c), Some(known)) = (&cache, cache::known(entry)) {
+            if let Some(file) = cache::cached_copy(c, entry, known) {
+                let _ = copy.set(file);
                 return Ok(Blob::remote(entry, known.0, store, path, copy, None, lat));
             }
         }

@@ -510,6 +510,32 @@ def test_a_worker_killed_mid_epoch_loses_and_duplicates_nothing_and_is_replaced(
     ctx.close()
 
 
+def test_a_worker_ended_by_ray_mid_chunk_is_a_lost_worker_not_a_bad_sample(svc, tmp_path):
+    """Ray ends the actors of a node being drained by raising SystemExit in them, wherever
+    they are: here inside the job's function on a service worker. That worker dies and the
+    job runs the chunk again on the other (its replacement comes later); it used to be
+    answered as the chunk's error, failing the job with ``SystemExit: 1``."""
+    name = svc()
+    marker = tmp_path / "ended-once"
+
+    def work(s):
+        if s["id"] == 40 and not marker.exists():
+            marker.write_text("x")
+            raise SystemExit(1)
+        return {"id": s["id"], "x": np.full(100, s["id"], np.float32)}
+
+    ds = sluice.range(160).shuffle(seed=3).map(work, name="work").batch(8)
+    marker.write_text("x")  # not in the local run
+    expected = _run(ds)
+    marker.unlink()
+    ctx = sluice.Context(service=name)
+    got = _run(ds, ctx)
+    assert marker.exists(), "the function never ended its worker"
+    assert got == expected  # 0 lost, 0 duplicated, same order
+    assert ctx.pools()[-1].report()["retries"] >= 1
+    ctx.close()
+
+
 def test_a_node_lost_mid_epoch_loses_and_duplicates_nothing(svc, nodes):
     name = svc(cache_bytes=0)
     # 160 ms a chunk: the epoch is still running on both workers when the node goes.

@@ -95,9 +95,15 @@ fn host_error(e: Error) -> PyErr {
 }
 
 impl PyServiceHost {
-    /// A chunk's whole stage, on one of the worker's slot threads.
-    fn run_whole(&self, stage: &Hosted, frame: &[u8]) -> SplitFrame {
-        (self.slots).install(|| stage.runner.run_split(frame, SPLIT_THRESHOLD))
+    /// A chunk's whole stage, on one of the worker's slot threads. A `SystemExit` or
+    /// `KeyboardInterrupt` raised in it (Ray ending this actor: a node drained) is the error,
+    /// not the answer: the actor dies and the job runs the chunk again on another worker.
+    fn run_whole(&self, stage: &Hosted, frame: &[u8]) -> sluice::Result<SplitFrame> {
+        (self.slots).install(|| {
+            stage
+                .runner
+                .run_split_or_interrupted(frame, SPLIT_THRESHOLD)
+        })
     }
 }
 
@@ -166,7 +172,7 @@ impl PyServiceHost {
                 let items = wire::chunk_len(frame).map_err(Error::from)?;
                 self.host
                     .run(job, key, items, frame, |stage, frame, group| {
-                        reply_to_py(self.run_whole(stage, frame), group)
+                        reply_to_py(self.run_whole(stage, frame)?, group)
                     })
             })
             .map_err(host_error)?;
@@ -249,7 +255,7 @@ impl PyServiceHost {
                 self.host
                     .run(job, key, items, frame, |stage, frame, group| {
                         let Some(prefix) = &stage.prefix else {
-                            return reply_to_py(self.run_whole(stage, frame), group);
+                            return reply_to_py(self.run_whole(stage, frame)?, group);
                         };
                         // This node's records complete the shards' answers.
                         let (mut found, mut fetch_s) = (found.clone(), fetch_s);
@@ -265,7 +271,7 @@ impl PyServiceHost {
                         fetch_s += took;
                         let out = self.slots.install(|| {
                             prefix.run(&stage.runner, frame, &found, fetch_s, SPLIT_THRESHOLD)
-                        });
+                        })?;
                         if let Some(n) = node {
                             n.keep(prefix.key(), out.records.iter().map(|(i, r)| (*i, &r[..])));
                         }

@@ -364,7 +364,8 @@ impl StageRunner {
     /// frame instead of copied into it (what a Ray actor returns: the object store then
     /// carries them out of band).
     pub fn run_split(&self, frame: &[u8], threshold: usize) -> SplitFrame {
-        self.run_split_with(frame, threshold, |work, chunk| work.run_here(chunk))
+        let reply = self.answer(frame, |work, chunk| work.run_here(chunk));
+        wire::encode_reply_split(&reply, threshold, self.codec.as_deref())
     }
     /// [`StageRunner::run`], except that a chunk interrupted by this worker's own end (a
     /// Python `SystemExit` or `KeyboardInterrupt` raised in it: Ray stopping the actors of a
@@ -382,29 +383,32 @@ impl StageRunner {
     }
     /// [`StageRunner::run_split`] as [`StageRunner::run_or_interrupted`] answers.
     pub fn run_split_or_interrupted(&self, frame: &[u8], threshold: usize) -> Result<SplitFrame> {
-        let reply = self.answer_unless_interrupted(frame)?;
-        Ok(wire::encode_reply_split(
-            &reply,
-            threshold,
-            self.codec.as_deref(),
-        ))
+        self.run_split_with(frame, threshold, |work, chunk| work.run_here(chunk))
     }
     fn answer_unless_interrupted(&self, frame: &[u8]) -> Result<wire::Reply> {
-        match self.answer(frame, |work, chunk| work.run_here(chunk)) {
+        Self::unless_interrupted(self.answer(frame, |work, chunk| work.run_here(chunk)))
+    }
+    fn unless_interrupted(reply: wire::Reply) -> Result<wire::Reply> {
+        match reply {
             Err(e) if matches!(e.root(), Error::Interrupted { .. }) => Err(e),
             reply => Ok(reply),
         }
     }
-    /// [`StageRunner::run_split`] with the chunk run by `run` (the shared service runs a
-    /// cached prefix of the ops apart from the rest) on the stage's work with fresh counters.
+    /// [`StageRunner::run_split_or_interrupted`] with the chunk run by `run` (the shared
+    /// service runs a cached prefix of the ops apart from the rest) on the stage's work with
+    /// fresh counters. A service worker is a Ray actor too: an interruption ends it.
     pub fn run_split_with(
         &self,
         frame: &[u8],
         threshold: usize,
         run: impl FnOnce(&StageWork, Chunk) -> Result<Chunk>,
-    ) -> SplitFrame {
-        let reply = self.answer(frame, run);
-        wire::encode_reply_split(&reply, threshold, self.codec.as_deref())
+    ) -> Result<SplitFrame> {
+        let reply = Self::unless_interrupted(self.answer(frame, run))?;
+        Ok(wire::encode_reply_split(
+            &reply,
+            threshold,
+            self.codec.as_deref(),
+        ))
     }
     /// The stage as rebuilt here.
     pub fn work(&self) -> &StageWork {

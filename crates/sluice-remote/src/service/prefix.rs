@@ -260,7 +260,7 @@ impl PrefixRunner {
         cached: &HashMap<u64, &[u8]>,
         fetch_s: f64,
         threshold: usize,
-    ) -> PrefixRun {
+    ) -> Result<PrefixRun> {
         let mut made = Vec::new();
         let mut spent = 0.0;
         // (records restored, CPU seconds decoding them, items in the chunk)
@@ -308,7 +308,7 @@ impl PrefixRunner {
                 ..work.clone()
             };
             tail.run_here(chunk)
-        });
+        })?;
         let n = made.len().max(1);
         let compute_s = spent / n as f64;
         let record_bytes = made.iter().map(|(_, r)| r.len()).sum::<usize>() / n;
@@ -330,12 +330,12 @@ impl PrefixRunner {
         if !pays {
             made.clear();
         }
-        PrefixRun {
+        Ok(PrefixRun {
             reply,
             records: made,
             compute_s,
             record_bytes,
-        }
+        })
     }
 }
 

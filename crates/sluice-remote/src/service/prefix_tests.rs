@@ -141,13 +141,15 @@ fn cached_records_give_the_bytes_of_a_full_run_for_any_seed_and_epoch() {
     let chunk = items(0, &[5, 3, 8, 1]);
     let frame = main.request(chunk.clone(), None).unwrap();
     let full = runner.run_split(&frame, SPLIT_THRESHOLD);
-    let first = p.run(
-        &runner,
-        &frame,
-        &HashMap::<u64, &[u8]>::new(),
-        0.0,
-        SPLIT_THRESHOLD,
-    );
+    let first = p
+        .run(
+            &runner,
+            &frame,
+            &HashMap::<u64, &[u8]>::new(),
+            0.0,
+            SPLIT_THRESHOLD,
+        )
+        .unwrap();
     assert_eq!(samples(&main, &first.reply), samples(&main, &full));
     assert_eq!(first.records.len(), 4, "a 1 ms op on 4 KB is worth caching");
     assert!(first.compute_s > 0.0 && first.record_bytes > 4096);
@@ -156,14 +158,18 @@ fn cached_records_give_the_bytes_of_a_full_run_for_any_seed_and_epoch() {
     let records: HashMap<u64, Vec<u8>> = first.records.into_iter().collect();
     let cached = borrowed(&records);
     let frame9 = main9.request(items(3, &[8, 1, 5, 3]), None).unwrap();
-    let hit = p.run(&runner9, &frame9, &cached, 0.0, SPLIT_THRESHOLD);
+    let hit = p
+        .run(&runner9, &frame9, &cached, 0.0, SPLIT_THRESHOLD)
+        .unwrap();
     let full9 = runner9.run_split(&frame9, SPLIT_THRESHOLD);
     assert_eq!(samples(&main9, &hit.reply), samples(&main9, &full9));
     assert!(hit.records.is_empty());
     assert_eq!(hit.compute_s, 0.0, "no item ran the prefix");
     // Some cached, some not: the missing ones are computed and returned.
     let part: HashMap<u64, &[u8]> = cached.into_iter().filter(|(k, _)| *k != 5).collect();
-    let mixed = p.run(&runner9, &frame9, &part, 0.0, SPLIT_THRESHOLD);
+    let mixed = p
+        .run(&runner9, &frame9, &part, 0.0, SPLIT_THRESHOLD)
+        .unwrap();
     assert_eq!(samples(&main9, &mixed.reply), samples(&main9, &full9));
     assert_eq!(mixed.records.iter().map(|r| r.0).collect::<Vec<_>>(), [5]);
 }
@@ -176,7 +182,7 @@ fn a_corrupt_record_is_an_error_reply_not_a_panic() {
         .unwrap();
     let frame = main.request(items(0, &[2]), None).unwrap();
     let bad = HashMap::from([(2u64, &[1u8, 2, 3][..])]);
-    let out = p.run(&runner, &frame, &bad, 0.0, SPLIT_THRESHOLD);
+    let out = p.run(&runner, &frame, &bad, 0.0, SPLIT_THRESHOLD).unwrap();
     let bufs: Vec<&[u8]> = out.reply.buffers.iter().map(|b| b.bytes()).collect();
     assert!(main.reply_split(&out.reply.frame, &bufs, None).is_err());
     assert_eq!(PrefixRunner::items(&frame).unwrap(), [2]);
@@ -210,19 +216,23 @@ fn a_cache_slower_than_computing_is_left_alone_and_probed_now_and_then() {
         .unwrap()
         .unwrap();
     let frame = main.request(items(0, &[1, 2]), None).unwrap();
-    let first = p.run(
-        &runner,
-        &frame,
-        &HashMap::<u64, &[u8]>::new(),
-        0.0,
-        SPLIT_THRESHOLD,
-    );
+    let first = p
+        .run(
+            &runner,
+            &frame,
+            &HashMap::<u64, &[u8]>::new(),
+            0.0,
+            SPLIT_THRESHOLD,
+        )
+        .unwrap();
     assert_eq!(first.records.len(), 2);
     let records: HashMap<u64, Vec<u8>> = first.records.into_iter().collect();
     let cached = borrowed(&records);
     // Fetching two records took a second: far more than the ~1 ms each costs to compute.
     let frame2 = main.request(items(1, &[1, 2, 3]), None).unwrap();
-    let slow = p.run(&runner, &frame2, &cached, 1.0, SPLIT_THRESHOLD);
+    let slow = p
+        .run(&runner, &frame2, &cached, 1.0, SPLIT_THRESHOLD)
+        .unwrap();
     assert!(
         slow.records.is_empty(),
         "item 3 computed but not worth storing"
@@ -245,17 +255,20 @@ fn a_cold_chunk_does_not_measure_the_read_cost() {
     let p = PrefixRunner::of(main.init(), &runner, &PrefixBook::default())
         .unwrap()
         .unwrap();
-    let first = p.run(
-        &runner,
-        &main.request(items(0, &[1]), None).unwrap(),
-        &HashMap::<u64, &[u8]>::new(),
-        0.0,
-        SPLIT_THRESHOLD,
-    );
+    let first = p
+        .run(
+            &runner,
+            &main.request(items(0, &[1]), None).unwrap(),
+            &HashMap::<u64, &[u8]>::new(),
+            0.0,
+            SPLIT_THRESHOLD,
+        )
+        .unwrap();
     let records: HashMap<u64, Vec<u8>> = first.records.into_iter().collect();
     let cached = borrowed(&records);
     let frame = main.request(items(0, &[1, 2, 3, 4]), None).unwrap();
-    p.run(&runner, &frame, &cached, 1.0, SPLIT_THRESHOLD);
+    p.run(&runner, &frame, &cached, 1.0, SPLIT_THRESHOLD)
+        .unwrap();
     assert_eq!(p.measured().1, None, "1 record of 4 found");
     assert!(p.use_cache());
 }

@@ -100,6 +100,12 @@ fn borrowed(records: &HashMap<u64, Vec<u8>>) -> HashMap<u64, &[u8]> {
     records.iter().map(|(k, v)| (*k, &v[..])).collect()
 }
 
+/// `p` run on `frame` with no record cached.
+fn run_uncached(p: &PrefixRunner, runner: &StageRunner, frame: &[u8]) -> PrefixRun {
+    p.run(runner, frame, &HashMap::new(), 0.0, SPLIT_THRESHOLD)
+        .unwrap()
+}
+
 fn samples(main: &RemoteStage, reply: &SplitFrame) -> Vec<Sample> {
     let bufs: Vec<&[u8]> = reply.buffers.iter().map(|b| b.bytes()).collect();
     let chunk = main.reply_split(&reply.frame, &bufs, None).unwrap();
@@ -141,15 +147,7 @@ fn cached_records_give_the_bytes_of_a_full_run_for_any_seed_and_epoch() {
     let chunk = items(0, &[5, 3, 8, 1]);
     let frame = main.request(chunk.clone(), None).unwrap();
     let full = runner.run_split(&frame, SPLIT_THRESHOLD);
-    let first = p
-        .run(
-            &runner,
-            &frame,
-            &HashMap::<u64, &[u8]>::new(),
-            0.0,
-            SPLIT_THRESHOLD,
-        )
-        .unwrap();
+    let first = run_uncached(&p, &runner, &frame);
     assert_eq!(samples(&main, &first.reply), samples(&main, &full));
     assert_eq!(first.records.len(), 4, "a 1 ms op on 4 KB is worth caching");
     assert!(first.compute_s > 0.0 && first.record_bytes > 4096);
@@ -216,15 +214,7 @@ fn a_cache_slower_than_computing_is_left_alone_and_probed_now_and_then() {
         .unwrap()
         .unwrap();
     let frame = main.request(items(0, &[1, 2]), None).unwrap();
-    let first = p
-        .run(
-            &runner,
-            &frame,
-            &HashMap::<u64, &[u8]>::new(),
-            0.0,
-            SPLIT_THRESHOLD,
-        )
-        .unwrap();
+    let first = run_uncached(&p, &runner, &frame);
     assert_eq!(first.records.len(), 2);
     let records: HashMap<u64, Vec<u8>> = first.records.into_iter().collect();
     let cached = borrowed(&records);
@@ -255,15 +245,7 @@ fn a_cold_chunk_does_not_measure_the_read_cost() {
     let p = PrefixRunner::of(main.init(), &runner, &PrefixBook::default())
         .unwrap()
         .unwrap();
-    let first = p
-        .run(
-            &runner,
-            &main.request(items(0, &[1]), None).unwrap(),
-            &HashMap::<u64, &[u8]>::new(),
-            0.0,
-            SPLIT_THRESHOLD,
-        )
-        .unwrap();
+    let first = run_uncached(&p, &runner, &main.request(items(0, &[1]), None).unwrap());
     let records: HashMap<u64, Vec<u8>> = first.records.into_iter().collect();
     let cached = borrowed(&records);
     let frame = main.request(items(0, &[1, 2, 3, 4]), None).unwrap();

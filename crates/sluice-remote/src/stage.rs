@@ -311,7 +311,8 @@ impl RemoteStage {
     pub fn reply(&self, frame: &[u8], codec: Option<&dyn ExternalCodec>) -> Result<Chunk> {
         self.reply_split(frame, &[], codec)
     }
-    /// The chunk in a split reply ([`StageRunner::run_split`]): its frame and its buffers.
+    /// The chunk in a split reply ([`StageRunner::run_split_or_interrupted`]): its frame and
+    /// its buffers.
     pub fn reply_split(
         &self,
         frame: &[u8],
@@ -360,13 +361,6 @@ impl StageRunner {
             self.codec.as_deref(),
         )
     }
-    /// [`StageRunner::run`] with buffers of at least `threshold` bytes handed back beside the
-    /// frame instead of copied into it (what a Ray actor returns: the object store then
-    /// carries them out of band).
-    pub fn run_split(&self, frame: &[u8], threshold: usize) -> SplitFrame {
-        let reply = self.answer(frame, |work, chunk| work.run_here(chunk));
-        wire::encode_reply_split(&reply, threshold, self.codec.as_deref())
-    }
     /// [`StageRunner::run`], except that a chunk interrupted by this worker's own end (a
     /// Python `SystemExit` or `KeyboardInterrupt` raised in it: Ray stopping the actors of a
     /// node being drained, a task cancelled) is the error returned rather than an answer: the
@@ -374,19 +368,19 @@ impl StageRunner {
     /// for any lost actor. Answered, it failed the run as if the sample were bad. (A process
     /// pool's worker answers it: there it is the user's Ctrl-C, for the consumer to raise.)
     pub fn run_or_interrupted(&self, frame: &[u8]) -> Result<Vec<u8>> {
-        let reply = self.answer_unless_interrupted(frame)?;
+        let reply =
+            Self::unless_interrupted(self.answer(frame, |work, chunk| work.run_here(chunk)))?;
         Ok(wire::encode_reply(
             &reply,
             self.shm.as_ref(),
             self.codec.as_deref(),
         ))
     }
-    /// [`StageRunner::run_split`] as [`StageRunner::run_or_interrupted`] answers.
+    /// [`StageRunner::run_or_interrupted`] with buffers of at least `threshold` bytes handed
+    /// back beside the frame instead of copied into it (what a Ray actor returns: the object
+    /// store then carries them out of band).
     pub fn run_split_or_interrupted(&self, frame: &[u8], threshold: usize) -> Result<SplitFrame> {
         self.run_split_with(frame, threshold, |work, chunk| work.run_here(chunk))
-    }
-    fn answer_unless_interrupted(&self, frame: &[u8]) -> Result<wire::Reply> {
-        Self::unless_interrupted(self.answer(frame, |work, chunk| work.run_here(chunk)))
     }
     fn unless_interrupted(reply: wire::Reply) -> Result<wire::Reply> {
         match reply {
@@ -569,7 +563,7 @@ mod tests {
         let runner = StageRunner::new(main.init(), &|_| Ok(None), None).unwrap();
         let frame = main.request(items(0..4), None).unwrap();
         let framed = main.reply(&runner.run(&frame), None).unwrap();
-        let split = runner.run_split(&frame, 1);
+        let split = runner.run_split_or_interrupted(&frame, 1).unwrap();
         assert_eq!(split.buffers.len(), 4);
         assert!(
             split.frame.len() < 4 * 1000,

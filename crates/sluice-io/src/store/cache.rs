@@ -498,10 +498,12 @@ impl Filling {
     }
 }
 
-/// Starts downloading `url` (of `version`) into its cache, unless another process is; when the
-/// download completes the object's copy is set in `copy` (reads become local preads).
+/// Starts downloading `url` (of `version`) into its cache through `fill` (what
+/// [`DiskCache::begin`] gave: this process downloads it); `None` when the cache will not store
+/// it. When the download completes the object's copy is set in `copy` (reads become local
+/// preads).
 pub(crate) fn start_fill(
-    cache: &Arc<DiskCache>,
+    mut fill: Fill,
     store: &Arc<dyn ObjectStore>,
     path: &ObjPath,
     url: &str,
@@ -509,7 +511,7 @@ pub(crate) fn start_fill(
     lat: &Arc<Latency>,
     copy: &Arc<OnceLock<File>>,
 ) -> Option<Arc<Filling>> {
-    let mut fill = cache.begin(url).ok()??;
+    let cache = fill.cache().clone();
     if !fill.reserve(version.size).ok()? {
         return None;
     }

@@ -495,6 +495,11 @@ impl DiskCache {
 }
 
 impl Fill {
+    /// The cache it fills.
+    pub(crate) fn cache(&self) -> &Arc<DiskCache> {
+        &self.cache
+    }
+
     /// A new name for this download's temporary file (its hash first: the eviction scan
     /// finds its lock by it).
     fn tmp_path(&self) -> PathBuf {

@@ -221,6 +221,9 @@ enum Inner {
         copy: Arc<OnceLock<File>>,
         /// The object's download into the cache, while it runs.
         fill: Option<Arc<cache::Filling>>,
+        /// Another process (or thread) was downloading it into the cache at open: a later
+        /// read may find its copy.
+        elsewhere: bool,
         /// The store's latencies: ranged reads are hedged too.
         lat: Arc<hedge::Latency>,
     },
@@ -301,16 +304,26 @@ impl Blob {
             size,
             etag: meta.e_tag,
         };
-        let mut fill = None;
+        let (mut fill, mut elsewhere) = (None, false);
         if let Some(c) = cache {
             match cache::cached_copy(&c, entry, cache::key(&version)) {
                 Some(file) => {
                     let _ = copy.set(file);
                 }
-                None => fill = cache::start_fill(&c, &store, &path, entry, version, &lat, &copy),
+                None => match c.begin(entry) {
+                    Ok(Some(f)) => {
+                        fill = cache::start_fill(f, &store, &path, entry, version, &lat, &copy)
+                    }
+                    Ok(None) => elsewhere = true,
+                    Err(_) => {}
+                },
             }
         }
-        Ok(Blob::remote(entry, size, store, path, copy, fill, lat))
+        let mut blob = Blob::remote(entry, size, store, path, copy, fill, lat);
+        if let Inner::Remote { elsewhere: e, .. } = &mut blob.inner {
+            *e = elsewhere;
+        }
+        Ok(blob)
     }
 
     fn remote(
@@ -330,6 +343,7 @@ impl Blob {
                 path,
                 copy,
                 fill,
+                elsewhere: false,
                 lat,
             },
             modified: None,
@@ -350,9 +364,9 @@ impl Blob {
     pub fn reads_from_store(&self) -> bool {
         match &self.inner {
             Inner::Local(_) => false,
-            Inner::Remote { copy, fill, .. } => {
-                copy.get().is_none() && (fill.is_some() || cache::cache_for(&self.name).is_none())
-            }
+            Inner::Remote {
+                copy, elsewhere, ..
+            } => copy.get().is_none() && !elsewhere,
         }
     }
 
@@ -474,6 +488,7 @@ impl Blob {
             copy,
             fill,
             lat,
+            ..
         } = &self.inner
         else {
             return None;

@@ -51,7 +51,9 @@ pub(super) struct Reuse {
 }
 
 impl Reuse {
-    /// A hit on an object idle for `idle`.
+    /// A hit on an object idle for `idle`. Hits on objects idle for under a tenth of a second
+    /// (read again at once, or by another process right after it stored them) are not a
+    /// loop's reuse and are not counted.
     pub(super) fn hit(&self, idle: Duration) {
         if idle < Duration::from_millis(100) {
             return;
@@ -63,8 +65,7 @@ impl Reuse {
         q.push_back(idle);
     }
 
-    /// Objects used more recently than this are kept. Hits on objects idle for under a tenth of a second (read again at once, or by another
-    /// process right after it stored them) are not a loop's reuse and are not counted.
+    /// Objects used more recently than this are kept.
     pub(super) fn window(&self) -> Duration {
         let q = self.idle.lock().unwrap_or_else(|p| p.into_inner());
         let mut idle: Vec<Duration> = q.iter().copied().collect();

@@ -146,7 +146,9 @@ fn cached_records_give_the_bytes_of_a_full_run_for_any_seed_and_epoch() {
         .unwrap();
     let chunk = items(0, &[5, 3, 8, 1]);
     let frame = main.request(chunk.clone(), None).unwrap();
-    let full = runner.run_split(&frame, SPLIT_THRESHOLD);
+    let full = runner
+        .run_split_or_interrupted(&frame, SPLIT_THRESHOLD)
+        .unwrap();
     let first = run_uncached(&p, &runner, &frame);
     assert_eq!(samples(&main, &first.reply), samples(&main, &full));
     assert_eq!(first.records.len(), 4, "a 1 ms op on 4 KB is worth caching");
@@ -159,7 +161,9 @@ fn cached_records_give_the_bytes_of_a_full_run_for_any_seed_and_epoch() {
     let hit = p
         .run(&runner9, &frame9, &cached, 0.0, SPLIT_THRESHOLD)
         .unwrap();
-    let full9 = runner9.run_split(&frame9, SPLIT_THRESHOLD);
+    let full9 = runner9
+        .run_split_or_interrupted(&frame9, SPLIT_THRESHOLD)
+        .unwrap();
     assert_eq!(samples(&main9, &hit.reply), samples(&main9, &full9));
     assert!(hit.records.is_empty());
     assert_eq!(hit.compute_s, 0.0, "no item ran the prefix");

@@ -478,7 +478,7 @@ def main() -> None:
                      f"| {row['gap_p50_s'] * 1000:,.1f} ms | {row['gap_p99_s'] * 1000:,.1f} ms "
                      f"| {row.get('p99_vs_local', math.nan):.2f}×; {row.get('p99_later_vs_local', math.nan):.2f}× "
                      f"| {gets} | {hedges} | {cache} "
-                     f"| {row['server_cores']:.2f} cores | {row['client_cpu_us']:,.1f} µs |")
+                     f"| {row['server_cores']:.2f} cores | {row['client_cpu_us']:,.{1 if row['client_cpu_us'] >= 10 else 3}f} µs |")
     if not cache_api:
         lines += ["", "This sluice build has no `cache_dir=`: the cached cases were not run."]
     md = "\n".join(lines)

@@ -177,22 +177,48 @@ def test_an_arrow_export_from_a_bucket_asks_for_the_next_row_groups_ahead(tmp_pa
     """`to_arrow` scans row groups on a few threads. In a bucket each row group waits a
     request's latency, so the scan asks for the bytes of the row groups after it ahead: with
     every response held 50 ms, more requests are in flight at once than the one thread and
-    one ready row group of the scan (there were never more before)."""
+    one ready row group of the scan (there were never more before). Twenty 1 MB row groups of
+    random bytes: three requests of up to 8 MiB of consecutive row groups, all sent at once."""
     root, log = tmp_path / "root", tmp_path / "log"
     (root / "pq").mkdir(parents=True)
-    pq.write_table(pa.table({"x": np.arange(40_000)}), root / "pq" / "00.parquet", row_group_size=2_000)
+    rng = np.random.default_rng(0)
+    values = [rng.bytes(1000) for _ in range(20_000)]
+    pq.write_table(pa.table({"x": np.arange(20_000), "b": pa.array(values, pa.binary())}),
+                   root / "pq" / "00.parquet", row_group_size=1_000, use_dictionary=False)
     with s3_server(root, "--log", log, "--delay-ms", 50) as endpoint:
         _use(endpoint, "arrowscan")
         table = sluice.read_parquet("s3://arrowscan/pq/", cache_dir=False).to_arrow(num_threads=1)
-        assert table.column("x").to_pylist() == list(range(40_000))
+        assert table.column("x").to_pylist() == list(range(20_000))
+        assert table.column("b").to_pylist() == values
         gets = object_gets(log)
-    assert len(gets) >= 20, gets  # a footer and 20 row groups
+    assert len(gets) == 4, gets  # the footer, then 8 + 8 + 4 row groups
     edges = sorted([(g["t"], 1) for g in gets] + [(g["t"] + g["ms"] / 1000, -1) for g in gets])
     in_flight, most = 0, 0
     for _, step in edges:
         in_flight += step
         most = max(most, in_flight)
     assert most > 2, f"at most {most} requests in flight"
+
+
+def test_a_parquet_file_read_in_order_from_a_bucket_asks_for_its_row_groups_together(tmp_path):
+    """A read going through a file asks for consecutive row groups in one request (up to
+    8 MiB): a bucket charges per request, and each costs the client CPU. Ten row groups were
+    ten GETs beside the footer's; now one, whether the pipeline's chunks or `to_arrow`'s scan
+    name them. A shuffled read asks for what it needs, and every read returns the file's rows."""
+    root, log = tmp_path / "root", tmp_path / "log"
+    (root / "pq").mkdir(parents=True)
+    pq.write_table(pa.table({"x": np.arange(20_000), "s": [f"row {i}" for i in range(20_000)]}),
+                   root / "pq" / "00.parquet", row_group_size=2_000)
+    with s3_server(root, "--log", log) as endpoint:
+        _use(endpoint, "grouped")
+        ds = sluice.read_parquet("s3://grouped/pq/", cache_dir=False)
+        assert [s["x"] for s in ds] == list(range(20_000))
+        assert len(object_gets(log)) == 2, object_gets(log)  # the footer's tail, the row groups
+        before = len(object_gets(log))
+        assert sluice.read_parquet("s3://grouped/pq/", cache_dir=False).to_arrow().column("x").to_pylist() == list(range(20_000))
+        assert len(object_gets(log)) - before == 2, object_gets(log)[before:]
+        shuffled = [s["x"] for s in sluice.read_parquet("s3://grouped/pq/", cache_dir=False).shuffle(seed=1)]
+        assert sorted(shuffled) == list(range(20_000)) and shuffled != list(range(20_000))
 
 
 def test_a_changed_object_is_fetched_again(tmp_path):

@@ -17,10 +17,12 @@ use sluice_core::{Error, Result};
 use super::cache::lock;
 use crate::arrow_conv::{read_batch, supported};
 use crate::show::show;
-use crate::store::{join, Blob, Fetch};
+use crate::store::Blob;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
+
+use super::group::{Group, GROUP_BYTES};
 
 /// Parquet reads through [`Blob`]: `get_bytes` is one ranged read. An object read from the
 /// store is first asked for its last [`TAIL`] bytes, which hold the footer of most files, so
@@ -151,10 +153,11 @@ struct Ahead {
     named: u64,
 }
 
-/// A row group's column chunks: on their way, or here.
+/// A row group's column chunks: on their way (with the row groups asked for in the same
+/// request), or here.
 #[derive(Debug)]
 enum Fetched {
-    Running(Fetch<Vec<Bytes>>),
+    Running(Arc<Group>),
     Done(Held),
 }
 
@@ -197,10 +200,10 @@ impl Drop for Held {
 /// past its end (nothing for local files).
 pub(super) fn fetch_from(files: &[PqFile], fi: usize, first: usize) {
     let k = files[fi].rgs_ahead;
-    files[fi].fetch_ahead(first..first + k);
+    files[fi].fetch_ahead(first..first + k, true);
     if first + k > files[fi].rg_starts.len() - 1 {
         if let Some(next_file) = files.get(fi + 1) {
-            next_file.fetch_ahead(0..next_file.rgs_ahead);
+            next_file.fetch_ahead(0..next_file.rgs_ahead, true);
         }
     }
 }
@@ -338,36 +341,61 @@ impl PqFile {
         crate::store::is_url(self.blob.name())
     }
 
+    /// Compressed bytes of row group `rg`'s projected column chunks.
+    fn rg_bytes(&self, rg: usize) -> u64 {
+        self.ranges(rg).iter().map(|r| r.end - r.start).sum()
+    }
+
     /// Starts fetching the column chunks of row groups `rgs` (those of this file not held
     /// yet, at most twice `rgs_ahead` held: the oldest named goes); nothing for local files.
-    pub(super) fn fetch_ahead(&self, rgs: Range<usize>) {
+    /// Consecutive row groups not held yet go in one request of up to [`GROUP_BYTES`]; with
+    /// `in_order` (a read going through the file) a request also takes the row groups after
+    /// `rgs`, which such a read names next.
+    pub(super) fn fetch_ahead(&self, rgs: Range<usize>, in_order: bool) {
         let n = self.rg_starts.len() - 1;
+        let reach = if in_order { n } else { rgs.end.min(n) };
         let mut ahead = lock(&self.ahead);
-        for rg in rgs.start..rgs.end.min(n) {
+        let mut rg = rgs.start;
+        while rg < rgs.end.min(n) {
             ahead.named += 1;
             let named = ahead.named;
             if let Some((seq, _)) = ahead.fetches.get_mut(&rg) {
                 *seq = named;
+                rg += 1;
                 continue;
             }
-            if ahead.fetches.len() >= 2 * self.rgs_ahead {
+            let (mut end, mut bytes) = (rg + 1, self.rg_bytes(rg));
+            while end < reach
+                && end - rg < self.rgs_ahead
+                && !ahead.fetches.contains_key(&end)
+                && bytes + self.rg_bytes(end) <= GROUP_BYTES
+            {
+                bytes += self.rg_bytes(end);
+                end += 1;
+            }
+            while ahead.fetches.len() + (end - rg) > 2 * self.rgs_ahead {
                 let oldest = ahead
                     .fetches
                     .iter()
                     .min_by_key(|(_, (seq, _))| *seq)
                     .map(|(rg, _)| *rg);
-                if let Some((_, Fetched::Running(f))) =
-                    oldest.and_then(|o| ahead.fetches.remove(&o))
-                {
-                    f.abort();
-                }
+                match oldest {
+                    // A request goes once none of its row groups is held (`Group`'s drop).
+                    Some(o) => ahead.fetches.remove(&o),
+                    None => break,
+                };
             }
-            match self.blob.fetch_ahead(self.ranges(rg)) {
-                Some(f) => {
-                    ahead.fetches.insert(rg, (named, Fetched::Running(f)));
-                }
-                None => return,
+            let ranges = (rg..end).flat_map(|r| self.ranges(r)).collect();
+            let Some(fetch) = self.blob.fetch_ahead(ranges) else {
+                return;
+            };
+            let group = Arc::new(Group::new(rg, self.leaves.len(), fetch));
+            for r in rg..end {
+                ahead
+                    .fetches
+                    .insert(r, (named, Fetched::Running(group.clone())));
             }
+            rg = end;
         }
     }
 
@@ -381,10 +409,12 @@ impl PqFile {
                 None => None,
             }
         };
-        let Some((seq, Fetched::Running(f))) = taken else {
+        let Some((seq, Fetched::Running(group))) = taken else {
             return self.blob.read_ranges(&self.ranges(rg));
         };
-        let data = join(f)?;
+        let Some(data) = group.take(rg) else {
+            return self.blob.read_ranges(&self.ranges(rg));
+        };
         // Kept, within the budget, for a later pass that names it (a scan naming further
         // ahead than its data may have already), until this file's oldest named goes;
         // unless named again meanwhile, which started a fetch of its own.

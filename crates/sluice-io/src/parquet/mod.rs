@@ -15,6 +15,7 @@
 
 mod cache;
 mod file;
+mod group;
 mod scan;
 #[cfg(test)]
 mod testing;
@@ -305,6 +306,9 @@ impl Source for ParquetSource {
         if !self.inner.files.iter().any(|f| f.remote()) {
             return;
         }
+        // A chunk of consecutive rows is a read going through the files in order: its
+        // requests take the row groups after it too (`PqFile::fetch_ahead`).
+        let in_order = indices.len() > 1 && indices.windows(2).all(|w| w[1] == w[0] + 1);
         // Each distinct row group once: a chunk is mostly runs of neighbours.
         let mut last: Option<(usize, usize, u64, u64)> = None;
         for &i in indices {
@@ -317,7 +321,7 @@ impl Source for ParquetSource {
             let file = &self.inner.files[fi];
             let start = i - row as u64;
             let end = start + (file.rg_starts[rg + 1] - file.rg_starts[rg]);
-            file.fetch_ahead(rg..rg + 1);
+            file.fetch_ahead(rg..rg + 1, in_order);
             last = Some((fi, rg, start, end));
         }
     }

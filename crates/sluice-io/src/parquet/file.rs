@@ -24,11 +24,11 @@ use std::sync::Mutex;
 
 use super::group::{Group, GROUP_BYTES};
 
-/// Parquet reads through [`Blob`]: `get_bytes` is one ranged read. An object read from the
-/// store is first asked for its last [`TAIL`] bytes, which hold the footer of most files, so
-/// the open is one round trip where the footer's length and then the footer were two. (Not
-/// while another process downloads it into the cache: for a small file the tail is the whole
-/// object, fetched twice at once.)
+/// Parquet reads through [`Blob`]: `get_bytes` is one ranged read. An object the open asked
+/// the store about came with its last [`TAIL`] bytes, which hold the footer of most files
+/// (the request that learnt its size and version fetched them: [`Blob::open_with_tail`]), so
+/// the open is one round trip where a HEAD, the footer's length and then the footer were
+/// three.
 struct BlobChunks<'a> {
     blob: &'a Blob,
     /// Where the prefetched tail starts, and its bytes.
@@ -40,15 +40,8 @@ struct BlobChunks<'a> {
 const TAIL: u64 = 64 << 10;
 
 impl<'a> BlobChunks<'a> {
-    fn new(blob: &'a Blob) -> Result<Self> {
-        let size = blob.size();
-        let tail = if blob.reads_from_store() && size > 0 {
-            let start = size - size.min(TAIL);
-            Some((start, blob.read_at(start, (size - start) as usize)?))
-        } else {
-            None
-        };
-        Ok(BlobChunks { blob, tail })
+    fn new(blob: &'a Blob, tail: Option<(u64, Bytes)>) -> Self {
+        BlobChunks { blob, tail }
     }
 }
 
@@ -223,8 +216,8 @@ pub(super) fn pq_err(path: &str, what: &str, e: impl std::fmt::Display) -> Error
 /// Opens `path`'s footer with `columns` projected (all when `None`): the file and its
 /// projected schema.
 pub(super) fn open_file(path: &str, columns: Option<&[String]>) -> Result<(PqFile, SchemaRef)> {
-    let blob = Blob::open(path)?;
-    let meta = ArrowReaderMetadata::load(&BlobChunks::new(&blob)?, ArrowReaderOptions::new())
+    let (blob, tail) = Blob::open_with_tail(path, TAIL)?;
+    let meta = ArrowReaderMetadata::load(&BlobChunks::new(&blob, tail), ArrowReaderOptions::new())
         .map_err(|e| match e {
             parquet::errors::ParquetError::External(inner) => match inner.downcast::<Error>() {
                 Ok(e) => *e,

@@ -16,6 +16,7 @@ pub mod disk;
 pub mod hedge;
 mod list;
 mod reuse;
+mod tail;
 
 pub use ahead::ReadAhead;
 pub use cache::CacheSpec;
@@ -221,9 +222,6 @@ enum Inner {
         copy: Arc<OnceLock<File>>,
         /// The object's download into the cache, while it runs.
         fill: Option<Arc<cache::Filling>>,
-        /// Another process (or thread) was downloading it into the cache at open: a later
-        /// read may find its copy.
-        elsewhere: bool,
         /// The store's latencies: ranged reads are hedged too.
         lat: Arc<hedge::Latency>,
     },
@@ -269,17 +267,32 @@ impl Blob {
     /// Opens a local path or a URL (one HEAD request for a URL, none for one a listing named
     /// whose cached copy is the version the listing gave).
     pub fn open(entry: &str) -> Result<Blob> {
+        Ok(Self::open_with_tail(entry, 0)?.0)
+    }
+
+    /// [`Blob::open`], and for an object it asks the store about, its last `tail` bytes with
+    /// where they start, fetched by the request that learns its size and version instead of a
+    /// HEAD (`None` for a local file, a cached copy, or a store that answered only a HEAD).
+    ///
+    /// ```
+    /// let p = std::env::temp_dir().join("sluice-doc-open-with-tail.bin");
+    /// std::fs::write(&p, b"footer").unwrap();
+    /// let (blob, tail) = sluice_io::store::Blob::open_with_tail(p.to_str().unwrap(), 4).unwrap();
+    /// assert_eq!((blob.size(), tail), (6, None)); // a local file reads its tail itself
+    /// ```
+    pub fn open_with_tail(entry: &str, tail: u64) -> Result<(Blob, Option<(u64, Bytes)>)> {
         if !is_url(entry) {
             let file = File::open(entry).map_err(|e| Error::io(entry, e))?;
             let meta = file.metadata().map_err(|e| Error::io(entry, e))?;
-            return Ok(Blob {
+            let blob = Blob {
                 name: entry.to_string(),
                 size: meta.len(),
                 inner: Inner::Local(file),
                 modified: meta.modified().ok(),
                 checked_ms: coarse_ms().into(),
                 stale: false.into(),
-            });
+            };
+            return Ok((blob, None));
         }
         let (store, path, lat) = store_for(entry)?;
         let path = ObjPath::from(path);
@@ -293,37 +306,49 @@ impl Blob {
         if let (Some(c), Some(known)) = (&cache, cache::known(entry)) {
             if let Some(file) = cache::cached_copy(c, entry, known) {
                 let _ = copy.set(file);
-                return Ok(Blob::remote(entry, known.0, store, path, copy, None, lat));
+                return Ok((
+                    Blob::remote(entry, known.0, store, path, copy, None, lat),
+                    None,
+                ));
             }
         }
-        let meta = block_on(hedge::hedged(&lat, || store.head(&path)))?
-            .map_err(|e| store_error(entry, e))?;
+        let with_tail = match (tail, &cache) {
+            (0, _) => None,
+            // A copy is most likely the current version: the HEAD that checks it carries no
+            // bytes the copy has.
+            (_, Some(c)) if c.holds(entry) => None,
+            (n, _) => block_on(tail::head_with_tail(&*store, &path, &lat, n))?,
+        };
+        let (meta, tail) = match with_tail {
+            Some((meta, start, bytes)) => (meta, Some((start, bytes))),
+            None => {
+                let meta = block_on(hedge::hedged(&lat, || store.head(&path)))?
+                    .map_err(|e| store_error(entry, e))?;
+                (meta, None)
+            }
+        };
         cache::saw(entry, meta.size, meta.e_tag.as_deref());
         let size = meta.size;
         let version = disk::Version {
             size,
             etag: meta.e_tag,
         };
-        let (mut fill, mut elsewhere) = (None, false);
+        let mut fill = None;
         if let Some(c) = cache {
             match cache::cached_copy(&c, entry, cache::key(&version)) {
                 Some(file) => {
                     let _ = copy.set(file);
                 }
-                None => match c.begin(entry) {
-                    Ok(Some(f)) => {
+                None => {
+                    // `None`: another process or thread is downloading it.
+                    if let Ok(Some(f)) = c.begin(entry) {
                         fill = cache::start_fill(f, &store, &path, entry, version, &lat, &copy)
                     }
-                    Ok(None) => elsewhere = true,
-                    Err(_) => {}
-                },
+                }
             }
         }
-        let mut blob = Blob::remote(entry, size, store, path, copy, fill, lat);
-        if let Inner::Remote { elsewhere: e, .. } = &mut blob.inner {
-            *e = elsewhere;
-        }
-        Ok(blob)
+        let blob = Blob::remote(entry, size, store, path, copy, fill, lat);
+        Ok((blob, tail))
     }
 
     fn remote(
@@ -343,30 +368,11 @@ impl Blob {
                 path,
                 copy,
                 fill,
-                elsewhere: false,
                 lat,
             },
             modified: None,
             checked_ms: 0.into(),
             stale: false.into(),
-        }
-    }
-
-    /// Whether a read of this blob goes to the store or to this process's own download of it
-    /// (`false` for a local file or copy, and for an object another process on the node is
-    /// downloading into the cache, whose copy a later read may find).
-    ///
-    /// ```
-    /// let p = std::env::temp_dir().join("sluice-doc-reads-from-store.bin");
-    /// std::fs::write(&p, b"local").unwrap();
-    /// assert!(!sluice_io::Blob::open(&p.display().to_string()).unwrap().reads_from_store());
-    /// ```
-    pub fn reads_from_store(&self) -> bool {
-        match &self.inner {
-            Inner::Local(_) => false,
-            Inner::Remote {
-                copy, elsewhere, ..
-            } => copy.get().is_none() && !elsewhere,
         }
     }
 

@@ -271,8 +271,9 @@ impl Blob {
     }
 
     /// [`Blob::open`], and for an object it asks the store about, its last `tail` bytes with
-    /// where they start, fetched by the request that learns its size and version instead of a
-    /// HEAD (`None` for a local file, a cached copy, or a store that answered only a HEAD).
+    /// where they start: fetched by the request that learns its size and version instead of a
+    /// HEAD, or read after the HEAD where the store has no suffix reads or the cache holds a
+    /// copy that may be stale (`None` for a local file or a current cached copy).
     ///
     /// ```
     /// let p = std::env::temp_dir().join("sluice-doc-open-with-tail.bin");
@@ -319,7 +320,7 @@ impl Blob {
             (_, Some(c)) if c.holds(entry) => None,
             (n, _) => block_on(tail::head_with_tail(&*store, &path, &lat, n))?,
         };
-        let (meta, tail) = match with_tail {
+        let (meta, got) = match with_tail {
             Some((meta, start, bytes)) => (meta, Some((start, bytes))),
             None => {
                 let meta = block_on(hedge::hedged(&lat, || store.head(&path)))?
@@ -347,8 +348,18 @@ impl Blob {
                 }
             }
         }
+        let local = copy.get().is_some();
         let blob = Blob::remote(entry, size, store, path, copy, fill, lat);
-        Ok((blob, tail))
+        // Asked by a HEAD (a store without suffix reads: Azure), the tail is read by its
+        // bounds now, unless a local copy serves it.
+        let got = match got {
+            None if tail > 0 && size > 0 && !local => {
+                let start = size - size.min(tail);
+                Some((start, blob.read_at(start, (size - start) as usize)?))
+            }
+            got => got,
+        };
+        Ok((blob, got))
     }
 
     fn remote(

@@ -6,13 +6,15 @@ GCS's XML API is the same protocol with an OAuth bearer token: `--bearer TOKEN` 
 tests use it as a fake GCS).
 
     python benchmarks/s3_server.py ROOT --port PORT [--delay-ms 30] [--bearer TOKEN]
-        [--stall-fraction 0.01 --stall-s 2] [--error-fraction 0.01] [--seed 0] [--log FILE]
+        [--stall-fraction 0.01 --stall-s 2] [--error-fraction 0.01] [--stall-lists N] [--seed 0]
+        [--log FILE]
 
 Faults, for hedging and retry benchmarks: object GETs (not listings, not HEAD) are numbered in
 arrival order, n = 0, 1, 2, ...; request n stalls (waits --stall-s before its headers, on top
 of --delay-ms) when a hash of (seed, n) falls below --stall-fraction, and answers 503 SlowDown
 when another hash of (seed, n) falls below --error-fraction. The same seed stalls the same
-request numbers in every run. `--log FILE` appends a JSON line per request: t (monotonic
+request numbers in every run. `--stall-lists N` stalls the first N listing requests
+(ListObjectsV2) --stall-s each. `--log FILE` appends a JSON line per request: t (monotonic
 start), method, key, range, status, stalled, ms.
 
 Objects are re-stat'ed on every request: a file replaced on disk is served with its new bytes
@@ -146,10 +148,11 @@ class Bucket:
 class Faults:
     """Which object GETs stall or fail: request n's fate is a hash of (salt, seed, n)."""
 
-    def __init__(self, stall_fraction: float, stall_s: float, error_fraction: float, seed: int):
+    def __init__(self, stall_fraction: float, stall_s: float, error_fraction: float, seed: int,
+                 stall_lists: int = 0):
         self.stall_fraction, self.stall_s = stall_fraction, stall_s
         self.error_fraction, self.seed = error_fraction, seed
-        self.n = 0
+        self.n, self.lists_left = 0, stall_lists
 
     def draw(self, salt: str, n: int) -> float:
         h = hashlib.blake2b(f"{salt}:{self.seed}:{n}".encode(), digest_size=8).digest()
@@ -159,6 +162,11 @@ class Faults:
         """(stall, error) of the next object GET."""
         n, self.n = self.n, self.n + 1
         return (self.draw("stall", n) < self.stall_fraction, self.draw("error", n) < self.error_fraction)
+
+    def next_list(self) -> bool:
+        """Whether the next listing request stalls."""
+        self.lists_left -= 1
+        return self.lists_left >= 0
 
 
 async def handle(reader, writer, bucket: Bucket, delay: float, bearer: str | None = None,
@@ -184,6 +192,7 @@ async def handle(reader, writer, bucket: Bucket, delay: float, bearer: str | Non
             if bearer is not None and headers.get("authorization") != f"Bearer {bearer}":
                 status, body = "401 Unauthorized", b"<Error><Code>AuthenticationRequired</Code></Error>"
             elif not key and method == "GET":
+                stalled = faults.next_list()
                 body = bucket.listing(name, query.get("prefix", ""), query.get("delimiter", ""))
                 extra["Content-Type"] = "application/xml"
             elif method == "PUT":
@@ -281,13 +290,14 @@ def main() -> None:
     ap.add_argument("--delay-ms", type=float, default=0.0)
     ap.add_argument("--bearer", help="answer only requests carrying this OAuth bearer token (GCS's XML API)")
     ap.add_argument("--stall-fraction", type=float, default=0.0, help="share of object GETs that stall")
+    ap.add_argument("--stall-lists", type=int, default=0, help="how many listing requests, the first, stall")
     ap.add_argument("--stall-s", type=float, default=2.0, help="how long a stalled GET waits before its headers")
     ap.add_argument("--error-fraction", type=float, default=0.0, help="share of object GETs answered 503 SlowDown")
     ap.add_argument("--seed", type=int, default=0, help="which request numbers stall or fail")
     ap.add_argument("--log", type=Path, help="append a JSON line per request to this file")
     args = ap.parse_args()
     bucket = Bucket(args.root)
-    faults = Faults(args.stall_fraction, args.stall_s, args.error_fraction, args.seed)
+    faults = Faults(args.stall_fraction, args.stall_s, args.error_fraction, args.seed, args.stall_lists)
     log = open(args.log, "a") if args.log else None
 
     async def serve():

@@ -186,6 +186,29 @@ def test_a_stalled_footer_read_is_hedged(tmp_path):
     assert same and same[0]["t"] < stalled[0]["t"] + stalled[0]["ms"] / 1000, (stalled, same)
 
 
+def test_a_stalled_listing_is_hedged(tmp_path):
+    """Listing a prefix is hedged like a read: the server stalls the first LIST (the
+    top-level one, with a delimiter) 2 s, and the same listing is asked again before it
+    answers, so the dataset opens without waiting for the stall."""
+    root, log = tmp_path / "root", tmp_path / "log"
+    files = _files(root, 3)
+    # A bucket of its own: its listings' latency record starts empty here.
+    with s3_server(root, "--log", log, "--stall-lists", 1, "--stall-s", 2) as endpoint:
+        _use(endpoint, "lists")
+        got = sorted(bytes(s["bytes"]) for s in sluice.read_files("s3://lists/data/", cache_dir=False))
+        assert got == sorted(files.values())
+        deadline = time.monotonic() + 30  # a hang guard: the stalled LIST is logged once answered
+        while not any(r.get("stalled") for r in requests(log)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    listings = [r for r in requests(log) if r["method"] == "GET" and not r["key"]]
+    stalled = [r for r in listings if r["stalled"]]
+    assert len(stalled) == 1, listings
+    # The folder listings follow the top-level one's answer: a LIST sent before the stalled
+    # one answered is its hedge.
+    hedges = [r for r in listings if not r["stalled"] and r["t"] < stalled[0]["t"] + stalled[0]["ms"] / 1000]
+    assert hedges, listings
+
+
 def test_an_arrow_export_from_a_bucket_asks_for_the_next_row_groups_ahead(tmp_path):
     """`to_arrow` scans row groups on a few threads. In a bucket each row group waits a
     request's latency, so the scan asks for the bytes of the row groups after it ahead: with

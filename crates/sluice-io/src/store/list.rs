@@ -8,6 +8,7 @@ use object_store::path::Path as ObjPath;
 use object_store::ObjectStore;
 use sluice_core::{Error, Result};
 
+use super::hedge::{hedged, Latency};
 use super::{block_on, cache, is_url, split_url, store_error, store_for};
 use crate::files::{expand_path_list, has_extension};
 use crate::pathlist::PathList;
@@ -59,7 +60,10 @@ pub fn expand_list(entries: &[String], extensions: Option<&[&str]>) -> Result<Pa
         } else {
             None
         };
-        let keys = block_on(list_concurrently(store, prefix.to_string()))?
+        // Listings are timed apart from reads: a listing of a thousand keys takes longer
+        // than a photo's GET, and neither should set when the other is hedged.
+        let lat = super::hedge::latency_of(&format!("{base} (listings)"));
+        let keys = block_on(list_concurrently(store, prefix.to_string(), &lat))?
             .map_err(|e| store_error(entry, e))?;
         let mut found: Vec<String> = keys
             .into_iter()
@@ -96,18 +100,21 @@ const LIST_CONCURRENCY: usize = 32;
 
 /// Every key under `prefix`: its first level is listed with a delimiter, then each folder
 /// found there (an ImageNet class, a shard group) is listed on its own, many at once — one
-/// paginated listing of a million keys would take a thousand round trips in a row.
+/// paginated listing of a million keys would take a thousand round trips in a row. Each
+/// listing is hedged as reads are (`lat`: the listings' own latencies): one stalled LIST held
+/// a whole dataset's open for the stall.
 async fn list_concurrently(
     store: Arc<dyn ObjectStore>,
     prefix: String,
+    lat: &Latency,
 ) -> std::result::Result<Vec<object_store::ObjectMeta>, object_store::Error> {
     use futures::StreamExt;
     let prefix_path = (!prefix.is_empty()).then(|| ObjPath::from(prefix.as_str()));
-    let top = store.list_with_delimiter(prefix_path.as_ref()).await?;
+    let top = hedged(lat, || store.list_with_delimiter(prefix_path.as_ref())).await?;
     let mut keys = top.objects;
     let listings = futures::stream::iter(top.common_prefixes.into_iter().map(|p| {
         let store = store.clone();
-        async move { store.list(Some(&p)).try_collect::<Vec<_>>().await }
+        async move { hedged(lat, || store.list(Some(&p)).try_collect::<Vec<_>>()).await }
     }))
     .buffer_unordered(LIST_CONCURRENCY)
     .try_collect::<Vec<Vec<_>>>()

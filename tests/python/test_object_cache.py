@@ -123,8 +123,8 @@ def _parquet_files(root: pathlib.Path, n: int, rows: int = 1000) -> list[int]:
 def test_opening_parquet_in_a_bucket_reads_each_footer_in_one_request_and_none_once_cached(tmp_path):
     """Opening a file costs one request: a GET of its last 64 KiB (the footer's length and the
     footer together), whose answer also gives the object's size and version, so no HEAD; a
-    dataset over copies the cache holds of the versions its listing gave asks nothing but the
-    listing."""
+    file that small is read from those bytes; a dataset over copies the cache holds of the
+    versions its listing gave asks nothing but the listing."""
     root, log, cache = tmp_path / "root", tmp_path / "log", tmp_path / "cache"
     want = _parquet_files(root, 6)
     with s3_server(root, "--log", log) as endpoint:
@@ -136,6 +136,8 @@ def test_opening_parquet_in_a_bucket_reads_each_footer_in_one_request_and_none_o
         assert {r["range"] for r in opened} == {"bytes=-65536"}, opened
         assert [r for r in requests(log) if r["method"] == "HEAD"] == []
         assert [s["x"] for s in ds] == want
+        # Each file is smaller than that tail: its row groups are read from it, no GET more.
+        assert len(object_gets(log)) == 6, object_gets(log)
 
         assert [s["x"] for s in sluice.read_parquet("s3://bkt/pq/", cache_dir=cache)] == want
         before = len(requests(log))

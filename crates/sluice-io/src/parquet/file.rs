@@ -128,6 +128,10 @@ pub(super) struct PqFile {
     /// fetched or fetched (at most twice `rgs_ahead`), so a bucket's latency overlaps
     /// decoding.
     ahead: Mutex<Ahead>,
+    /// The file's last bytes, read at open, when they hold every row group's projected column
+    /// chunks (a small file, often all of it): its row groups are read from them, with no
+    /// request of their own.
+    tail: Option<Tail>,
     /// Row groups a scan fetches ahead: [`FETCH_AHEAD_BYTES`] of them, 2 to 128. (At most
     /// 32 left the reference corpus's 0.5 MB row groups 16 MB ahead, ~70 ms of reading: a
     /// stalled request's hedge, answered ~120 ms after it was sent, held the scan.)
@@ -152,6 +156,48 @@ struct Ahead {
 enum Fetched {
     Running(Arc<Group>),
     Done(Held),
+}
+
+/// Bytes of small files' tails kept to read their row groups from, over every file of the
+/// process: at most [`TAILS_BUDGET`] (past it, a file's row groups are fetched as any file's).
+static TAILS_HELD: AtomicU64 = AtomicU64::new(0);
+
+/// What [`TAILS_HELD`] may reach: a thousand files' 64 KiB tails.
+const TAILS_BUDGET: u64 = 64 << 20;
+
+/// A file's tail kept, where it starts, counted in [`TAILS_HELD`] while it lives.
+#[derive(Debug)]
+struct Tail {
+    start: u64,
+    data: Bytes,
+}
+
+impl Tail {
+    /// Keeps `tail` if it holds all of `ranges` and the budget has room.
+    fn keep(tail: Option<(u64, Bytes)>, ranges: &[Range<u64>]) -> Option<Tail> {
+        let (start, data) = tail?;
+        let end = start + data.len() as u64;
+        if !ranges.iter().all(|r| r.start >= start && r.end <= end) {
+            return None;
+        }
+        let size = data.len() as u64;
+        if TAILS_HELD.fetch_add(size, Ordering::Relaxed) + size > TAILS_BUDGET {
+            TAILS_HELD.fetch_sub(size, Ordering::Relaxed);
+            return None;
+        }
+        Some(Tail { start, data })
+    }
+
+    fn slice(&self, r: &Range<u64>) -> Bytes {
+        self.data
+            .slice((r.start - self.start) as usize..(r.end - self.start) as usize)
+    }
+}
+
+impl Drop for Tail {
+    fn drop(&mut self) {
+        TAILS_HELD.fetch_sub(self.data.len() as u64, Ordering::Relaxed);
+    }
 }
 
 /// Bytes of decoded-from row groups kept for a later pass, over every file of the process:
@@ -217,14 +263,17 @@ pub(super) fn pq_err(path: &str, what: &str, e: impl std::fmt::Display) -> Error
 /// projected schema.
 pub(super) fn open_file(path: &str, columns: Option<&[String]>) -> Result<(PqFile, SchemaRef)> {
     let (blob, tail) = Blob::open_with_tail(path, TAIL)?;
-    let meta = ArrowReaderMetadata::load(&BlobChunks::new(&blob, tail), ArrowReaderOptions::new())
-        .map_err(|e| match e {
-            parquet::errors::ParquetError::External(inner) => match inner.downcast::<Error>() {
-                Ok(e) => *e,
-                Err(other) => pq_err(path, "not a readable Parquet file", other),
-            },
-            e => pq_err(path, "not a readable Parquet file", e),
-        })?;
+    let meta = ArrowReaderMetadata::load(
+        &BlobChunks::new(&blob, tail.clone()),
+        ArrowReaderOptions::new(),
+    )
+    .map_err(|e| match e {
+        parquet::errors::ParquetError::External(inner) => match inner.downcast::<Error>() {
+            Ok(e) => *e,
+            Err(other) => pq_err(path, "not a readable Parquet file", other),
+        },
+        e => pq_err(path, "not a readable Parquet file", e),
+    })?;
     let schema = meta.schema().clone();
     let roots: Vec<usize> = match columns {
         None => (0..schema.fields().len()).collect(),
@@ -300,9 +349,24 @@ pub(super) fn open_file(path: &str, columns: Option<&[String]>) -> Result<(PqFil
         .max()
         .unwrap_or(0);
     let rgs_ahead = (FETCH_AHEAD_BYTES / largest.max(1)).clamp(2, 128) as usize;
+    let chunks: Vec<Range<u64>> = meta
+        .metadata()
+        .row_groups()
+        .iter()
+        .flat_map(|rgm| {
+            leaves.iter().map(move |&c| {
+                let (start, len) = rgm.column(c).byte_range();
+                start..start + len
+            })
+        })
+        .collect();
+    // Not while this process downloads the file into the cache: its reads wait for the
+    // download, which a process done with the file before it landed would leave unfinished.
+    let tail = Tail::keep(tail.filter(|_| blob.reads_from_store()), &chunks);
     Ok((
         PqFile {
             blob,
+            tail,
             meta,
             rg_starts,
             mask,
@@ -345,6 +409,9 @@ impl PqFile {
     /// `in_order` (a read going through the file) a request also takes the row groups after
     /// `rgs`, which such a read names next.
     pub(super) fn fetch_ahead(&self, rgs: Range<usize>, in_order: bool) {
+        if self.tail.is_some() {
+            return;
+        }
         let n = self.rg_starts.len() - 1;
         let reach = if in_order { n } else { rgs.end.min(n) };
         let mut ahead = lock(&self.ahead);
@@ -394,6 +461,9 @@ impl PqFile {
 
     /// The column chunks of row group `rg`: fetched ahead, or read now.
     fn chunks(&self, rg: usize) -> Result<Vec<Bytes>> {
+        if let Some(tail) = &self.tail {
+            return Ok(self.ranges(rg).iter().map(|r| tail.slice(r)).collect());
+        }
         let taken = {
             let mut ahead = lock(&self.ahead);
             match ahead.fetches.get(&rg) {

@@ -387,6 +387,22 @@ impl Blob {
         }
     }
 
+    /// Whether a read of this blob is a request to the store: `false` for a local file, a
+    /// local copy, or an object this process is downloading into the cache (reads wait for
+    /// the download's parts).
+    ///
+    /// ```
+    /// let p = std::env::temp_dir().join("sluice-doc-reads-from-store.bin");
+    /// std::fs::write(&p, b"local").unwrap();
+    /// assert!(!sluice_io::Blob::open(&p.display().to_string()).unwrap().reads_from_store());
+    /// ```
+    pub fn reads_from_store(&self) -> bool {
+        match &self.inner {
+            Inner::Local(_) => false,
+            Inner::Remote { copy, fill, .. } => copy.get().is_none() && fill.is_none(),
+        }
+    }
+
     /// The path or URL it was opened with (used in error messages).
     pub fn name(&self) -> &str {
         &self.name
@@ -500,22 +516,16 @@ impl Blob {
     /// files: the page cache reads ahead for them). [`join`] waits for the result.
     pub fn fetch_ahead(&self, ranges: Vec<Range<u64>>) -> Option<Fetch<Vec<Bytes>>> {
         let Inner::Remote {
-            store,
-            path,
-            copy,
-            fill,
-            lat,
-            ..
+            store, path, lat, ..
         } = &self.inner
         else {
             return None;
         };
-        // A local copy or a download in progress serves the reads.
-        if copy.get().is_some() || fill.is_some() {
+        // A local copy or a download in progress serves the reads; a range past the end is
+        // reported by `read_ranges` when its bytes are needed.
+        let past_end = ranges.iter().any(|r| r.end > self.size || r.start > r.end);
+        if !self.reads_from_store() || past_end {
             return None;
-        }
-        if ranges.iter().any(|r| r.end > self.size || r.start > r.end) {
-            return None; // read_ranges reports it when the bytes are needed
         }
         let rt = RUNTIME.as_ref().ok()?;
         let (store, path, name, lat) =

@@ -151,15 +151,18 @@ def test_an_empty_or_foreign_object_in_a_parquet_dataset_is_named_in_the_error(t
     """A suffix read of an empty object is not answered as a range (the store sends the empty
     body whole): the open asks a HEAD instead, and the error names the object, as for an
     object that is not Parquet."""
-    root = tmp_path / "root"
+    root, log = tmp_path / "root", tmp_path / "log"
     (root / "pq").mkdir(parents=True)
     (root / "pq" / "empty.parquet").write_bytes(b"")
     (root / "pq" / "text.parquet").write_bytes(b"not parquet at all" * 10)
-    with s3_server(root) as endpoint:
+    with s3_server(root, "--log", log) as endpoint:
         _use(endpoint, "foreign")
         for name in ("empty", "text"):
-            with pytest.raises(sluice.SluiceError, match=f"{name}\\.parquet"):
+            with pytest.raises(sluice.SluiceError, match=f"{name}\\.parquet: not a readable Parquet file"):
                 sluice.read_parquet(f"s3://foreign/pq/{name}.parquet", cache_dir=False)
+    asked = {(r["key"], r["method"]) for r in requests(log)}
+    assert ("pq/empty.parquet", "HEAD") in asked, asked
+    assert ("pq/text.parquet", "HEAD") not in asked, asked
 
 
 def test_a_stalled_footer_read_is_hedged(tmp_path):
@@ -247,6 +250,7 @@ def test_a_parquet_file_read_in_order_from_a_bucket_asks_for_its_row_groups_toge
     (root / "pq").mkdir(parents=True)
     pq.write_table(pa.table({"x": np.arange(20_000), "s": [f"row {i}" for i in range(20_000)]}),
                    root / "pq" / "00.parquet", row_group_size=2_000)
+    assert (root / "pq" / "00.parquet").stat().st_size > 65536  # past the tail the open reads
     with s3_server(root, "--log", log) as endpoint:
         _use(endpoint, "grouped")
         ds = sluice.read_parquet("s3://grouped/pq/", cache_dir=False)

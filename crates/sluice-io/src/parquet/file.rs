@@ -165,38 +165,57 @@ static TAILS_HELD: AtomicU64 = AtomicU64::new(0);
 /// What [`TAILS_HELD`] may reach: a thousand files' 64 KiB tails.
 const TAILS_BUDGET: u64 = 64 << 20;
 
+/// Bytes counted against a process-wide budget while they live.
+#[derive(Debug)]
+struct Counted {
+    held: &'static AtomicU64,
+    size: u64,
+}
+
+impl Counted {
+    /// `size` more bytes in `held`, if that stays within `budget`.
+    fn take(held: &'static AtomicU64, budget: u64, size: u64) -> Option<Counted> {
+        if held.fetch_add(size, Ordering::Relaxed) + size > budget {
+            held.fetch_sub(size, Ordering::Relaxed);
+            return None;
+        }
+        Some(Counted { held, size })
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.held.fetch_sub(self.size, Ordering::Relaxed);
+    }
+}
+
 /// A file's tail kept, where it starts, counted in [`TAILS_HELD`] while it lives.
 #[derive(Debug)]
 struct Tail {
     start: u64,
     data: Bytes,
+    _counted: Counted,
 }
 
 impl Tail {
-    /// Keeps `tail` if it holds all of `ranges` and the budget has room.
-    fn keep(tail: Option<(u64, Bytes)>, ranges: &[Range<u64>]) -> Option<Tail> {
+    /// Keeps `tail` (which runs to the file's end) if the file's first projected byte,
+    /// `first`, lies in it and the budget has room.
+    fn keep(tail: Option<(u64, Bytes)>, first: impl FnOnce() -> u64) -> Option<Tail> {
         let (start, data) = tail?;
-        let end = start + data.len() as u64;
-        if !ranges.iter().all(|r| r.start >= start && r.end <= end) {
+        if first() < start {
             return None;
         }
-        let size = data.len() as u64;
-        if TAILS_HELD.fetch_add(size, Ordering::Relaxed) + size > TAILS_BUDGET {
-            TAILS_HELD.fetch_sub(size, Ordering::Relaxed);
-            return None;
-        }
-        Some(Tail { start, data })
+        let counted = Counted::take(&TAILS_HELD, TAILS_BUDGET, data.len() as u64)?;
+        Some(Tail {
+            start,
+            data,
+            _counted: counted,
+        })
     }
 
     fn slice(&self, r: &Range<u64>) -> Bytes {
         self.data
             .slice((r.start - self.start) as usize..(r.end - self.start) as usize)
-    }
-}
-
-impl Drop for Tail {
-    fn drop(&mut self) {
-        TAILS_HELD.fetch_sub(self.data.len() as u64, Ordering::Relaxed);
     }
 }
 
@@ -209,28 +228,18 @@ static HELD_BYTES: AtomicU64 = AtomicU64::new(0);
 #[derive(Debug)]
 struct Held {
     data: Vec<Bytes>,
-    size: u64,
+    _counted: Counted,
 }
 
 impl Held {
     /// Keeps `data` if the budget has room.
     fn keep(data: &[Bytes]) -> Option<Held> {
-        let size: u64 = data.iter().map(|b| b.len() as u64).sum();
-        let before = HELD_BYTES.fetch_add(size, Ordering::Relaxed);
-        if before + size > FETCH_AHEAD_BYTES {
-            HELD_BYTES.fetch_sub(size, Ordering::Relaxed);
-            return None;
-        }
+        let size = data.iter().map(|b| b.len() as u64).sum();
+        let counted = Counted::take(&HELD_BYTES, FETCH_AHEAD_BYTES, size)?;
         Some(Held {
             data: data.to_vec(),
-            size,
+            _counted: counted,
         })
-    }
-}
-
-impl Drop for Held {
-    fn drop(&mut self) {
-        HELD_BYTES.fetch_sub(self.size, Ordering::Relaxed);
     }
 }
 
@@ -349,20 +358,15 @@ pub(super) fn open_file(path: &str, columns: Option<&[String]>) -> Result<(PqFil
         .max()
         .unwrap_or(0);
     let rgs_ahead = (FETCH_AHEAD_BYTES / largest.max(1)).clamp(2, 128) as usize;
-    let chunks: Vec<Range<u64>> = meta
-        .metadata()
-        .row_groups()
-        .iter()
-        .flat_map(|rgm| {
-            leaves.iter().map(move |&c| {
-                let (start, len) = rgm.column(c).byte_range();
-                start..start + len
-            })
-        })
-        .collect();
     // Not while this process downloads the file into the cache: its reads wait for the
     // download, which a process done with the file before it landed would leave unfinished.
-    let tail = Tail::keep(tail.filter(|_| blob.reads_from_store()), &chunks);
+    let first = || {
+        let rgs = meta.metadata().row_groups().iter();
+        rgs.flat_map(|rgm| leaves.iter().map(|&c| rgm.column(c).byte_range().0))
+            .min()
+            .unwrap_or(u64::MAX)
+    };
+    let tail = Tail::keep(tail.filter(|_| blob.reads_from_store()), first);
     Ok((
         PqFile {
             blob,
@@ -409,7 +413,8 @@ impl PqFile {
     /// `in_order` (a read going through the file) a request also takes the row groups after
     /// `rgs`, which such a read names next.
     pub(super) fn fetch_ahead(&self, rgs: Range<usize>, in_order: bool) {
-        if self.tail.is_some() {
+        // Read from the tail, or no column to read (a projection of none).
+        if self.tail.is_some() || self.leaves.is_empty() {
             return;
         }
         let n = self.rg_starts.len() - 1;

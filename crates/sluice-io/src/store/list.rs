@@ -8,7 +8,7 @@ use object_store::path::Path as ObjPath;
 use object_store::ObjectStore;
 use sluice_core::{Error, Result};
 
-use super::hedge::{hedged, Latency};
+use super::hedge::{hedged, latency_of, Latency};
 use super::{block_on, cache, is_url, split_url, store_error, store_for};
 use crate::files::{expand_path_list, has_extension};
 use crate::pathlist::PathList;
@@ -62,7 +62,7 @@ pub fn expand_list(entries: &[String], extensions: Option<&[&str]>) -> Result<Pa
         };
         // Listings are timed apart from reads: a listing of a thousand keys takes longer
         // than a photo's GET, and neither should set when the other is hedged.
-        let lat = super::hedge::latency_of(&format!("{base} (listings)"));
+        let lat = latency_of(&format!("{base} (listings)"));
         let keys = block_on(list_concurrently(store, prefix.to_string(), &lat))?
             .map_err(|e| store_error(entry, e))?;
         let mut found: Vec<String> = keys

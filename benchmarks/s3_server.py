@@ -1,6 +1,6 @@
 """A small S3-compatible server for benchmarks and tests: a local directory served as every
 bucket (GET with ranges, HEAD, PUT, ListObjectsV2 with prefix and delimiter; `If-None-Match`
-answered 304 while the ETag holds, as S3 does), holding back the
+answered 304 while the ETag holds and `If-Match` 412 once it does not, as S3 does), holding back the
 first byte of every response by a fixed delay, as a distant bucket's first-byte latency does.
 GCS's XML API is the same protocol with an OAuth bearer token: `--bearer TOKEN` checks it (the
 tests use it as a fake GCS).
@@ -205,6 +205,9 @@ async def handle(reader, writer, bucket: Bucket, delay: float, bearer: str | Non
                 status, body = "405 Method Not Allowed", b"<Error><Code>MethodNotAllowed</Code></Error>"
             elif (st := bucket.stat(key)) is None:
                 status, body = "404 Not Found", b"<Error><Code>NoSuchKey</Code></Error>"
+            elif (m := headers.get("if-match")) is not None and m not in (f"\"{st[2]}\"", "*"):
+                # S3's answer to a read pinned to a version the object no longer has.
+                status, body = "412 Precondition Failed", b"<Error><Code>PreconditionFailed</Code></Error>"
             elif headers.get("if-none-match") in (f"\"{st[2]}\"", "*"):
                 # S3's answer to a conditional GET or HEAD of an unchanged object: no body.
                 status, length = "304 Not Modified", 0

@@ -263,6 +263,38 @@ def test_a_parquet_file_read_in_order_from_a_bucket_asks_for_its_row_groups_toge
         assert sorted(shuffled) == list(range(20_000)) and shuffled != list(range(20_000))
 
 
+def _same_size_parquet(path: pathlib.Path, base: int) -> None:
+    """20,000 int64 rows from `base`, laid out byte for byte like any other `base`'s: plain,
+    uncompressed, no statistics, so a rewrite keeps every offset the footer names."""
+    pq.write_table(pa.table({"x": np.arange(base, base + 20_000)}), path, row_group_size=2_000,
+                   compression="none", use_dictionary=False, write_statistics=False)
+
+
+def test_an_object_rewritten_after_its_open_is_an_error_not_other_data(tmp_path):
+    """A ranged read names no version: a Parquet file rewritten in place after the dataset
+    opened it (the same size and layout, other values) was read at the old footer's offsets
+    and gave the new rows without a word. Every ranged read now carries `If-Match` with the
+    ETag the open saw, so the read fails naming the file; a new dataset reads the new rows.
+    (A cache's download is pinned the same way: `cache_tests.rs`.)"""
+    root, log = tmp_path / "root", tmp_path / "log"
+    target = root / "pq" / "00.parquet"
+    target.parent.mkdir(parents=True)
+    _same_size_parquet(target, 0)
+    size = target.stat().st_size
+    assert size > 65536  # the row groups lie past the tail the open reads
+    with s3_server(root, "--log", log) as endpoint:
+        _use(endpoint, "pinned")
+        ds = sluice.read_parquet("s3://pinned/pq/", cache_dir=False)
+        _same_size_parquet(target, 1_000_000)
+        os.utime(target, ns=(time.time_ns() + 10**9, time.time_ns() + 10**9))  # a new ETag
+        assert target.stat().st_size == size
+        with pytest.raises(sluice.SluiceError, match=r"s3://pinned/pq/00\.parquet.*changed since it was opened"):
+            list(ds)
+        assert any(r["status"] == 412 for r in requests(log))
+        again = sluice.read_parquet("s3://pinned/pq/", cache_dir=False)
+        assert [s["x"] for s in again] == list(range(1_000_000, 1_020_000))
+
+
 def test_a_changed_object_is_fetched_again(tmp_path):
     root, log, cache = tmp_path / "root", tmp_path / "log", tmp_path / "cache"
     files = _files(root, 4)

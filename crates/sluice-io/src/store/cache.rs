@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use futures::StreamExt;
 use object_store::path::Path as ObjPath;
-use object_store::{GetOptions, GetRange, ObjectStore};
+use object_store::{GetOptions, ObjectStore};
 use serde::{Deserialize, Serialize};
 use sluice_core::{Error, Result};
 
@@ -517,6 +517,7 @@ pub(crate) fn start_fill(
     }
     let file = fill.file()?.try_clone().ok()?;
     let n = version.size.div_ceil(PART) as usize;
+    let pin = super::pinned::if_match(version.etag.as_deref());
     let filling = Arc::new(Filling {
         file,
         size: version.size,
@@ -550,18 +551,15 @@ pub(crate) fn start_fill(
         let _abandon = Abandon(f.clone());
         let parts = futures::stream::iter(0..n)
             .map(|i| {
-                let (f, store, path, lat) = (&f, &store, &path, &lat);
+                let (f, store, path, lat, pin) = (&f, &store, &path, &lat, &pin);
                 async move {
                     f.mark(i, 1);
                     let r = i as u64 * PART..((i as u64 + 1) * PART).min(f.size);
-                    let opts = GetOptions {
-                        range: Some(GetRange::Bounded(r.clone())),
-                        ..Default::default()
-                    };
-                    let got = match hedged(lat, || store.get_opts(path, opts.clone())).await {
-                        Ok(g) => g.bytes().await,
-                        Err(e) => Err(e),
-                    };
+                    // Pinned: parts of two versions would be stored as the first one's.
+                    let got = hedged(lat, || {
+                        super::pinned::get_range(&**store, path, r.clone(), pin.clone())
+                    })
+                    .await;
                     let ok = got.is_ok_and(|b| {
                         b.len() as u64 == r.end - r.start
                             && f.file.write_all_at(&b, r.start).is_ok()

@@ -103,3 +103,43 @@ fn flushing_waits_for_the_queued_cache_writes() {
     assert!(flush_writes(Duration::from_secs(30)));
     assert!(written.load(SeqCst));
 }
+
+/// A download whose object is rewritten before its parts are asked for stores nothing: its
+/// parts are pinned to the version the open saw, and a copy of two versions (or of the new
+/// one) would be stored under that version for every later read of the node.
+#[test]
+fn a_download_of_an_object_rewritten_since_its_open_stores_nothing() {
+    use object_store::memory::InMemory;
+    use object_store::{ObjectStoreExt, PutPayload};
+    let dir = tempfile::tempdir().unwrap();
+    let cache = Arc::new(DiskCache::open(dir.path(), 1 << 30).unwrap());
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let (url, path) = ("s3://pin-a/k", ObjPath::from("k"));
+    let put = |b: &'static [u8]| {
+        crate::store::block_on(store.put(&path, PutPayload::from_static(b)))
+            .unwrap()
+            .unwrap()
+    };
+    let opened = put(b"version one");
+    let version = Version {
+        size: 11,
+        etag: opened.e_tag,
+    };
+    put(b"version two"); // same size, other bytes
+    let copy = Arc::new(OnceLock::new());
+    let fill = cache.begin(url).unwrap().unwrap();
+    let lat = Arc::new(Latency::default());
+    let f = start_fill(fill, &store, &path, url, version.clone(), &lat, &copy).unwrap();
+    // The part fails rather than landing; a reader then goes to the store (and is refused).
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while f.parts.lock().unwrap()[0] < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the download never ended"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(f.read(&(0..11)).is_none());
+    assert!(copy.get().is_none());
+    assert!(cache.lookup(url, |v| v == &version).is_none());
+}

@@ -15,6 +15,7 @@ mod connect;
 pub mod disk;
 pub mod hedge;
 mod list;
+mod pinned;
 mod reuse;
 mod tail;
 
@@ -168,6 +169,11 @@ pub(crate) fn store_error(url: &str, e: object_store::Error) -> Error {
     use object_store::Error as E;
     match e {
         E::NotFound { .. } => Error::FileNotFound(format!("{url}: no such object")),
+        // A ranged read pinned to the version its open saw ([`pinned`]).
+        E::Precondition { .. } => Error::data(format!(
+            "{url}: the object changed since it was opened (its ETag is not the one the \
+             open saw); open it again"
+        )),
         E::PermissionDenied { .. } | E::Unauthenticated { .. } => Error::Io {
             path: url.to_string(),
             message: format!("access denied ({e}); {}", lookups_of(url)),
@@ -224,6 +230,8 @@ enum Inner {
         fill: Option<Arc<cache::Filling>>,
         /// The store's latencies: ranged reads are hedged too.
         lat: Arc<hedge::Latency>,
+        /// `If-Match` for every ranged read: the ETag the open saw ([`pinned`]).
+        pin: Option<String>,
     },
 }
 
@@ -307,8 +315,9 @@ impl Blob {
         if let (Some(c), Some(known)) = (&cache, cache::known(entry)) {
             if let Some(file) = cache::cached_copy(c, entry, known) {
                 let _ = copy.set(file);
+                // Read from the copy, so no request needs the version pinned.
                 return Ok((
-                    Blob::remote(entry, known.0, store, path, copy, None, lat),
+                    Blob::remote(entry, known.0, store, path, copy, None, lat, None),
                     None,
                 ));
             }
@@ -330,6 +339,7 @@ impl Blob {
         };
         cache::saw(entry, meta.size, meta.e_tag.as_deref());
         let size = meta.size;
+        let pin = pinned::if_match(meta.e_tag.as_deref());
         let version = disk::Version {
             size,
             etag: meta.e_tag,
@@ -349,7 +359,7 @@ impl Blob {
             }
         }
         let local = copy.get().is_some();
-        let blob = Blob::remote(entry, size, store, path, copy, fill, lat);
+        let blob = Blob::remote(entry, size, store, path, copy, fill, lat, pin);
         // Asked by a HEAD (a store without suffix reads: Azure), the tail is read by its
         // bounds now, unless a local copy serves it.
         let got = match got {
@@ -362,6 +372,7 @@ impl Blob {
         Ok((blob, got))
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn remote(
         name: &str,
         size: u64,
@@ -370,6 +381,7 @@ impl Blob {
         copy: Arc<OnceLock<File>>,
         fill: Option<Arc<cache::Filling>>,
         lat: Arc<hedge::Latency>,
+        pin: Option<String>,
     ) -> Blob {
         Blob {
             name: name.to_string(),
@@ -380,6 +392,7 @@ impl Blob {
                 copy,
                 fill,
                 lat,
+                pin,
             },
             modified: None,
             checked_ms: 0.into(),
@@ -454,6 +467,7 @@ impl Blob {
                     path,
                     fill,
                     lat,
+                    pin,
                     ..
                 },
             ) => {
@@ -465,8 +479,10 @@ impl Blob {
                     // Hedged like every other read: an open's footer reads came here, and
                     // one stalled request held the whole open 2 s (docs/BENCHMARKS.md,
                     // "opening a dataset in a bucket").
-                    None => block_on(hedge::hedged(lat, || store.get_ranges(path, ranges)))?
-                        .map_err(|e| store_error(&self.name, e)),
+                    None => block_on(hedge::hedged(lat, || {
+                        pinned::get_ranges(&**store, path, ranges, pin.as_deref())
+                    }))?
+                    .map_err(|e| store_error(&self.name, e)),
                 }
             }
             (None, Inner::Local(_)) => Err(Error::Internal("a local blob without its file".into())),
@@ -516,7 +532,11 @@ impl Blob {
     /// files: the page cache reads ahead for them). [`join`] waits for the result.
     pub fn fetch_ahead(&self, ranges: Vec<Range<u64>>) -> Option<Fetch<Vec<Bytes>>> {
         let Inner::Remote {
-            store, path, lat, ..
+            store,
+            path,
+            lat,
+            pin,
+            ..
         } = &self.inner
         else {
             return None;
@@ -528,12 +548,19 @@ impl Blob {
             return None;
         }
         let rt = RUNTIME.as_ref().ok()?;
-        let (store, path, name, lat) =
-            (store.clone(), path.clone(), self.name.clone(), lat.clone());
+        let (store, path, name, lat, pin) = (
+            store.clone(),
+            path.clone(),
+            self.name.clone(),
+            lat.clone(),
+            pin.clone(),
+        );
         Some(rt.spawn(async move {
-            hedge::hedged(&lat, || store.get_ranges(&path, &ranges))
-                .await
-                .map_err(|e| store_error(&name, e))
+            hedge::hedged(&lat, || {
+                pinned::get_ranges(&*store, &path, &ranges, pin.as_deref())
+            })
+            .await
+            .map_err(|e| store_error(&name, e))
         }))
     }
 

@@ -310,8 +310,9 @@ impl Blob {
         // A cached copy of the version the listing that named this object gave is read as
         // it is, with no HEAD: a Parquet dataset's open paid a round trip per file for it
         // (docs/BENCHMARKS.md, "opening a dataset in a bucket"). Without such a copy the HEAD
-        // stays: ranged reads carry no version, so a size taken from a listing made long
-        // before (a job's, which a Ray worker adopts) would cut an object rewritten since.
+        // (or the tail's GET) stays: it gives the size and the ETag that ranged reads are
+        // pinned to, where a listing made long before (a job's, which a Ray worker adopts)
+        // would have every read of an object rewritten since refused.
         if let (Some(c), Some(known)) = (&cache, cache::known(entry)) {
             if let Some(file) = cache::cached_copy(c, entry, known) {
                 let _ = copy.set(file);

@@ -517,7 +517,7 @@ pub(crate) fn start_fill(
     }
     let file = fill.file()?.try_clone().ok()?;
     let n = version.size.div_ceil(PART) as usize;
-    let pin = super::pinned::if_match(version.etag.as_deref());
+    let pin = super::pinned::if_match(url, version.etag.as_deref());
     let filling = Arc::new(Filling {
         file,
         size: version.size,

@@ -340,7 +340,7 @@ impl Blob {
         };
         cache::saw(entry, meta.size, meta.e_tag.as_deref());
         let size = meta.size;
-        let pin = pinned::if_match(meta.e_tag.as_deref());
+        let pin = pinned::if_match(entry, meta.e_tag.as_deref());
         let version = disk::Version {
             size,
             etag: meta.e_tag,

@@ -17,11 +17,16 @@ use object_store::{
     coalesce_ranges, GetOptions, GetRange, ObjectStore, OBJECT_STORE_COALESCE_DEFAULT,
 };
 
-/// The `If-Match` value that pins reads to `etag`. None for a weak ETag (`W/"…"`): RFC 9110
-/// compares `If-Match` strongly, so a server that gives one (a web server compressing on the
-/// fly) would refuse every read.
-pub(super) fn if_match(etag: Option<&str>) -> Option<String> {
-    etag.filter(|e| !e.starts_with("W/")).map(str::to_owned)
+/// The `If-Match` value that pins reads of `url` to `etag`. None for a weak ETag (`W/"…"`):
+/// RFC 9110 compares `If-Match` strongly, so a server that gives one (a web server compressing
+/// on the fly) would refuse every read. None for a plain web server (`http(s)://`) too: there
+/// an ETag is the answering host's (nginx's is the file's mtime and size), and the replicas
+/// behind one name, holding the same bytes under other mtimes, would refuse each other's.
+/// The buckets (`s3://`, `gs://`, `az://`) give one ETag per version of an object.
+pub(super) fn if_match(url: &str, etag: Option<&str>) -> Option<String> {
+    let web = url.starts_with("http://") || url.starts_with("https://");
+    etag.filter(|e| !web && !e.starts_with("W/"))
+        .map(str::to_owned)
 }
 
 /// The bytes of `range`, refused by the store (`Error::Precondition`) when the object's ETag
@@ -70,10 +75,17 @@ mod tests {
     }
 
     #[test]
-    fn weak_etags_pin_nothing() {
-        assert_eq!(if_match(Some("\"abc\"")).as_deref(), Some("\"abc\""));
-        assert_eq!(if_match(Some("W/\"abc\"")), None);
-        assert_eq!(if_match(None), None);
+    fn weak_etags_and_web_servers_pin_nothing() {
+        let s3 = "s3://b/k";
+        assert_eq!(if_match(s3, Some("\"abc\"")).as_deref(), Some("\"abc\""));
+        assert_eq!(
+            if_match("gs://b/k", Some("\"abc\"")).as_deref(),
+            Some("\"abc\"")
+        );
+        assert_eq!(if_match(s3, Some("W/\"abc\"")), None);
+        assert_eq!(if_match(s3, None), None);
+        assert_eq!(if_match("https://host/k", Some("\"abc\"")), None);
+        assert_eq!(if_match("http://host/k", Some("\"abc\"")), None);
     }
 
     #[test]
@@ -99,7 +111,7 @@ mod tests {
                 .await
                 .unwrap_err();
             assert!(matches!(e, object_store::Error::Precondition { .. }), "{e}");
-            let e = get_range(&store, &path, 4..6, if_match(pin))
+            let e = get_range(&store, &path, 4..6, if_match("s3://b/data/a.bin", pin))
                 .await
                 .unwrap_err();
             assert!(matches!(e, object_store::Error::Precondition { .. }), "{e}");

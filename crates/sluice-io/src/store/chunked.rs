@@ -10,7 +10,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use sluice_core::{Error, Result};
 
-use super::{join, Blob, Fetch, Inner, STREAM_CHUNK};
+use super::blob::Inner;
+use super::{join, Blob, Fetch, STREAM_CHUNK};
 
 /// Sequential reads over ranged requests, the next chunk always in flight while this one is
 /// read (so a bucket's latency overlaps the reader's work): memory is two chunks.

@@ -1,3 +1,4 @@
+use super::blob::CHECK_EVERY_MS;
 use super::*;
 
 #[test]

@@ -1,5 +1,5 @@
 """A small S3-compatible server for benchmarks and tests: a local directory served as every
-bucket (GET with ranges, HEAD, PUT, ListObjectsV2 with prefix and delimiter; `If-None-Match`
+bucket (GET with ranges, HEAD, PUT, DELETE and DeleteObjects, ListObjectsV2 with prefix and delimiter; `If-None-Match`
 answered 304 while the ETag holds and `If-Match` 412 once it does not, as S3 does), holding back the
 first byte of every response by a fixed delay, as a distant bucket's first-byte latency does.
 GCS's XML API is the same protocol with an OAuth bearer token: `--bearer TOKEN` checks it (the
@@ -35,8 +35,10 @@ import asyncio
 import datetime
 import email.utils
 import hashlib
+import html
 import json
 import os
+import re
 import stat as statmode
 import tempfile
 import time
@@ -121,6 +123,13 @@ class Bucket:
         os.replace(tmp, p)
         return self.stat(key)
 
+    def delete(self, key: str) -> None:
+        """Removes `key`'s file; a key that is not there is no error (S3 answers 204 either way)."""
+        p = self.path(key)
+        if p is not None:
+            p.unlink(missing_ok=True)
+        self.forget(key)
+
     def listing(self, bucket: str, prefix: str, delimiter: str) -> bytes:
         self.walk(prefix)
         contents, prefixes = [], set()
@@ -201,6 +210,17 @@ async def handle(reader, writer, bucket: Bucket, delay: float, bearer: str | Non
                     status, body = "400 Bad Request", b"<Error><Code>InvalidObjectName</Code></Error>"
                 else:
                     extra["ETag"] = f"\"{st[2]}\""
+            elif method == "DELETE" and key:
+                bucket.delete(key)
+                status = "204 No Content"
+            elif method == "POST" and not key and "delete" in url.query.split("&"):
+                # DeleteObjects: the keys of a <Delete> document, each answered as deleted.
+                keys = [html.unescape(k) for k in re.findall(r"<Key>(.*?)</Key>", payload.decode())]
+                for k in keys:
+                    bucket.delete(k)
+                body = ("<DeleteResult>" + "".join(f"<Deleted><Key>{escape(k)}</Key></Deleted>" for k in keys)
+                        + "</DeleteResult>").encode()
+                extra["Content-Type"] = "application/xml"
             elif method not in ("GET", "HEAD"):
                 status, body = "405 Method Not Allowed", b"<Error><Code>MethodNotAllowed</Code></Error>"
             elif (st := bucket.stat(key)) is None:

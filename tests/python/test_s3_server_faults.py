@@ -63,7 +63,18 @@ def test_ranges_and_head(root):
         status, headers, body, _ = req("HEAD", "/bkt/d/a.bin")
         assert (status, headers["Content-Length"], body) == (200, "1024", b"")
         assert req("GET", "/bkt/d/nope")[0] == 404
-        assert req("DELETE", "/bkt/d/a.bin")[0] == 405
+        assert req("POST", "/bkt/d/a.bin")[0] == 405
+        # If-Match: the object's ETag reads on, another one is refused (412), as S3 does.
+        etag = headers["ETag"]
+        assert req("GET", "/bkt/d/a.bin", {"If-Match": etag, "Range": "bytes=0-3"})[2] == data[:4]
+        assert req("GET", "/bkt/d/a.bin", {"If-Match": '"other"'})[0] == 412
+        # DELETE and DeleteObjects remove the files; a key that is not there is no error.
+        assert req("DELETE", "/bkt/d/a.bin")[0] == 204 and not (root / "d" / "a.bin").exists()
+        assert req("DELETE", "/bkt/d/a.bin")[0] == 204
+        (root / "d" / "x.bin").write_bytes(b"x")
+        doc = b"<Delete><Object><Key>d/x.bin</Key></Object><Object><Key>d/gone</Key></Object></Delete>"
+        status, _, body, _ = req("POST", "/bkt?delete", body=doc)
+        assert status == 200 and b"<Key>d/x.bin</Key>" in body and not (root / "d" / "x.bin").exists()
 
 
 def test_stalls_delay_object_gets_only(root):

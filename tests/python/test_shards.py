@@ -142,3 +142,31 @@ def test_shards_in_a_bucket_written_and_read_by_ranged_gets(tmp_path, _keys):
         assert sorted(_ids(ds.shuffle(seed=2))) == list(range(40))
         gets = [g for g in object_gets(log) if g["key"].endswith(".tar")]
         assert gets and all(g.get("range") for g in gets)
+
+
+def test_a_shorter_rewrite_in_a_bucket_leaves_none_of_the_longer_run_behind(tmp_path, _keys):
+    """Rewritten with fewer shards (or part files), a bucket prefix kept the earlier run's
+    extra ones — a folder deletes them, a prefix did not — and reading the prefix gave the new
+    samples followed by 32 old ones, without a word. Now the stale objects are deleted, and the
+    earlier manifest before any shard is written, as in a folder."""
+    root = tmp_path / "bucket"
+    root.mkdir()
+    with s3_server(root) as endpoint:
+        sluice.configure_storage("s3://bkt", endpoint=endpoint, allow_http=True)
+        old = sluice.from_items([{"__key__": f"old{i:03d}", "txt": "o" * 1000} for i in range(40)])
+        new = sluice.from_items([{"__key__": f"new{i:03d}", "txt": "n" * 1000} for i in range(8)])
+        assert len(old.write_shards("s3://bkt/shards/", shard_size=5000)) == 10
+        assert len(new.write_shards("s3://bkt/shards/", shard_size=5000)) == 2
+        assert sorted(p.name for p in (root / "shards").iterdir()) == [
+            "index.json", "part-00000.tar", "part-00000.tar.idx", "part-00001.tar", "part-00001.tar.idx"]
+        want = [f"new{i:03d}" for i in range(8)]
+        assert [s["__key__"] for s in sluice.read_webdataset("s3://bkt/shards/", cache_dir=False)] == want
+        assert [s["__key__"] for s in sluice.read_webdataset("s3://bkt/shards/", index=True, cache_dir=False)] == want
+        assert json.loads((root / "shards" / "index.json").read_text())["samples"] == 8
+        # The part files of write_parquet and write_jsonl alike.
+        rows = lambda tag, n: sluice.from_items([{"k": f"{tag}{i}"} for i in range(n)])  # noqa: E731
+        for write, read, ext in (("write_parquet", sluice.read_parquet, "parquet"), ("write_jsonl", sluice.read_jsonl, "jsonl")):
+            assert len(getattr(rows("old", 30), write)(f"s3://bkt/{ext}/", rows_per_file=10)) == 3
+            assert len(getattr(rows("new", 5), write)(f"s3://bkt/{ext}/", rows_per_file=10)) == 1
+            assert [p.name for p in (root / ext).iterdir()] == [f"part-00000.{ext}"]
+            assert [s["k"] for s in read(f"s3://bkt/{ext}/", cache_dir=False)] == [f"new{i}" for i in range(5)]

@@ -99,8 +99,10 @@ pub fn write_shards(
     }
     prepare_dir(dir)?;
     let manifest_path = format!("{}/index.json", dir.trim_end_matches('/'));
-    if !crate::store::is_url(dir) {
-        // A manifest of an earlier run must not name shards this run is replacing.
+    // A manifest of an earlier run must not name shards this run is replacing.
+    if crate::store::is_url(dir) {
+        crate::store::delete(&manifest_path)?;
+    } else {
         match std::fs::remove_file(&manifest_path) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                 return Err(Error::io(&manifest_path, e))

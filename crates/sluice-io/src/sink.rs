@@ -92,23 +92,25 @@ pub(crate) fn create_temp(dest: &std::path::Path) -> Result<(std::path::PathBuf,
     }
 }
 
-/// Removes `part-NNNNN.ext` files other than the `written` ones, left by an earlier run
-/// (local directories only), so the directory holds exactly this run's output.
+/// Removes `part-NNNNN.ext` files (or objects, under a bucket prefix) other than the `written`
+/// ones, left by an earlier, longer run, so the directory holds exactly this run's output: a
+/// reader of the folder would otherwise take the old parts for part of the new output.
 pub(crate) fn remove_stale(dir: &str, written: &[String], ext: &str) -> Result<()> {
+    let suffix = format!(".{ext}");
+    let stale = |name: &str| {
+        let is_part = name
+            .strip_prefix("part-")
+            .and_then(|r| r.strip_suffix(suffix.as_str()))
+            .is_some_and(|n| n.parse::<usize>().is_ok());
+        is_part && !written.iter().any(|w| w.rsplit('/').next() == Some(name))
+    };
     if is_url(dir) {
-        return Ok(());
+        return crate::store::delete_where(dir, stale);
     }
     let entries = std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        let is_part = name
-            .strip_prefix("part-")
-            .and_then(|r| r.strip_suffix(&format!(".{ext}")))
-            .is_some_and(|n| n.parse::<usize>().is_ok());
-        let ours = written
-            .iter()
-            .any(|w| w.rsplit('/').next() == Some(name.as_str()));
-        if is_part && !ours {
+        if stale(&name) {
             std::fs::remove_file(entry.path()).map_err(|e| Error::io(name, e))?;
         }
     }

@@ -213,6 +213,55 @@ pub(crate) fn store_error(url: &str, e: object_store::Error) -> Error {
     }
 }
 
+/// Deletes the objects directly under the bucket prefix `dir` whose file names `stale` picks
+/// (what a writer's earlier, longer run left beside this run's output).
+pub(crate) fn delete_where(dir: &str, stale: impl Fn(&str) -> bool) -> Result<()> {
+    let (store, prefix, _) = store_for(dir)?;
+    let prefix = ObjPath::from(prefix.trim_end_matches('/'));
+    let listed =
+        block_on(store.list_with_delimiter(Some(&prefix)))?.map_err(|e| store_error(dir, e))?;
+    let names: Vec<String> = listed
+        .objects
+        .iter()
+        .filter_map(|m| m.location.filename())
+        .filter(|n| stale(n))
+        .map(|n| format!("{}/{n}", dir.trim_end_matches('/')))
+        .collect();
+    delete_all(&store, &names, dir)
+}
+
+/// Deletes the object at `url`; one that is not there is no error.
+pub(crate) fn delete(url: &str) -> Result<()> {
+    let (store, _, _) = store_for(url)?;
+    delete_all(&store, &[url.to_string()], url)
+}
+
+/// Deletes `urls` (objects of `store`) in the store's bulk requests (S3's DeleteObjects: up to
+/// 1,000 a request); those not there are no error. What this process saw of them is forgotten.
+/// A failure is named after `what` (the prefix or object the caller deletes).
+fn delete_all(store: &Arc<dyn ObjectStore>, urls: &[String], what: &str) -> Result<()> {
+    use futures::{StreamExt, TryStreamExt};
+    if urls.is_empty() {
+        return Ok(());
+    }
+    let paths = urls
+        .iter()
+        .map(|u| split_url(u).map(|(_, p)| ObjPath::from(p)))
+        .collect::<Result<Vec<_>>>()?;
+    let gone = block_on(
+        store
+            .delete_stream(futures::stream::iter(paths.into_iter().map(Ok)).boxed())
+            .map(|r| match r {
+                Err(object_store::Error::NotFound { .. }) => Ok(()),
+                r => r.map(|_| ()),
+            })
+            .try_collect::<Vec<()>>(),
+    )?;
+    urls.iter().for_each(|u| cache::forget(u));
+    gone.map_err(|e| store_error(what, e))?;
+    Ok(())
+}
+
 /// Writes `data` to `dest` (a local path or a URL) atomically: local files go to a hidden
 /// temporary name beside `dest` and are renamed; object stores make an object visible only
 /// when its upload completes.

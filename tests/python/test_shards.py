@@ -170,3 +170,56 @@ def test_a_shorter_rewrite_in_a_bucket_leaves_none_of_the_longer_run_behind(tmp_
             assert len(getattr(rows("new", 5), write)(f"s3://bkt/{ext}/", rows_per_file=10)) == 1
             assert [p.name for p in (root / ext).iterdir()] == [f"part-00000.{ext}"]
             assert [s["k"] for s in read(f"s3://bkt/{ext}/", cache_dir=False)] == [f"new{i}" for i in range(5)]
+
+
+def test_a_folder_with_a_manifest_is_read_as_the_shards_it_names(tmp_path):
+    """`index.json` is the converted dataset's definition, not a listing of its folder: a
+    folder that holds a stray shard beside the ones it names reads the named ones, in its order,
+    and a named shard written again with another sample count is refused, by the indexed
+    WebDataset reader and by read_parquet."""
+    out, files = _shards(tmp_path)
+    named = json.loads((out / "index.json").read_text())["shards"]
+    (out / "part-00099.tar").write_bytes((out / "part-00000.tar").read_bytes())
+    assert _ids(sluice.read_webdataset(str(out))) == list(range(60))
+    assert _ids(sluice.read_webdataset(str(out), index=True)) == list(range(60))
+    # Another conversion's shard of 5 samples under a name the manifest gives 2 or 3.
+    other = sluice.from_items([{"__key__": f"x{i}", "jpg": b"x"} for i in range(5)])
+    other.write_shards(str(tmp_path / "other"), shard_size="1MB")
+    (out / named[1]["file"]).write_bytes((tmp_path / "other" / "part-00000.tar").read_bytes())
+    (out / (named[1]["file"] + ".idx")).unlink()
+    assert named[1]["samples"] != 5
+    with pytest.raises(sluice.SluiceError, match=r"part-00001\.tar: 5 samples where its index\.json says"):
+        sluice.read_webdataset(str(out), index=True)
+    pq_out = tmp_path / "pq"
+    sluice.from_items([{"k": i} for i in range(30)]).write_shards(str(pq_out), format="parquet", shard_size=100)
+    pq_named = json.loads((pq_out / "index.json").read_text())["shards"]
+    assert len(pq_named) > 1 and pq_named[0]["samples"] != 7
+    assert [s["k"] for s in sluice.read_parquet(str(pq_out))] == list(range(30))
+    sluice.from_items([{"k": i} for i in range(7)]).write_shards(str(tmp_path / "pq7"), format="parquet")
+    (pq_out / pq_named[0]["file"]).write_bytes((tmp_path / "pq7" / "part-00000.parquet").read_bytes())
+    with pytest.raises(sluice.SluiceError, match=r"part-00000\.parquet: 7 samples where its index\.json says"):
+        sluice.read_parquet(str(pq_out))
+
+
+def test_an_unfinished_conversion_is_refused_not_read_in_part(tmp_path, _keys):
+    """A conversion deletes the folder's manifest before it writes a shard and writes it again
+    last. A folder of write_shards tar shards (their .idx files say so) without one is a
+    conversion still running, or one that died: reading it gave whichever shards were there.
+    Named by a glob, the shards are read as they are."""
+    out, files = _shards(tmp_path)
+    (out / "index.json").unlink()
+    for index in (False, True):
+        with pytest.raises(sluice.SluiceError, match="without their index.json: a conversion that did not finish"):
+            sluice.read_webdataset(str(out), index=index)
+    assert _ids(sluice.read_webdataset(str(out / "part-*.tar"))) == list(range(60))
+    root = tmp_path / "bucket"
+    (root / "shards").mkdir(parents=True)
+    with s3_server(root) as endpoint:
+        sluice.configure_storage("s3://bkt", endpoint=endpoint, allow_http=True)
+        src = sluice.from_items([{"__key__": f"k{i:03d}", "txt": "t" * 500} for i in range(12)])
+        src.write_shards("s3://bkt/shards/", shard_size=2000)
+        want = [f"k{i:03d}" for i in range(12)]
+        assert [s["__key__"] for s in sluice.read_webdataset("s3://bkt/shards/", cache_dir=False)] == want
+        (root / "shards" / "index.json").unlink()
+        with pytest.raises(sluice.SluiceError, match="without their index.json"):
+            sluice.read_webdataset("s3://bkt/shards/", cache_dir=False)

@@ -16,6 +16,7 @@ pub mod compressed;
 pub mod csv;
 pub mod files;
 pub mod lines;
+pub mod manifest;
 pub mod npy;
 mod open;
 pub mod parquet;

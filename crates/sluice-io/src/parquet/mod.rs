@@ -29,7 +29,6 @@ use sluice_core::{Error, Result, Sample, SampleStream, Source, SourceRef};
 
 use crate::arrow_conv::{read_fields, row_to_sample, rows_to_batch, rows_to_columns};
 use crate::spec::SourceSpec;
-use crate::store::expand;
 pub use cache::CACHED_ROW_GROUPS;
 use file::{open_file, PqFile};
 
@@ -78,12 +77,19 @@ impl ParquetSource {
     /// Reads the footers of every file matched by `entries` (paths, directories, globs, URLs);
     /// `columns` projects (and orders) the columns read.
     pub fn open(entries: &[String], columns: Option<&[String]>) -> Result<Self> {
-        let paths = expand(entries, Some(&["parquet", "pq"]))?;
+        let (paths, expected) = crate::manifest::expand_shards(
+            entries,
+            &["parquet", "pq"],
+            crate::shard_writer::ShardFormat::Parquet,
+        )?;
         let mut files = Vec::with_capacity(paths.len());
         let mut file_starts = vec![0u64];
         let mut first: Option<SchemaRef> = None;
-        for (path, opened) in paths.iter().zip(open_all(&paths, columns)) {
+        let opened = paths.iter().zip(open_all(&paths, columns)).zip(&expected);
+        for ((path, opened), &want) in opened {
             let (file, schema) = opened?;
+            let rows = file.rg_starts.last().copied().unwrap_or(0);
+            crate::manifest::check_samples(path, want, rows)?;
             match &first {
                 None => first = Some(schema),
                 Some(s) if s.fields() != schema.fields() => {

@@ -15,6 +15,7 @@ use sluice_core::{Error, Result, Sample, Source, SourceRef};
 use super::index::{load_or_build, Ranged, ShardIndex};
 use super::members::{broken, Grouper};
 use super::WdsOptions;
+use crate::shard_writer::ShardFormat;
 use crate::spec::{SourceSpec, WdsIndex};
 use crate::store::Blob;
 
@@ -101,8 +102,12 @@ impl IndexedWebDataset {
             WdsIndex::Flag(true) => None,
             WdsIndex::Dir(d) => Some(d.as_str()),
         };
-        let paths = crate::compressed::expand(entries, Some(&["tar"]))?;
+        let (paths, expected) =
+            crate::manifest::expand_shards(entries, &["tar"], ShardFormat::Webdataset)?;
         let shards = build_all(&paths, dir, &opts)?;
+        for (s, &want) in shards.iter().zip(&expected) {
+            crate::manifest::check_samples(&s.name, want, s.index.samples())?;
+        }
         let mut starts = Vec::with_capacity(shards.len() + 1);
         let mut total = 0u64;
         for s in &shards {

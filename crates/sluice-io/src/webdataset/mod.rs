@@ -140,7 +140,11 @@ impl WebDatasetSource {
         if opts.max_member_size == 0 {
             return Err(Error::invalid("max_member_size must be > 0"));
         }
-        let all = crate::compressed::expand(entries, Some(&["tar"]))?;
+        let (all, _) = crate::manifest::expand_shards(
+            entries,
+            &["tar"],
+            crate::shard_writer::ShardFormat::Webdataset,
+        )?;
         let all = Arc::new(all);
         let shards = match rank {
             None => (*all).clone(),

@@ -221,5 +221,6 @@ def test_an_unfinished_conversion_is_refused_not_read_in_part(tmp_path, _keys):
         want = [f"k{i:03d}" for i in range(12)]
         assert [s["__key__"] for s in sluice.read_webdataset("s3://bkt/shards/", cache_dir=False)] == want
         (root / "shards" / "index.json").unlink()
-        with pytest.raises(sluice.SluiceError, match="without their index.json"):
-            sluice.read_webdataset("s3://bkt/shards/", cache_dir=False)
+        for prefix in ("s3://bkt/shards/", "s3://bkt/shards"):
+            with pytest.raises(sluice.SluiceError, match="without their index.json"):
+                sluice.read_webdataset(prefix, cache_dir=False)

@@ -112,12 +112,15 @@ pub fn check_samples(path: &str, expected: Option<u64>, found: u64) -> Result<()
     }
 }
 
-/// Whether `entry` names a folder (a local directory, or a bucket prefix ending in `/`).
+/// Whether `entry` names a folder: a local directory, or a bucket prefix — ending in `/`, or
+/// whose last part has no extension, as the listing decides ([`crate::store::expand`]).
 fn is_folder(entry: &str) -> bool {
-    let glob = entry.contains(['*', '?', '[']);
+    if entry.contains(['*', '?', '[']) {
+        return false;
+    }
     match is_url(entry) {
-        true => entry.ends_with('/') && !glob,
-        false => !glob && std::path::Path::new(entry).is_dir(),
+        true => entry.ends_with('/') || !entry.rsplit('/').next().unwrap_or_default().contains('.'),
+        false => std::path::Path::new(entry).is_dir(),
     }
 }
 
@@ -176,6 +179,12 @@ fn read(url: &str, format: ShardFormat) -> Result<Option<Vec<(String, u64)>>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn prefixes_are_folders_as_listings_take_them() {
+        assert!(is_folder("s3://b/shards/") && is_folder("s3://b/shards"));
+        assert!(!is_folder("s3://b/shards/part-00000.tar") && !is_folder("s3://b/shards/*.tar"));
+    }
 
     #[test]
     fn shard_indexes_are_told_from_other_files() {

@@ -321,7 +321,7 @@ pub(crate) async fn fetch_object(
                 }
             }
         }
-        if started.elapsed() > WAIT_FOR_OTHER {
+        if started.elapsed() > WAIT_FOR_OTHER || cache.known_full() {
             let got = get_whole(&store, &path, &url, &lat, None).await?;
             return Ok(got.map(|g| g.0).unwrap_or_default());
         }

@@ -315,6 +315,14 @@ impl DiskCache {
         Some(Cached { file, version })
     }
 
+    /// Whether this process found the cache full (nothing it may evict) and something may
+    /// leave only later: a download is then read without being offered to the cache, which
+    /// would only take its locks to say no (a capped epoch's misses paid more CPU than
+    /// reads without the cache: docs/BENCHMARKS.md, "a full cache's misses").
+    pub fn known_full(&self) -> bool {
+        self.reuse.full_at(SystemTime::now())
+    }
+
     /// Whether a file for `url` is in place — one `stat`, with no check of its trailer: a
     /// planning hint, for callers whose later [`DiskCache::lookup`] handles a miss.
     pub fn holds(&self, url: &str) -> bool {

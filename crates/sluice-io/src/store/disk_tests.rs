@@ -348,12 +348,15 @@ fn a_full_cache_keeps_objects_a_loop_reuses_and_evicts_idle_ones() {
         .collect();
     assert_eq!(first, (0..first.len() as u64).collect::<Vec<_>>());
     assert!(first.len() >= 17, "{first:?}");
+    // Known full: the next misses are read without being offered to it (`fetch_object`).
+    assert!(cache.known_full());
     // An epoch long ago (idle 961-1,000 s, past the window): plain LRU, and the cache ends
     // holding the last ones stored.
     for i in first {
         age(&format!("s3://now/{i}"), ago(5000));
     }
     cache.reuse.forget_full();
+    assert!(!cache.known_full());
     for i in 0..40 {
         let url = format!("s3://b/{i}");
         put(&cache, &url, &vec![i as u8; 1000]);

@@ -118,7 +118,18 @@ impl Blob {
                 let _ = copy.set(file);
                 // Read from the copy, so no request needs the version pinned.
                 return Ok((
-                    Blob::remote(entry, known.0, store, path, copy, None, lat, None),
+                    Blob::remote(
+                        entry,
+                        known.0,
+                        Inner::Remote {
+                            store,
+                            path,
+                            copy,
+                            fill: None,
+                            lat,
+                            pin: None,
+                        },
+                    ),
                     None,
                 ));
             }
@@ -160,7 +171,15 @@ impl Blob {
             }
         }
         let local = copy.get().is_some();
-        let blob = Blob::remote(entry, size, store, path, copy, fill, lat, pin);
+        let inner = Inner::Remote {
+            store,
+            path,
+            copy,
+            fill,
+            lat,
+            pin,
+        };
+        let blob = Blob::remote(entry, size, inner);
         // Asked by a HEAD (a store without suffix reads: Azure), the tail is read by its
         // bounds now, unless a local copy serves it.
         let got = match got {
@@ -173,28 +192,12 @@ impl Blob {
         Ok((blob, got))
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn remote(
-        name: &str,
-        size: u64,
-        store: Arc<dyn ObjectStore>,
-        path: ObjPath,
-        copy: Arc<OnceLock<File>>,
-        fill: Option<Arc<cache::Filling>>,
-        lat: Arc<hedge::Latency>,
-        pin: Option<String>,
-    ) -> Blob {
+    /// A blob of an object in a store, read through `inner` (an [`Inner::Remote`]).
+    fn remote(name: &str, size: u64, inner: Inner) -> Blob {
         Blob {
             name: name.to_string(),
             size,
-            inner: Inner::Remote {
-                store,
-                path,
-                copy,
-                fill,
-                lat,
-                pin,
-            },
+            inner,
             modified: None,
             checked_ms: 0.into(),
             stale: false.into(),

@@ -22,9 +22,9 @@ pub const MANIFEST: &str = "index.json";
 
 /// The files of `entries` for a reader of `format`'s shards (`exts`: the extensions its
 /// listings keep), with the samples the manifest says each holds (`None` where no manifest
-/// names it): an entry that is a directory or a prefix (ending in `/`) with a manifest of
-/// `format` gives the shards it names; every other entry is expanded as
-/// [`crate::compressed::expand`] does.
+/// names it): an entry that is a directory or a bucket prefix with a manifest of `format`
+/// gives the shards it names; every other entry is expanded as [`crate::compressed::expand`]
+/// does.
 ///
 /// ```
 /// use sluice_core::{Sample, Value};

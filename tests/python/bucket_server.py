@@ -65,5 +65,12 @@ def object_gets(log: pathlib.Path) -> list[dict]:
     return got
 
 
+def asked(gets: list[dict]) -> list[tuple[str, str | None]]:
+    """The (key, range) pairs `gets` asked for, in the order first asked, each once: a hedge
+    repeats a slow request, and whether one is slow enough depends on how busy the machine
+    is, so tests count what was asked for, not how often."""
+    return list(dict.fromkeys((g["key"], g.get("range")) for g in gets))
+
+
 def _gets(log: pathlib.Path) -> list[dict]:
     return [r for r in requests(log) if r["method"] == "GET" and r["key"] and r["status"] in (200, 206)]

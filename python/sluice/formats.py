@@ -72,9 +72,12 @@ class FormatsMixin:
         ``part-00000.tar`` with their member indexes (``part-00000.tar.idx``), read back with
         random access by ``read_webdataset(path, index=True)``; ``format="parquet"`` writes
         ``part-00000.parquet`` files (``read_parquet``). Each shard holds about
-        ``shard_size`` bytes (an int or ``"256MB"``); ``index.json`` lists the shards and
-        their sample counts, written last. Every file appears atomically, and a
-        deterministic pipeline writes the same files byte for byte. Returns the shard files.
+        ``shard_size`` bytes (an int or ``"256MB"``); ``index.json`` says the folder is being
+        written before the first shard and lists the shards and their sample counts last:
+        ``read_webdataset(path)`` and ``read_parquet(path)`` read exactly the shards it lists,
+        and refuse a folder whose conversion has not finished. Every file appears atomically,
+        an earlier, longer run's extra shards are deleted, and a deterministic pipeline writes
+        the same files byte for byte. Returns the shard files.
 
         The pipeline runs on ``num_threads`` threads, or with ``context=`` a Ray context its
         element-wise stages run on the cluster's actors (for big conversions); finished

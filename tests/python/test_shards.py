@@ -202,10 +202,36 @@ def test_a_folder_with_a_manifest_is_read_as_the_shards_it_names(tmp_path):
 
 
 def test_an_unfinished_conversion_is_refused_not_read_in_part(tmp_path, _keys):
-    """A conversion deletes the folder's manifest before it writes a shard and writes it again
-    last. A folder of write_shards tar shards (their .idx files say so) without one is a
-    conversion still running, or one that died: reading it gave whichever shards were there.
-    Named by a glob, the shards are read as they are."""
+    """A conversion writes a manifest saying it is writing before its first shard, and the
+    one naming its shards last. A folder whose conversion died (or is still running) held a
+    mix of the new run's shards and the old run's, and reading it gave them all without a
+    word; now it is refused, whichever reader opens it, until a conversion finishes. A
+    folder of write_shards tar shards with no manifest at all (their .idx files say what
+    wrote them) is refused too. Named by a glob, the shards are read as they are."""
+
+    def dies_at(k):
+        def f(s):
+            if s["k"] == k:
+                raise RuntimeError("the conversion dies here")
+            return s
+        return f
+
+    rows = sluice.from_items([{"__key__": f"k{i:03d}", "k": i, "txt": "t" * 500} for i in range(40)])
+    for fmt, read, glob in (("webdataset", sluice.read_webdataset, "part-*.tar"),
+                            ("parquet", sluice.read_parquet, "part-*.parquet")):
+        out = tmp_path / fmt
+        rows.write_shards(str(out), format=fmt, shard_size=4000)
+        assert json.loads((out / "index.json").read_text())["complete"] is True
+        assert [int(s["k"]) for s in read(str(out))] == list(range(40))
+        with pytest.raises(Exception, match="the conversion dies here"):
+            rows.map(dies_at(30)).write_shards(str(out), format=fmt, shard_size=4000)
+        assert json.loads((out / "index.json").read_text())["complete"] is False
+        with pytest.raises(sluice.SluiceError, match="conversion into it has not finished"):
+            read(str(out))
+        assert len(list(read(str(out / glob)))) >= 30  # the shards as they are, both runs'
+    with pytest.raises(sluice.SluiceError, match="has not finished"):
+        sluice.read_webdataset(str(tmp_path / "webdataset"), index=True)
+    # A folder of an earlier version's conversion that died: shards and indexes, no manifest.
     out, files = _shards(tmp_path)
     (out / "index.json").unlink()
     for index in (False, True):
@@ -216,11 +242,10 @@ def test_an_unfinished_conversion_is_refused_not_read_in_part(tmp_path, _keys):
     (root / "shards").mkdir(parents=True)
     with s3_server(root) as endpoint:
         sluice.configure_storage("s3://bkt", endpoint=endpoint, allow_http=True)
-        src = sluice.from_items([{"__key__": f"k{i:03d}", "txt": "t" * 500} for i in range(12)])
-        src.write_shards("s3://bkt/shards/", shard_size=2000)
-        want = [f"k{i:03d}" for i in range(12)]
-        assert [s["__key__"] for s in sluice.read_webdataset("s3://bkt/shards/", cache_dir=False)] == want
-        (root / "shards" / "index.json").unlink()
+        rows.write_shards("s3://bkt/shards/", shard_size=4000)
+        assert [int(s["k"]) for s in sluice.read_webdataset("s3://bkt/shards/", cache_dir=False)] == list(range(40))
+        with pytest.raises(Exception, match="the conversion dies here"):
+            rows.map(dies_at(30)).write_shards("s3://bkt/shards/", shard_size=4000)
         for prefix in ("s3://bkt/shards/", "s3://bkt/shards"):
-            with pytest.raises(sluice.SluiceError, match="without their index.json"):
+            with pytest.raises(sluice.SluiceError, match="has not finished"):
                 sluice.read_webdataset(prefix, cache_dir=False)

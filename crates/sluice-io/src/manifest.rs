@@ -5,9 +5,11 @@
 //! each shard must still hold the samples it names. A listing of the folder is not the
 //! dataset: while a conversion rewrites it, or after one was interrupted, the folder holds
 //! shards of two runs side by side, and a reader would take them all without a word. A
-//! folder of `write_shards` tar shards with no manifest (the `.idx` files beside the shards
-//! say what wrote them) is a conversion that has not finished, and is refused rather than
-//! read in part. (Mosaic's MDS and LitData read their `index.json` the same way.)
+//! conversion writes a manifest saying it is writing (`"complete": false`) before its first
+//! shard; a folder with that one, or with `write_shards` tar shards and no manifest at all
+//! (the `.idx` files beside them say what wrote them: a folder of an earlier version), is a
+//! conversion that has not finished, and is refused rather than read in part. (Mosaic's MDS
+//! and LitData read their `index.json` as the dataset's definition too.)
 
 use std::collections::HashSet;
 
@@ -153,6 +155,14 @@ fn read(url: &str, format: ShardFormat) -> Result<Option<Vec<(String, u64)>>> {
     if doc.get("format").and_then(|f| f.as_str()) != Some(want) {
         return Ok(None);
     }
+    if doc.get("complete").and_then(|c| c.as_bool()) == Some(false) {
+        let dir = url.strip_suffix(MANIFEST).unwrap_or(url);
+        return Err(Error::data(format!(
+            "{dir}: a write_shards conversion into it has not finished (its {MANIFEST} says so): \
+             it is still writing, or it died; run it again (or name the shards, \
+             '{dir}part-*', to read them as they are)"
+        )));
+    }
     let shards = doc
         .get("shards")
         .and_then(|s| s.as_array())
@@ -221,6 +231,10 @@ mod tests {
         .unwrap();
         let e = read(m, ShardFormat::Parquet).unwrap_err().to_string();
         assert!(e.contains("plain file name"), "{e}");
+        std::fs::write(m, br#"{"format":"parquet","complete":false}"#).unwrap();
+        let e = read(m, ShardFormat::Parquet).unwrap_err().to_string();
+        assert!(e.contains("has not finished"), "{e}");
+        assert!(read(m, ShardFormat::Webdataset).unwrap().is_none());
         // Some other file of that name is not a manifest: the folder is listed.
         std::fs::write(m, b"{not json").unwrap();
         assert!(read(m, ShardFormat::Parquet).unwrap().is_none());

@@ -5,8 +5,10 @@
 //! `shard_bytes` long, then `index.json` listing them.
 //!
 //! Every file appears atomically (a temporary renamed into place locally, one completed
-//! upload in a store); a shard's index file appears before its shard, and `index.json` last,
-//! so a reader that finds `index.json` finds every shard it names complete. Shards are cut
+//! upload in a store); a shard's index file appears before its shard. `index.json` comes
+//! first saying the folder is being written (`"complete": false`) and last naming the shards,
+//! so a reader that finds it complete finds every shard it names complete, and one that finds
+//! it incomplete knows the conversion is running or died ([`crate::manifest`]). Shards are cut
 //! from the samples in order, so a deterministic pipeline writes the same files byte for
 //! byte. Finished shards are synced or uploaded on background threads (at most
 //! [`PUBLISHING`] at once) while the next one is written.
@@ -99,28 +101,29 @@ pub fn write_shards(
     }
     prepare_dir(dir)?;
     let manifest_path = format!("{}/index.json", dir.trim_end_matches('/'));
-    // A manifest of an earlier run must not name shards this run is replacing.
-    if crate::store::is_url(dir) {
-        crate::store::delete(&manifest_path)?;
-    } else {
-        match std::fs::remove_file(&manifest_path) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                return Err(Error::io(&manifest_path, e))
-            }
-            _ => {}
-        }
-    }
+    let format = match opts.format {
+        ShardFormat::Webdataset => "webdataset",
+        ShardFormat::Parquet => "parquet",
+    };
+    let json = |v: serde_json::Value| {
+        serde_json::to_vec_pretty(&v).map_err(|e| Error::Internal(e.to_string()))
+    };
+    // Before any shard, over an earlier run's manifest (which must not name shards this run
+    // replaces): one that says the folder is being written, which readers refuse until the
+    // last one replaces it — or, if this run dies, until a run finishes.
+    let writing = serde_json::json!({ "format": format, "complete": false });
+    write_atomic(&manifest_path, json(writing)?)?;
     let listed = match opts.format {
         ShardFormat::Webdataset => write_tar_shards(samples, dir, opts.shard_bytes)?,
         ShardFormat::Parquet => write_parquet_shards(samples, dir, opts.shard_bytes)?,
     };
     let manifest = serde_json::json!({
-        "format": match opts.format { ShardFormat::Webdataset => "webdataset", ShardFormat::Parquet => "parquet" },
+        "format": format,
+        "complete": true,
         "samples": listed.iter().map(|l| l.samples).sum::<u64>(),
         "shards": listed,
     });
-    let text = serde_json::to_vec_pretty(&manifest).map_err(|e| Error::Internal(e.to_string()))?;
-    write_atomic(&manifest_path, text)?;
+    write_atomic(&manifest_path, json(manifest)?)?;
     Ok(listed.into_iter().map(|l| l.path).collect())
 }
 

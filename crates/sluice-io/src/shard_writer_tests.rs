@@ -111,14 +111,18 @@ fn keys_that_would_not_read_back_are_refused() {
         let e = write_shards(samples, &d, &opts(ShardFormat::Webdataset, 1 << 20)).unwrap_err();
         assert!(e.to_string().contains(want), "{e}");
     }
-    // A failing stream publishes nothing new: no shard, no temporary.
+    // A failing stream publishes no shard and no temporary; the manifest it left says the
+    // folder's conversion did not finish, so readers refuse it.
     let failing = rows(2).chain(std::iter::once(Err(Error::data("boom"))));
     assert!(write_shards(failing, &d, &opts(ShardFormat::Webdataset, 1 << 20)).is_err());
     let left: Vec<_> = std::fs::read_dir(dir.path())
         .unwrap()
         .map(|e| e.unwrap().file_name())
         .collect();
-    assert!(left.is_empty(), "{left:?}");
+    assert_eq!(left, ["index.json"]);
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("index.json")).unwrap()).unwrap();
+    assert_eq!(manifest["complete"], false);
 }
 
 #[test]

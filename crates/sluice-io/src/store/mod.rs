@@ -230,12 +230,6 @@ pub(crate) fn delete_where(dir: &str, stale: impl Fn(&str) -> bool) -> Result<()
     delete_all(&store, &names, dir)
 }
 
-/// Deletes the object at `url`; one that is not there is no error.
-pub(crate) fn delete(url: &str) -> Result<()> {
-    let (store, _, _) = store_for(url)?;
-    delete_all(&store, &[url.to_string()], url)
-}
-
 /// Deletes `urls` (objects of `store`) in the store's bulk requests (S3's DeleteObjects: up to
 /// 1,000 a request); those not there are no error. What this process saw of them is forgotten.
 /// A failure is named after `what` (the prefix or object the caller deletes).

@@ -199,6 +199,21 @@ pub fn reader(blob: &Arc<Blob>) -> Result<Box<dyn Read + Send>> {
     }
 }
 
+/// Whether `entry` names a folder whose files a listing gives: a local directory, or a bucket
+/// prefix ([`crate::store::is_prefix`]).
+///
+/// ```
+/// assert!(sluice_io::compressed::is_folder(&std::env::temp_dir().display().to_string()));
+/// assert!(sluice_io::compressed::is_folder("s3://bucket/shards"));
+/// assert!(!sluice_io::compressed::is_folder("s3://bucket/shards/*.tar"));
+/// ```
+pub fn is_folder(entry: &str) -> bool {
+    match is_url(entry) {
+        true => crate::store::is_prefix(entry),
+        false => !entry.contains(['*', '?', '[']) && std::path::Path::new(entry).is_dir(),
+    }
+}
+
 /// [`crate::store::expand`], where a directory or prefix listing filtered by `extensions`
 /// also keeps those files compressed (`x.csv.gz` for `csv`). Files named directly or
 /// matched by a glob are kept whatever their extension.
@@ -209,12 +224,7 @@ pub fn expand(entries: &[String], extensions: Option<&[&str]>) -> Result<Vec<Str
     let with_codecs: Vec<&str> = exts.iter().chain(EXTENSIONS).copied().collect();
     let mut out = Vec::new();
     for entry in entries {
-        let listed = if is_url(entry) {
-            entry.ends_with('/') && !entry.contains(['*', '?', '['])
-        } else {
-            !entry.contains(['*', '?', '[']) && std::path::Path::new(entry).is_dir()
-        };
-        if !listed {
+        if !is_folder(entry) {
             out.extend(expand_all(std::slice::from_ref(entry), Some(exts))?);
             continue;
         }

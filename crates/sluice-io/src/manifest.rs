@@ -15,12 +15,16 @@ use std::collections::HashSet;
 
 use sluice_core::{Error, Result};
 
-use crate::compressed::expand;
+use crate::compressed::{expand, is_folder};
 use crate::shard_writer::ShardFormat;
-use crate::store::is_url;
 
 /// The name of the manifest in a `write_shards` output folder.
 pub const MANIFEST: &str = "index.json";
+
+/// Where the manifest of folder `dir` (a path or a bucket prefix) is.
+pub(crate) fn path_in(dir: &str) -> String {
+    format!("{}/{MANIFEST}", dir.trim_end_matches('/'))
+}
 
 /// The files of `entries` for a reader of `format`'s shards (`exts`: the extensions its
 /// listings keep), with the samples the manifest says each holds (`None` where no manifest
@@ -57,7 +61,7 @@ pub fn expand_shards(
         let with: Vec<&str> = exts.iter().copied().chain(["json", "idx"]).collect();
         let listed = expand(std::slice::from_ref(entry), Some(&with))?;
         let dir = entry.trim_end_matches('/');
-        let manifest = format!("{dir}/{MANIFEST}");
+        let manifest = path_in(dir);
         let named = match listed.contains(&manifest) {
             true => read(&manifest, format)?,
             false => None,
@@ -114,18 +118,6 @@ pub fn check_samples(path: &str, expected: Option<u64>, found: u64) -> Result<()
     }
 }
 
-/// Whether `entry` names a folder: a local directory, or a bucket prefix — ending in `/`, or
-/// whose last part has no extension, as the listing decides ([`crate::store::expand`]).
-fn is_folder(entry: &str) -> bool {
-    if entry.contains(['*', '?', '[']) {
-        return false;
-    }
-    match is_url(entry) {
-        true => entry.ends_with('/') || !entry.rsplit('/').next().unwrap_or_default().contains('.'),
-        false => std::path::Path::new(entry).is_dir(),
-    }
-}
-
 /// Whether `path` is a `write_shards` member index at the top of `dir` (`part-00000.tar.idx`).
 fn is_shard_index(dir: &str, path: &str) -> bool {
     path.strip_prefix(dir)
@@ -138,21 +130,13 @@ fn is_shard_index(dir: &str, path: &str) -> bool {
 /// The shards a manifest names with their sample counts, when it is one of `format`'s (`None`
 /// for another format's: the folder is read as a listing).
 fn read(url: &str, format: ShardFormat) -> Result<Option<Vec<(String, u64)>>> {
-    let bytes = if is_url(url) {
-        crate::store::join(crate::store::spawn_fetch(url)?)?
-    } else {
-        std::fs::read(url).map_err(|e| Error::io(url, e))?.into()
-    };
+    let bytes = crate::store::join(crate::store::spawn_fetch(url)?)?;
     let bad = |why: &str| Error::data(format!("{url}: {why}"));
     // Not JSON: some other file of that name, not a manifest (ours are written whole).
     let Ok(doc) = serde_json::from_slice::<serde_json::Value>(&bytes) else {
         return Ok(None);
     };
-    let want = match format {
-        ShardFormat::Webdataset => "webdataset",
-        ShardFormat::Parquet => "parquet",
-    };
-    if doc.get("format").and_then(|f| f.as_str()) != Some(want) {
+    if doc.get("format").and_then(|f| f.as_str()) != Some(format.name()) {
         return Ok(None);
     }
     if doc.get("complete").and_then(|c| c.as_bool()) == Some(false) {
@@ -191,12 +175,6 @@ fn read(url: &str, format: ShardFormat) -> Result<Option<Vec<(String, u64)>>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn prefixes_are_folders_as_listings_take_them() {
-        assert!(is_folder("s3://b/shards/") && is_folder("s3://b/shards"));
-        assert!(!is_folder("s3://b/shards/part-00000.tar") && !is_folder("s3://b/shards/*.tar"));
-    }
 
     #[test]
     fn shard_indexes_are_told_from_other_files() {

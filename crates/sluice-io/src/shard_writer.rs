@@ -42,15 +42,33 @@ pub enum ShardFormat {
     Parquet,
 }
 
+impl ShardFormat {
+    /// The name `write_shards(format=...)` takes and the manifest records.
+    ///
+    /// ```
+    /// use sluice_io::shard_writer::ShardFormat;
+    /// assert_eq!("parquet".parse::<ShardFormat>()?.name(), "parquet");
+    /// # Ok::<(), sluice_core::Error>(())
+    /// ```
+    pub fn name(self) -> &'static str {
+        match self {
+            ShardFormat::Webdataset => "webdataset",
+            ShardFormat::Parquet => "parquet",
+        }
+    }
+}
+
 impl std::str::FromStr for ShardFormat {
     type Err = Error;
     fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "webdataset" => Ok(ShardFormat::Webdataset),
-            "parquet" => Ok(ShardFormat::Parquet),
-            other => Err(Error::invalid(format!(
+        match [ShardFormat::Webdataset, ShardFormat::Parquet]
+            .into_iter()
+            .find(|f| f.name() == s)
+        {
+            Some(f) => Ok(f),
+            None => Err(Error::invalid(format!(
                 "format must be 'webdataset' or 'parquet', got '{}'",
-                show(other)
+                show(s)
             ))),
         }
     }
@@ -100,11 +118,8 @@ pub fn write_shards(
         return Err(Error::invalid("shard_size must be > 0 bytes"));
     }
     prepare_dir(dir)?;
-    let manifest_path = format!("{}/index.json", dir.trim_end_matches('/'));
-    let format = match opts.format {
-        ShardFormat::Webdataset => "webdataset",
-        ShardFormat::Parquet => "parquet",
-    };
+    let manifest_path = crate::manifest::path_in(dir);
+    let format = opts.format.name();
     let json = |v: serde_json::Value| {
         serde_json::to_vec_pretty(&v).map_err(|e| Error::Internal(e.to_string()))
     };

@@ -430,13 +430,12 @@ impl PqFile {
                 continue;
             }
             let (mut end, mut bytes) = (rg + 1, self.rg_bytes(rg));
-            while end < reach
-                && end - rg < self.rgs_ahead
-                && !ahead.fetches.contains_key(&end)
-                && bytes + self.rg_bytes(end) <= GROUP_BYTES
-            {
-                bytes += self.rg_bytes(end);
-                end += 1;
+            while end < reach && end - rg < self.rgs_ahead && !ahead.fetches.contains_key(&end) {
+                let more = self.rg_bytes(end);
+                if bytes + more > GROUP_BYTES {
+                    break;
+                }
+                (bytes, end) = (bytes + more, end + 1);
             }
             while ahead.fetches.len() + (end - rg) > 2 * self.rgs_ahead {
                 let oldest = ahead

@@ -10,9 +10,9 @@ use crate::store::{join, Fetch};
 
 /// Compressed bytes of consecutive row groups asked for in one request by a read that goes
 /// through a file in order. A bucket charges per request as well as per byte, in money and
-/// in the client's CPU (~100 µs a GET here: signing, the HTTP exchange, the hedge's
-/// bookkeeping): the reference corpus's 0.5 MB row groups took one GET each, six a file
-/// where one does. The size of the object cache's download parts, so a request costs about
+/// in the client's CPU (signing, the HTTP exchange, the hedge's bookkeeping: ~100 µs a GET
+/// on the benchmark machine, docs/BENCHMARKS.md "Where a GET's CPU goes"): the reference
+/// corpus's 0.5 MB row groups took one GET each, six a file where one does. The size of the object cache's download parts, so a request costs about
 /// what a part of a cold read does.
 pub(super) const GROUP_BYTES: u64 = 8 << 20;
 

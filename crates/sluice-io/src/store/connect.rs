@@ -114,6 +114,11 @@ pub(crate) fn is_store_url(entry: &str) -> bool {
     scheme_of(entry).is_some()
 }
 
+/// Whether `url` names a file on a plain web server (`http(s)://`), not a bucket.
+pub(crate) fn is_web_url(url: &str) -> bool {
+    scheme_of(url) == Some(Scheme::Http)
+}
+
 /// Options that are ours, not the cloud SDK's.
 const OWN_KEYS: &[&str] = &["anonymous", "profile"];
 

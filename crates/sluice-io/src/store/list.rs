@@ -34,9 +34,7 @@ pub fn expand_list(entries: &[String], extensions: Option<&[&str]>) -> Result<Pa
             continue;
         }
         let is_glob = entry.contains(['*', '?', '[']);
-        let last = entry.rsplit('/').next().unwrap_or_default();
-        // `s3://bucket/train` (no extension) is a prefix, as a directory path would be.
-        if !is_glob && !entry.ends_with('/') && last.contains('.') {
+        if !is_glob && !is_prefix(entry) {
             // A source opened now reads the object as it is now: what this process saw of
             // it for an earlier source must not answer for its cached copy (a conditional GET
             // checks it on the first read instead).
@@ -97,6 +95,19 @@ pub fn expand_list(entries: &[String], extensions: Option<&[&str]>) -> Result<Pa
 
 /// Prefix listings run this many folder listings at once.
 const LIST_CONCURRENCY: usize = 32;
+
+/// Whether `url` names a prefix to list rather than one object or a glob: it ends in `/`, or
+/// its last part has no extension (`s3://bucket/train`), as a directory path would be.
+///
+/// ```
+/// use sluice_io::store::is_prefix;
+/// assert!(is_prefix("s3://b/train/") && is_prefix("s3://b/train"));
+/// assert!(!is_prefix("s3://b/train/a.jpg") && !is_prefix("s3://b/train/*.jpg"));
+/// ```
+pub fn is_prefix(url: &str) -> bool {
+    let last = url.rsplit('/').next().unwrap_or_default();
+    !url.contains(['*', '?', '[']) && (url.ends_with('/') || !last.contains('.'))
+}
 
 /// Every key under `prefix`: its first level is listed with a delimiter, then each folder
 /// found there (an ImageNet class, a shard group) is listed on its own, many at once — one

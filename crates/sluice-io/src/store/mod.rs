@@ -24,7 +24,7 @@ pub use ahead::ReadAhead;
 pub use blob::Blob;
 pub use cache::CacheSpec;
 pub use connect::{configure_storage, MAX_REQUESTS};
-pub use list::{expand, expand_list};
+pub use list::{expand, expand_list, is_prefix};
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
@@ -214,46 +214,38 @@ pub(crate) fn store_error(url: &str, e: object_store::Error) -> Error {
 }
 
 /// Deletes the objects directly under the bucket prefix `dir` whose file names `stale` picks
-/// (what a writer's earlier, longer run left beside this run's output).
+/// (what a writer's earlier, longer run left beside this run's output), in the store's bulk
+/// requests (S3's DeleteObjects: up to 1,000 a request); one already gone is no error. What
+/// this process saw of them is forgotten.
 pub(crate) fn delete_where(dir: &str, stale: impl Fn(&str) -> bool) -> Result<()> {
+    use futures::{StreamExt, TryStreamExt};
     let (store, prefix, _) = store_for(dir)?;
     let prefix = ObjPath::from(prefix.trim_end_matches('/'));
     let listed =
         block_on(store.list_with_delimiter(Some(&prefix)))?.map_err(|e| store_error(dir, e))?;
-    let names: Vec<String> = listed
+    let doomed: Vec<ObjPath> = listed
         .objects
-        .iter()
-        .filter_map(|m| m.location.filename())
-        .filter(|n| stale(n))
-        .map(|n| format!("{}/{n}", dir.trim_end_matches('/')))
+        .into_iter()
+        .map(|m| m.location)
+        .filter(|l| l.filename().is_some_and(&stale))
         .collect();
-    delete_all(&store, &names, dir)
-}
-
-/// Deletes `urls` (objects of `store`) in the store's bulk requests (S3's DeleteObjects: up to
-/// 1,000 a request); those not there are no error. What this process saw of them is forgotten.
-/// A failure is named after `what` (the prefix or object the caller deletes).
-fn delete_all(store: &Arc<dyn ObjectStore>, urls: &[String], what: &str) -> Result<()> {
-    use futures::{StreamExt, TryStreamExt};
-    if urls.is_empty() {
+    if doomed.is_empty() {
         return Ok(());
     }
-    let paths = urls
-        .iter()
-        .map(|u| split_url(u).map(|(_, p)| ObjPath::from(p)))
-        .collect::<Result<Vec<_>>>()?;
+    let base = dir.trim_end_matches('/');
+    for at in &doomed {
+        cache::forget(&format!("{base}/{}", at.filename().unwrap_or_default()));
+    }
     let gone = block_on(
         store
-            .delete_stream(futures::stream::iter(paths.into_iter().map(Ok)).boxed())
+            .delete_stream(futures::stream::iter(doomed.into_iter().map(Ok)).boxed())
             .map(|r| match r {
                 Err(object_store::Error::NotFound { .. }) => Ok(()),
                 r => r.map(|_| ()),
             })
             .try_collect::<Vec<()>>(),
     )?;
-    urls.iter().for_each(|u| cache::forget(u));
-    gone.map_err(|e| store_error(what, e))?;
-    Ok(())
+    gone.map(drop).map_err(|e| store_error(dir, e))
 }
 
 /// Writes `data` to `dest` (a local path or a URL) atomically: local files go to a hidden

@@ -24,7 +24,7 @@ use object_store::{
 /// behind one name, holding the same bytes under other mtimes, would refuse each other's.
 /// The buckets (`s3://`, `gs://`, `az://`) give one ETag per version of an object.
 pub(super) fn if_match(url: &str, etag: Option<&str>) -> Option<String> {
-    let web = url.starts_with("http://") || url.starts_with("https://");
+    let web = super::connect::is_web_url(url);
     etag.filter(|e| !web && !e.starts_with("W/"))
         .map(str::to_owned)
 }

@@ -106,6 +106,10 @@ impl ReadAhead {
             let Some((index, seq, url)) = st.waiting.pop_front() else {
                 break;
             };
+            // A warm cache's copy is read by the worker that takes it, as a local file is.
+            if super::cache::likely_current(&url) {
+                continue;
+            }
             if let Ok(f) = super::spawn_fetch(&url) {
                 st.fetches.entry(index).or_default().push_back((seq, f));
                 st.held += 1;
@@ -150,7 +154,8 @@ impl ReadAhead {
     }
 
     /// The objects of these `(index, url)` pairs, in order: each from its fetch if one was
-    /// started, the others fetched now, all at once.
+    /// started, the others read from the cache here when it holds them current, else fetched
+    /// now, all at once.
     pub fn take_many(&self, wanted: &[(u64, String)]) -> Vec<Result<Bytes>> {
         let started: Vec<Option<Fetch>> = {
             let mut st = self.lock();
@@ -178,18 +183,23 @@ impl ReadAhead {
             self.pump(&mut st);
             got
         };
-        let fetches: Vec<Result<Fetch>> = started
+        let fetches: Vec<Result<Taken>> = started
             .into_iter()
             .zip(wanted)
             .map(|(f, (_, url))| match f {
-                Some(f) => Ok(f),
-                None => super::spawn_fetch(url),
+                Some(f) => Ok(Taken::Fetch(f)),
+                None => match super::cache::read_current(url) {
+                    Some(read) => read.map(Taken::Read),
+                    None => super::spawn_fetch(url).map(Taken::Fetch),
+                },
             })
             .collect();
         fetches
             .into_iter()
-            .zip(wanted)
-            .map(|(f, _)| super::join(f?))
+            .map(|f| match f? {
+                Taken::Read(bytes) => Ok(bytes),
+                Taken::Fetch(f) => super::join(f),
+            })
             .collect()
     }
 
@@ -197,6 +207,12 @@ impl ReadAhead {
     pub fn held(&self) -> usize {
         self.lock().held
     }
+}
+
+/// An object taken: read from the cache here, or fetched on the I/O runtime.
+enum Taken {
+    Read(Bytes),
+    Fetch(Fetch),
 }
 
 impl State {
@@ -299,6 +315,43 @@ mod tests {
         assert_eq!(ahead.held(), 2);
         assert_eq!(ahead.take_many(&f[..1])[0].as_ref().unwrap(), &vec![0u8]);
         assert_eq!(ahead.held(), 1);
+    }
+
+    #[test]
+    fn a_warm_caches_objects_are_read_by_the_taker_not_fetched_ahead() {
+        use super::super::cache::{register, saw, CacheSpec};
+        let dir = tempfile::tempdir().unwrap();
+        let spec = CacheSpec {
+            dir: Some(dir.path().display().to_string()),
+            limit: Some(1 << 20),
+        };
+        let wanted: Vec<(u64, String)> = (0..3u64)
+            .map(|i| (i, format!("s3://ahead-warm/{i}.jpg")))
+            .collect();
+        let urls: Vec<String> = wanted.iter().map(|(_, u)| u.clone()).collect();
+        register(&urls, Some(&spec)).unwrap();
+        let cache = super::super::cache::cache_for(&urls[0]).unwrap();
+        for (i, url) in &wanted {
+            let etag = format!("\"e{i}\"");
+            let v = super::super::disk::Version {
+                size: 2,
+                etag: Some(etag.clone()),
+            };
+            cache
+                .begin(url)
+                .unwrap()
+                .unwrap()
+                .commit(&v, &[*i as u8; 2])
+                .unwrap();
+            saw(url, 2, Some(&etag));
+        }
+        let ahead = ReadAhead::new(8);
+        ahead.start(&wanted);
+        // No task on the I/O runtime: the copies are current, and no store is reachable here.
+        assert_eq!(ahead.held(), 0);
+        for ((i, _), got) in wanted.iter().zip(ahead.take_many(&wanted)) {
+            assert_eq!(got.unwrap(), vec![*i as u8; 2]);
+        }
     }
 
     #[test]

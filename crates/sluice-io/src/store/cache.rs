@@ -585,6 +585,28 @@ pub(crate) fn start_fill(
     Some(filling)
 }
 
+/// A current cached copy of `url` read in the caller's thread, as a local file is: `None`
+/// when its bucket has no cache, this process was not told its version (a listing, a HEAD) or
+/// the cache holds no copy of that version. A warm epoch's hits read this way instead of
+/// through a task on the I/O runtime: the hand-off, and buffers allocated on one thread and
+/// freed on another, cost a warm CV epoch ~50 µs of CPU per image (docs/BENCHMARKS.md,
+/// "Warm hits read where they are used").
+pub(crate) fn read_current(url: &str) -> Option<Result<Bytes>> {
+    let known = known(url)?;
+    let hit = cache_for(url)?.lookup(url, |v| key(v) == known)?;
+    Some(
+        hit.read_all()
+            .map(Bytes::from)
+            .map_err(|e| io_error(url, e)),
+    )
+}
+
+/// Whether [`read_current`] will likely find `url` (its version known, a copy in place: one
+/// `stat`, no trailer read): a fetch ahead of it would only read the disk on another thread.
+pub(crate) fn likely_current(url: &str) -> bool {
+    known(url).is_some() && cache_for(url).is_some_and(|c| c.holds(url))
+}
+
 /// The cached copy of `url` whose version is `known` (its size and ETag's hash, as
 /// [`known`] gives them), if the cache holds it.
 pub(crate) fn cached_copy(cache: &DiskCache, url: &str, known: (u64, u64)) -> Option<File> {

@@ -173,8 +173,7 @@ fn trailer(url: &str, v: &Version) -> Vec<u8> {
 }
 
 /// The URL and version a cached file's trailer names (`None`: not a complete cached object).
-fn read_trailer(file: &File) -> Option<(String, Version)> {
-    let len = file.metadata().ok()?.len();
+fn read_trailer(file: &File, len: u64) -> Option<(String, Version)> {
     let mut fixed = [0u8; FIXED as usize];
     file.read_exact_at(&mut fixed, len.checked_sub(FIXED)?)
         .ok()?;
@@ -294,17 +293,14 @@ impl DiskCache {
     /// with what the store says, or asks the store).
     pub fn lookup(&self, url: &str, fits: impl Fn(&Version) -> bool) -> Option<Cached> {
         let file = File::open(self.object_path(hash_url(url))).ok()?;
-        let (named, version) = read_trailer(&file)?;
+        let meta = file.metadata().ok()?;
+        let (named, version) = read_trailer(&file, meta.len())?;
         let fits = named == url && fits(&version);
         if !fits {
             return None;
         }
         let now = SystemTime::now();
-        let idle = file
-            .metadata()
-            .and_then(|m| m.modified())
-            .ok()
-            .and_then(|m| now.duration_since(m).ok());
+        let idle = (meta.modified().ok()).and_then(|m| now.duration_since(m).ok());
         if let Some(idle) = idle {
             self.reuse.hit(idle);
         }

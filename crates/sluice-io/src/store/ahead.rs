@@ -61,6 +61,10 @@ struct State {
     seq: u64,
     /// The store's latencies (of the first object hinted).
     lat: Option<Arc<Latency>>,
+    /// Objects taken with no fetch started whose cached copy was read (`read`) or was not
+    /// current after all (`missed`: stale, or evicted since the hint).
+    cached_read: u64,
+    cached_missed: u64,
     /// Objects taken, and since when (a rate over the last second or so).
     taken: u64,
     since: Instant,
@@ -78,6 +82,8 @@ impl ReadAhead {
                 waiting: VecDeque::new(),
                 seq: 0,
                 lat: None,
+                cached_read: 0,
+                cached_missed: 0,
                 taken: 0,
                 since: Instant::now(),
                 rate: 0.0,
@@ -106,8 +112,11 @@ impl ReadAhead {
             let Some((index, seq, url)) = st.waiting.pop_front() else {
                 break;
             };
-            // A warm cache's copy is read by the worker that takes it, as a local file is.
-            if super::cache::likely_current(&url) {
+            // A warm cache's copy is read by the worker that takes it, as a local file is —
+            // unless such copies keep turning out stale (a dataset rewritten in place since it
+            // was cached): then each would be fetched when taken, without the lead a fetch
+            // ahead gives it, so hints are fetched ahead again.
+            if st.trusts_cache() && super::cache::likely_current(&url) {
                 continue;
             }
             if let Ok(f) = super::spawn_fetch(&url) {
@@ -183,17 +192,29 @@ impl ReadAhead {
             self.pump(&mut st);
             got
         };
+        let (mut read, mut missed) = (0, 0);
         let fetches: Vec<Result<Taken>> = started
             .into_iter()
             .zip(wanted)
             .map(|(f, (_, url))| match f {
                 Some(f) => Ok(Taken::Fetch(f)),
                 None => match super::cache::read_current(url) {
-                    Some(read) => read.map(Taken::Read),
-                    None => super::spawn_fetch(url).map(Taken::Fetch),
+                    Some(got) => {
+                        read += 1;
+                        got.map(Taken::Read)
+                    }
+                    None => {
+                        missed += 1;
+                        super::spawn_fetch(url).map(Taken::Fetch)
+                    }
                 },
             })
             .collect();
+        if read + missed > 0 {
+            let mut st = self.lock();
+            st.cached_read += read;
+            st.cached_missed += missed;
+        }
         fetches
             .into_iter()
             .map(|f| match f? {
@@ -216,6 +237,12 @@ enum Taken {
 }
 
 impl State {
+    /// Whether hints for objects the cache seems to hold are left to the taker: until more
+    /// than a few such objects, and more than 1 in 16, were not current when taken.
+    fn trusts_cache(&self) -> bool {
+        self.cached_missed < 8 || self.cached_missed * 16 < self.cached_read
+    }
+
     /// The oldest fetch held for `index`, if any.
     fn take(&mut self, index: u64) -> Option<Fetch> {
         let queue = self.fetches.get_mut(&index)?;
@@ -350,6 +377,59 @@ mod tests {
         // No task on the I/O runtime: the copies are current, and no store is reachable here.
         assert_eq!(ahead.held(), 0);
         for ((i, _), got) in wanted.iter().zip(ahead.take_many(&wanted)) {
+            assert_eq!(got.unwrap(), vec![*i as u8; 2]);
+        }
+    }
+
+    #[test]
+    fn copies_that_keep_turning_out_stale_are_fetched_ahead_again() {
+        use super::super::cache::{register, saw, CacheSpec};
+        use object_store::{memory::InMemory, path::Path as ObjPath, ObjectStoreExt, PutPayload};
+        let dir = tempfile::tempdir().unwrap();
+        let spec = CacheSpec {
+            dir: Some(dir.path().display().to_string()),
+            limit: Some(1 << 20),
+        };
+        let store = Arc::new(InMemory::new());
+        let wanted: Vec<(u64, String)> = (0..40u64)
+            .map(|i| (i, format!("s3://ahead-stale/{i}.jpg")))
+            .collect();
+        let urls: Vec<String> = wanted.iter().map(|(_, u)| u.clone()).collect();
+        register(&urls, Some(&spec)).unwrap();
+        super::super::use_store("s3://ahead-stale", store.clone());
+        let cache = super::super::cache::cache_for(&urls[0]).unwrap();
+        for (i, url) in &wanted {
+            // Cached as one version; the store (and its listing) now hold another.
+            let old = super::super::disk::Version {
+                size: 2,
+                etag: Some("\"old\"".into()),
+            };
+            cache
+                .begin(url)
+                .unwrap()
+                .unwrap()
+                .commit(&old, &[0; 2])
+                .unwrap();
+            let key = ObjPath::from(format!("{i}.jpg"));
+            let put = super::super::block_on(store.put(&key, PutPayload::from(vec![*i as u8; 2])))
+                .unwrap()
+                .unwrap();
+            saw(url, 2, put.e_tag.as_deref());
+        }
+        let ahead = ReadAhead::new(64);
+        ahead.start(&wanted[..10]);
+        assert_eq!(ahead.held(), 0, "the copies look current until read");
+        for ((i, _), got) in wanted[..10].iter().zip(ahead.take_many(&wanted[..10])) {
+            assert_eq!(
+                got.unwrap(),
+                vec![*i as u8; 2],
+                "the store's version, not the copy"
+            );
+        }
+        // Ten stale copies taken: the next hints are fetched ahead.
+        ahead.start(&wanted[10..]);
+        assert_eq!(ahead.held(), 30);
+        for ((i, _), got) in wanted[10..].iter().zip(ahead.take_many(&wanted[10..])) {
             assert_eq!(got.unwrap(), vec![*i as u8; 2]);
         }
     }

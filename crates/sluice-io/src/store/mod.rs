@@ -144,6 +144,16 @@ fn store_for(url: &str) -> Result<(Arc<dyn ObjectStore>, String, Arc<hedge::Late
     Ok((store, path, lat))
 }
 
+/// Serves `base` (`s3://bucket`) from `store`: tests read through an in-memory store.
+#[cfg(test)]
+pub(crate) fn use_store(base: &str, store: Arc<dyn ObjectStore>) {
+    let c = connect::Connected {
+        store,
+        lookups: "a test's store".into(),
+    };
+    (STORES.lock().unwrap_or_else(|p| p.into_inner())).insert(base.to_string(), c);
+}
+
 /// Drops the connected stores under `prefix`, so the next use reconnects (new options).
 fn forget_stores(prefix: &str) {
     let mut stores = STORES.lock().unwrap_or_else(|p| p.into_inner());

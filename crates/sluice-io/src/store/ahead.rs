@@ -344,33 +344,42 @@ mod tests {
         assert_eq!(ahead.held(), 1);
     }
 
-    #[test]
-    fn a_warm_caches_objects_are_read_by_the_taker_not_fetched_ahead() {
-        use super::super::cache::{register, saw, CacheSpec};
+    /// `n` objects `s3://{bucket}/{i}.jpg` with a cached copy each: ETag `"{etag}{i}"`, bytes
+    /// `[byte(i); 2]`. The directory lives as long as the handle returned.
+    fn cached_copies(
+        bucket: &str,
+        n: u64,
+        etag: &str,
+        byte: impl Fn(u64) -> u8,
+    ) -> (tempfile::TempDir, Vec<(u64, String)>) {
+        use super::super::cache::{cache_for, register, CacheSpec};
         let dir = tempfile::tempdir().unwrap();
         let spec = CacheSpec {
             dir: Some(dir.path().display().to_string()),
             limit: Some(1 << 20),
         };
-        let wanted: Vec<(u64, String)> = (0..3u64)
-            .map(|i| (i, format!("s3://ahead-warm/{i}.jpg")))
+        let wanted: Vec<(u64, String)> = (0..n)
+            .map(|i| (i, format!("s3://{bucket}/{i}.jpg")))
             .collect();
         let urls: Vec<String> = wanted.iter().map(|(_, u)| u.clone()).collect();
         register(&urls, Some(&spec)).unwrap();
-        let cache = super::super::cache::cache_for(&urls[0]).unwrap();
+        let cache = cache_for(&urls[0]).unwrap();
         for (i, url) in &wanted {
-            let etag = format!("\"e{i}\"");
             let v = super::super::disk::Version {
                 size: 2,
-                etag: Some(etag.clone()),
+                etag: Some(format!("\"{etag}{i}\"")),
             };
-            cache
-                .begin(url)
-                .unwrap()
-                .unwrap()
-                .commit(&v, &[*i as u8; 2])
-                .unwrap();
-            saw(url, 2, Some(&etag));
+            let fill = cache.begin(url).unwrap().unwrap();
+            fill.commit(&v, &[byte(*i); 2]).unwrap();
+        }
+        (dir, wanted)
+    }
+
+    #[test]
+    fn a_warm_caches_objects_are_read_by_the_taker_not_fetched_ahead() {
+        let (_dir, wanted) = cached_copies("ahead-warm", 3, "e", |i| i as u8);
+        for (i, url) in &wanted {
+            super::super::cache::saw(url, 2, Some(&format!("\"e{i}\"")));
         }
         let ahead = ReadAhead::new(8);
         ahead.start(&wanted);
@@ -383,38 +392,17 @@ mod tests {
 
     #[test]
     fn copies_that_keep_turning_out_stale_are_fetched_ahead_again() {
-        use super::super::cache::{register, saw, CacheSpec};
         use object_store::{memory::InMemory, path::Path as ObjPath, ObjectStoreExt, PutPayload};
-        let dir = tempfile::tempdir().unwrap();
-        let spec = CacheSpec {
-            dir: Some(dir.path().display().to_string()),
-            limit: Some(1 << 20),
-        };
+        // Cached as one version; the store (and its listing) now hold another.
+        let (_dir, wanted) = cached_copies("ahead-stale", 40, "old", |_| 0);
         let store = Arc::new(InMemory::new());
-        let wanted: Vec<(u64, String)> = (0..40u64)
-            .map(|i| (i, format!("s3://ahead-stale/{i}.jpg")))
-            .collect();
-        let urls: Vec<String> = wanted.iter().map(|(_, u)| u.clone()).collect();
-        register(&urls, Some(&spec)).unwrap();
         super::super::use_store("s3://ahead-stale", store.clone());
-        let cache = super::super::cache::cache_for(&urls[0]).unwrap();
         for (i, url) in &wanted {
-            // Cached as one version; the store (and its listing) now hold another.
-            let old = super::super::disk::Version {
-                size: 2,
-                etag: Some("\"old\"".into()),
-            };
-            cache
-                .begin(url)
-                .unwrap()
-                .unwrap()
-                .commit(&old, &[0; 2])
-                .unwrap();
             let key = ObjPath::from(format!("{i}.jpg"));
             let put = super::super::block_on(store.put(&key, PutPayload::from(vec![*i as u8; 2])))
                 .unwrap()
                 .unwrap();
-            saw(url, 2, put.e_tag.as_deref());
+            super::super::cache::saw(url, 2, put.e_tag.as_deref());
         }
         let ahead = ReadAhead::new(64);
         ahead.start(&wanted[..10]);
